@@ -1,0 +1,230 @@
+"""A validating, read-only safetensors reader on numpy, plus a small writer.
+
+Why not the ``safetensors`` package: its numpy backend has no bfloat16, and its
+errors on a damaged file do not say which tensor lies. Here the header is checked
+against the file's real size before anything is read, rows are read through a
+memory map (only the pages holding the requested rows are touched), and every
+problem raises :class:`InputError` naming the file.
+
+Format: 8-byte little-endian header length N, N bytes of JSON header
+(``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``),
+then the data buffer; offsets are relative to the buffer's start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from geodiag.errors import InputError
+
+# dtype name -> (numpy dtype of the stored bytes, bytes per element)
+_DTYPES: dict[str, np.dtype] = {
+    "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),  # decoded by hand: the upper half of a float32
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"),
+    "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the reference implementation's own limit
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int  # absolute byte offset in the file
+    end: int
+
+
+def bf16_to_float32(raw: np.ndarray) -> np.ndarray:
+    """uint16 bfloat16 bit patterns -> float32 (exact: bf16 is float32's top half)."""
+    return (raw.astype(np.uint32) << 16).view(np.float32)
+
+
+def float32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> uint16 bfloat16 bit patterns, round-to-nearest-even (NaN kept NaN)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = np.isnan(x)
+    out = rounded.astype(np.uint16)
+    out[nan] = 0x7FC0
+    return out
+
+
+class SafetensorsFile:
+    """One ``.safetensors`` file, header validated at open; reads rows on demand.
+
+    ``digest`` accumulates sha256 over the header and every byte range read, in
+    read order: provenance for "which bytes did this report look at".
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            raise InputError(self.path, "file not found") from None
+        if size < 8:
+            raise InputError(self.path, f"truncated: {size} bytes, too short for a safetensors header")
+        with open(self.path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > MAX_HEADER_BYTES or 8 + n > size:
+                raise InputError(
+                    self.path,
+                    f"corrupt or truncated: header claims {n} bytes but the file has {size - 8} after the length field",
+                )
+            raw_header = f.read(n)
+        self.digest = hashlib.sha256(raw_header)
+        try:
+            header = json.loads(raw_header.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InputError(self.path, f"corrupt header: not valid JSON ({e.__class__.__name__})") from None
+        if not isinstance(header, dict):
+            raise InputError(self.path, "corrupt header: not a JSON object")
+        self.metadata: dict[str, str] = header.pop("__metadata__", None) or {}
+        self._data_start = 8 + n
+        data_len = size - self._data_start
+        self.tensors: dict[str, TensorInfo] = {}
+        for name, entry in header.items():
+            self.tensors[name] = self._check_entry(name, entry, data_len)
+
+    def _check_entry(self, name: str, entry: object, data_len: int) -> TensorInfo:
+        if not isinstance(entry, dict):
+            raise InputError(self.path, f"corrupt header: entry for tensor '{name}' is not an object")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if dtype not in _DTYPES:
+            raise InputError(self.path, f"tensor '{name}': unsupported dtype {dtype!r}")
+        if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
+            raise InputError(self.path, f"tensor '{name}': bad shape {shape!r}")
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(isinstance(o, int) and o >= 0 for o in offsets)
+            and offsets[0] <= offsets[1]
+        ):
+            raise InputError(self.path, f"tensor '{name}': bad data_offsets {offsets!r}")
+        begin, end = offsets
+        expected = math.prod(shape) * _DTYPES[dtype].itemsize
+        if end - begin != expected:
+            raise InputError(
+                self.path,
+                f"header lies about tensor '{name}': shape {shape} {dtype} needs {expected} bytes, "
+                f"data_offsets span {end - begin}",
+            )
+        if end > data_len:
+            raise InputError(
+                self.path,
+                f"truncated: tensor '{name}' ends at byte {end} of the data buffer, "
+                f"but the file holds only {data_len} bytes of data",
+            )
+        return TensorInfo(name, dtype, tuple(shape), self._data_start + begin, self._data_start + end)
+
+    def keys(self) -> list[str]:
+        return list(self.tensors)
+
+    def info(self, name: str) -> TensorInfo:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise InputError(self.path, f"no tensor named '{name}'") from None
+
+    def _memmap(self, info: TensorInfo) -> np.ndarray:
+        if info.end == info.begin:
+            return np.zeros(info.shape, dtype=_DTYPES[info.dtype])
+        return np.memmap(self.path, dtype=_DTYPES[info.dtype], mode="r", offset=info.begin, shape=info.shape)
+
+    def _decode(self, info: TensorInfo, raw: np.ndarray) -> np.ndarray:
+        self.digest.update(np.ascontiguousarray(raw).tobytes())
+        if info.dtype == "BF16":
+            raw = bf16_to_float32(raw)
+        return np.asarray(raw, dtype=np.float64)
+
+    def read(self, name: str) -> np.ndarray:
+        """The whole tensor as float64 (small tensors: codebooks, tests)."""
+        info = self.info(name)
+        return self._decode(info, np.array(self._memmap(info)))
+
+    def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` (any order, 1-D int) of a 2-D tensor, as float64 ``(len(rows), d)``."""
+        info = self.info(name)
+        if len(info.shape) != 2:
+            raise InputError(self.path, f"tensor '{name}' has shape {list(info.shape)}, expected 2-D")
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= info.shape[0]):
+            bad = rows[(rows < 0) | (rows >= info.shape[0])][:5].tolist()
+            raise InputError(
+                self.path, f"row ids {bad} out of range for tensor '{name}' with {info.shape[0]} rows"
+            )
+        mm = self._memmap(info)
+        return self._decode(info, np.asarray(mm[rows]))
+
+    def read_block(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Contiguous rows ``start:stop`` of a 2-D tensor, as float64."""
+        info = self.info(name)
+        return self._decode(info, np.asarray(self._memmap(info)[start:stop]))
+
+
+def _as_storable(name: str, x: np.ndarray, dtype: str | None) -> tuple[str, bytes]:
+    x = np.asarray(x)
+    if dtype is None:
+        dtype = {np.dtype("f8"): "F64", np.dtype("f4"): "F32", np.dtype("f2"): "F16",
+                 np.dtype("i8"): "I64", np.dtype("i4"): "I32"}.get(x.dtype)  # fmt: skip
+        if dtype is None:
+            raise ValueError(f"tensor '{name}': cannot store numpy dtype {x.dtype}; pass dtype=")
+    if dtype == "BF16":
+        data = float32_to_bf16(x.astype(np.float32))
+    else:
+        data = np.ascontiguousarray(x, dtype=_DTYPES[dtype])
+    return dtype, data.astype(data.dtype.newbyteorder("<")).tobytes()
+
+
+def save_file(
+    tensors: dict[str, np.ndarray],
+    path: str | os.PathLike[str],
+    *,
+    metadata: dict[str, str] | None = None,
+    dtype: str | None = None,
+) -> Path:
+    """Write a safetensors file atomically; ``dtype`` (e.g. ``"BF16"``) overrides all tensors."""
+    header: dict[str, object] = {}
+    blobs: list[bytes] = []
+    offset = 0
+    for name, x in tensors.items():
+        stored, blob = _as_storable(name, x, dtype)
+        header[name] = {"dtype": stored, "shape": list(np.shape(x)), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)  # keep the data buffer 8-byte aligned, as the reference writer does
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(struct.pack("<Q", len(raw)))
+            f.write(raw)
+            for blob in blobs:
+                f.write(blob)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p

@@ -1,0 +1,147 @@
+"""The ``semantic_ids.json`` sidecar: which new tokens are SIDs, by level and code.
+
+Written by ``gti`` next to every checkpoint (and by ``gti sids build`` before the
+vocabulary exists, with ``token_ids`` left empty); read by ``geodiag``. Pure Python:
+no torch, so the CI gate stays light.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from geodiag.errors import InputError
+
+FILENAME = "semantic_ids.json"
+CODEBOOKS_FILENAME = "codebooks.safetensors"
+FORMAT = "geodiag.semantic_ids"
+FORMAT_VERSION = 1
+
+
+def level_name(index: int) -> str:
+    """Level 0 -> 'a', 1 -> 'b', ... (26 levels is far beyond any RQ-VAE in use)."""
+    if not 0 <= index < 26:
+        raise ValueError(f"level index {index} out of range 0..25")
+    return string.ascii_lowercase[index]
+
+
+def token_string(level: str, code: int) -> str:
+    """The token text of one code: ``<a_12>``."""
+    return f"<{level}_{code}>"
+
+
+@dataclass
+class Level:
+    name: str
+    size: int
+    # Token id of each code, in code order; empty until the vocabulary is extended.
+    token_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SemanticIds:
+    base_vocab_size: int | None
+    levels: list[Level]
+    items: dict[str, list[int]]  # item id -> one code per level
+    provenance: dict[str, object] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def has_token_ids(self) -> bool:
+        return all(len(lv.token_ids) == lv.size for lv in self.levels) and bool(self.levels)
+
+    def token_strings(self) -> list[str]:
+        return [token_string(lv.name, c) for lv in self.levels for c in range(lv.size)]
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, **asdict(self)}
+
+
+def parse(data: object, where: str | os.PathLike[str]) -> SemanticIds:
+    """Validate a decoded sidecar; every problem names the file and the field."""
+    if not isinstance(data, dict):
+        raise InputError(where, "sidecar is not a JSON object")
+    version = data.get("format_version")
+    if version != FORMAT_VERSION:
+        raise InputError(where, f"unsupported format_version {version!r} (expected {FORMAT_VERSION})")
+    raw_levels = data.get("levels")
+    if not isinstance(raw_levels, list) or not raw_levels:
+        raise InputError(where, "'levels' must be a non-empty list")
+    levels: list[Level] = []
+    for i, lv in enumerate(raw_levels):
+        if not isinstance(lv, dict) or not isinstance(lv.get("name"), str):
+            raise InputError(where, f"levels[{i}] needs a string 'name'")
+        size = lv.get("size")
+        if not isinstance(size, int) or size <= 0:
+            raise InputError(where, f"levels[{i}] ('{lv['name']}') needs a positive integer 'size'")
+        ids = lv.get("token_ids") or []
+        if not isinstance(ids, list) or not all(isinstance(t, int) and t >= 0 for t in ids):
+            raise InputError(where, f"levels[{i}].token_ids must be a list of non-negative ints")
+        if ids and len(ids) != size:
+            raise InputError(
+                where, f"levels[{i}] ('{lv['name']}') has size {size} but {len(ids)} token_ids"
+            )
+        levels.append(Level(name=lv["name"], size=size, token_ids=list(ids)))
+    all_ids = [t for lv in levels for t in lv.token_ids]
+    if len(set(all_ids)) != len(all_ids):
+        raise InputError(where, "token_ids repeat across levels/codes")
+    items = data.get("items", {})
+    if not isinstance(items, dict):
+        raise InputError(where, "'items' must map item id -> list of codes")
+    for item, codes in items.items():
+        if not isinstance(codes, list) or len(codes) != len(levels):
+            raise InputError(where, f"item {item!r} needs {len(levels)} codes, got {codes!r}")
+        for lv, c in zip(levels, codes, strict=True):
+            if not isinstance(c, int) or not 0 <= c < lv.size:
+                raise InputError(
+                    where, f"item {item!r}: code {c!r} out of range for level '{lv.name}' (size {lv.size})"
+                )
+    base = data.get("base_vocab_size")
+    if base is not None and (not isinstance(base, int) or base <= 0):
+        raise InputError(where, f"base_vocab_size must be a positive int, got {base!r}")
+    prov = data.get("provenance") or {}
+    if not isinstance(prov, dict):
+        raise InputError(where, "'provenance' must be an object")
+    return SemanticIds(
+        base_vocab_size=base,
+        levels=levels,
+        items={str(k): list(v) for k, v in items.items()},
+        provenance=prov,
+        format_version=version,
+    )
+
+
+def load(path: str | os.PathLike[str]) -> SemanticIds:
+    """Read and validate ``semantic_ids.json`` (a file, or a folder holding one)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / FILENAME
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(p, "file not found") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(p, f"not valid JSON ({e})") from None
+    return parse(data, p)
+
+
+def save(sids: SemanticIds, path: str | os.PathLike[str]) -> Path:
+    """Write atomically (temporary file + rename): a reader never sees half a sidecar."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / FILENAME
+    p.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(sids.to_json(), indent=1, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".semantic_ids.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p

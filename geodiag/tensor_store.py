@@ -1,0 +1,198 @@
+"""Where a checkpoint's tensors live: one safetensors file, a sharded set, or a torch pickle.
+
+All stores answer the same questions (names, shape, dtype, read rows) so the
+checkpoint logic above them never cares about the layout. Safetensors stores
+read only the bytes asked for; the torch store must load the whole pickle (that is
+the format's cost) and is only used when no safetensors exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from geodiag.errors import InputError
+from geodiag.safetensors_file import FLOAT_DTYPES, SafetensorsFile
+
+
+class TensorStore(Protocol):
+    description: str
+
+    def names(self) -> list[str]: ...
+    def shape(self, name: str) -> tuple[int, ...]: ...
+    def dtype(self, name: str) -> str: ...
+    def file_of(self, name: str) -> Path: ...
+    def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray: ...
+    def read_block(self, name: str, start: int, stop: int) -> np.ndarray: ...
+    def digests(self) -> dict[str, str]: ...
+
+
+class SafetensorsStore:
+    """One file, or shards listed by ``model.safetensors.index.json``; shards open lazily."""
+
+    def __init__(self, weight_map: dict[str, Path], description: str) -> None:
+        self._weight_map = weight_map
+        self._open: dict[Path, SafetensorsFile] = {}
+        self.description = description
+
+    @classmethod
+    def single(cls, path: Path) -> SafetensorsStore:
+        f = SafetensorsFile(path)
+        store = cls({name: path for name in f.keys()}, f"safetensors file {path.name}")
+        store._open[path] = f
+        return store
+
+    @classmethod
+    def sharded(cls, index_path: Path) -> SafetensorsStore:
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+            weight_map = index["weight_map"]
+            if not isinstance(weight_map, dict):
+                raise TypeError
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+            raise InputError(index_path, "not a valid shard index (needs a 'weight_map' object)") from None
+        files = {name: index_path.parent / str(shard) for name, shard in weight_map.items()}
+        for shard in sorted(set(files.values())):
+            if not shard.is_file():
+                raise InputError(index_path, f"names shard '{shard.name}', which is missing")
+        n_shards = len(set(files.values()))
+        return cls(files, f"sharded safetensors ({n_shards} shards, {index_path.name})")
+
+    def _file(self, name: str) -> SafetensorsFile:
+        path = self.file_of(name)
+        if path not in self._open:
+            self._open[path] = SafetensorsFile(path)
+        f = self._open[path]
+        if name not in f.tensors:
+            raise InputError(path, f"shard index says tensor '{name}' is here, but the file lacks it")
+        return f
+
+    def names(self) -> list[str]:
+        return list(self._weight_map)
+
+    def file_of(self, name: str) -> Path:
+        try:
+            return self._weight_map[name]
+        except KeyError:
+            raise InputError(self.description, f"no tensor named '{name}'") from None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._file(name).info(name).shape
+
+    def dtype(self, name: str) -> str:
+        return self._file(name).info(name).dtype
+
+    def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+        return self._file(name).read_rows(name, rows)
+
+    def read_block(self, name: str, start: int, stop: int) -> np.ndarray:
+        return self._file(name).read_block(name, start, stop)
+
+    def digests(self) -> dict[str, str]:
+        return {str(p): f.digest.hexdigest() for p, f in self._open.items()}
+
+
+class TorchStore:
+    """A ``.bin``/``.pt`` state dict, unpickled with ``weights_only=True`` and nothing else."""
+
+    def __init__(self, path: Path) -> None:
+        import hashlib
+
+        try:
+            import torch
+        except ImportError:
+            raise InputError(
+                path, "reading a PyTorch pickle needs torch; install it or convert to safetensors"
+            ) from None
+        self.path = path
+        self.description = f"torch state dict {path.name}"
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=False)
+        except Exception as e:  # UnpicklingError, EOFError, RuntimeError (zip), ...
+            msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+            if "weights_only" in str(e) or "Unsupported global" in str(e):
+                raise InputError(
+                    path,
+                    "refused: the pickle needs arbitrary code to load (not a plain state dict); "
+                    "only weights_only=True pickles are read",
+                ) from None
+            raise InputError(path, f"cannot read torch file ({e.__class__.__name__}: {msg[:200]})") from None
+        if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
+            obj = obj["state_dict"]
+        if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+            raise InputError(path, "not a state dict (expected a mapping of names to tensors)")
+        self._tensors = obj
+        self._digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        self._torch = torch
+
+    def names(self) -> list[str]:
+        return list(self._tensors)
+
+    def file_of(self, name: str) -> Path:
+        return self.path
+
+    def _get(self, name: str):
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise InputError(self.path, f"no tensor named '{name}'") from None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._get(name).shape)
+
+    def dtype(self, name: str) -> str:
+        t = self._get(name)
+        return {
+            self._torch.float32: "F32",
+            self._torch.float16: "F16",
+            self._torch.bfloat16: "BF16",
+            self._torch.float64: "F64",
+        }.get(t.dtype, str(t.dtype))
+
+    def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+        t = self._get(name)
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= t.shape[0]):
+            raise InputError(self.path, f"row ids out of range for tensor '{name}' with {t.shape[0]} rows")
+        return t[self._torch.from_numpy(rows)].to(self._torch.float64).numpy()
+
+    def read_block(self, name: str, start: int, stop: int) -> np.ndarray:
+        return self._get(name)[start:stop].to(self._torch.float64).numpy()
+
+    def digests(self) -> dict[str, str]:
+        return {str(self.path): self._digest}
+
+
+def open_store(path: str | os.PathLike[str]) -> TensorStore:
+    """Open the tensors of a checkpoint folder or a lone weights file."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(p, "no such file or folder")
+    if p.is_file():
+        if p.suffix == ".safetensors":
+            return SafetensorsStore.single(p)
+        if p.suffix in (".bin", ".pt", ".pth"):
+            return TorchStore(p)
+        raise InputError(p, "unknown weights format (expected .safetensors, .bin, .pt or a folder)")
+    for index in ("model.safetensors.index.json",):
+        if (p / index).is_file():
+            return SafetensorsStore.sharded(p / index)
+    if (p / "model.safetensors").is_file():
+        return SafetensorsStore.single(p / "model.safetensors")
+    singles = sorted(p.glob("*.safetensors"))
+    singles = [s for s in singles if s.name != "codebooks.safetensors"]
+    if len(singles) == 1:
+        return SafetensorsStore.single(singles[0])
+    if (p / "pytorch_model.bin").is_file():
+        return TorchStore(p / "pytorch_model.bin")
+    if (p / "pytorch_model.bin.index.json").is_file():
+        raise InputError(p, "sharded .bin checkpoints are not supported; save with safetensors")
+    raise InputError(p, "no model weights found (model.safetensors, its index, or pytorch_model.bin)")
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES

@@ -1,0 +1,1 @@
+"""gti: semantic IDs, vocabulary extension, initialization (mean/random/GTI), SFT, evaluation."""
