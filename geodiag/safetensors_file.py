@@ -81,7 +81,9 @@ class SafetensorsFile:
         except FileNotFoundError:
             raise InputError(self.path, "file not found") from None
         if size < 8:
-            raise InputError(self.path, f"truncated: {size} bytes, too short for a safetensors header")
+            raise InputError(
+                self.path, f"truncated: {size} bytes, too short for a safetensors header"
+            )
         with open(self.path, "rb") as f:
             (n,) = struct.unpack("<Q", f.read(8))
             if n > MAX_HEADER_BYTES or 8 + n > size:
@@ -94,7 +96,9 @@ class SafetensorsFile:
         try:
             header = json.loads(raw_header.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise InputError(self.path, f"corrupt header: not valid JSON ({e.__class__.__name__})") from None
+            raise InputError(
+                self.path, f"corrupt header: not valid JSON ({e.__class__.__name__})"
+            ) from None
         if not isinstance(header, dict):
             raise InputError(self.path, "corrupt header: not a JSON object")
         self.metadata: dict[str, str] = header.pop("__metadata__", None) or {}
@@ -106,7 +110,9 @@ class SafetensorsFile:
 
     def _check_entry(self, name: str, entry: object, data_len: int) -> TensorInfo:
         if not isinstance(entry, dict):
-            raise InputError(self.path, f"corrupt header: entry for tensor '{name}' is not an object")
+            raise InputError(
+                self.path, f"corrupt header: entry for tensor '{name}' is not an object"
+            )
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
         if dtype not in _DTYPES:
             raise InputError(self.path, f"tensor '{name}': unsupported dtype {dtype!r}")
@@ -133,7 +139,9 @@ class SafetensorsFile:
                 f"truncated: tensor '{name}' ends at byte {end} of the data buffer, "
                 f"but the file holds only {data_len} bytes of data",
             )
-        return TensorInfo(name, dtype, tuple(shape), self._data_start + begin, self._data_start + end)
+        return TensorInfo(
+            name, dtype, tuple(shape), self._data_start + begin, self._data_start + end
+        )
 
     def keys(self) -> list[str]:
         return list(self.tensors)
@@ -147,7 +155,9 @@ class SafetensorsFile:
     def _memmap(self, info: TensorInfo) -> np.ndarray:
         if info.end == info.begin:
             return np.zeros(info.shape, dtype=_DTYPES[info.dtype])
-        return np.memmap(self.path, dtype=_DTYPES[info.dtype], mode="r", offset=info.begin, shape=info.shape)
+        return np.memmap(
+            self.path, dtype=_DTYPES[info.dtype], mode="r", offset=info.begin, shape=info.shape
+        )
 
     def _decode(self, info: TensorInfo, raw: np.ndarray) -> np.ndarray:
         self.digest.update(np.ascontiguousarray(raw).tobytes())
@@ -164,12 +174,15 @@ class SafetensorsFile:
         """Rows ``rows`` (any order, 1-D int) of a 2-D tensor, as float64 ``(len(rows), d)``."""
         info = self.info(name)
         if len(info.shape) != 2:
-            raise InputError(self.path, f"tensor '{name}' has shape {list(info.shape)}, expected 2-D")
+            raise InputError(
+                self.path, f"tensor '{name}' has shape {list(info.shape)}, expected 2-D"
+            )
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= info.shape[0]):
             bad = rows[(rows < 0) | (rows >= info.shape[0])][:5].tolist()
             raise InputError(
-                self.path, f"row ids {bad} out of range for tensor '{name}' with {info.shape[0]} rows"
+                self.path,
+                f"row ids {bad} out of range for tensor '{name}' with {info.shape[0]} rows",
             )
         mm = self._memmap(info)
         return self._decode(info, np.asarray(mm[rows]))
@@ -207,13 +220,19 @@ def save_file(
     offset = 0
     for name, x in tensors.items():
         stored, blob = _as_storable(name, x, dtype)
-        header[name] = {"dtype": stored, "shape": list(np.shape(x)), "data_offsets": [offset, offset + len(blob)]}
+        header[name] = {
+            "dtype": stored,
+            "shape": list(np.shape(x)),
+            "data_offsets": [offset, offset + len(blob)],
+        }
         blobs.append(blob)
         offset += len(blob)
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)  # keep the data buffer 8-byte aligned, as the reference writer does
+    raw += b" " * (
+        -len(raw) % 8
+    )  # keep the data buffer 8-byte aligned, as the reference writer does
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")

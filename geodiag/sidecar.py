@@ -67,7 +67,9 @@ def parse(data: object, where: str | os.PathLike[str]) -> SemanticIds:
         raise InputError(where, "sidecar is not a JSON object")
     version = data.get("format_version")
     if version != FORMAT_VERSION:
-        raise InputError(where, f"unsupported format_version {version!r} (expected {FORMAT_VERSION})")
+        raise InputError(
+            where, f"unsupported format_version {version!r} (expected {FORMAT_VERSION})"
+        )
     raw_levels = data.get("levels")
     if not isinstance(raw_levels, list) or not raw_levels:
         raise InputError(where, "'levels' must be a non-empty list")
@@ -98,7 +100,8 @@ def parse(data: object, where: str | os.PathLike[str]) -> SemanticIds:
         for lv, c in zip(levels, codes, strict=True):
             if not isinstance(c, int) or not 0 <= c < lv.size:
                 raise InputError(
-                    where, f"item {item!r}: code {c!r} out of range for level '{lv.name}' (size {lv.size})"
+                    where,
+                    f"item {item!r}: code {c!r} out of range for level '{lv.name}' (size {lv.size})",
                 )
     base = data.get("base_vocab_size")
     if base is not None and (not isinstance(base, int) or base <= 0):

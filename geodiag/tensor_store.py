@@ -54,7 +54,9 @@ class SafetensorsStore:
             if not isinstance(weight_map, dict):
                 raise TypeError
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
-            raise InputError(index_path, "not a valid shard index (needs a 'weight_map' object)") from None
+            raise InputError(
+                index_path, "not a valid shard index (needs a 'weight_map' object)"
+            ) from None
         files = {name: index_path.parent / str(shard) for name, shard in weight_map.items()}
         for shard in sorted(set(files.values())):
             if not shard.is_file():
@@ -68,7 +70,9 @@ class SafetensorsStore:
             self._open[path] = SafetensorsFile(path)
         f = self._open[path]
         if name not in f.tensors:
-            raise InputError(path, f"shard index says tensor '{name}' is here, but the file lacks it")
+            raise InputError(
+                path, f"shard index says tensor '{name}' is here, but the file lacks it"
+            )
         return f
 
     def names(self) -> list[str]:
@@ -120,7 +124,9 @@ class TorchStore:
                     "refused: the pickle needs arbitrary code to load (not a plain state dict); "
                     "only weights_only=True pickles are read",
                 ) from None
-            raise InputError(path, f"cannot read torch file ({e.__class__.__name__}: {msg[:200]})") from None
+            raise InputError(
+                path, f"cannot read torch file ({e.__class__.__name__}: {msg[:200]})"
+            ) from None
         if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
             obj = obj["state_dict"]
         if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
@@ -157,7 +163,9 @@ class TorchStore:
         t = self._get(name)
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= t.shape[0]):
-            raise InputError(self.path, f"row ids out of range for tensor '{name}' with {t.shape[0]} rows")
+            raise InputError(
+                self.path, f"row ids out of range for tensor '{name}' with {t.shape[0]} rows"
+            )
         return t[self._torch.from_numpy(rows)].to(self._torch.float64).numpy()
 
     def read_block(self, name: str, start: int, stop: int) -> np.ndarray:
@@ -191,7 +199,9 @@ def open_store(path: str | os.PathLike[str]) -> TensorStore:
         return TorchStore(p / "pytorch_model.bin")
     if (p / "pytorch_model.bin.index.json").is_file():
         raise InputError(p, "sharded .bin checkpoints are not supported; save with safetensors")
-    raise InputError(p, "no model weights found (model.safetensors, its index, or pytorch_model.bin)")
+    raise InputError(
+        p, "no model weights found (model.safetensors, its index, or pytorch_model.bin)"
+    )
 
 
 def is_float(dtype: str) -> bool:

@@ -76,7 +76,9 @@ def load_tokenizer(path: str | os.PathLike[str]) -> TokenizerInfo:
     info = TokenizerInfo(path=p)
     for entry in data.get("added_tokens") or []:
         try:
-            info.added.append(AddedToken(int(entry["id"]), str(entry["content"]), bool(entry.get("special"))))
+            info.added.append(
+                AddedToken(int(entry["id"]), str(entry["content"]), bool(entry.get("special")))
+            )
         except (KeyError, TypeError, ValueError):
             raise InputError(p, f"malformed added_tokens entry {entry!r}") from None
     model = data.get("model") or {}

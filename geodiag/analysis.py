@@ -1,0 +1,288 @@
+"""Measure one checkpoint (or a pair): read rows, call the metric functions, return dataclasses.
+
+Compute first, render second: the CLI table, the JSON, the gate and the HTML
+report all format what :func:`analyze` returns and compute nothing themselves.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from geodiag import __version__
+from geodiag.checkpoints import Checkpoint, Matrix, ReadOptions, check_rows, open_checkpoint
+from geodiag.errors import InputError
+from geodiag.metrics.drift import DriftResult, drift
+from geodiag.metrics.geometry import GeometrySummary, LevelCosine, level_cosine, summarize
+from geodiag.metrics.neighbors import nearest_rows
+from geodiag.metrics.rsa import RSAResult, rsa
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    reference_size: int | None = None  # default: as many original rows as new ones (capped)
+    reference_cap: int = 20_000
+    seed: int = 0
+    n_permutations: int = 1000
+    rsa_max_items: int = 1000  # RSA on a seeded sample above this many tokens per level
+    neighbors_k: int = 5
+    neighbors_max: int = 500  # nearest originals for a seeded sample of this many new tokens
+    allow_nonfinite: bool = False
+
+
+@dataclass
+class LevelMetrics:
+    name: str
+    n_tokens: int
+    geometry: GeometrySummary
+    rsa: RSAResult | None
+    rsa_skip_reason: str | None
+
+
+@dataclass
+class Neighbor:
+    id: int
+    token: str
+    cosine: float
+
+
+@dataclass
+class TokenNeighbors:
+    id: int
+    token: str
+    nearest: list[Neighbor]
+
+
+@dataclass
+class MatrixReport:
+    role: str  # "input" | "output" (an untied head is its own matrix)
+    tensor: str
+    dtype: str
+    n_rows: int
+    dim: int
+    n_new: int  # rows measured (after dropping non-finite ones, if allowed)
+    nonfinite_rows_dropped: int
+    new: GeometrySummary
+    reference: GeometrySummary
+    reference_size: int
+    levels: list[LevelMetrics]
+    level_cosine: LevelCosine | None
+    neighbors: list[TokenNeighbors]
+    neighbors_sampled: bool
+
+
+@dataclass
+class CheckpointReport:
+    geodiag_version: str
+    path: str
+    store: str
+    tied: bool
+    n_new_tokens: int
+    new_token_source: str
+    base_vocab_size: int
+    level_names: list[str]
+    levels_source: str | None
+    provenance: dict
+    matrices: list[MatrixReport]
+    digests: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+
+def _reference_ids(ckpt: Checkpoint, n_new: int, opts: AnalyzeOptions) -> np.ndarray:
+    size = opts.reference_size or min(n_new, opts.reference_cap)
+    size = min(size, ckpt.new.base_vocab_size)
+    rng = np.random.default_rng(opts.seed)
+    return np.sort(rng.choice(ckpt.new.base_vocab_size, size=size, replace=False)).astype(np.int64)
+
+
+def _reference_rows(
+    ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions, n_new: int
+) -> np.ndarray:
+    ids = _reference_ids(ckpt, n_new, opts)
+    rows = ckpt.read_rows(matrix, ids)
+    # Unused vocabulary slots are sometimes zero or garbage; they are not "healthy tokens".
+    ok = np.isfinite(rows).all(axis=1) & np.any(rows != 0, axis=1)
+    if not ok.any():
+        raise InputError(
+            ckpt.store.file_of(matrix.tensor),
+            f"no usable original rows in '{matrix.tensor}' below id {ckpt.new.base_vocab_size} "
+            "(all zero or non-finite): nothing to compare the new tokens with",
+        )
+    return rows[ok]
+
+
+def new_rows(
+    ckpt: Checkpoint, matrix: Matrix, allow_nonfinite: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rows (n_kept, d) float64, kept mask (n,)) of the new tokens in ``matrix``."""
+    rows = ckpt.read_rows(matrix, ckpt.new.ids)
+    keep = check_rows(ckpt, matrix, rows, allow_nonfinite)
+    return rows[keep], keep
+
+
+def _levels(
+    ckpt: Checkpoint,
+    rows: np.ndarray,
+    keep: np.ndarray,
+    reference: np.ndarray,
+    opts: AnalyzeOptions,
+):
+    new = ckpt.new
+    if new.level_index is None:
+        return [], None
+    index = new.level_index[keep]
+    out = []
+    for li, name in enumerate(new.level_names):
+        sel = index == li
+        if not sel.any():
+            continue  # every row of this level was dropped as non-finite
+        book = ckpt.codebooks.get(name)
+        skip = None
+        if book is None:
+            skip = ckpt.codebooks_note or f"no codebook for level '{name}'"
+            result = None
+        elif not keep.all():
+            skip, result = "rows dropped as non-finite: token rows no longer pair with codes", None
+        else:
+            result = rsa(rows[sel], book, n_permutations=opts.n_permutations, seed=opts.seed,
+                         max_items=opts.rsa_max_items)  # fmt: skip
+        out.append(
+            LevelMetrics(name, int(sel.sum()), summarize(rows[sel], reference), result, skip)
+        )
+    return out, level_cosine(rows, index, new.level_names)
+
+
+def _neighbors(
+    ckpt: Checkpoint, matrix: Matrix, rows: np.ndarray, ids: np.ndarray, opts: AnalyzeOptions
+):
+    if opts.neighbors_max <= 0 or opts.neighbors_k <= 0:
+        return [], False
+    pick = np.arange(len(ids))
+    sampled = len(ids) > opts.neighbors_max
+    if sampled:
+        rng = np.random.default_rng(opts.seed)
+        pick = np.sort(rng.choice(len(ids), size=opts.neighbors_max, replace=False))
+    k = min(opts.neighbors_k, ckpt.new.base_vocab_size)
+    near_ids, near_cos = nearest_rows(rows[pick], ckpt.iter_original(matrix), k=k)
+    out = []
+    for qi, row_ids, cos in zip(pick, near_ids, near_cos, strict=True):
+        tid = int(ids[qi])
+        out.append(TokenNeighbors(tid, ckpt.token(tid), [
+            Neighbor(int(i), ckpt.token(int(i)), float(c)) for i, c in zip(row_ids, cos, strict=True)
+        ]))  # fmt: skip
+    return out, sampled
+
+
+def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:
+    rows, keep = new_rows(ckpt, matrix, opts.allow_nonfinite)
+    reference = _reference_rows(ckpt, matrix, opts, len(rows))
+    levels, lcos = _levels(ckpt, rows, keep, reference, opts)
+    neighbors, sampled = _neighbors(ckpt, matrix, rows, ckpt.new.ids[keep], opts)
+    return MatrixReport(
+        role=matrix.role,
+        tensor=matrix.tensor,
+        dtype=matrix.dtype,
+        n_rows=matrix.n_rows,
+        dim=matrix.dim,
+        n_new=len(rows),
+        nonfinite_rows_dropped=int((~keep).sum()),
+        new=summarize(rows, reference),
+        reference=summarize(reference),
+        reference_size=len(reference),
+        levels=levels,
+        level_cosine=lcos,
+        neighbors=neighbors,
+        neighbors_sampled=sampled,
+    )
+
+
+def analyze(
+    path: str | Path, read: ReadOptions | None = None, opts: AnalyzeOptions | None = None
+) -> CheckpointReport:
+    """All geometry metrics of one checkpoint's new tokens, per matrix and per level."""
+    read = read or ReadOptions()
+    opts = opts or AnalyzeOptions(allow_nonfinite=read.allow_nonfinite)
+    ckpt = open_checkpoint(path, read)
+    matrices = [analyze_matrix(ckpt, m, opts) for m in ckpt.matrices]
+    notes = list(ckpt.notes)
+    if ckpt.codebooks_note:
+        notes.append(ckpt.codebooks_note)
+    m0 = matrices[0]
+    if m0.neighbors_sampled:
+        notes.append(
+            f"nearest original tokens computed for a seeded sample of {opts.neighbors_max} new tokens"
+        )
+    if any(lv.rsa is not None and lv.rsa.sampled for m in matrices for lv in m.levels):
+        notes.append(
+            f"RSA computed on a seeded sample of {opts.rsa_max_items} tokens per level where larger"
+        )
+    if m0.reference_size < m0.n_new:
+        notes.append(
+            f"vocabulary reference: {m0.reference_size} original rows (fewer than the new rows)"
+        )
+    return CheckpointReport(
+        geodiag_version=__version__,
+        path=str(path),
+        store=ckpt.store.description,
+        tied=ckpt.tied,
+        n_new_tokens=len(ckpt.new.ids),
+        new_token_source=ckpt.new.source,
+        base_vocab_size=ckpt.new.base_vocab_size,
+        level_names=list(ckpt.new.level_names),
+        levels_source=ckpt.new.levels_source,
+        provenance=dict(ckpt.sidecar.provenance) if ckpt.sidecar else {},
+        matrices=matrices,
+        digests=ckpt.digests(),
+        notes=notes,
+    )
+
+
+@dataclass
+class DriftReport:
+    before: str
+    after: str
+    matrix: str
+    n_tokens: int
+    drift: DriftResult
+    levels: dict[str, DriftResult]
+
+
+def analyze_drift(
+    before: str | Path,
+    after: str | Path,
+    read: ReadOptions | None = None,
+    opts: AnalyzeOptions | None = None,
+) -> list[DriftReport]:
+    """Per-token cosine and structure RSA between two checkpoints with the same new tokens."""
+    read = read or ReadOptions()
+    opts = opts or AnalyzeOptions(allow_nonfinite=read.allow_nonfinite)
+    a, b = open_checkpoint(before, read), open_checkpoint(after, read)
+    if a.new.tokens != b.new.tokens or not np.array_equal(a.new.ids, b.new.ids):
+        raise InputError(
+            after, f"new tokens differ from those of {before}: drift needs the same vocabulary"
+        )
+    out = []
+    for ma, mb in zip(a.matrices, b.matrices, strict=False):
+        if ma.dim != mb.dim:
+            raise InputError(after, f"'{mb.tensor}' has {mb.dim} dims, '{before}' has {ma.dim}")
+        ra, ka = new_rows(a, ma, opts.allow_nonfinite)
+        rb, kb = new_rows(b, mb, opts.allow_nonfinite)
+        if not (ka.all() and kb.all()):
+            raise InputError(after, "drift needs every new row finite in both checkpoints")
+        kw = dict(n_permutations=opts.n_permutations, seed=opts.seed, max_items=opts.rsa_max_items)
+        levels = {}
+        if a.new.level_index is not None:
+            for li, name in enumerate(a.new.level_names):
+                sel = a.new.level_index == li
+                levels[name] = drift(ra[sel], rb[sel], **kw)
+        out.append(
+            DriftReport(str(before), str(after), ma.role, len(ra), drift(ra, rb, **kw), levels)
+        )
+    return out
+
+
+def command_line() -> str:
+    return " ".join(["geodiag", *sys.argv[1:]])

@@ -1,0 +1,433 @@
+"""Open a checkpoint and find its new-token rows, without instantiating the model.
+
+Resolution order (DESIGN.md, checkpoint contract):
+- tensors: ``--tensor`` override, else the known embedding names of common
+  architectures, else the unique ``*embed_tokens/wte/word_embeddings`` tensor;
+  the output head is analyzed on its own when it is not tied;
+- new rows: ``--new-tokens START:END`` / ``--base-vocab-size N`` when given (an
+  explicit flag overrides), else the ``semantic_ids.json`` sidecar, else the
+  tokenizer's added non-special tokens;
+- levels: the sidecar, else token names matching ``--level-pattern``, else none;
+- codebooks: ``--codebooks FILE``, else ``codebooks.safetensors`` beside the weights.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from geodiag import sidecar as sidecar_mod
+from geodiag.errors import InputError
+from geodiag.safetensors_file import SafetensorsFile
+from geodiag.tensor_store import TensorStore, is_float, open_store
+from geodiag.tokenizer_file import TokenizerInfo, load_tokenizer
+
+DEFAULT_LEVEL_PATTERN = r"^<(?P<level>[A-Za-z]+)_(?P<code>\d+)>$"
+
+# Exact names first (most common architectures), then suffixes for wrapped models.
+INPUT_EMBEDDING_NAMES = (
+    "model.embed_tokens.weight",  # Llama, Qwen, Mistral, SmolLM, Gemma
+    "transformer.wte.weight",  # GPT-2, GPT-J
+    "embeddings.word_embeddings.weight",  # BERT-like
+    "bert.embeddings.word_embeddings.weight",
+    "gpt_neox.embed_in.weight",  # Pythia
+    "model.decoder.embed_tokens.weight",  # OPT
+    "transformer.word_embeddings.weight",  # BLOOM
+    "embed_tokens.weight",
+    "wte.weight",
+)
+INPUT_EMBEDDING_SUFFIXES = (
+    "embed_tokens.weight",
+    ".wte.weight",
+    "word_embeddings.weight",
+    "embed_in.weight",
+)
+OUTPUT_HEAD_NAMES = ("lm_head.weight", "embed_out.weight", "model.lm_head.weight")
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How to find the new rows; every field is a CLI flag of the same name."""
+
+    tensor: str | None = None
+    sidecar: Path | None = None
+    new_tokens: tuple[int, int] | None = None  # [start, end)
+    base_vocab_size: int | None = None
+    level_pattern: str = DEFAULT_LEVEL_PATTERN
+    codebooks: Path | None = None
+    allow_nonfinite: bool = False
+
+
+@dataclass
+class Matrix:
+    """One embedding matrix to analyze: the input embedding, or an untied output head."""
+
+    role: str  # "input" | "output"
+    tensor: str
+    dtype: str
+    n_rows: int
+    dim: int
+
+
+@dataclass
+class NewTokens:
+    ids: np.ndarray  # (n,) int64, in (level, code) order when levels are known
+    tokens: list[str]
+    source: str  # "sidecar" | "flag" | "tokenizer"
+    base_vocab_size: int  # original rows are [0, base_vocab_size)
+    level_names: list[str] = field(default_factory=list)
+    level_index: np.ndarray | None = None  # (n,) index into level_names
+    codes: np.ndarray | None = None  # (n,) code within the level
+    levels_source: str | None = None  # "sidecar" | "token names" | None
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    store: TensorStore
+    config: dict
+    tokenizer: TokenizerInfo | None
+    sidecar: sidecar_mod.SemanticIds | None
+    new: NewTokens
+    matrices: list[Matrix]
+    tied: bool
+    codebooks: dict[str, np.ndarray]
+    codebooks_path: Path | None
+    codebooks_note: str | None
+    notes: list[str] = field(default_factory=list)
+    _codebook_digest: str | None = None
+
+    def token(self, token_id: int) -> str:
+        t = self.tokenizer.token(int(token_id)) if self.tokenizer else None
+        return t if t is not None else f"<id {int(token_id)}>"
+
+    def read_rows(self, matrix: Matrix, ids: np.ndarray) -> np.ndarray:
+        return self.store.read_rows(matrix.tensor, ids)
+
+    def iter_original(
+        self, matrix: Matrix, chunk: int = 8192
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Original rows ``[0, base_vocab_size)`` in blocks: memory stays at one block."""
+        for start in range(0, self.new.base_vocab_size, chunk):
+            stop = min(start + chunk, self.new.base_vocab_size)
+            yield (
+                np.arange(start, stop, dtype=np.int64),
+                self.store.read_block(matrix.tensor, start, stop),
+            )
+
+    def digests(self) -> dict[str, str]:
+        d = self.store.digests()
+        if self.codebooks_path is not None and self._codebook_digest:
+            d[str(self.codebooks_path)] = self._codebook_digest
+        return d
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(path, f"not valid JSON ({e.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise InputError(path, "expected a JSON object")
+    return data
+
+
+def _find_input_tensor(store: TensorStore, where: Path, override: str | None) -> str:
+    names = store.names()
+    if override is not None:
+        if override not in names:
+            raise InputError(
+                where, f"--tensor '{override}' not found (tensors: {', '.join(names[:8])}...)"
+            )
+        return override
+    for name in INPUT_EMBEDDING_NAMES:
+        if name in names:
+            return name
+    hits = [n for n in names if n.endswith(INPUT_EMBEDDING_SUFFIXES)]
+    if len(hits) == 1:
+        return hits[0]
+    if len(hits) > 1:
+        raise InputError(where, f"several candidate embeddings {hits}; pick one with --tensor NAME")
+    two_d = [n for n in names if len(store.shape(n)) == 2][:6]
+    raise InputError(
+        where,
+        f"no recognizable input embedding among {len(names)} tensors; pass --tensor NAME "
+        f"(2-D tensors include: {', '.join(two_d) or 'none'})",
+    )
+
+
+def _find_output_head(store: TensorStore, input_name: str, config: dict) -> tuple[str | None, bool]:
+    """(untied head tensor or None, tied?). Tied when config says so or no head is stored."""
+    names = set(store.names())
+    head = next((n for n in OUTPUT_HEAD_NAMES if n in names), None)
+    tie = config.get("tie_word_embeddings")
+    if head is None or head == input_name:
+        return None, True
+    if tie is True:
+        return None, True  # a stored copy of the tied matrix: same rows, analyze once
+    return head, False
+
+
+def _parse_level_names(
+    tokens: list[str], pattern: str
+) -> tuple[list[str], np.ndarray, np.ndarray] | None:
+    try:
+        rx = re.compile(pattern)
+    except re.error as e:
+        raise InputError("--level-pattern", f"invalid regex ({e})") from None
+    if not {"level", "code"} <= set(rx.groupindex):
+        raise InputError("--level-pattern", "needs named groups (?P<level>...) and (?P<code>...)")
+    matches = [rx.match(t) for t in tokens]
+    if not tokens or not all(matches):
+        return None
+    names: list[str] = []
+    index, codes = np.empty(len(tokens), np.int64), np.empty(len(tokens), np.int64)
+    for i, m in enumerate(matches):
+        if m["level"] not in names:
+            names.append(m["level"])
+        index[i] = names.index(m["level"])
+        codes[i] = int(m["code"])
+    return names, index, codes
+
+
+def _check_id_range(ids: np.ndarray, n_rows: int, where: Path | str, what: str) -> None:
+    bad = ids[(ids < 0) | (ids >= n_rows)]
+    if bad.size:
+        raise InputError(
+            where,
+            f"{what}: token ids {bad[:5].tolist()} out of range for an embedding of {n_rows} rows",
+        )
+
+
+def _new_tokens(
+    root: Path,
+    opts: ReadOptions,
+    n_rows: int,
+    tok: TokenizerInfo | None,
+    side: sidecar_mod.SemanticIds | None,
+    side_path: Path | None,
+) -> NewTokens:
+    def name_of(i: int) -> str:
+        t = tok.token(i) if tok else None
+        return t if t is not None else f"<id {i}>"
+
+    explicit = opts.new_tokens is not None or opts.base_vocab_size is not None
+    if side is not None and side.has_token_ids and not explicit:
+        assert side_path is not None
+        ids = np.array([t for lv in side.levels for t in lv.token_ids], dtype=np.int64)
+        _check_id_range(ids, n_rows, side_path, "sidecar disagrees with the tensors")
+        tokens = []
+        for lv in side.levels:
+            for code, t in enumerate(lv.token_ids):
+                expected = sidecar_mod.token_string(lv.name, code)
+                actual = tok.token(t) if tok else None
+                if actual is not None and tok is not None and tok.added and actual != expected:
+                    raise InputError(
+                        side_path,
+                        f"sidecar disagrees with tokenizer.json: id {t} is '{actual}', "
+                        f"sidecar says '{expected}'",
+                    )
+                tokens.append(actual if actual is not None else expected)
+        level_index = np.concatenate([np.full(lv.size, i) for i, lv in enumerate(side.levels)])
+        codes = np.concatenate([np.arange(lv.size) for lv in side.levels])
+        base = side.base_vocab_size if side.base_vocab_size is not None else int(ids.min())
+        if base > int(ids.min()):
+            raise InputError(
+                side_path, f"base_vocab_size {base} overlaps the new token ids (min {ids.min()})"
+            )
+        return NewTokens(
+            ids,
+            tokens,
+            "sidecar",
+            base,
+            [lv.name for lv in side.levels],
+            level_index,
+            codes,
+            "sidecar",
+        )
+
+    if opts.new_tokens is not None:
+        start, end = opts.new_tokens
+        if not 0 <= start < end:
+            raise InputError(
+                "--new-tokens", f"expected START:END with 0 <= START < END, got {start}:{end}"
+            )
+        if end > n_rows:
+            raise InputError("--new-tokens", f"END {end} is past the embedding's {n_rows} rows")
+        ids, source, base = np.arange(start, end, dtype=np.int64), "flag", start
+    elif opts.base_vocab_size is not None:
+        base = opts.base_vocab_size
+        end = min(n_rows, len(tok)) if tok is not None and len(tok) > base else n_rows
+        if not 0 < base < end:
+            raise InputError(
+                "--base-vocab-size", f"{base} leaves no new rows in an embedding of {n_rows} rows"
+            )
+        ids, source = np.arange(base, end, dtype=np.int64), "flag"
+    elif tok is not None and tok.added_non_special():
+        added = tok.added_non_special()
+        ids = np.array([t.id for t in added], dtype=np.int64)
+        _check_id_range(ids, n_rows, tok.path, "added tokens disagree with the tensors")
+        source, base = "tokenizer", int(ids.min())
+    else:
+        raise InputError(
+            root,
+            "cannot tell which rows are new: no semantic_ids.json with token ids, no added "
+            "non-special tokens in tokenizer.json; pass --new-tokens START:END or --base-vocab-size N",
+        )
+    tokens = [name_of(int(i)) for i in ids]
+    new = NewTokens(ids, tokens, source, base)
+    parsed = _parse_level_names(tokens, opts.level_pattern)
+    if parsed is not None:
+        names, index, codes = parsed
+        order = np.lexsort((codes, index))  # (level, code) order, as the cosine map expects
+        new.ids, new.tokens = ids[order], [tokens[i] for i in order]
+        new.level_names, new.level_index, new.codes = names, index[order], codes[order]
+        new.levels_source = "token names"
+    return new
+
+
+def _load_codebooks(path: Path, new: NewTokens) -> tuple[dict[str, np.ndarray], str | None, str]:
+    """Per level, the codebook vector of each new token's code, in token order.
+
+    With a sidecar the level sizes are known and a codebook must have exactly that
+    many codes; with levels parsed from token names it must cover every code seen.
+    """
+    f = SafetensorsFile(path)
+    books: dict[str, np.ndarray] = {}
+    missing = []
+    assert new.level_index is not None and new.codes is not None
+    for li, name in enumerate(new.level_names):
+        if name not in f.tensors:
+            missing.append(name)
+            continue
+        book = f.read(name)
+        codes = new.codes[new.level_index == li]
+        if book.ndim != 2:
+            raise InputError(
+                path, f"codebook '{name}' has shape {list(book.shape)}, expected [codes, code_dim]"
+            )
+        if new.levels_source == "sidecar" and book.shape[0] != len(codes):
+            raise InputError(
+                path,
+                f"codebook '{name}' has {book.shape[0]} codes, but level '{name}' has {len(codes)}",
+            )
+        if codes.max() >= book.shape[0]:
+            raise InputError(
+                path,
+                f"codebook '{name}' has {book.shape[0]} codes, but token <{name}_{codes.max()}> exists",
+            )
+        if not np.isfinite(book).all():
+            raise InputError(path, f"codebook '{name}' holds NaN or Inf values")
+        books[name] = book[codes]
+    note = f"no codebook for level(s) {', '.join(missing)} in {path.name}" if missing else None
+    return books, note, f.digest.hexdigest()
+
+
+def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkpoint:
+    """Open a checkpoint folder or weights file and resolve everything but the row values."""
+    opts = opts or ReadOptions()
+    path = Path(path)
+    store = open_store(path)
+    root = path if path.is_dir() else path.parent
+    config = _read_json(root / "config.json") if (root / "config.json").is_file() else {}
+    tok = load_tokenizer(root / "tokenizer.json") if (root / "tokenizer.json").is_file() else None
+
+    input_name = _find_input_tensor(store, path, opts.tensor)
+    head_name, tied = _find_output_head(store, input_name, config)
+    matrices = []
+    for role, name in (("input", input_name), ("output", head_name)):
+        if name is None:
+            continue
+        shape, dtype = store.shape(name), store.dtype(name)
+        where = store.file_of(name)
+        if len(shape) != 2:
+            raise InputError(
+                where, f"tensor '{name}' has shape {list(shape)}, expected [vocab, hidden]"
+            )
+        if not is_float(dtype):
+            raise InputError(
+                where, f"tensor '{name}' has dtype {dtype}; expected F32, F16, BF16 or F64"
+            )
+        hidden = config.get("hidden_size", config.get("n_embd"))
+        if isinstance(hidden, int) and shape[1] != hidden:
+            raise InputError(
+                where, f"tensor '{name}' is {list(shape)} but config.json says hidden_size {hidden}"
+            )
+        matrices.append(Matrix(role, name, dtype, shape[0], shape[1]))
+    if len(matrices) == 2 and matrices[1].n_rows != matrices[0].n_rows:
+        raise InputError(
+            store.file_of(head_name or ""),
+            f"output head has {matrices[1].n_rows} rows but the input embedding has {matrices[0].n_rows}",
+        )
+
+    side_path = opts.sidecar or (root / sidecar_mod.FILENAME)
+    side = sidecar_mod.load(side_path) if (opts.sidecar or side_path.is_file()) else None
+    n_rows = matrices[0].n_rows
+    new = _new_tokens(path, opts, n_rows, tok, side, side_path if side else None)
+
+    notes = []
+    if side is not None and side.has_token_ids and new.source == "flag":
+        notes.append(f"new rows taken from the command-line flag, not from {side_path.name}")
+    if side is not None and not side.has_token_ids:
+        notes.append(f"{side_path.name} has no token ids yet (written before vocabulary extension)")
+    books: dict[str, np.ndarray] = {}
+    book_path = opts.codebooks or (root / sidecar_mod.CODEBOOKS_FILENAME)
+    book_note, book_digest = None, None
+    if not new.level_names:
+        book_note = (
+            "levels unknown (no sidecar, token names do not match --level-pattern): RSA skipped"
+        )
+    elif opts.codebooks is None and not book_path.is_file():
+        book_note = (
+            "no codebooks.safetensors beside the checkpoint and no --codebooks FILE: RSA skipped"
+        )
+    else:
+        books, book_note, book_digest = _load_codebooks(book_path, new)
+    return Checkpoint(
+        path=path,
+        store=store,
+        config=config,
+        tokenizer=tok,
+        sidecar=side,
+        new=new,
+        matrices=matrices,
+        tied=tied,
+        codebooks=books,
+        codebooks_path=book_path if books else None,
+        codebooks_note=book_note,
+        notes=notes,
+        _codebook_digest=book_digest,
+    )
+
+
+def check_rows(
+    ckpt: Checkpoint, matrix: Matrix, rows: np.ndarray, allow_nonfinite: bool
+) -> np.ndarray:
+    """Reject NaN/Inf rows (unless allowed: then they are dropped) and all-zero rows.
+
+    Returns a boolean mask of the rows kept.
+    """
+    where = ckpt.store.file_of(matrix.tensor)
+    finite = np.isfinite(rows).all(axis=1)
+    if not finite.all():
+        bad = ckpt.new.ids[~finite]
+        if not allow_nonfinite:
+            raise InputError(
+                where,
+                f"{bad.size} new-token rows of '{matrix.tensor}' hold NaN/Inf (ids {bad[:5].tolist()}); "
+                "pass --allow-nonfinite to measure the rest",
+            )
+    zero = finite & ~np.any(rows != 0, axis=1)
+    if zero.any():
+        bad = ckpt.new.ids[zero]
+        raise InputError(
+            where,
+            f"{bad.size} new-token rows of '{matrix.tensor}' are all zero (ids {bad[:5].tolist()}): "
+            "never initialized, or zero-initialized (a collapse); directions of zero rows are undefined",
+        )
+    return finite

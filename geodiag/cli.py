@@ -1,0 +1,325 @@
+"""``geodiag`` command line: thin wrappers that build options and call one library function.
+
+Exit codes: 0 ok, 1 a gate check failed, 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from geodiag import __version__
+from geodiag.checkpoints import DEFAULT_LEVEL_PATTERN, ReadOptions
+from geodiag.errors import InputError
+
+app = typer.Typer(
+    help="Geometry diagnostics for new-token embeddings (Semantic IDs and other added vocabulary).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Options shared by every command that reads a checkpoint.
+TensorOpt = Annotated[
+    str | None, typer.Option("--tensor", help="Embedding tensor name (default: detected).")
+]
+SidecarOpt = Annotated[
+    Path | None, typer.Option("--sidecar", help="semantic_ids.json (default: beside the weights).")
+]
+NewTokensOpt = Annotated[
+    str | None, typer.Option("--new-tokens", help="New rows as START:END (END exclusive).")
+]
+BaseVocabOpt = Annotated[int | None, typer.Option("--base-vocab-size", help="Rows >= N are new.")]
+LevelPatternOpt = Annotated[
+    str, typer.Option("--level-pattern", help="Regex with (?P<level>) and (?P<code>) groups.")
+]
+CodebooksOpt = Annotated[
+    Path | None,
+    typer.Option("--codebooks", help="RQ-VAE codebooks (.safetensors, one tensor per level)."),
+]
+NonfiniteOpt = Annotated[
+    bool, typer.Option("--allow-nonfinite", help="Drop NaN/Inf rows instead of failing.")
+]
+PermOpt = Annotated[
+    int, typer.Option("--permutations", min=0, help="RSA permutations for the p-value.")
+]
+SeedOpt = Annotated[
+    int, typer.Option("--seed", help="Seed of the vocabulary sample and the permutations.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (strict: no NaN/Infinity).")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"geodiag {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True)] = False,
+) -> None:
+    pass
+
+
+def _parse_range(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        start, end = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise InputError("--new-tokens", f"expected START:END (integers), got {text!r}") from None
+    return start, end
+
+
+def _read_options(
+    tensor, sidecar, new_tokens, base_vocab_size, level_pattern, codebooks, allow_nonfinite
+):
+    return ReadOptions(
+        tensor=tensor,
+        sidecar=sidecar,
+        new_tokens=_parse_range(new_tokens),
+        base_vocab_size=base_vocab_size,
+        level_pattern=level_pattern,
+        codebooks=codebooks,
+        allow_nonfinite=allow_nonfinite,
+    )
+
+
+def _fail_input(err: InputError) -> typer.Exit:
+    typer.echo(f"error: {err}", err=True)
+    return typer.Exit(2)
+
+
+@app.command()
+def metrics(
+    ckpt: Annotated[Path, typer.Argument(help="Checkpoint folder or weights file.")],
+    json_out: JsonOpt = False,
+    tensor: TensorOpt = None,
+    sidecar: SidecarOpt = None,
+    new_tokens: NewTokensOpt = None,
+    base_vocab_size: BaseVocabOpt = None,
+    level_pattern: LevelPatternOpt = DEFAULT_LEVEL_PATTERN,
+    codebooks: CodebooksOpt = None,
+    allow_nonfinite: NonfiniteOpt = False,
+    permutations: PermOpt = 1000,
+    seed: SeedOpt = 0,
+    neighbors: Annotated[
+        int, typer.Option(help="Nearest original tokens per new token (0: off).")
+    ] = 5,
+) -> None:
+    """Measure the geometry of the new tokens: a table, or JSON with --json."""
+    from geodiag.analysis import AnalyzeOptions, analyze
+    from geodiag.jsonio import dumps
+    from geodiag.render_text import metrics_table
+
+    try:
+        read = _read_options(
+            tensor, sidecar, new_tokens, base_vocab_size, level_pattern, codebooks, allow_nonfinite
+        )
+        opts = AnalyzeOptions(seed=seed, n_permutations=permutations, neighbors_k=neighbors,
+                              allow_nonfinite=allow_nonfinite)  # fmt: skip
+        report = analyze(ckpt, read, opts)
+    except InputError as e:
+        raise _fail_input(e) from None
+    typer.echo(dumps(report) if json_out else metrics_table(report))
+
+
+@app.command()
+def check(
+    ckpt: Annotated[list[Path], typer.Argument(help="One or more checkpoints to gate.")],
+    min_effective_rank: Annotated[
+        float | None, typer.Option(help="Centered effective rank, absolute.")
+    ] = None,
+    min_effective_rank_ratio: Annotated[
+        float | None, typer.Option(help="Centered effective rank / min(n, d) [0.1].")
+    ] = None,
+    max_mean_cosine: Annotated[
+        float | None, typer.Option(help="Mean pairwise cosine of new rows [0.9].")
+    ] = None,
+    min_spread_ratio: Annotated[
+        float | None, typer.Option(help="Spread / vocabulary spread [0.05].")
+    ] = None,
+    min_rsa: Annotated[
+        float | None, typer.Option(help="Spearman RSA vs codebooks, every level [off].")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="TOML with thresholds ([tool.geodiag] or top level)."),
+    ] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Write JUnit XML, one testcase per check.")
+    ] = None,
+    json_out: JsonOpt = False,
+    tensor: TensorOpt = None,
+    sidecar: SidecarOpt = None,
+    new_tokens: NewTokensOpt = None,
+    base_vocab_size: BaseVocabOpt = None,
+    level_pattern: LevelPatternOpt = DEFAULT_LEVEL_PATTERN,
+    codebooks: CodebooksOpt = None,
+    allow_nonfinite: NonfiniteOpt = False,
+    permutations: PermOpt = 1000,
+    seed: SeedOpt = 0,
+) -> None:
+    """Gate CI on the geometry: exit 0 pass, 1 a check failed, 2 bad input."""
+    from geodiag.analysis import AnalyzeOptions, analyze
+    from geodiag.gate import markdown_summary, resolve_config, run_gate, write_junit
+    from geodiag.jsonio import dumps
+
+    overrides = dict(min_effective_rank=min_effective_rank, min_effective_rank_ratio=min_effective_rank_ratio,
+                     max_mean_cosine=max_mean_cosine, min_spread_ratio=min_spread_ratio, min_rsa=min_rsa)  # fmt: skip
+    try:
+        cfg = resolve_config(config, overrides)
+        read = _read_options(
+            tensor, sidecar, new_tokens, base_vocab_size, level_pattern, codebooks, allow_nonfinite
+        )
+        opts = AnalyzeOptions(seed=seed, n_permutations=permutations, neighbors_max=0,
+                              allow_nonfinite=allow_nonfinite)  # fmt: skip
+        results = [run_gate(analyze(p, read, opts), cfg) for p in ckpt]
+    except InputError as e:
+        raise _fail_input(e) from None
+    if junit is not None:
+        write_junit(results, junit)
+    if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(summary, "a", encoding="utf-8") as f:
+            f.write(markdown_summary(results))
+    if json_out:
+        typer.echo(
+            dumps({"config": cfg, "results": results, "passed": all(r.passed for r in results)})
+        )
+    else:
+        for res in results:
+            typer.echo(f"{res.path}: {'PASS' if res.passed else 'FAIL'}")
+            for c in res.checks:
+                if c.status != "skip":
+                    typer.echo(f"  [{c.status:4}] {c.matrix:6} {c.message}")
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        for res in results:
+            for c in res.checks:
+                if c.status == "fail":
+                    print(
+                        f"::error title=geodiag {c.name}::{res.path} ({c.matrix}): {c.message}",
+                        file=sys.stderr,
+                    )
+    raise typer.Exit(0 if all(r.passed for r in results) else 1)
+
+
+@app.command()
+def drift(
+    before: Annotated[Path, typer.Argument(help="Earlier checkpoint (e.g. after init).")],
+    after: Annotated[
+        Path, typer.Argument(help="Later checkpoint with the same new tokens (e.g. after SFT).")
+    ],
+    json_out: JsonOpt = False,
+    tensor: TensorOpt = None,
+    new_tokens: NewTokensOpt = None,
+    base_vocab_size: BaseVocabOpt = None,
+    level_pattern: LevelPatternOpt = DEFAULT_LEVEL_PATTERN,
+    permutations: PermOpt = 1000,
+    seed: SeedOpt = 0,
+) -> None:
+    """How far each new token moved, and whether the init's structure survived."""
+    from geodiag.analysis import AnalyzeOptions, analyze_drift
+    from geodiag.jsonio import dumps
+    from geodiag.render_text import drift_table
+
+    try:
+        read = _read_options(tensor, None, new_tokens, base_vocab_size, level_pattern, None, False)
+        reports = analyze_drift(
+            before, after, read, AnalyzeOptions(seed=seed, n_permutations=permutations)
+        )
+    except InputError as e:
+        raise _fail_input(e) from None
+    typer.echo(dumps(reports) if json_out else drift_table(reports))
+
+
+@app.command()
+def report(
+    ckpt: Annotated[
+        list[Path],
+        typer.Argument(
+            help="One or more checkpoints, compared side by side (e.g. init, then SFT)."
+        ),
+    ],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "-o",
+            "--output",
+            help="NAME.html to write; NAME.json (every number shown) goes beside it.",
+        ),
+    ] = Path("reports/report.html"),
+    title: Annotated[str, typer.Option("--title", help="Title of the page.")] = "geodiag report",
+    config: Annotated[
+        Path | None, typer.Option("--config", help="TOML with gate thresholds, as for check.")
+    ] = None,
+    heatmap_max_tokens: Annotated[
+        int, typer.Option(help="Above this many tokens, cosine maps show block means.")
+    ] = 2000,
+    tensor: TensorOpt = None,
+    sidecar: SidecarOpt = None,
+    new_tokens: NewTokensOpt = None,
+    base_vocab_size: BaseVocabOpt = None,
+    level_pattern: LevelPatternOpt = DEFAULT_LEVEL_PATTERN,
+    codebooks: CodebooksOpt = None,
+    allow_nonfinite: NonfiniteOpt = False,
+    permutations: PermOpt = 1000,
+    seed: SeedOpt = 0,
+) -> None:
+    """Write one self-contained HTML report (and its JSON) comparing the checkpoints."""
+    import shlex
+
+    from geodiag.gate import resolve_config
+    from geodiag.report import ReportOptions, write_report
+
+    try:
+        read = _read_options(
+            tensor, sidecar, new_tokens, base_vocab_size, level_pattern, codebooks, allow_nonfinite
+        )
+        opts = ReportOptions(title=title, seed=seed, n_permutations=permutations, gate=resolve_config(config, {}),
+                             heatmap_max_tokens=heatmap_max_tokens, allow_nonfinite=allow_nonfinite,
+                             command_line=shlex.join(["geodiag", *sys.argv[1:]]))  # fmt: skip
+        files = write_report(
+            ckpt, output, read, opts, progress=lambda msg: typer.echo(msg, err=True)
+        )
+    except InputError as e:
+        raise _fail_input(e) from None
+    typer.echo(f"wrote {files.html} ({files.html_bytes / 1e6:.2f} MB) and {files.json}")
+
+
+@app.command("export-projector")
+def export_projector(
+    ckpt: Annotated[Path, typer.Argument(help="Checkpoint folder or weights file.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the projector files.")],
+    tensor: TensorOpt = None,
+    sidecar: SidecarOpt = None,
+    new_tokens: NewTokensOpt = None,
+    base_vocab_size: BaseVocabOpt = None,
+    level_pattern: LevelPatternOpt = DEFAULT_LEVEL_PATTERN,
+    allow_nonfinite: NonfiniteOpt = False,
+) -> None:
+    """TensorBoard Embedding Projector files of the new tokens (vectors, metadata, config)."""
+    from geodiag.report.projector import export_projector as export
+
+    try:
+        read = _read_options(
+            tensor, sidecar, new_tokens, base_vocab_size, level_pattern, None, allow_nonfinite
+        )
+        files = export(ckpt, output, read)
+    except InputError as e:
+        raise _fail_input(e) from None
+    typer.echo("wrote " + ", ".join(str(f) for f in files))
+    typer.echo(f"view: tensorboard --logdir {output}  (Projector tab)")
+
+
+def main() -> None:
+    # click reports usage errors with exit 2 already; InputError is mapped per command.
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""Strict JSON for result dataclasses: no NaN, no Infinity, numpy scalars unwrapped."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+
+def to_jsonable(obj: object) -> object:
+    """Dataclasses -> dicts, numpy -> Python; a non-finite float is a bug, so it raises."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {
+            f.name: to_jsonable(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if not f.name.startswith("_")
+        }
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [to_jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ValueError(f"non-finite float {obj!r} in a result: report None with a reason instead")
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def dumps(obj: object, *, indent: int | None = 1) -> str:
+    return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False, ensure_ascii=False)

@@ -1,0 +1,328 @@
+"""Geometry of one row matrix (n tokens x d dims): spectrum, scale, cosine structure.
+
+Every function is pure, computes in float64 and returns plain Python types, so the
+results serialize to strict JSON. Undefined values are ``None`` with a reason, never NaN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Above this many elements the spectrum comes from the smaller Gram matrix, not an SVD:
+# a 100,000 x 1,024 SVD needs gigabytes of workspace, its Gram matrix 8 MB.
+_SVD_MAX_ELEMENTS = 4_000_000
+# With one side this small the SVD stays cheap and keeps full precision.
+_SVD_SMALL_SIDE = 64
+
+
+def as_matrix(x: np.ndarray, name: str = "x", *, min_rows: int = 1) -> np.ndarray:
+    """``x`` as a finite 2-D float64 array (no copy when it already is one)."""
+    m = np.asarray(x, dtype=np.float64)
+    if m.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D (rows, dims) matrix, got shape {m.shape}")
+    if m.shape[0] < min_rows:
+        raise ValueError(f"{name} needs at least {min_rows} row(s), got shape {m.shape}")
+    if not np.isfinite(m).all():
+        raise ValueError(f"{name} holds NaN or Inf: drop or repair those rows before measuring")
+    return m
+
+
+def row_norms(x: np.ndarray) -> np.ndarray:
+    """L2 norm of each row, (n,), without an (n, d) temporary."""
+    return np.sqrt(np.einsum("ij,ij->i", x, x))
+
+
+@dataclass(frozen=True)
+class SpectrumStats:
+    n_rows: int
+    dim: int
+    singular_values: list[float]  # descending, min(n, d) values
+    effective_rank: float  # Roy & Vetterli 2007: exp(entropy of s_i / sum s), nats
+    effective_rank_ratio: float  # effective_rank / min(n, d), in [0, 1]
+    stable_rank: float  # sum s^2 / s_max^2
+    participation_ratio: float  # (sum s^2)^2 / sum s^4
+    top1_energy_share: float | None  # s_max^2 / sum s^2; None for a zero matrix
+    undefined_reason: str | None
+
+
+def _singular_values_svd(x: np.ndarray) -> np.ndarray:
+    """Singular values by LAPACK SVD, descending. Exact but O(n d) workspace."""
+    return np.linalg.svd(x, compute_uv=False)
+
+
+def _singular_values_gram(x: np.ndarray) -> np.ndarray:
+    """Singular values from the eigenvalues of the smaller Gram matrix, descending.
+
+    Eigenvalues below the Gram matrix's rounding floor (lambda_max * k * eps) are noise,
+    not spectrum: they are set to 0 rather than turned into spurious small singular values.
+    """
+    n, d = x.shape
+    scale = max(float(x.max()), -float(x.min())) if x.size else 0.0  # np.abs would copy x
+    if scale == 0.0:
+        return np.zeros(min(n, d))
+    if not 1e-100 < scale < 1e100:  # squares would underflow or overflow
+        x = x / scale
+    else:
+        scale = 1.0
+    gram = x.T @ x if d <= n else x @ x.T  # (k, k), k = min(n, d)
+    eig = np.linalg.eigvalsh(gram)[::-1]
+    eig[eig < eig[0] * len(eig) * np.finfo(np.float64).eps] = 0.0
+    return np.sqrt(eig) * scale
+
+
+def singular_values(x: np.ndarray) -> np.ndarray:
+    """All min(n, d) singular values of x (n, d), descending, float64."""
+    return _singular_values(as_matrix(x))
+
+
+def _singular_values(x: np.ndarray) -> np.ndarray:
+    if x.size <= _SVD_MAX_ELEMENTS or min(x.shape) <= _SVD_SMALL_SIDE:
+        return _singular_values_svd(x)
+    return _singular_values_gram(x)
+
+
+def _spectrum_from_singular_values(s: np.ndarray, n: int, d: int) -> SpectrumStats:
+    k = min(n, d)
+    s = np.clip(np.asarray(s, dtype=np.float64), 0.0, None)
+    total = float(s.sum())
+    if total == 0.0:
+        return SpectrumStats(
+            n_rows=n,
+            dim=d,
+            singular_values=[0.0] * k,
+            effective_rank=0.0,
+            effective_rank_ratio=0.0,
+            stable_rank=0.0,
+            participation_ratio=0.0,
+            top1_energy_share=None,
+            undefined_reason="all entries are zero (e.g. centered rows that are all identical): "
+            "the matrix has rank 0",
+        )
+    p = s[s > 0] / total
+    entropy = float(-(p * np.log(p)).sum())
+    # Energies relative to s_max keep s^4 from overflowing or underflowing.
+    e = (s / s[0]) ** 2
+    energy = float(e.sum())
+    erank = float(np.exp(entropy))
+    return SpectrumStats(
+        n_rows=n,
+        dim=d,
+        singular_values=[float(v) for v in s],
+        effective_rank=erank,
+        effective_rank_ratio=erank / k,
+        stable_rank=energy,
+        participation_ratio=energy**2 / float((e**2).sum()),
+        top1_energy_share=1.0 / energy,
+        undefined_reason=None,
+    )
+
+
+def spectrum_stats(x: np.ndarray) -> SpectrumStats:
+    """Singular spectrum and rank figures of x (n, d) as given (no centering)."""
+    return _spectrum(as_matrix(x))
+
+
+def _spectrum(x: np.ndarray) -> SpectrumStats:
+    n, d = x.shape
+    if x.max() == 0.0 and x.min() == 0.0:  # exact zero matrix; np.any would allocate (n, d)
+        return _spectrum_from_singular_values(np.zeros(min(n, d)), n, d)
+    return _spectrum_from_singular_values(_singular_values(x), n, d)
+
+
+def centered(x: np.ndarray) -> np.ndarray:
+    """x - column mean, (n, d). Columns whose entries are all equal become exactly 0.
+
+    Floating-point means of identical values can miss them by an ulp; without the exact
+    case, rows set to one point would look like a tiny rank-1 cloud instead of rank 0.
+    """
+    return _centered(as_matrix(x))
+
+
+def _centered(x: np.ndarray) -> np.ndarray:
+    constant = x.max(axis=0) == x.min(axis=0)  # (d,)
+    return x - np.where(constant, x[0], x.mean(axis=0))
+
+
+@dataclass(frozen=True)
+class NormStats:
+    mean: float
+    std: float  # population (ddof=0)
+    min: float
+    median: float
+    max: float
+
+
+def row_norm_stats(x: np.ndarray) -> NormStats:
+    """Summary of the L2 norms of the rows of x (n, d), in embedding units."""
+    return _norm_stats(row_norms(as_matrix(x)))
+
+
+def _norm_stats(r: np.ndarray) -> NormStats:
+    return NormStats(
+        mean=float(r.mean()),
+        std=float(r.std()),
+        min=float(r.min()),
+        median=float(np.median(r)),
+        max=float(r.max()),
+    )
+
+
+def mean_pairwise_cosine(x: np.ndarray) -> float | None:
+    """Mean of cos(x_i, x_j) over ordered pairs i != j of x (n, d), exact in O(n d).
+
+    With unit rows u_i: sum_{i != j} u_i . u_j = ||sum_i u_i||^2 - n.
+    None when n < 2 or a row has zero norm (its direction is undefined).
+    """
+    x = as_matrix(x, min_rows=0)
+    return _mean_pairwise_cosine(x, row_norms(x))
+
+
+def _mean_pairwise_cosine(x: np.ndarray, r: np.ndarray) -> float | None:
+    n = x.shape[0]
+    if n < 2 or np.any(r == 0):
+        return None
+    s = x.T @ (1.0 / r)  # (d,) sum of unit rows, without an (n, d) copy
+    value = (float(s @ s) - n) / (n * (n - 1))
+    return float(np.clip(value, -1.0, 1.0))
+
+
+def _spread_of_centered(c: np.ndarray) -> float:
+    return float(np.sqrt(np.einsum("ij,ij->", c, c) / c.shape[0]))
+
+
+def spread(x: np.ndarray) -> float:
+    """RMS distance of the rows of x (n, d) to their centroid, in embedding units."""
+    return _spread_of_centered(centered(x))
+
+
+@dataclass(frozen=True)
+class LevelCosine:
+    level_names: list[str]
+    sizes: list[int]
+    # (L, L) mean cosine between tokens of levels a and b; the diagonal averages distinct
+    # pairs within a level (None for a level of fewer than 2 tokens).
+    matrix: list[list[float | None]]
+    within_mean: float | None  # all within-level distinct pairs, pooled
+    between_mean: float | None  # all pairs from different levels, pooled
+    undefined_reason: str | None = None
+
+
+def level_cosine(x: np.ndarray, level_index: np.ndarray, level_names: list[str]) -> LevelCosine:
+    """Mean cosine within and between levels, exact in O(n d).
+
+    x (n, d); level_index (n,) ints in 0..L-1 with L = len(level_names). With S_a the sum
+    of level a's unit rows: between = S_a . S_b / (n_a n_b), within =
+    (||S_a||^2 - n_a) / (n_a (n_a - 1)).
+    """
+    x = as_matrix(x, min_rows=0)
+    n = x.shape[0]
+    names = [str(v) for v in level_names]
+    n_levels = len(names)
+    index = np.asarray(level_index)
+    if index.shape != (n,):
+        raise ValueError(
+            f"level_index must have shape ({n},) to match x {x.shape}, got {index.shape}"
+        )
+    if n and (
+        not np.issubdtype(index.dtype, np.integer) or index.min() < 0 or index.max() >= n_levels
+    ):
+        raise ValueError(f"level_index must hold ints in 0..{n_levels - 1} (one per level name)")
+    sizes = (
+        np.bincount(index.astype(np.int64), minlength=n_levels)[:n_levels]
+        if n
+        else np.zeros(n_levels, int)
+    )
+    r = row_norms(x)
+    empty = [[None] * n_levels for _ in range(n_levels)]
+    if np.any(r == 0):
+        reason = f"{int((r == 0).sum())} row(s) have zero norm: their cosine is undefined"
+        return LevelCosine(names, [int(v) for v in sizes], empty, None, None, reason)
+
+    # (L, n) indicator weighted by 1 / ||x_i||: one product gives all S_a, no copy of x.
+    weights = np.zeros((n_levels, n))
+    weights[index, np.arange(n)] = 1.0 / r
+    sums = weights @ x  # (L, d)
+    g = sums @ sums.T  # (L, L)
+    na = sizes.astype(np.float64)
+    matrix: list[list[float | None]] = [[None] * n_levels for _ in range(n_levels)]
+    for a in range(n_levels):
+        for b in range(n_levels):
+            if a == b and sizes[a] >= 2:
+                v = (g[a, a] - na[a]) / (na[a] * (na[a] - 1))
+            elif a != b and sizes[a] and sizes[b]:
+                v = g[a, b] / (na[a] * na[b])
+            else:
+                continue
+            matrix[a][b] = float(np.clip(v, -1.0, 1.0))
+
+    within_pairs = float((na * (na - 1)).sum())
+    within = (float(np.trace(g)) - float(na.sum())) / within_pairs if within_pairs else None
+    between_pairs = float(na.sum() ** 2 - (na**2).sum())
+    between_sum = float(g.sum() - np.trace(g))
+    between = between_sum / between_pairs if between_pairs else None
+    reason = None if n_levels else "no levels given"
+    return LevelCosine(
+        level_names=names,
+        sizes=[int(v) for v in sizes],
+        matrix=matrix,
+        within_mean=None if within is None else float(np.clip(within, -1.0, 1.0)),
+        between_mean=None if between is None else float(np.clip(between, -1.0, 1.0)),
+        undefined_reason=reason,
+    )
+
+
+def cosine_matrix(x: np.ndarray) -> np.ndarray:
+    """(n, n) cosine similarity of the rows of x (n, d), for small n.
+
+    Rows of zero norm have an undefined direction: their row and column are NaN.
+    """
+    x = as_matrix(x, min_rows=0)
+    r = row_norms(x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = x / r[:, None]
+    c = np.clip(u @ u.T, -1.0, 1.0)
+    np.fill_diagonal(c, np.where(r > 0, 1.0, np.nan))
+    return c
+
+
+@dataclass(frozen=True)
+class GeometrySummary:
+    n_tokens: int
+    dim: int
+    uncentered: SpectrumStats
+    centered: SpectrumStats
+    mean_pairwise_cosine: float | None
+    row_norms: NormStats
+    spread: float  # RMS distance to the centroid, embedding units
+    spread_relative: float | None  # spread / reference spread; None without a usable reference
+
+
+def summarize(x: np.ndarray, reference: np.ndarray | None = None) -> GeometrySummary:
+    """All single-matrix figures of x (n, d), with spread relative to ``reference`` (m, d).
+
+    Shape and scale together: mean + 1e-6 noise has a high centered effective rank, but
+    a tiny spread_relative and a mean cosine of ~1.
+    """
+    x = as_matrix(x)
+    c = _centered(x)  # (n, d) copy, shared by the centered spectrum and the spread
+    s = _spread_of_centered(c)
+    relative = None
+    if reference is not None:
+        ref = as_matrix(reference, "reference")
+        if ref.shape[1] != x.shape[1]:
+            raise ValueError(f"reference has shape {ref.shape}, x has {x.shape}: dims must match")
+        ref_spread = spread(ref)
+        relative = s / ref_spread if ref_spread > 0 else None
+    r = row_norms(x)
+    return GeometrySummary(
+        n_tokens=int(x.shape[0]),
+        dim=int(x.shape[1]),
+        uncentered=_spectrum(x),
+        centered=_spectrum(c),
+        mean_pairwise_cosine=_mean_pairwise_cosine(x, r),
+        row_norms=_norm_stats(r),
+        spread=s,
+        spread_relative=relative,
+    )

@@ -1,0 +1,75 @@
+"""nearest_rows: streamed top-k against a brute-force sort over the whole vocabulary."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from geodiag.metrics.neighbors import nearest_rows
+
+
+def blocks(ids: np.ndarray, rows: np.ndarray, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size], rows[start : start + size]
+
+
+def brute_force(queries, ids, rows, k):
+    norms = np.linalg.norm(rows, axis=1)
+    ok = norms > 0
+    ids, rows, norms = ids[ok], rows[ok], norms[ok]
+    cos = (queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ rows.T / norms
+    out_ids, out_cos = [], []
+    for row in cos:
+        order = sorted(range(len(ids)), key=lambda j: (-row[j], ids[j]))[:k]
+        out_ids.append(ids[order])
+        out_cos.append(row[order])
+    return np.array(out_ids), np.array(out_cos)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1000])
+@pytest.mark.parametrize("k", [1, 5])
+def test_matches_brute_force(chunk, k):
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(300, 12))
+    ids = rng.permutation(10_000)[:300].astype(np.int64)  # ids need not be contiguous
+    queries = rng.normal(size=(9, 12))
+    got_ids, got_cos = nearest_rows(queries, blocks(ids, rows, chunk), k=k)
+    want_ids, want_cos = brute_force(queries, ids, rows, k)
+    assert got_ids.dtype == np.int64 and got_cos.dtype == np.float64
+    assert got_ids.shape == got_cos.shape == (9, k)
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_allclose(got_cos, want_cos, atol=1e-13)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 8, 100])
+def test_exact_ties_go_to_the_lower_id(chunk):
+    # Basis vectors repeated under many ids: every cosine is exact, so ties are exact.
+    rng = np.random.default_rng(1)
+    basis = np.eye(4)
+    rows = basis[rng.integers(0, 4, size=40)]
+    ids = rng.permutation(40).astype(np.int64)
+    queries = np.array([[3.0, 1.0, 1.0, 0.5], [1.0, 1.0, 1.0, 1.0], [-1.0, 2.0, 0.0, 2.0]])
+    got_ids, got_cos = nearest_rows(queries, blocks(ids, rows, chunk), k=6)
+    want_ids, want_cos = brute_force(queries, ids, rows, 6)
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_array_equal(got_cos, want_cos)
+
+
+def test_zero_rows_are_skipped_and_k_is_capped():
+    rows = np.array([[1.0, 0.0], [0.0, 0.0], [0.0, 2.0]])
+    ids = np.array([10, 11, 12])
+    got_ids, got_cos = nearest_rows(np.array([[1.0, 1.0]]), blocks(ids, rows, 2), k=5)
+    np.testing.assert_array_equal(got_ids, [[10, 12]])  # tie at 1/sqrt(2): lower id first
+    np.testing.assert_allclose(got_cos, [[2**-0.5, 2**-0.5]], atol=1e-15)
+
+
+def test_bad_input_raises():
+    ok = [(np.arange(3), np.ones((3, 2)))]
+    with pytest.raises(ValueError, match="zero norm"):
+        nearest_rows(np.zeros((1, 2)), ok)
+    with pytest.raises(ValueError, match="do not pair"):
+        nearest_rows(np.ones((1, 3)), ok)
+    with pytest.raises(ValueError, match="k must be"):
+        nearest_rows(np.ones((1, 2)), ok, k=0)
