@@ -52,24 +52,69 @@ def _singular_values_svd(x: np.ndarray) -> np.ndarray:
     return np.linalg.svd(x, compute_uv=False)
 
 
-def _singular_values_gram(x: np.ndarray) -> np.ndarray:
-    """Singular values from the eigenvalues of the smaller Gram matrix, descending.
+def _gram(a: np.ndarray) -> np.ndarray:
+    """a @ a.T, symmetric, by BLAS syrk: half the flops of a general product, no copy
+    when ``a`` is the transpose of a C-ordered matrix."""
+    from scipy.linalg.blas import dsyrk  # lazy: only large matrices pay scipy's import
+
+    upper = dsyrk(1.0, a)
+    return np.triu(upper) + np.triu(upper, 1).T
+
+
+def _sv_from_gram(gram: np.ndarray) -> np.ndarray:
+    """Singular values from a Gram matrix's eigenvalues, descending.
 
     Eigenvalues below the Gram matrix's rounding floor (lambda_max * k * eps) are noise,
     not spectrum: they are set to 0 rather than turned into spurious small singular values.
     """
-    n, d = x.shape
-    scale = max(float(x.max()), -float(x.min())) if x.size else 0.0  # np.abs would copy x
-    if scale == 0.0:
-        return np.zeros(min(n, d))
-    if not 1e-100 < scale < 1e100:  # squares would underflow or overflow
-        x = x / scale
-    else:
-        scale = 1.0
-    gram = x.T @ x if d <= n else x @ x.T  # (k, k), k = min(n, d)
     eig = np.linalg.eigvalsh(gram)[::-1]
     eig[eig < eig[0] * len(eig) * np.finfo(np.float64).eps] = 0.0
-    return np.sqrt(eig) * scale
+    return np.sqrt(eig)
+
+
+def _gram_scale(x: np.ndarray) -> float:
+    """1, or the max |entry| when squaring the entries would underflow or overflow."""
+    scale = max(float(x.max()), -float(x.min())) if x.size else 0.0  # np.abs would copy x
+    return scale if scale and not 1e-100 < scale < 1e100 else 1.0
+
+
+def _singular_values_gram(x: np.ndarray) -> np.ndarray:
+    """Singular values from the eigenvalues of the smaller Gram matrix, descending."""
+    n, d = x.shape
+    if x.max() == 0.0 and x.min() == 0.0:
+        return np.zeros(min(n, d))
+    scale = _gram_scale(x)
+    x = x / scale if scale != 1.0 else x
+    return _sv_from_gram(_gram(x.T if d <= n else x)) * scale
+
+
+def _use_gram(shape: tuple[int, int]) -> bool:
+    n, d = shape
+    return n * d > _SVD_MAX_ELEMENTS and min(n, d) > _SVD_SMALL_SIDE
+
+
+def _spectra_from_centered(c: np.ndarray, m: np.ndarray) -> tuple[SpectrumStats, SpectrumStats]:
+    """(uncentered, centered) spectra of x = c + m from ONE Gram product of c.
+
+    x^T x = c^T c + s m^T + m s^T + n m m^T with s = c^T 1: every term is added, none
+    cancels, so the uncentered spectrum keeps full precision (deriving the centered one
+    from x^T x would subtract and lose a tiny spread around a large mean).
+    """
+    n, d = c.shape
+    scale = max(_gram_scale(c), _gram_scale(m[None, :]))
+    if scale != 1.0:
+        c, m = c / scale, m / scale
+    g_c = _gram(c.T if d <= n else c)  # (k, k), k = min(n, d)
+    if d <= n:
+        s = c.sum(axis=0)  # (d,), ~0 by construction
+        g_x = g_c + np.outer(s, m) + np.outer(m, s) + n * np.outer(m, m)
+    else:
+        cm = c @ m  # (n,)
+        g_x = g_c + cm[:, None] + cm[None, :] + float(m @ m)
+    c_zero = not g_c.any()
+    sv_c = np.zeros(min(n, d)) if c_zero else _sv_from_gram(g_c) * scale
+    sv_x = np.zeros(min(n, d)) if not g_x.any() else _sv_from_gram(g_x) * scale
+    return _spectrum_from_singular_values(sv_x, n, d), _spectrum_from_singular_values(sv_c, n, d)
 
 
 def singular_values(x: np.ndarray) -> np.ndarray:
@@ -78,7 +123,7 @@ def singular_values(x: np.ndarray) -> np.ndarray:
 
 
 def _singular_values(x: np.ndarray) -> np.ndarray:
-    if x.size <= _SVD_MAX_ELEMENTS or min(x.shape) <= _SVD_SMALL_SIDE:
+    if not _use_gram(x.shape):
         return _singular_values_svd(x)
     return _singular_values_gram(x)
 
@@ -140,9 +185,14 @@ def centered(x: np.ndarray) -> np.ndarray:
     return _centered(as_matrix(x))
 
 
-def _centered(x: np.ndarray) -> np.ndarray:
+def _centering_offset(x: np.ndarray) -> np.ndarray:
+    """The column mean, with constant columns taken exactly (their first entry)."""
     constant = x.max(axis=0) == x.min(axis=0)  # (d,)
-    return x - np.where(constant, x[0], x.mean(axis=0))
+    return np.where(constant, x[0], x.mean(axis=0))
+
+
+def _centered(x: np.ndarray) -> np.ndarray:
+    return x - _centering_offset(x)
 
 
 @dataclass(frozen=True)
@@ -306,8 +356,13 @@ def summarize(x: np.ndarray, reference: np.ndarray | None = None) -> GeometrySum
     a tiny spread_relative and a mean cosine of ~1.
     """
     x = as_matrix(x)
-    c = _centered(x)  # (n, d) copy, shared by the centered spectrum and the spread
+    m = _centering_offset(x)  # (d,)
+    c = x - m  # (n, d) copy, shared by the centered spectrum and the spread
     s = _spread_of_centered(c)
+    if _use_gram(x.shape):
+        uncentered, centered_ = _spectra_from_centered(c, m)
+    else:
+        uncentered, centered_ = _spectrum(x), _spectrum(c)
     relative = None
     if reference is not None:
         ref = as_matrix(reference, "reference")
@@ -319,8 +374,8 @@ def summarize(x: np.ndarray, reference: np.ndarray | None = None) -> GeometrySum
     return GeometrySummary(
         n_tokens=int(x.shape[0]),
         dim=int(x.shape[1]),
-        uncentered=_spectrum(x),
-        centered=_spectrum(c),
+        uncentered=uncentered,
+        centered=centered_,
         mean_pairwise_cosine=_mean_pairwise_cosine(x, r),
         row_norms=_norm_stats(r),
         spread=s,

@@ -306,3 +306,35 @@ def test_metrics_import_numpy_only():
     loaded = out.stdout
     for name in ("torch", "transformers", "scipy"):
         assert f"'{name}'" not in loaded
+
+
+@pytest.mark.parametrize("shape", [(420, 100), (100, 420)])
+def test_summarize_gram_route_matches_direct_svd_even_for_tiny_spread(shape, monkeypatch):
+    """summarize() derives both spectra from one Gram product of the centered rows above
+    the SVD size limit. The centered spectrum keeps full precision even for mean + 1e-6
+    noise (no cancellation). The uncentered one cannot resolve singular values below
+    ~sqrt(k * eps) of the largest (a property of any Gram route): here the noise tail sits
+    at ~1e-7 of the mean's singular value, so it reads 0 and the effective rank moves <1e-3."""
+    monkeypatch.setattr(geometry, "_SVD_MAX_ELEMENTS", 10_000)  # small shapes, same route
+    assert geometry._use_gram(shape)
+    rng = np.random.default_rng(7)
+    mean = rng.normal(size=shape[1]) * 3.0
+    x = mean + rng.normal(size=shape) * 1e-6
+    got = geometry.summarize(x)
+
+    def erank(s):
+        p = s[s > 0] / s.sum()
+        return np.exp(-(p * np.log(p)).sum())
+
+    s_c = np.linalg.svd(x - x.mean(axis=0), compute_uv=False)
+    np.testing.assert_allclose(got.centered.singular_values, s_c, rtol=1e-6, atol=1e-7 * s_c[0])
+    np.testing.assert_allclose(got.centered.effective_rank, erank(s_c), rtol=1e-7)
+    s_x = np.linalg.svd(x, compute_uv=False)
+    np.testing.assert_allclose(got.uncentered.singular_values[0], s_x[0], rtol=1e-12)
+    np.testing.assert_allclose(got.uncentered.effective_rank, erank(s_x), rtol=1e-3)
+    # A well-conditioned matrix is resolved completely on the Gram route.
+    y = rng.normal(size=shape) + 0.5
+    got_y = geometry.summarize(y)
+    np.testing.assert_allclose(
+        got_y.uncentered.singular_values, np.linalg.svd(y, compute_uv=False), rtol=1e-8
+    )
