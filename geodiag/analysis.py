@@ -15,6 +15,7 @@ import numpy as np
 from geodiag import __version__
 from geodiag.checkpoints import Checkpoint, Matrix, ReadOptions, check_rows, open_checkpoint
 from geodiag.errors import InputError
+from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.drift import DriftResult, drift
 from geodiag.metrics.geometry import GeometrySummary, LevelCosine, level_cosine, summarize
 from geodiag.metrics.neighbors import nearest_rows
@@ -206,7 +207,8 @@ def analyze(
     read = read or ReadOptions()
     opts = opts or AnalyzeOptions(allow_nonfinite=read.allow_nonfinite)
     ckpt = open_checkpoint(path, read)
-    matrices = [analyze_matrix(ckpt, m, opts) for m in ckpt.matrices]
+    with blas_threads(1):
+        matrices = [analyze_matrix(ckpt, m, opts) for m in ckpt.matrices]
     notes = list(ckpt.notes)
     if ckpt.codebooks_note:
         notes.append(ckpt.codebooks_note)
@@ -265,23 +267,28 @@ def analyze_drift(
             after, f"new tokens differ from those of {before}: drift needs the same vocabulary"
         )
     out = []
-    for ma, mb in zip(a.matrices, b.matrices, strict=False):
-        if ma.dim != mb.dim:
-            raise InputError(after, f"'{mb.tensor}' has {mb.dim} dims, '{before}' has {ma.dim}")
-        ra, ka = new_rows(a, ma, opts.allow_nonfinite)
-        rb, kb = new_rows(b, mb, opts.allow_nonfinite)
-        if not (ka.all() and kb.all()):
-            raise InputError(after, "drift needs every new row finite in both checkpoints")
-        kw = dict(n_permutations=opts.n_permutations, seed=opts.seed, max_items=opts.rsa_max_items)
-        levels = {}
-        if a.new.level_index is not None:
-            for li, name in enumerate(a.new.level_names):
-                sel = a.new.level_index == li
-                levels[name] = drift(ra[sel], rb[sel], **kw)
-        out.append(
-            DriftReport(str(before), str(after), ma.role, len(ra), drift(ra, rb, **kw), levels)
-        )
+    with blas_threads(1):
+        for ma, mb in zip(a.matrices, b.matrices, strict=False):
+            out.append(_drift_matrix(a, b, ma, mb, before, after, opts))
     return out
+
+
+def _drift_matrix(
+    a: Checkpoint, b: Checkpoint, ma: Matrix, mb: Matrix, before, after, opts: AnalyzeOptions
+) -> DriftReport:
+    if ma.dim != mb.dim:
+        raise InputError(after, f"'{mb.tensor}' has {mb.dim} dims, '{before}' has {ma.dim}")
+    ra, ka = new_rows(a, ma, opts.allow_nonfinite)
+    rb, kb = new_rows(b, mb, opts.allow_nonfinite)
+    if not (ka.all() and kb.all()):
+        raise InputError(after, "drift needs every new row finite in both checkpoints")
+    kw = dict(n_permutations=opts.n_permutations, seed=opts.seed, max_items=opts.rsa_max_items)
+    levels = {}
+    if a.new.level_index is not None:
+        for li, name in enumerate(a.new.level_names):
+            sel = a.new.level_index == li
+            levels[name] = drift(ra[sel], rb[sel], **kw)
+    return DriftReport(str(before), str(after), ma.role, len(ra), drift(ra, rb, **kw), levels)
 
 
 def command_line() -> str:

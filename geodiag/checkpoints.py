@@ -103,7 +103,7 @@ class Checkpoint:
     _codebook_digest: str | None = None
 
     def token(self, token_id: int) -> str:
-        t = self.tokenizer.token(int(token_id)) if self.tokenizer else None
+        t = self.tokenizer.token(int(token_id)) if self.tokenizer is not None else None
         return t if t is not None else f"<id {int(token_id)}>"
 
     def read_rows(self, matrix: Matrix, ids: np.ndarray) -> np.ndarray:
@@ -213,7 +213,7 @@ def _new_tokens(
     side_path: Path | None,
 ) -> NewTokens:
     def name_of(i: int) -> str:
-        t = tok.token(i) if tok else None
+        t = tok.token(i) if tok is not None else None
         return t if t is not None else f"<id {i}>"
 
     explicit = opts.new_tokens is not None or opts.base_vocab_size is not None
@@ -225,7 +225,7 @@ def _new_tokens(
         for lv in side.levels:
             for code, t in enumerate(lv.token_ids):
                 expected = sidecar_mod.token_string(lv.name, code)
-                actual = tok.token(t) if tok else None
+                actual = tok.token(t) if tok is not None else None
                 if actual is not None and tok is not None and tok.added and actual != expected:
                     raise InputError(
                         side_path,

@@ -44,15 +44,19 @@ class TokenizerInfo:
     added: list[AddedToken] = field(default_factory=list)
     byte_level: bool = False
 
+    def __post_init__(self) -> None:
+        self._added_by_id: dict[int, str] | None = None
+
     def __len__(self) -> int:
         ids = list(self.vocab) + [t.id for t in self.added]
         return max(ids) + 1 if ids else 0
 
     def token(self, token_id: int) -> str | None:
         """Readable token string: byte-level stand-ins decoded (``Ġthe`` -> `` the``)."""
-        for t in self.added:
-            if t.id == token_id:
-                return t.content
+        if self._added_by_id is None:  # built on first use: `added` is filled after init
+            self._added_by_id = {t.id: t.content for t in self.added}
+        if token_id in self._added_by_id:
+            return self._added_by_id[token_id]
         raw = self.vocab.get(token_id)
         if raw is None or not self.byte_level:
             return raw

@@ -57,7 +57,10 @@ def _gram(a: np.ndarray) -> np.ndarray:
     when ``a`` is the transpose of a C-ordered matrix."""
     from scipy.linalg.blas import dsyrk  # lazy: only large matrices pay scipy's import
 
-    upper = dsyrk(1.0, a)
+    from geodiag.metrics.blas import blas_threads
+
+    with blas_threads(None):  # the one product large enough to gain from threads
+        upper = dsyrk(1.0, a)
     return np.triu(upper) + np.triu(upper, 1).T
 
 

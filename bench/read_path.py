@@ -1,0 +1,171 @@
+"""geodiag's read-and-measure path against the naive route, in one run; prints ratios.
+
+1. SmolLM2-135M with a few hundred added tokens: ``geodiag metrics --json`` versus
+   ``AutoModelForCausalLM.from_pretrained`` + slicing the embedding + the same metrics.
+   Wall time and peak RSS of each, each in a fresh process.
+2. Peak memory must not grow with the rest of the checkpoint: the same embedding in a
+   sharded checkpoint with >= 2 GB of other tensors, against the embedding alone.
+3. Scale: 100,000 new tokens x 1,024 dims (time and peak RSS; targets 60 s, 4 GB).
+
+Usage: .venv/bin/python bench/read_path.py [--workdir runs/bench] [--skip-model]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from geodiag.safetensors_file import save_file
+
+N_ADDED = 384
+
+
+def run_child(cmd: list[str]) -> tuple[float, float, str]:
+    """Peak RSS of exactly one child: fork a tiny wrapper that waits on it with wait4."""
+    wrapper = (
+        "import os,subprocess,sys,time,json;t=time.perf_counter();"
+        "p=subprocess.Popen(sys.argv[1:],stdout=subprocess.PIPE,stderr=subprocess.PIPE);"
+        "out=p.stdout.read();err=p.stderr.read();_,st,ru=os.wait4(p.pid,0);"
+        "sys.stderr.write(err.decode()[-3000:]) if st else None;"
+        "print(json.dumps({'wall':time.perf_counter()-t,'rss_mib':ru.ru_maxrss/1024,'status':st,"
+        "'out':out.decode()}))"
+    )
+    res = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True)
+    if res.returncode != 0 or not res.stdout.strip():
+        raise SystemExit(f"wrapper failed: {res.stderr[-2000:]}")
+    data = json.loads(res.stdout)
+    if data["status"] != 0:
+        raise SystemExit(f"command failed: {' '.join(cmd)}\n{res.stderr}")
+    return data["wall"], data["rss_mib"], data["out"]
+
+
+GEODIAG = [sys.executable, "-m", "geodiag.cli"]
+
+NAIVE = r"""
+import sys, numpy as np, torch
+from transformers import AutoModelForCausalLM
+from geodiag.metrics.geometry import summarize
+path, start, end = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+emb = model.get_input_embeddings().weight.detach()
+rows = emb[start:end].double().numpy()
+ref_ids = np.sort(np.random.default_rng(0).choice(start, size=end - start, replace=False))
+print(summarize(rows, emb[ref_ids].double().numpy()).centered.effective_rank)
+"""
+
+
+def smollm2_with_added_tokens(workdir: Path) -> Path:
+    """SmolLM2-135M (converted once by gti) with N_ADDED SID-like tokens, mean+noise init."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gti.models.smollm2 import ensure_converted
+
+    out = workdir / f"smollm2-plus{N_ADDED}"
+    if (out / "model.safetensors").is_file():
+        return out
+    src = ensure_converted()  # honours $GTI_CACHE
+    tok = AutoTokenizer.from_pretrained(src)
+    model = AutoModelForCausalLM.from_pretrained(src, torch_dtype=torch.float32)
+    tok.add_tokens([f"<{lv}_{c}>" for lv in "abc" for c in range(N_ADDED // 3)])
+    torch.manual_seed(0)
+    model.resize_token_embeddings(len(tok), mean_resizing=True)
+    with torch.no_grad():  # a non-collapsed init, so every metric has work to do
+        emb = model.get_input_embeddings().weight
+        emb[-N_ADDED:] = torch.randn(N_ADDED, emb.shape[1]) * emb[:-N_ADDED].std()
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def bench_model(workdir: Path) -> dict:
+    ckpt = smollm2_with_added_tokens(workdir)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    end = cfg["vocab_size"]
+    start = end - N_ADDED
+    g_wall, g_rss, _ = run_child([*GEODIAG, "metrics", str(ckpt), "--json"])
+    n_wall, n_rss, _ = run_child([sys.executable, "-c", NAIVE, str(ckpt), str(start), str(end)])
+    return {"geodiag_s": g_wall, "geodiag_rss_mib": g_rss, "naive_s": n_wall, "naive_rss_mib": n_rss,
+            "speedup": n_wall / g_wall, "rss_ratio": n_rss / g_rss}  # fmt: skip
+
+
+def write_synthetic(
+    root: Path, n_base: int, n_new: int, dim: int, filler_gb: float, seed: int = 0
+) -> Path:
+    """Embedding (n_base + n_new, dim) in shard 1; filler_gb of other tensors in further shards."""
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    emb = np.empty((n_base + n_new, dim), np.float32)
+    for s in range(0, len(emb), 16384):  # chunked: the generator itself should not dominate memory
+        emb[s : s + 16384] = (
+            rng.standard_normal((min(16384, len(emb) - s), dim), dtype=np.float32) * 0.05
+        )
+    weight_map = {"model.embed_tokens.weight": "model-00001.safetensors"}
+    save_file({"model.embed_tokens.weight": emb}, root / "model-00001.safetensors")
+    del emb
+    n_fill = int(filler_gb * 2)  # shards of 0.5 GB
+    for i in range(n_fill):
+        name = f"model.layers.{i}.mlp.weight"
+        shard = f"model-{i + 2:05d}.safetensors"
+        save_file({name: np.zeros((2**27,), np.float32)}, root / shard)  # 0.5 GB each
+        weight_map[name] = shard
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    (root / "config.json").write_text(
+        json.dumps({"hidden_size": dim, "vocab_size": n_base + n_new})
+    )
+    return root
+
+
+def bench_sharded(workdir: Path) -> dict:
+    small = write_synthetic(workdir / "emb-only", 49152, N_ADDED, 576, 0.0)
+    big = write_synthetic(workdir / "emb-plus-2gb", 49152, N_ADDED, 576, 2.0)
+    size_gb = sum(f.stat().st_size for f in big.iterdir()) / 1e9
+    args = ["metrics", "--json", "--new-tokens", f"49152:{49152 + N_ADDED}"]
+    _, rss_small, _ = run_child([*GEODIAG, args[0], str(small), *args[1:]])
+    _, rss_big, _ = run_child([*GEODIAG, args[0], str(big), *args[1:]])
+    return {"checkpoint_gb": size_gb, "rss_emb_only_mib": rss_small, "rss_with_2gb_mib": rss_big,
+            "rss_growth": rss_big / rss_small}  # fmt: skip
+
+
+def bench_scale(workdir: Path) -> dict:
+    n_base, n_new, dim = 32000, 100_000, 1024
+    root = write_synthetic(workdir / "scale-100k", n_base, n_new, dim, 0.0)
+    wall, rss, out = run_child(
+        [*GEODIAG, "metrics", str(root), "--json", "--new-tokens", f"{n_base}:{n_base + n_new}"]
+    )
+    rep = json.loads(out)
+    return {"n_new": n_new, "dim": dim, "seconds": wall, "rss_mib": rss, "notes": rep["notes"],
+            "effective_rank": rep["matrices"][0]["new"]["centered"]["effective_rank"]}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--skip-model", action="store_true", help="skip the SmolLM2 comparison")
+    args = ap.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="geodiag-bench-"))
+    results = {}
+    if not args.skip_model:
+        results["smollm2"] = r = bench_model(workdir)
+        print(f"SmolLM2-135M + {N_ADDED} tokens: geodiag {r['geodiag_s']:.2f} s / {r['geodiag_rss_mib']:.0f} MiB; "
+              f"naive {r['naive_s']:.2f} s / {r['naive_rss_mib']:.0f} MiB; "
+              f"speedup {r['speedup']:.1f}x, RSS ratio {r['rss_ratio']:.1f}x (targets >= 5x both)")  # fmt: skip
+    results["sharded"] = r = bench_sharded(workdir)
+    print(f"sharded {r['checkpoint_gb']:.2f} GB: peak RSS {r['rss_with_2gb_mib']:.0f} MiB vs "
+          f"{r['rss_emb_only_mib']:.0f} MiB for the embedding alone (x{r['rss_growth']:.2f})")  # fmt: skip
+    results["scale"] = r = bench_scale(workdir)
+    print(f"scale {r['n_new']} x {r['dim']}: {r['seconds']:.1f} s, peak {r['rss_mib']:.0f} MiB "
+          f"(targets 60 s, 4096 MiB); sampled: {'; '.join(r['notes'])}")  # fmt: skip
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
