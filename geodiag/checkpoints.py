@@ -110,9 +110,14 @@ class Checkpoint:
         return self.store.read_rows(matrix.tensor, ids)
 
     def iter_original(
-        self, matrix: Matrix, chunk: int = 8192
+        self, matrix: Matrix, chunk: int = 512
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Original rows ``[0, base_vocab_size)`` in blocks: memory stays at one block."""
+        """Original rows ``[0, base_vocab_size)`` in blocks: memory stays at one block.
+
+        Small blocks on purpose: with 4096-row blocks the neighbour search of SmolLM2
+        raised the peak by 71 MB (glibc keeps freed large buffers), with 512 by 2 MB,
+        at no measurable cost in time.
+        """
         for start in range(0, self.new.base_vocab_size, chunk):
             stop = min(start + chunk, self.new.base_vocab_size)
             yield (

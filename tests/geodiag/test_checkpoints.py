@@ -192,3 +192,28 @@ def test_codebooks_pair_by_code_for_a_partial_range(make_ckpt):
 
     np.testing.assert_array_equal(ckpt.codebooks["a"], codebooks()["a"][3:8])
     np.testing.assert_array_equal(ckpt.codebooks["b"], codebooks()["b"][:4])
+
+
+def test_tokenizer_merges_are_skipped_without_changing_anything(tmp_path):
+    import json as _json
+
+    from geodiag.tokenizer_file import _without_merges
+
+    tok = {
+        "added_tokens": [{"id": 4, "content": "<a_0>", "special": False}],
+        "model": {
+            "type": "BPE",
+            "vocab": {"merges": 0, "[": 1, '"]': 2, "x\\\\": 3},
+            "merges": [["merges", "["], ["]", '"]'], "x\\\\ ]"],
+        },
+        "decoder": {"type": "ByteLevel"},
+        "after": [1, [2]],
+    }
+    text = _json.dumps(tok)
+    stripped = _json.loads(_without_merges(text))
+    assert stripped["model"]["merges"] == []
+    del tok["model"]["merges"], stripped["model"]["merges"]
+    assert stripped == tok
+    (tmp_path / "tokenizer.json").write_text(text)
+    info = load_tokenizer(tmp_path / "tokenizer.json")
+    assert info.token(0) == "merges" and info.token(2) == '"]' and info.token(4) == "<a_0>"

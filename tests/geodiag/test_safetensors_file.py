@@ -96,3 +96,13 @@ def test_digest_covers_bytes_read(good_file):
     assert a.digest.hexdigest() == b.digest.hexdigest()
     a.read_rows("emb", np.array([1]))
     assert a.digest.hexdigest() != b.digest.hexdigest()
+
+
+def test_rows_in_any_order_with_repeats_and_runs(tmp_path):
+    x = np.random.default_rng(3).normal(size=(64, 5)).astype(np.float32)
+    save_file({"emb": x}, tmp_path / "r.safetensors")
+    f = SafetensorsFile(tmp_path / "r.safetensors")
+    for rows in ([5, 3, 5, 4], [63, 0], list(range(10, 20)) + [2, 40, 41], []):
+        got = f.read_rows("emb", np.array(rows, dtype=np.int64))
+        np.testing.assert_array_equal(got, x[rows].reshape(len(rows), 5))
+    np.testing.assert_array_equal(f.read_block("emb", 60, 100), x[60:])
