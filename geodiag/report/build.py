@@ -1,0 +1,284 @@
+"""The report model: every number and every figure's data, computed before anything is drawn.
+
+:func:`build_report` runs the same analysis as ``geodiag metrics`` / ``check`` /
+``drift`` on each checkpoint, adds what only figures need (cosine maps, histograms),
+and returns one :class:`Report`. Its JSON (``geodiag.jsonio.dumps``) is the report's
+``NAME.json``; the HTML only formats it. Fields whose name starts with ``_`` (the
+cosine-map pixels) are figure data and stay out of the JSON.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from geodiag import __version__
+from geodiag.analysis import (
+    AnalyzeOptions,
+    CheckpointReport,
+    DriftReport,
+    analyze,
+    analyze_drift,
+    command_line,
+    new_rows,
+)
+from geodiag.checkpoints import Checkpoint, ReadOptions, open_checkpoint
+from geodiag.errors import InputError
+from geodiag.gate import GateConfig, GateResult, run_gate
+from geodiag.metrics.geometry import cosine_matrix, level_cosine, row_norms
+from geodiag.report.verdict import Verdict, verdict
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What the report computes and shows. Defaults match ``geodiag check`` and ``metrics``."""
+
+    title: str = "geodiag report"
+    seed: int = 0
+    n_permutations: int = 1000
+    gate: GateConfig = field(default_factory=GateConfig)
+    # Above this many tokens a cosine map shows block means (an n x n map of 100,000 SID
+    # tokens would be 80 GB in float64 and unreadable anyway).
+    heatmap_max_tokens: int = 2000
+    heatmap_blocks: int = 400  # about this many blocks across, when aggregated
+    neighbors_k: int = 5
+    neighbors_shown: int = 6  # new tokens in the nearest-originals table, per checkpoint
+    histogram_bins: int = 40
+    allow_nonfinite: bool = False
+    command_line: str | None = None  # default: this process's argv
+    generated: str | None = None  # default: now, UTC, ISO 8601
+
+    def validate(self) -> None:
+        if self.heatmap_max_tokens < 2:
+            raise InputError("--heatmap-max-tokens", f"must be >= 2, got {self.heatmap_max_tokens}")
+        if self.heatmap_blocks < 2:
+            raise InputError("--heatmap-blocks", f"must be >= 2, got {self.heatmap_blocks}")
+        if self.n_permutations < 0:
+            raise InputError("--permutations", f"must be >= 0, got {self.n_permutations}")
+
+
+@dataclass
+class Histogram:
+    edges: list[float]  # bins + 1, ascending
+    counts: list[int]
+
+
+@dataclass
+class CheckpointEntry:
+    label: str  # unique among the report's checkpoints
+    report: CheckpointReport
+    gate: GateResult
+    verdict: Verdict
+    row_norms: list[Histogram]  # per matrix (same order as report.matrices), shared bins per role
+
+
+@dataclass
+class CosineMap:
+    """The input matrix's cosine map of one checkpoint, tokens in (level, code) order."""
+
+    label: str
+    n_tokens: int
+    aggregated: bool  # True: each cell is the mean cosine between two blocks of tokens
+    block_size: int  # tokens per block (1 when not aggregated; a level's last block may be smaller)
+    n_cells: int
+    level_names: list[str]
+    level_starts: list[int]  # cell index where each level starts
+    _values: np.ndarray  # (n_cells, n_cells), in [-1, 1]
+
+
+@dataclass
+class DriftPair:
+    before: str  # labels
+    after: str
+    reports: list[DriftReport]  # per matrix
+    cosine_histograms: list[Histogram]  # per matrix, bins over [-1, 1]
+
+
+@dataclass
+class Report:
+    title: str
+    generated: str
+    geodiag_version: str
+    command_line: str
+    seed: int
+    n_permutations: int
+    gate_config: GateConfig
+    checkpoints: list[CheckpointEntry]
+    cosine_maps: list[CosineMap]
+    drift: list[DriftPair]
+    notes: list[str]
+    format: str = "geodiag.report"
+    format_version: int = 1
+
+
+def checkpoint_labels(paths: list[Path], provenances: list[dict]) -> list[str]:
+    """Unique short names: sidecar ``strategy/stage``, else the folder name; clashes get more."""
+
+    def base(path: Path, prov: dict) -> str:
+        parts = [prov.get("init_strategy") or prov.get("strategy"), prov.get("stage")]
+        label = "/".join(str(p) for p in parts if p not in (None, ""))
+        return label or _folder(path)
+
+    labels = [base(p, pv) for p, pv in zip(paths, provenances, strict=True)]
+    for i, label in enumerate(labels):
+        if labels.count(label) > 1 and label != _folder(paths[i]):
+            labels = [
+                f"{lb} ({_folder(p)})" if lb == label else lb
+                for lb, p in zip(labels, paths, strict=True)
+            ]
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
+    return out
+
+
+def _folder(path: Path) -> str:
+    path = Path(path)
+    if path.suffix in (".safetensors", ".bin", ".pt", ".pth"):  # a lone weights file
+        return f"{path.parent.name}/{path.stem}".lstrip("/")
+    return path.name
+
+
+def histogram(values: np.ndarray, edges: np.ndarray) -> Histogram:
+    counts, _ = np.histogram(values, bins=edges)
+    return Histogram([float(e) for e in edges], [int(c) for c in counts])
+
+
+def _edges(arrays: list[np.ndarray], bins: int) -> np.ndarray:
+    lo = min(float(a.min()) for a in arrays)
+    hi = max(float(a.max()) for a in arrays)
+    if hi - lo < 1e-12 * max(abs(hi), 1.0):  # all equal: a narrow bin around the value
+        pad = max(abs(hi), 1.0) * 1e-3
+        lo, hi = lo - pad, hi + pad
+    return np.linspace(lo, hi, bins + 1)
+
+
+def _block_index(
+    level_index: np.ndarray, n_levels: int, block: int
+) -> tuple[np.ndarray, list[int]]:
+    """Blocks of ``block`` consecutive tokens that never straddle a level boundary."""
+    out = np.empty(len(level_index), np.int64)
+    starts, next_block = [], 0
+    for li in range(n_levels):
+        pos = np.flatnonzero(level_index == li)
+        starts.append(next_block)
+        out[pos] = next_block + np.arange(len(pos)) // block
+        next_block += -(-len(pos) // block)
+    return out, starts
+
+
+def cosine_map(
+    label: str, ckpt: Checkpoint, rows: np.ndarray, keep: np.ndarray, opts: ReportOptions
+) -> CosineMap:
+    """Token x token cosines, or block means above ``heatmap_max_tokens`` (exact, O(n d))."""
+    n = len(rows)
+    new = ckpt.new
+    if new.level_index is not None:
+        index, names = new.level_index[keep], list(new.level_names)
+    else:
+        index, names = np.zeros(n, np.int64), []
+    if n <= opts.heatmap_max_tokens:
+        starts = [
+            int(np.flatnonzero(index == li)[0]) for li in range(len(names)) if (index == li).any()
+        ]
+        return CosineMap(label, n, False, 1, n, names, starts, cosine_matrix(rows))
+    block = -(-n // min(opts.heatmap_blocks, opts.heatmap_max_tokens))
+    blocks, starts = _block_index(index, max(len(names), 1), block)
+    n_cells = int(blocks.max()) + 1
+    lc = level_cosine(rows, blocks, [str(b) for b in range(n_cells)])
+    values = np.array(
+        [[np.nan if v is None else v for v in row] for row in lc.matrix], dtype=np.float64
+    )
+    return CosineMap(label, n, True, block, n_cells, names, starts if names else [], values)
+
+
+def _drift_groups(entries: list[tuple[str, Checkpoint]]) -> list[tuple[int, int]]:
+    """Pairs (before, after) of checkpoints with the same new tokens (and init strategy, when
+    the sidecar names one), consecutive in the order given: init -> sft."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (_, ckpt) in enumerate(entries):
+        prov = ckpt.sidecar.provenance if ckpt.sidecar else {}
+        key = (
+            tuple(ckpt.new.ids.tolist()),
+            tuple(ckpt.new.tokens),
+            prov.get("init_strategy") or prov.get("strategy"),
+        )
+        groups.setdefault(key, []).append(i)
+    pairs = [(g[j], g[j + 1]) for g in groups.values() for j in range(len(g) - 1)]
+    return sorted(pairs)
+
+
+def build_report(
+    paths: list[Path],
+    read: ReadOptions | None = None,
+    opts: ReportOptions | None = None,
+    progress: Progress | None = None,
+) -> Report:
+    """Analyze every checkpoint, gate it, explain it, and pair checkpoints for drift."""
+    read = read or ReadOptions()
+    opts = opts or ReportOptions()
+    opts.validate()
+    say = progress or (lambda _msg: None)
+    if not paths:
+        raise InputError("CKPT", "give at least one checkpoint")
+    aopts = AnalyzeOptions(seed=opts.seed, n_permutations=opts.n_permutations, neighbors_k=opts.neighbors_k,
+                           allow_nonfinite=opts.allow_nonfinite)  # fmt: skip
+    reports, ckpts, norms, maps = [], [], [], []
+    for i, path in enumerate(paths, 1):
+        say(f"[{i}/{len(paths)}] analyzing {path}")
+        reports.append(analyze(path, read, aopts))
+        ckpt = open_checkpoint(path, read)
+        ckpts.append(ckpt)
+        rows = [new_rows(ckpt, m, opts.allow_nonfinite) for m in ckpt.matrices]
+        norms.append([row_norms(r) for r, _ in rows])
+        maps.append(cosine_map(str(path), ckpt, *rows[0], opts))  # input matrix; labelled below
+    labels = checkpoint_labels(list(paths), [r.provenance for r in reports])
+    for label, cmap in zip(labels, maps, strict=True):
+        cmap.label = label
+
+    edges = {}
+    for role in ("input", "output"):
+        arrays = [n for rep, ns in zip(reports, norms, strict=True) for m, n in zip(rep.matrices, ns, strict=True) if m.role == role]  # fmt: skip
+        if arrays:
+            edges[role] = _edges(arrays, opts.histogram_bins)
+    entries = []
+    for label, rep, ns in zip(labels, reports, norms, strict=True):
+        gate = run_gate(rep, opts.gate)
+        hists = [histogram(n, edges[m.role]) for m, n in zip(rep.matrices, ns, strict=True)]
+        entries.append(CheckpointEntry(label, rep, gate, verdict(rep, gate), hists))
+
+    notes, pairs = [], []
+    cos_edges = np.linspace(-1.0, 1.0, opts.histogram_bins + 1)
+    for a, b in _drift_groups(list(zip(labels, ckpts, strict=True))):
+        say(f"drift {labels[a]} -> {labels[b]}")
+        try:
+            drifts = analyze_drift(paths[a], paths[b], read, aopts)
+        except InputError as e:
+            notes.append(f"drift {labels[a]} -> {labels[b]} skipped: {e}")
+            continue
+        hists = [
+            histogram(np.array([c for c in d.drift.per_token_cosine if c is not None]), cos_edges)
+            for d in drifts
+        ]
+        pairs.append(DriftPair(labels[a], labels[b], drifts, hists))
+    return Report(
+        title=opts.title,
+        generated=opts.generated or dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
+        geodiag_version=__version__,
+        command_line=opts.command_line or command_line(),
+        seed=opts.seed,
+        n_permutations=opts.n_permutations,
+        gate_config=opts.gate,
+        checkpoints=entries,
+        cosine_maps=maps,
+        drift=pairs,
+        notes=notes,
+    )

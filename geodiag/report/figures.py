@@ -1,0 +1,244 @@
+"""Figures of a :class:`~geodiag.report.build.Report`, as ``data:`` URIs for ``<img src>``.
+
+Line plots are SVG (text as text, a few kB); cosine maps are PNG reduced to a 256-colour
+palette (a vector map of 1,000 tokens is a million rectangles: ~170 MB of SVG).
+An SVG inside ``<img>`` can neither run script nor fetch anything, so checkpoint-derived
+labels drawn into figures cannot reach the page. matplotlib and seaborn are imported
+here, lazily, so ``geodiag check`` never pays for them.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+
+import numpy as np
+
+from geodiag.report.build import Report
+
+STYLE = {
+    "font.size": 8,
+    "axes.titlesize": 9,
+    "axes.labelsize": 8,
+    "legend.fontsize": 7,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "svg.fonttype": "none",  # text stays text: smaller, selectable, no glyph paths
+    "svg.hashsalt": "geodiag",  # stable ids: the same report gives the same bytes
+}
+REFERENCE_COLOR = "#555555"
+# Singular values below 1e-8 of the largest are rounding noise for float32 weights (and
+# zero for an exact collapse): not drawn, so the log axis keeps the visible range.
+SPECTRUM_FLOOR = 1e-8
+CMAP = "RdBu_r"  # diverging around cosine 0; one scale, vmin=-1, vmax=1, for every map
+
+
+@dataclass(frozen=True)
+class FigureFormat:
+    """How figures are encoded. ``compact=False`` is the naive baseline ``bench/report.py``
+    measures: matplotlib's defaults (lossless RGBA PNG, glyphs as SVG paths)."""
+
+    compact: bool = True
+    dpi: int = 110
+
+
+def _mpl():
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    return matplotlib, Figure
+
+
+def colors(n: int) -> list[str]:
+    import seaborn as sns
+
+    return list(sns.color_palette("deep", max(n, 1)).as_hex())[:n]
+
+
+def _uri(fig, fmt: str, style: FigureFormat) -> str:
+    buf = io.BytesIO()
+    if fmt == "svg":
+        fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
+        return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    fig.savefig(buf, format="png", dpi=style.dpi, metadata={"Software": None}, bbox_inches="tight")
+    data = buf.getvalue()
+    if style.compact:
+        from PIL import Image
+
+        img = Image.open(io.BytesIO(data)).convert("RGB")
+        pal = img.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+        out = io.BytesIO()
+        pal.save(out, format="PNG", optimize=True)
+        data = out.getvalue()
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+def _rc(style: FigureFormat) -> dict:
+    rc = dict(STYLE)
+    if not style.compact:
+        rc["svg.fonttype"] = "path"
+    return rc
+
+
+def _grid(n: int, ncols: int = 3) -> tuple[int, int]:
+    cols = min(n, ncols)
+    return -(-n // cols), cols
+
+
+def spectra(report: Report, style: FigureFormat) -> str:
+    """Normalized singular spectra (log y) and cumulative energy, one line per matrix."""
+    mpl, Figure = _mpl()
+    with mpl.rc_context(_rc(style)):
+        fig = Figure(figsize=(11, 3.0))
+        axes = fig.subplots(1, 3)
+        palette = colors(len(report.checkpoints))
+        series = []
+        for color, e in zip(palette, report.checkpoints, strict=True):
+            for m in e.report.matrices:
+                name = e.label + (" (output head)" if m.role == "output" else "")
+                series.append(
+                    (name, m.new, dict(color=color, lw=1.4, ls=":" if m.role == "output" else "-"))
+                )
+        ref = report.checkpoints[0].report.matrices[0].reference
+        series.append(("vocabulary reference", ref, dict(color=REFERENCE_COLOR, lw=1.2, ls="--")))
+        lowest = [1.0, 1.0]
+        for name, g, kw in series:
+            for k, spec in enumerate((g.uncentered, g.centered)):
+                s = np.asarray(spec.singular_values)
+                i = np.arange(1, len(s) + 1)
+                y = s / s[0] if s[0] > 0 else np.zeros_like(s)
+                shown = y >= SPECTRUM_FLOOR
+                if shown.any():
+                    lowest[k] = min(lowest[k], float(y[shown].min()))
+                axes[k].plot(
+                    i[shown],
+                    y[shown],
+                    label=name,
+                    marker="o" if shown.sum() == 1 else None,
+                    ms=3,
+                    **kw,
+                )
+            s2 = np.asarray(g.uncentered.singular_values) ** 2
+            axes[2].plot(np.arange(1, len(s2) + 1), np.cumsum(s2) / s2.sum(), **kw)
+        for ax, low, title in ((axes[0], lowest[0], "singular values / largest (uncentered)"),
+                               (axes[1], lowest[1], "singular values / largest (centered)")):  # fmt: skip
+            ax.set_yscale("log")
+            ax.set_ylim(low / 2, 1.6)
+            ax.set_title(title)
+            ax.set_xlabel("index i")
+        axes[2].set_title("cumulative energy (uncentered)")
+        axes[2].set_xlabel("number of directions k")
+        axes[2].set_ylim(0, 1.02)
+        handles, names = axes[0].get_legend_handles_labels()
+        fig.tight_layout(rect=(0, 0.1, 1, 1))
+        fig.legend(handles, names, loc="lower center", ncol=min(len(names), 6), frameon=False)
+        return _uri(fig, "svg", style)
+
+
+def cosine_maps(report: Report, style: FigureFormat) -> str:
+    """One cosine heatmap per checkpoint (seaborn), shared color scale, level boundaries."""
+    import seaborn as sns
+
+    mpl, Figure = _mpl()
+    maps = report.cosine_maps
+    rows, cols = _grid(len(maps))
+    with mpl.rc_context(_rc(style)):
+        fig = Figure(figsize=(3.5 * cols + 0.8, 3.5 * rows + 0.3))
+        axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+        for ax, cm in zip(axes, maps, strict=False):
+            sns.heatmap(cm._values, ax=ax, vmin=-1, vmax=1, cmap=CMAP, cbar=False, square=True,
+                        xticklabels=False, yticklabels=False, rasterized=style.compact)  # fmt: skip
+            bounds = cm.level_starts[1:]
+            for b in bounds:
+                ax.axhline(b, color="black", lw=0.8)
+                ax.axvline(b, color="black", lw=0.8)
+            if cm.level_names:
+                edges = [*cm.level_starts, cm.n_cells]
+                centers = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:], strict=True)]
+                ax.set_xticks(centers, cm.level_names)
+                ax.set_yticks(centers, cm.level_names)
+                ax.tick_params(length=0)
+            title = f"{cm.label}  ({cm.n_tokens:,} tokens)"
+            if cm.aggregated:
+                title += f"\nblock means, {cm.block_size} tokens per block"
+            ax.set_title(title)
+        for ax in axes[len(maps) :]:
+            ax.set_visible(False)
+        mappable = axes[0].collections[0]
+        fig.colorbar(mappable, ax=list(axes[: len(maps)]), shrink=0.8, label="cosine similarity")
+        return _uri(fig, "png", style)
+
+
+def drift(report: Report, style: FigureFormat) -> str:
+    """Histogram of per-token cosine (before vs after), one panel per pair, input matrix."""
+    mpl, Figure = _mpl()
+    rows, cols = _grid(len(report.drift))
+    with mpl.rc_context(_rc(style)):
+        fig = Figure(figsize=(3.6 * cols, 2.4 * rows))
+        axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+        for ax, pair in zip(axes, report.drift, strict=False):
+            h, d = pair.cosine_histograms[0], pair.reports[0].drift
+            ax.stairs(h.counts, h.edges, fill=True, color="#4c72b0", alpha=0.8)
+            if d.cosine_mean is not None:
+                ax.axvline(
+                    d.cosine_mean, color="black", ls="--", lw=1, label=f"mean {d.cosine_mean:.3g}"
+                )
+                ax.legend(loc="upper left", frameon=False)
+            ax.set_xlim(-1, 1)
+            ax.set_title(f"{pair.before} -> {pair.after}")
+            ax.set_xlabel("cosine(before, after) per token")
+            ax.set_ylabel("tokens")
+        for ax in axes[len(report.drift) :]:
+            ax.set_visible(False)
+        fig.tight_layout()
+        return _uri(fig, "svg", style)
+
+
+def row_norms(report: Report, style: FigureFormat) -> str:
+    """Row-norm histograms of the new tokens per checkpoint, shared x, vocabulary range shaded."""
+    mpl, Figure = _mpl()
+    entries = report.checkpoints
+    rows, cols = _grid(len(entries))
+    palette = colors(len(entries))
+    with mpl.rc_context(_rc(style)):
+        fig = Figure(figsize=(3.6 * cols, 2.2 * rows))
+        axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False, sharex=True)).ravel()
+        for ax, color, e in zip(axes, palette, entries, strict=False):
+            h = e.row_norms[0]
+            ref = e.report.matrices[0].reference.row_norms
+            ax.axvspan(
+                ref.min,
+                ref.max,
+                color=REFERENCE_COLOR,
+                alpha=0.12,
+                lw=0,
+                label="vocabulary min-max",
+            )
+            ax.axvline(ref.median, color=REFERENCE_COLOR, ls="--", lw=1, label="vocabulary median")
+            ax.stairs(h.counts, h.edges, fill=True, color=color, alpha=0.85, label="new tokens")
+            ax.set_title(e.label)
+            ax.set_ylabel("tokens")
+        axes[0].legend(loc="upper right", frameon=False)
+        for ax in axes[len(entries) :]:
+            ax.set_visible(False)
+        for ax in axes[max(0, len(entries) - cols) : len(entries)]:
+            ax.set_xlabel("L2 norm of the row")
+            ax.tick_params(labelbottom=True)
+        fig.tight_layout()
+        return _uri(fig, "svg", style)
+
+
+def render_all(report: Report, style: FigureFormat | None = None) -> dict[str, str]:
+    """Every figure of the report, keyed by section."""
+    style = style or FigureFormat()
+    out = {
+        "spectra": spectra(report, style),
+        "cosine_maps": cosine_maps(report, style),
+        "row_norms": row_norms(report, style),
+    }
+    if report.drift:
+        out["drift"] = drift(report, style)
+    return out

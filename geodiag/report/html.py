@@ -1,0 +1,283 @@
+"""Format a :class:`~geodiag.report.build.Report` as one self-contained HTML page.
+
+Nothing is computed here. Every number printed in a table is a :class:`Cell` that
+carries the JSON pointer (RFC 6901) of its value in ``NAME.json`` as ``data-json``,
+so a test (or a reader) can check each one against the JSON. The template escapes
+every string (jinja2 autoescape): token strings, paths and titles come from
+checkpoints and the command line, and are shown as text, never as markup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from geodiag.jsonio import to_jsonable
+from geodiag.report.build import Report
+from geodiag.report.figures import FigureFormat, render_all
+
+TEMPLATES = Path(__file__).parent / "templates"
+# Belt and braces: even if something slipped into the page, the browser may load nothing
+# but inline styles and data: images.
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+
+def fmt(value: object, digits: int = 4) -> str:
+    """How every number is printed: ints as is, floats to ``digits`` significant digits."""
+    if value is None:
+        return "undefined"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.{digits}g}"
+
+
+@dataclass
+class Cell:
+    text: str
+    ptr: str | None = None  # JSON pointer of the value shown; None for labels and "-"
+    cls: str = ""
+
+
+def code_spans(text: str):
+    """``a `cmd` b`` -> markup with ``<code>cmd</code>``; every piece is escaped first."""
+    from markupsafe import Markup, escape
+
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # unbalanced backticks: show them as they are
+        return escape(text)
+    return Markup("").join(
+        escape(p) if i % 2 == 0 else Markup("<code>%s</code>") % p for i, p in enumerate(parts)
+    )
+
+
+def pointer(*parts: object) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def resolve(data: object, ptr: str) -> object:
+    """The value at JSON pointer ``ptr`` in decoded JSON ``data``."""
+    for raw in ptr.split("/")[1:]:
+        key = raw.replace("~1", "/").replace("~0", "~")
+        data = data[int(key)] if isinstance(data, list) else data[key]  # type: ignore[index]
+    return data
+
+
+class _Ptr:
+    """Builds cells whose values are read from the JSON itself, by pointer."""
+
+    def __init__(self, data: dict) -> None:
+        self.data = data
+
+    def num(self, *parts: object, digits: int = 4) -> Cell:
+        ptr = pointer(*parts)
+        return Cell(fmt(resolve(self.data, ptr), digits), ptr, "num")
+
+
+METRIC_ROWS = [  # (label, path inside a GeometrySummary, digits)
+    ("rows", ("n_tokens",), 4),
+    ("effective rank (centered)", ("centered", "effective_rank"), 4),
+    ("  ratio to min(n, d)", ("centered", "effective_rank_ratio"), 4),
+    ("effective rank (uncentered)", ("uncentered", "effective_rank"), 4),
+    ("stable rank (centered)", ("centered", "stable_rank"), 4),
+    ("participation ratio (centered)", ("centered", "participation_ratio"), 4),
+    ("top-1 energy share (uncentered)", ("uncentered", "top1_energy_share"), 4),
+    ("mean pairwise cosine", ("mean_pairwise_cosine",), 4),
+    ("row norm, mean", ("row_norms", "mean"), 4),
+    ("row norm, std", ("row_norms", "std"), 4),
+    ("spread (RMS distance to centroid)", ("spread",), 4),
+    ("spread / vocabulary spread", ("spread_relative",), 4),
+]
+
+
+def metrics_table(report: Report, p: _Ptr) -> tuple[list[str], list[list[Cell]]]:
+    """Rows of metrics, one column per (checkpoint, matrix) and the vocabulary reference."""
+    columns, header = [], []
+    for ci, e in enumerate(report.checkpoints):
+        for mi, m in enumerate(e.report.matrices):
+            columns.append((ci, mi))
+            header.append(e.label + (" (output head)" if m.role == "output" else ""))
+    header.append(f"vocabulary reference ({report.checkpoints[0].label})")
+    base = ("checkpoints", 0, "report", "matrices", 0)
+    rows = []
+    for label, path, digits in METRIC_ROWS:
+        row = [Cell(label.strip(), cls="sub" if label.startswith(" ") else "")]
+        for ci, mi in columns:
+            row.append(
+                p.num("checkpoints", ci, "report", "matrices", mi, "new", *path, digits=digits)
+            )
+        row.append(
+            Cell("1 (def.)", None, "num")
+            if path == ("spread_relative",)
+            else p.num(*base, "reference", *path, digits=digits)
+        )
+        rows.append(row)
+    for label, key in (
+        ("cosine within levels", "within_mean"),
+        ("cosine between levels", "between_mean"),
+    ):
+        row = [Cell(label)]
+        for ci, mi in columns:
+            m = report.checkpoints[ci].report.matrices[mi]
+            row.append(p.num("checkpoints", ci, "report", "matrices", mi, "level_cosine", key)
+                       if m.level_cosine is not None else Cell("-", None, "num"))  # fmt: skip
+        row.append(Cell("-", None, "num"))
+        rows.append(row)
+    status = [Cell("gate")]
+    for ci, _ in columns:
+        s = report.checkpoints[ci].verdict.status
+        status.append(Cell(s, pointer("checkpoints", ci, "verdict", "status"), f"num status {s}"))
+    status.append(Cell("", None))
+    rows.append(status)
+    return header, rows
+
+
+def rsa_table(report: Report, p: _Ptr) -> tuple[list[str], list[list[Cell]], list[str]]:
+    """Checkpoints x levels: RSA and p-value per level; why a value is missing, as footnotes."""
+    levels: list[str] = []
+    for e in report.checkpoints:
+        for m in e.report.matrices:
+            levels += [lv.name for lv in m.levels if lv.name not in levels]
+    notes: list[str] = []
+    rows = []
+    for ci, e in enumerate(report.checkpoints):
+        for mi, m in enumerate(e.report.matrices):
+            if not m.levels:
+                continue
+            row = [Cell(e.label + (" (output head)" if m.role == "output" else ""))]
+            by_name = {lv.name: (li, lv) for li, lv in enumerate(m.levels)}
+            for name in levels:
+                if name not in by_name:
+                    row += [Cell("-", None, "num"), Cell("", None, "num")]
+                    continue
+                li, lv = by_name[name]
+                at = ("checkpoints", ci, "report", "matrices", mi, "levels", li, "rsa")
+                if lv.rsa is None or lv.rsa.spearman is None:
+                    reason = lv.rsa_skip_reason if lv.rsa is None else lv.rsa.undefined_reason
+                    reason = f"{e.label}: {reason}"
+                    if reason not in notes:
+                        notes.append(reason)
+                    what = "skipped" if lv.rsa is None else "undefined"
+                    row += [
+                        Cell(f"{what} [{notes.index(reason) + 1}]", None, "num miss"),
+                        Cell("", None, "num"),
+                    ]
+                else:
+                    row += [p.num(*at, "spearman", digits=3), p.num(*at, "p_value", digits=3)]
+            rows.append(row)
+    return levels, rows, notes
+
+
+def drift_levels(report: Report) -> list[str]:
+    names = {name for pair in report.drift for r in pair.reports for name in r.levels}
+    return sorted(names, key=lambda s: (len(s), s))
+
+
+def drift_rows(report: Report, p: _Ptr, levels: list[str]) -> list[list[Cell]]:
+    """One row per (pair, matrix); per-level structure RSA in the columns named by ``levels``."""
+    out = []
+    for pi, pair in enumerate(report.drift):
+        for ri, r in enumerate(pair.reports):
+            at = ("drift", pi, "reports", ri, "drift")
+            rsa = r.drift.structure_rsa
+            row = [Cell(f"{pair.before} -> {pair.after}", cls="pair"), Cell(r.matrix), p.num("drift", pi, "reports", ri, "n_tokens"),
+                   p.num(*at, "cosine_mean"), p.num(*at, "cosine_median"), p.num(*at, "cosine_min"),
+                   p.num(*at, "relative_change")]  # fmt: skip
+            if rsa.spearman is None:
+                row += [Cell("undefined", None, "num"), Cell("", None, "num")]
+            else:
+                row += [p.num(*at, "structure_rsa", "spearman", digits=3),
+                        p.num(*at, "structure_rsa", "p_value", digits=3)]  # fmt: skip
+            for name in levels:
+                lv = r.levels.get(name)
+                if lv is None or lv.structure_rsa.spearman is None:
+                    row.append(Cell("-" if lv is None else "undefined", None, "num"))
+                else:
+                    row.append(
+                        p.num(
+                            "drift",
+                            pi,
+                            "reports",
+                            ri,
+                            "levels",
+                            name,
+                            "structure_rsa",
+                            "spearman",
+                            digits=3,
+                        )
+                    )
+            out.append(row)
+    return out
+
+
+def neighbor_table(report: Report, p: _Ptr, shown: int, top: int = 3) -> list[dict]:
+    """A few new tokens (spread evenly over each checkpoint's sample) x checkpoints: the
+    ``top`` nearest original tokens with their cosine. All k neighbours are in the JSON."""
+    order: list[int] = []
+    tokens: dict[int, str] = {}
+    for e in report.checkpoints:
+        nb = e.report.matrices[0].neighbors
+        for i in sorted(
+            {round(j * (len(nb) - 1) / max(shown - 1, 1)) for j in range(min(shown, len(nb)))}
+        ):
+            if nb[i].id not in tokens:
+                order.append(nb[i].id)
+                tokens[nb[i].id] = nb[i].token
+    rows = []
+    for tid in order:
+        cells = []
+        for ci, e in enumerate(report.checkpoints):
+            found = [
+                (ti, tn) for ti, tn in enumerate(e.report.matrices[0].neighbors) if tn.id == tid
+            ]
+            if not found:
+                cells.append([])
+                continue
+            ti, tn = found[0]
+            at = ("checkpoints", ci, "report", "matrices", 0, "neighbors", ti, "nearest")
+            cells.append(
+                [
+                    (nb.token, p.num(*at, ni, "cosine", digits=2))
+                    for ni, nb in enumerate(tn.nearest[:top])
+                ]
+            )
+        rows.append({"token": tokens[tid], "cells": cells})
+    return rows
+
+
+def render_html(report: Report, style: FigureFormat | None = None, neighbors_shown: int = 6) -> str:
+    """The report page: inline CSS, figures as data URIs, no script, no external reference."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,  # every {{ }} is escaped, whatever the file extension
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["fmt"] = fmt
+    env.filters["code_spans"] = code_spans
+    data = to_jsonable(report)
+    assert isinstance(data, dict)
+    p = _Ptr(data)
+    header, metric_rows = metrics_table(report, p)
+    rsa_levels, rsa_rows, rsa_notes = rsa_table(report, p)
+    levels = drift_levels(report)
+    return env.get_template("report.html.j2").render(
+        r=report,
+        csp=CSP,
+        figures=render_all(report, style),
+        metric_header=header,
+        metric_rows=metric_rows,
+        rsa_levels=rsa_levels,
+        rsa_rows=rsa_rows,
+        rsa_notes=rsa_notes,
+        drift_rows=drift_rows(report, p, levels),
+        drift_levels=levels,
+        neighbors=neighbor_table(report, p, neighbors_shown),
+        sampled=[e.label for e in report.checkpoints if e.report.matrices[0].neighbors_sampled],
+        pointer=pointer,
+        gate=data["gate_config"],
+    )

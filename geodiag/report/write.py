@@ -1,0 +1,85 @@
+"""Write a report: compute everything, render, then swap both files in at once.
+
+Nothing touches the disk until the HTML and the JSON exist in memory; each file is
+written to a temporary sibling and renamed, so a failed run leaves no half-written
+report behind (an older report of the same name stays as it was).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from geodiag.checkpoints import ReadOptions
+from geodiag.errors import InputError
+from geodiag.jsonio import dumps
+from geodiag.report.build import Progress, Report, ReportOptions, build_report
+from geodiag.report.figures import FigureFormat
+
+DEFAULT_OUTPUT = Path("reports/report.html")
+
+
+@dataclass
+class ReportFiles:
+    html: Path
+    json: Path
+    report: Report
+    html_bytes: int
+
+
+def output_paths(output: Path) -> tuple[Path, Path]:
+    """(NAME.html, NAME.json) for ``-o NAME.html``."""
+    output = Path(output)
+    if output.suffix.lower() not in (".html", ".htm"):
+        raise InputError(
+            "-o", f"'{output}' should end in .html (the JSON goes beside it as NAME.json)"
+        )
+    if output.is_dir():
+        raise InputError(
+            "-o", f"'{output}' is a folder; give a file name such as {output / 'report.html'}"
+        )
+    return output, output.with_suffix(".json")
+
+
+def write_atomically(files: dict[Path, str | Iterable[str]]) -> None:
+    """Write every file (its text, or an iterable of text chunks) to a temporary sibling,
+    then rename each into place."""
+    tmps: list[tuple[Path, Path]] = []
+    try:
+        for path, text in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            tmps.append((Path(tmp), path))
+            os.fchmod(fd, 0o644)  # mkstemp makes 0600; a report is meant to be shared
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+                f.writelines([text] if isinstance(text, str) else text)
+        for tmp, path in tmps:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in tmps:
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_report(
+    paths: list[Path],
+    output: Path = DEFAULT_OUTPUT,
+    read: ReadOptions | None = None,
+    opts: ReportOptions | None = None,
+    progress: Progress | None = None,
+    style: FigureFormat | None = None,
+) -> ReportFiles:
+    """Analyze ``paths`` and write NAME.html (self-contained) and NAME.json (every number shown)."""
+    from geodiag.report.html import render_html
+
+    html_path, json_path = output_paths(output)
+    opts = opts or ReportOptions()
+    report = build_report(paths, read, opts, progress)
+    if progress:
+        progress("rendering figures and HTML")
+    html = render_html(report, style, neighbors_shown=opts.neighbors_shown)
+    write_atomically({html_path: html, json_path: dumps(report) + "\n"})
+    return ReportFiles(html_path, json_path, report, len(html.encode("utf-8")))

@@ -1,0 +1,172 @@
+"""The report's structure: sections in order, every number equal to the JSON, no external reference."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+import pytest
+from report_fixtures import Page, strict_json, write_set
+
+from geodiag.metrics.geometry import cosine_matrix
+from geodiag.report import ReportOptions, write_report
+from geodiag.report.build import _block_index, checkpoint_labels
+from geodiag.report.html import resolve
+
+SECTIONS = ["verdict", "metrics", "spectra", "cosine", "rsa", "drift", "norms", "provenance"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    paths = write_set(root / "ckpts")
+    opts = ReportOptions(
+        title="Tiny report", n_permutations=50, command_line="geodiag report (test)"
+    )
+    files = write_report(paths, root / "out" / "tiny.html", opts=opts)
+    html = files.html.read_text(encoding="utf-8")
+    return html, strict_json(files.json.read_text(encoding="utf-8")), Page(html), paths
+
+
+def test_writes_exactly_the_two_files(built, tmp_path_factory):
+    _, _, _, paths = built
+    out = paths[0].parents[1] / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["tiny.html", "tiny.json"]
+
+
+def test_sections_present_in_reading_order(built):
+    html, _, page, _ = built
+    assert [i for i in page.ids if i in SECTIONS] == SECTIONS
+    for heading in ["Verdict", "Metrics side by side", "Singular spectra", "Cosine-similarity maps",
+                    "RSA against the codebooks", "Drift between checkpoints",
+                    "Row norms and nearest original tokens", "Provenance"]:  # fmt: skip
+        assert f"</span>{heading}</h2>" in html
+    figures = [a for tag, a in page.tags if tag == "img"]
+    assert len(figures) == 4  # spectra, cosine maps, drift, row norms
+    assert "1 Verdict" in html and "sha256" in html
+
+
+def _close(text: str, value: float) -> bool:
+    """Does the printed ``text`` round ``value`` correctly (to the digits printed)?"""
+    shown = Decimal(text)
+    half_ulp = Decimal(5) * Decimal(10) ** (shown.as_tuple().exponent - 1)
+    return abs(Decimal(repr(float(value))) - shown) <= half_ulp * Decimal("1.000001")
+
+
+def test_every_marked_number_equals_the_json(built):
+    _, data, page, _ = built
+    assert len(page.marked) > 150
+    numbers = 0
+    for ptr, text in page.marked:
+        value = resolve(data, ptr)
+        if value is None:
+            assert text == "undefined", ptr
+        elif isinstance(value, str):
+            assert text == value.replace("`", ""), ptr  # code spans drop their backticks
+        elif isinstance(value, bool):
+            assert text == str(value).lower(), ptr
+        else:
+            assert _close(text, value), (ptr, text, value)
+            numbers += 1
+    assert numbers > 100
+
+
+def test_every_number_in_a_table_cell_is_marked(built):
+    html, _, _, _ = built
+    for cell in re.findall(r"<td class=\"num[^\"]*\"[^>]*>[^<]*</td>", html):
+        text = re.sub(r"<[^>]+>", "", cell)
+        if re.fullmatch(r"-?[\d.]+(e[+-]\d+)?", text):
+            assert "data-json=" in cell, cell
+
+
+def test_verdicts_name_cause_and_remedy(built):
+    _, data, _, _ = built
+    by_label = {c["label"]: c for c in data["checkpoints"]}
+    assert list(by_label) == ["mean/init", "gti/init", "gti/sft", "random/init"]
+    mean = by_label["mean/init"]["verdict"]
+    assert mean["status"] == "fail"
+    assert "all 24 new tokens are the same vector" in mean["sentence"].lower()
+    assert "gti init --strategy gti" in mean["sentence"]
+    for c in mean["checks"]:
+        if c["status"] == "fail":
+            assert "gti init --strategy gti" in c["sentence"], c
+    random_ = by_label["random/init"]["verdict"]
+    assert random_["status"] == "warn"
+    assert "carries no structure" in random_["sentence"] and "RSA ~" in random_["sentence"]
+    assert by_label["gti/init"]["verdict"]["status"] == "pass"
+    assert "healthy" in by_label["gti/init"]["verdict"]["sentence"].lower()
+
+
+def test_drift_pairs_init_and_sft_of_the_same_strategy(built):
+    _, data, _, _ = built
+    assert [(d["before"], d["after"]) for d in data["drift"]] == [("gti/init", "gti/sft")]
+    d = data["drift"][0]["reports"][0]["drift"]
+    assert d["cosine_mean"] > 0.9 and d["structure_rsa"]["spearman"] > 0.5
+    assert sum(data["drift"][0]["cosine_histograms"][0]["counts"]) == 24
+
+
+def test_cosine_maps_are_described_not_dumped(built):
+    _, data, _, _ = built
+    cm = data["cosine_maps"][0]
+    assert cm["n_tokens"] == 24 and not cm["aggregated"] and cm["level_starts"] == [0, 8, 16]
+    assert "_values" not in cm
+
+
+def test_self_contained(built):
+    html, _, page, _ = built
+    lowered = html.lower()
+    assert "<script" not in lowered and "<link" not in lowered and "<iframe" not in lowered
+    assert "@import" not in lowered and "url(" not in lowered and "@font-face" not in lowered
+    for tag, attrs in page.tags:
+        for name in ("src", "href", "srcset", "action", "poster", "data"):
+            value = attrs.get(name)
+            if value is None:
+                continue
+            assert not re.match(r"\s*(https?:|//|ftp:|ws)", value, re.I), (tag, name, value[:80])
+            if name == "src":
+                assert value.startswith(("data:image/png;base64,", "data:image/svg+xml;base64,")), (
+                    tag
+                )
+            if name == "href":
+                assert value.startswith("#"), value
+    csp = [
+        a["content"]
+        for tag, a in page.tags
+        if tag == "meta" and a.get("http-equiv") == "Content-Security-Policy"
+    ]
+    assert csp and "default-src 'none'" in csp[0]
+
+
+def test_labels_are_unique():
+    paths = [Path("/x/run1"), Path("/y/run1"), Path("/z/other"), Path("/w/other")]
+    provs = [
+        {"init_strategy": "gti", "stage": "sft"},
+        {"init_strategy": "gti", "stage": "sft"},
+        {},
+        {},
+    ]
+    labels = checkpoint_labels(paths, provs)
+    assert len(set(labels)) == 4
+    assert labels[2] == "other" and labels[0].startswith("gti/sft")
+
+
+def test_block_means_match_a_direct_average(tmp_path):
+    """Above heatmap_max_tokens a cell is the mean cosine of two blocks (self-pairs excluded)."""
+    paths = write_set(tmp_path)
+    opts = ReportOptions(n_permutations=0, heatmap_max_tokens=12, heatmap_blocks=6)
+    files = write_report(paths[1:2], tmp_path / "agg.html", opts=opts)
+    cm = files.report.cosine_maps[0]
+    assert cm.aggregated and cm.block_size == 4 and cm.n_cells == 6 and cm.level_starts == [0, 2, 4]
+    from geodiag.checkpoints import open_checkpoint
+
+    ck = open_checkpoint(paths[1])
+    cos = cosine_matrix(ck.read_rows(ck.matrices[0], ck.new.ids))
+    blocks, _ = _block_index(ck.new.level_index, 3, 4)
+    for a in range(6):
+        for b in range(6):
+            sub = cos[np.ix_(blocks == a, blocks == b)]
+            expect = (sub.sum() - np.trace(sub)) / (sub.size - len(sub)) if a == b else sub.mean()
+            assert cm._values[a, b] == pytest.approx(expect, abs=1e-9)
+    assert "aggregated, " in files.html.read_text()

@@ -1,0 +1,65 @@
+"""One diagnosis per planted geometry (README's table), and a sentence for every enabled check."""
+
+from __future__ import annotations
+
+import pytest
+
+from geodiag.analysis import AnalyzeOptions, analyze
+from geodiag.gate import GateConfig, run_gate
+from geodiag.report.verdict import GTI, verdict
+
+OPTS = AnalyzeOptions(n_permutations=50, neighbors_max=0)
+
+
+def diagnose(path, cfg=GateConfig()):
+    report = analyze(path, opts=OPTS)
+    return verdict(report, run_gate(report, cfg))
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "phrase"),
+    [
+        ("mean", "fail", "are the same vector: mean initialization"),
+        ("mean-noise", "fail", "lie within"),
+        ("line", "fail", "on a line"),
+        ("random", "warn", "carries no structure"),
+        ("grounded", "pass", "healthy"),
+    ],
+)
+def test_diagnosis_per_planted_geometry(make_ckpt, kind, status, phrase):
+    v = diagnose(make_ckpt(kind))
+    assert v.status == status
+    assert phrase in v.sentence.lower() or phrase in v.sentence
+    if status != "pass":
+        assert GTI in v.sentence  # a remedy, in the user's terms
+
+
+def test_mean_noise_names_its_scale(make_ckpt):
+    v = diagnose(make_ckpt("mean-noise"))
+    assert (
+        "of one point" in v.sentence
+        and "mean initialization, perhaps with small noise" in v.sentence
+    )
+
+
+def test_every_enabled_check_gets_a_sentence_and_failures_a_remedy(make_ckpt):
+    for kind in ("mean", "mean-noise", "line", "random"):
+        v = diagnose(make_ckpt(kind))
+        names = [c.name for c in v.checks]
+        assert "effective_rank" not in names  # disabled by default: not shown
+        assert {"effective_rank_ratio", "spread_ratio", "mean_cosine"} <= set(names)
+        for c in v.checks:
+            assert c.sentence and c.sentence.endswith(".")
+            if c.status in ("fail", "warn"):
+                assert GTI in c.sentence or "give each token its own" in c.sentence, (kind, c)
+
+
+def test_without_codebooks_the_verdict_says_structure_was_not_measured(make_ckpt):
+    v = diagnose(make_ckpt("grounded", with_codebooks=False))
+    assert v.status == "pass" and "not measured" in v.sentence
+
+
+def test_min_rsa_failure_is_explained(make_ckpt):
+    v = diagnose(make_ckpt("random"), GateConfig(min_rsa=0.5))
+    assert v.status == "fail" and "do not reproduce the codebook's structure" in v.sentence
+    assert any(c.name.startswith("rsa[") and "structure is lost" in c.sentence for c in v.checks)
