@@ -1,0 +1,145 @@
+"""``gti`` command line: thin wrappers that build a config and call one library function.
+
+Sub-apps follow the data flow (``data``, ``sids``; later ``init``, ``sft``,
+``experiment``). Bad input exits with code 2 and a one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+
+from geodiag.errors import InputError
+from gti.semantic_ids.config import RQVAEConfig, SidsConfig
+
+app = typer.Typer(
+    help="gti: semantic IDs, new-token initialization and training.", no_args_is_help=True
+)
+data_app = typer.Typer(help="Datasets: fetch and inspect.", no_args_is_help=True)
+sids_app = typer.Typer(help="Semantic IDs from item text (RQ-VAE).", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(sids_app, name="sids")
+
+F = TypeVar("F", bound=Callable[..., object])
+
+CacheDir = Annotated[
+    Path | None,
+    typer.Option("--cache-dir", help="Cache root (default: $GTI_CACHE or ~/.cache/gti)."),
+]
+
+
+def exits_on_bad_input(fn: F) -> F:
+    """Print an InputError as one line on stderr and exit 2 (DESIGN.md exit codes)."""
+
+    @wraps(fn)
+    def wrapper(*args: object, **kwargs: object) -> object:
+        try:
+            return fn(*args, **kwargs)
+        except InputError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@data_app.command("fetch")
+@exits_on_bad_input
+def data_fetch(
+    name: Annotated[str, typer.Argument(help="Dataset to download: movielens-100k.")],
+    cache_dir: CacheDir = None,
+) -> None:
+    """Download a dataset into the cache once (a second call does nothing)."""
+    from gti.data import movielens
+
+    if name != movielens.NAME:
+        raise InputError("NAME", f"unknown dataset {name!r}; fetchable: {movielens.NAME}")
+    typer.echo(str(movielens.fetch(cache_dir)))
+
+
+@sids_app.command("build")
+@exits_on_bad_input
+def sids_build(
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output folder (written atomically).")],
+    data: Annotated[
+        str,
+        typer.Option(
+            help="movielens-100k | synthetic | jsonl:CATALOG.jsonl,INTERACTIONS.csv "
+            "(JSONL lines: item_id + text fields; interactions: user_id,item_id,timestamp header; .tsv = tabs)."
+        ),
+    ] = SidsConfig.data,
+    model: Annotated[
+        str,
+        typer.Option(help="smollm2-135m | tiny | a local HF folder | a hub id (local cache only)."),
+    ] = SidsConfig.model,
+    encoder: Annotated[
+        str, typer.Option(help="lm (backbone mean-pool) | bow (hashed words, no model).")
+    ] = SidsConfig.encoder,
+    strategy: Annotated[
+        str, typer.Option(help="Collision handling: sinkhorn | dedup-level.")
+    ] = SidsConfig.strategy,
+    levels: Annotated[int, typer.Option(help="RQ-VAE levels.")] = RQVAEConfig.n_levels,
+    codebook_size: Annotated[
+        int, typer.Option(help="Codes per level.")
+    ] = RQVAEConfig.codebook_size,
+    epochs: Annotated[int, typer.Option(help="RQ-VAE training epochs.")] = RQVAEConfig.epochs,
+    batch_size: Annotated[int, typer.Option(help="RQ-VAE batch size.")] = RQVAEConfig.batch_size,
+    seed: Annotated[int, typer.Option(help="Seed for every random choice.")] = SidsConfig.seed,
+    allow_download: Annotated[
+        bool, typer.Option(help="Let a hub id download from the hub.")
+    ] = SidsConfig.allow_download,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = SidsConfig.progress,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Build collision-free semantic IDs from item text.
+
+    Writes exactly semantic_ids.json (geodiag sidecar, token_ids empty),
+    codebooks.safetensors (one [codes, dim] tensor per learned level; the
+    dedup level has none) and stats.json. Embeddings and the RQ-VAE fit are
+    cached, so a re-run with the same inputs takes seconds.
+
+    Example: gti sids build --data movielens-100k --model smollm2-135m -o runs/ml100k/sids/
+    """
+    from gti.semantic_ids.build import build_sids
+
+    cfg = SidsConfig(
+        data=data,
+        model=model,
+        out=out,
+        encoder=encoder,
+        strategy=strategy,
+        rqvae=RQVAEConfig(
+            n_levels=levels, codebook_size=codebook_size, epochs=epochs, batch_size=batch_size
+        ),
+        seed=seed,
+        cache_dir=cache_dir,
+        allow_download=allow_download,
+        progress=progress,
+    )
+    result = build_sids(cfg)
+    summary = {
+        "out": str(result.out),
+        "n_items": result.stats["n_items"],
+        "levels": [
+            (lv["name"], lv["size"], round(lv["utilization"], 3)) for lv in result.stats["levels"]
+        ],
+        "collision_rate_before": result.stats["collisions_before"]["collision_rate"],
+        "collision_rate_after": result.stats["collisions_after"]["collision_rate"],
+        "total_s": round(result.stats["timings"]["total_s"], 1),
+    }
+    typer.echo(json.dumps(summary))
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    app()
+
+
+if __name__ == "__main__":
+    main()

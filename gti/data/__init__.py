@@ -1,0 +1,1 @@
+"""Item catalogs, interactions and user sequences (the first box of the data flow)."""

@@ -1,0 +1,1 @@
+"""Semantic IDs: content embeddings -> RQ-VAE codes -> collision-free SIDs."""

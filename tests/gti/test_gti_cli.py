@@ -1,0 +1,167 @@
+"""The ``gti`` CLI end to end on offline inputs: ``sids build`` writes exactly its three
+files in the sidecar format (both strategies, both encoders), bad input exits 2 with
+the file named and nothing written, and ``data fetch`` is a no-op the second time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+from typer.testing import CliRunner
+
+from geodiag import sidecar
+from gti.cli import app
+
+runner = CliRunner()
+FAST = ["--codebook-size", "32", "--epochs", "40", "--no-progress"]
+
+
+def build(out: Path, *args: str):
+    return runner.invoke(
+        app, ["sids", "build", "--data", "synthetic", "-o", str(out), *FAST, *args]
+    )
+
+
+@pytest.mark.parametrize("strategy", ["sinkhorn", "dedup-level"])
+def test_sids_build_writes_exactly_the_promised_files(tmp_path, tiny_model_dir, strategy):
+    out = tmp_path / "runs" / "sids"
+    result = build(out, "--model", str(tiny_model_dir), "--encoder", "bow", "--strategy", strategy)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "codebooks.safetensors",
+        "semantic_ids.json",
+        "stats.json",
+    ]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["sids"]  # no staging leftovers
+
+    sids = sidecar.load(out)  # geodiag's own validator
+    names = [lv.name for lv in sids.levels]
+    assert names == (["a", "b", "c"] if strategy == "sinkhorn" else ["a", "b", "c", "d"])
+    assert all(lv.token_ids == [] for lv in sids.levels) and not sids.has_token_ids
+    assert len(sids.items) == 192 and len({tuple(v) for v in sids.items.values()}) == 192
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    assert sids.base_vocab_size == config["vocab_size"]
+    assert sids.provenance["stage"] == "sids" and sids.provenance["seed"] == 0
+    assert sids.provenance["strategy"] == strategy and sids.provenance["source_model"] == str(
+        tiny_model_dir
+    )
+
+    books = load_file(out / "codebooks.safetensors")
+    assert sorted(books) == ["a", "b", "c"]  # the dedup level has no codebook
+    assert all(b.shape == (32, 32) and b.dtype == np.float32 for b in books.values())
+
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["strategy_used"] == strategy  # sinkhorn did not need its fallback
+    assert stats["collisions_after"]["collision_rate"] == 0.0
+    assert stats["collisions_before"]["collision_rate"] > 0.0  # the strategies had work to do
+    assert stats["codebooks_omitted"] == ([] if strategy == "sinkhorn" else ["d"])
+    assert [lv["name"] for lv in stats["levels"]] == names
+    assert all(
+        0 < lv["utilization"] <= 1 and 1 <= lv["perplexity"] <= lv["size"] for lv in stats["levels"]
+    )
+
+
+def test_sids_build_with_the_lm_encoder_reruns_from_cache_and_is_seeded(tmp_path, tiny_model_dir):
+    out = tmp_path / "sids"
+    first = build(out, "--model", str(tiny_model_dir), "--encoder", "lm")
+    assert first.exit_code == 0, first.output
+    files = ("semantic_ids.json", "codebooks.safetensors")
+    before = [(out / f).read_bytes() for f in files]
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["embedding_dim"] == 64 and stats["embeddings_computed"] == 192
+    assert stats["rqvae_from_cache"] is False
+
+    # Same inputs: embeddings and the RQ-VAE fit come from the cache; same bytes out.
+    again = build(out, "--model", str(tiny_model_dir), "--encoder", "lm")  # replaces its own output
+    assert again.exit_code == 0, again.output
+    assert [(out / f).read_bytes() for f in files] == before
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["embeddings_computed"] == 0 and stats["rqvae_from_cache"] is True
+
+    # An empty cache recomputes everything under the same seed: still the same bytes.
+    fresh = tmp_path / "fresh"
+    rerun = build(
+        fresh,
+        "--model",
+        str(tiny_model_dir),
+        "--encoder",
+        "lm",
+        "--cache-dir",
+        str(tmp_path / "c2"),
+    )
+    assert rerun.exit_code == 0, rerun.output
+    assert [(fresh / f).read_bytes() for f in files] == before
+
+
+def test_bad_catalog_exits_2_naming_the_file_and_writes_nothing(tmp_path, tiny_model_dir):
+    cat = tmp_path / "items.jsonl"
+    cat.write_text('{"item_id": "a", "title": "A"}\n{"item_id": "a", "title": "B"}\n')
+    inter = tmp_path / "events.csv"
+    inter.write_text("user_id,item_id,timestamp\nu,a,1\n")
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app,
+        [
+            "sids",
+            "build",
+            "--data",
+            f"jsonl:{cat},{inter}",
+            "--model",
+            str(tiny_model_dir),
+            "-o",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 2
+    assert f"{cat}:2: duplicate item_id 'a'" in result.output
+    assert not out.exists()
+
+
+def test_bad_flag_and_foreign_output_folder_exit_2(tmp_path, tiny_model_dir):
+    result = build(tmp_path / "o", "--model", str(tiny_model_dir), "--strategy", "magic")
+    assert result.exit_code == 2 and "--strategy: must be one of" in result.output
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("keep me")
+    result = build(busy, "--model", str(tiny_model_dir), "--encoder", "bow")
+    assert result.exit_code == 2 and "holds other files (notes.txt)" in result.output
+    assert (busy / "notes.txt").read_text() == "keep me"
+
+
+def test_fewer_items_than_codes_shrinks_the_codebook(tmp_path, tiny_model_dir):
+    out = tmp_path / "small"
+    result = runner.invoke(
+        app,
+        ["sids", "build", "--data", "synthetic", "-o", str(out), "--model", str(tiny_model_dir),
+         "--encoder", "bow", "--epochs", "5", "--no-progress"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    stats = json.loads((out / "stats.json").read_text())
+    assert (stats["codebook_size_requested"], stats["codebook_size"]) == (256, 128)  # 192 items
+    assert "192 items < --codebook-size 256: using 128 codes per level" in stats["warnings"][0]
+    assert stats["collisions_after"]["collision_rate"] == 0.0
+
+
+def test_data_fetch_cli_is_idempotent(tmp_path, monkeypatch):
+    from test_data_catalogs import fake_recbole_wheel
+
+    calls = []
+
+    def fake_download(requirement: str, dest: Path) -> Path:
+        calls.append(requirement)
+        return fake_recbole_wheel(dest)
+
+    monkeypatch.setattr("gti.wheels.download_wheel", fake_download)
+    monkeypatch.setattr("gti.wheels._installed_members", lambda *a: None)
+    for _ in range(2):
+        result = runner.invoke(
+            app, ["data", "fetch", "movielens-100k", "--cache-dir", str(tmp_path)]
+        )
+        assert result.exit_code == 0, result.output
+    assert calls == ["recbole==1.2.1"]
+    assert result.output.strip() == str(tmp_path / "data" / "movielens-100k")
+    bad = runner.invoke(app, ["data", "fetch", "netflix"])
+    assert bad.exit_code == 2 and "unknown dataset 'netflix'" in bad.output
