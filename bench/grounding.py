@@ -1,0 +1,170 @@
+"""Grounding throughput: the fast route against the naive one, and what each part buys.
+
+One run on SmolLM2-135M (the converted cached folder) over MovieLens-100k pairs.
+Every route trains on the same batches (forward, backward, AdamW step); examples/s
+is measured after one warm-up step. Routes, each adding one part of the fast route:
+
+  naive            full embedding trainable behind a gradient mask, the model's own
+                   LM loss over every position, AdamW over all V rows
+  +new-rows        E_new (n_new, d) the only parameter and optimizer state; hidden
+                   states from the decoder, every position projected
+  +answer-logits   only the answer positions projected
+  +prefix-cache    the frozen prefix run once without gradient, KV cache reused
+                   (= the fast route of gti init)
+
+    .venv/bin/python bench/grounding.py [--sids runs/ml100k/sids] [--batch-size 16] [--steps 4]
+
+Without --sids the SIDs are random codes (3 x 256) over the catalog: throughput
+does not depend on which item gets which code, only on their token counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from geodiag.sidecar import Level, SemanticIds, load
+from gti.data.sources import load_dataset
+from gti.init import InitContext
+from gti.init.config import GroundingConfig
+from gti.init.grounding import NewRows, SharedPrefix, fast_loss, freeze
+from gti.init.naive import make_naive_trainable, naive_loss
+from gti.init.pairs import PairStream
+from gti.init.run import apply_row_init, sid_strings
+from gti.init.trainer import make_optimizer
+from gti.models.backbone import resolve_backbone
+from gti.vocab import extend_vocabulary
+
+ROUTES = ("naive", "+new-rows", "+answer-logits", "+prefix-cache", "+shared-prefix")
+
+
+def random_sids(
+    item_ids: list[str], levels: int = 3, size: int = 256, seed: int = 0
+) -> SemanticIds:
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, size, size=(len(item_ids), levels))
+    return SemanticIds(
+        base_vocab_size=None,
+        levels=[Level(chr(ord("a") + i), size) for i in range(levels)],
+        items={i: [int(c) for c in row] for i, row in zip(item_ids, codes, strict=True)},
+    )
+
+
+def time_route(
+    route: str, model, ext, stream: PairStream, steps: int, lr: float
+) -> tuple[float, torch.Tensor]:
+    """Seconds per step over ``steps`` steps (after one warm-up step), and the
+    gradient on the new rows of the first batch (n_new, d), to compare routes."""
+    if route == "naive":
+        model = copy.deepcopy(model)
+        params = make_naive_trainable(model, ext)
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+
+        def loss_of(batch):
+            return naive_loss(model, batch)
+
+        def new_grad():
+            return params[0].grad[ext.ids_tensor()].clone()
+    else:
+        rows = NewRows(model, ext)
+        opt = make_optimizer(rows, GroundingConfig(lr=lr))
+        answer_only = route != "+new-rows"
+        prefix_cache = route in ("+prefix-cache", "+shared-prefix")
+        prefix = stream.common_prefix() if route == "+shared-prefix" else []
+        shared = SharedPrefix(model, prefix) if prefix else None
+
+        def loss_of(batch):
+            return fast_loss(
+                model,
+                rows,
+                batch,
+                prefix_cache=prefix_cache,
+                answer_only=answer_only,
+                shared=shared,
+            ).loss
+
+        def new_grad():
+            return rows.inp.grad.clone()
+
+    batches = [stream.batch(s) for s in range(steps + 1)]
+    t0 = 0.0
+    for i, batch in enumerate(batches):
+        if i == 1:
+            t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_of(batch).backward()
+        if i == 0:
+            grad = new_grad()
+        opt.step()
+    return (time.perf_counter() - t0) / steps, grad
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sids", type=Path, default=None)
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--data", default="movielens-100k")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=4, help="timed steps per route")
+    ap.add_argument("--cache-dir", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = ap.parse_args()
+
+    catalog = load_dataset(args.data, args.cache_dir).catalog
+    sids = load(args.sids) if args.sids else random_sids(catalog.item_ids)
+    items = list(sids.items)
+    texts = [catalog.items[catalog.index(i)].text for i in items]
+    model, tok = resolve_backbone(args.model, cache_dir=args.cache_dir).load()
+    ext = extend_vocabulary(model, tok, sids)
+    apply_row_init(model, ext, "mean", torch.Generator().manual_seed(0), InitContext())
+    freeze(model)
+    slot = NewRows(model, ext).slot
+    stream = PairStream(
+        tok, texts, sid_strings(sids, items), slot, batch_size=args.batch_size, seed=0
+    )
+
+    b0 = stream.batch(0)
+    load_avg = os.getloadavg()[0]  # other processes on the machine skew examples/s
+    print(
+        f"model {args.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M params, "
+        f"V={model.get_input_embeddings().weight.shape[0]}, n_new={ext.n_new}; batch {args.batch_size}, "
+        f"mean length {b0.lengths.float().mean():.0f} tokens, mean answer start "
+        f"{b0.answer_start.float().mean():.0f}, mean first new token {b0.first_new.float().mean():.0f}, "
+        f"shared prefix {len(stream.common_prefix())} tokens; "
+        f"threads {torch.get_num_threads()}, load average {load_avg:.1f}"
+    )
+    seconds, grads = {}, {}
+    for route in ROUTES:
+        seconds[route], grads[route] = time_route(route, model, ext, stream, args.steps, lr=1e-3)
+        rel = (grads[route] - grads["naive"]).abs().max() / grads["naive"].abs().max()
+        print(
+            f"  {route:15s} {args.batch_size / seconds[route]:7.2f} examples/s"
+            f"  (first-batch gradient vs naive: max rel. diff {rel:.1e})"
+        )
+    speedup = seconds["naive"] / seconds[ROUTES[-1]]
+    print(f"fast / naive: {speedup:.2f}x examples/s")
+    print("contribution of each part (examples/s ratio to the route before it):")
+    for prev, route in zip(ROUTES, ROUTES[1:], strict=False):
+        print(f"  {route:15s} x{seconds[prev] / seconds[route]:.2f}")
+    if args.json:
+        result = {
+            "examples_per_s": {r: args.batch_size / s for r, s in seconds.items()},
+            "speedup": speedup,
+            "batch_size": args.batch_size,
+            "steps": args.steps,
+            "model": args.model,
+            "threads": torch.get_num_threads(),
+            "load_average_at_start": load_avg,
+        }
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

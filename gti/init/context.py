@@ -1,0 +1,41 @@
+"""What every row-init strategy receives besides the original rows: one signature
+for all of them (``gti.init.REGISTRY``), whatever subset each one uses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from geodiag.sidecar import SemanticIds
+
+
+@dataclass
+class InitContext:
+    """Side information for strategies that need more than the old rows."""
+
+    sids: SemanticIds | None = None
+    # item id -> the rendered item text (the catalog's ``Item.text``).
+    item_texts: dict[str, str] = field(default_factory=dict)
+    # The extended tokenizer; only ids < base_vocab_size are used from item texts.
+    tokenizer: PreTrainedTokenizerBase | None = None
+    matrix: str = "input"  # "input" | "output": which matrix the rows are for
+
+
+class InitFn(Protocol):
+    def __call__(
+        self,
+        *,
+        old: torch.Tensor,  # (V, d) original rows
+        n_new: int,
+        generator: torch.Generator,
+        context: InitContext,
+    ) -> torch.Tensor:  # (n_new, d), dtype of old
+        ...
+
+
+Registry = dict[str, Callable[..., "torch.Tensor"]]

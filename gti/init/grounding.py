@@ -1,0 +1,221 @@
+"""GTI grounding, the fast route: only the new rows carry gradient and optimizer state.
+
+The model stays frozen (every transformer weight and every original row); the
+trainable tensors are ``NewRows.inp`` (n_new, d) and, for an untied head,
+``NewRows.out`` (n_new, d). Three things make a step cheap, each exact:
+
+1. Frozen prefix: the tokens before a sequence's first new token depend on no
+   trainable tensor. They run once under ``no_grad`` and hand their key/value
+   cache to the rest of the sequence, which alone is back-propagated. In the
+   text -> SID direction that is the whole prompt; the suffix is the SID itself.
+   The part every example shares (the chat template's system turn and user
+   header, ``SharedPrefix``) runs once per training run, not once per batch.
+2. Answer-only logits: hidden states come from the decoder (no LM head); only the
+   answer positions are projected, onto the frozen head with the new rows swapped in.
+3. Optimizer state for the new rows only (AdamW on (n_new, d), not (V, d)).
+
+``naive.py`` is the reference route these are checked against (same gradients).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+
+from gti.init.pairs import Batch
+from gti.vocab import VocabExtension
+
+
+class NewRows(nn.Module):
+    """The trainable new rows, and how they enter the frozen model."""
+
+    def __init__(self, model: PreTrainedModel, ext: VocabExtension) -> None:
+        super().__init__()
+        embed = model.get_input_embeddings()
+        ids = ext.ids_tensor(embed.weight.device)  # (n_new,)
+        slot = torch.full((embed.weight.shape[0],), -1, dtype=torch.long, device=ids.device)
+        slot[ids] = torch.arange(len(ids), device=ids.device)
+        self.register_buffer("ids", ids)
+        self.register_buffer("slot", slot)  # (V,): row of E_new for a new id, -1 otherwise
+        self.inp = nn.Parameter(embed.weight.detach()[ids].clone())  # (n_new, d)
+        head = model.get_output_embeddings()
+        self.out = None if ext.tied else nn.Parameter(head.weight.detach()[ids].clone())
+        # Gemma-style embeddings scale their output; new rows must get the same scale.
+        self.embed_scale = getattr(embed, "embed_scale", None)
+
+    @property
+    def output_rows(self) -> torch.Tensor:
+        return self.inp if self.out is None else self.out
+
+    def embed(self, model: PreTrainedModel, input_ids: torch.Tensor) -> torch.Tensor:
+        """Input embeddings, (B, T) -> (B, T, d), with the new rows taken from ``inp``."""
+        base = model.get_input_embeddings()(input_ids)  # frozen: no grad
+        slot = self.slot[input_ids]  # (B, T)
+        new = self.inp[slot.clamp(min=0)]  # (B, T, d)
+        if self.embed_scale is not None:
+            new = new * self.embed_scale
+        return torch.where((slot >= 0)[..., None], new.to(base.dtype), base)
+
+    def project(self, model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits (N, V) for hidden states (N, d): frozen head, new columns from the rows."""
+        head = model.get_output_embeddings()
+        logits = hidden @ head.weight.detach().T  # (N, V)
+        new = hidden @ self.output_rows.T  # (N, n_new)
+        logits = logits.index_copy(1, self.ids, new)
+        if getattr(head, "bias", None) is not None:
+            logits = logits + head.bias.detach()
+        return logits
+
+    @torch.no_grad()
+    def write_back(self, model: PreTrainedModel) -> None:
+        """Copy the trained rows into the model's weights (for saving)."""
+        model.get_input_embeddings().weight[self.ids] = self.inp.detach()
+        if self.out is not None:
+            model.get_output_embeddings().weight[self.ids] = self.out.detach()
+
+
+@dataclass
+class StepLoss:
+    loss: torch.Tensor  # scalar, mean over all answer tokens of the batch
+    token_losses: torch.Tensor  # (N,) detached, one per answer token
+    token_direction: torch.Tensor  # (N,) direction of each answer token's example
+
+
+def freeze(model: PreTrainedModel) -> None:
+    """No parameter of the model trains; eval mode (no dropout) for exact gradients."""
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+
+
+def _cache_kwarg(decoder: nn.Module) -> str:
+    # transformers 5 renamed ``past_key_values`` to ``cache`` (the old name warns).
+    return (
+        "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+    )
+
+
+def _cache_of(output: object) -> object:
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values  # type: ignore[attr-defined]
+
+
+class SharedPrefix:
+    """Key/value cache of the token prefix all examples start with, computed once.
+
+    Exact because the model is frozen and the prefix holds no new token.
+    """
+
+    def __init__(self, model: PreTrainedModel, ids: list[int]) -> None:
+        decoder = model.get_decoder()
+        device = model.get_input_embeddings().weight.device
+        self.ids = torch.tensor(ids, dtype=torch.long, device=device)  # (C,)
+        with torch.no_grad():
+            out = decoder(
+                inputs_embeds=model.get_input_embeddings()(self.ids[None]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.bool, device=device),
+                use_cache=True,
+            )
+        self._cache = _cache_of(out)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def matches(self, input_ids: torch.Tensor) -> bool:
+        """Whether every row of ``input_ids`` (B, T) starts with the shared prefix."""
+        C = len(self.ids)
+        return input_ids.shape[1] > C and bool((input_ids[:, :C] == self.ids).all())
+
+    def cache_for(self, batch_size: int) -> object:
+        cache = copy.deepcopy(self._cache)
+        cache.batch_repeat_interleave(batch_size)  # type: ignore[attr-defined]
+        return cache
+
+
+def fast_loss(
+    model: PreTrainedModel,
+    rows: NewRows,
+    batch: Batch,
+    *,
+    prefix_cache: bool = True,
+    answer_only: bool = True,
+    shared: SharedPrefix | None = None,
+) -> StepLoss:
+    """Mean cross-entropy over the answer tokens; gradient flows into ``rows`` only.
+
+    ``prefix_cache`` / ``answer_only`` / ``shared`` switch optimizations 1 and 2 (for
+    the benchmark); the result is the same either way.
+    """
+    decoder = model.get_decoder()
+    device = rows.ids.device
+    ids, lengths = batch.input_ids.to(device), batch.lengths.to(device)
+    answer_start = batch.answer_start.to(device)
+    B, T = ids.shape
+    # Split point: the prefix [0, split) holds no new token. A row whose first
+    # token is new has no prefix; then the whole batch runs without one.
+    split = torch.minimum(batch.first_new.to(device), answer_start)
+    if not prefix_cache or int(split.min()) == 0:
+        split = torch.zeros_like(split)
+    P = int(split.max())
+
+    pos = torch.arange(T, device=device)
+    kv: dict[str, object] = {"use_cache": False}
+    prefix_mask = torch.zeros(B, 0, dtype=torch.bool, device=device)
+    h_pre = torch.zeros(B, 0, rows.inp.shape[1], device=device)
+    if P > 0:
+        # Shared tokens [0, C) come from the run-wide cache. Every row's split lies
+        # past them, so no loss term needs their hidden states.
+        C = len(shared) if shared is not None and shared.matches(ids) else 0
+        C = C if int(split.min()) > C else 0
+        prefix_mask = pos[None, :P] < split[:, None]  # (B, P), right-padded
+        past = {_cache_kwarg(decoder): shared.cache_for(B)} if C else {}  # type: ignore[union-attr]
+        with torch.no_grad():
+            out = decoder(
+                inputs_embeds=model.get_input_embeddings()(ids[:, C:P]),
+                attention_mask=prefix_mask,  # (B, P): C cached + P - C new
+                position_ids=pos[C:P].expand(B, -1),
+                use_cache=True,
+                **past,
+            )
+        h_pre = out.last_hidden_state  # (B, P - C, d), constant
+        h_pre = torch.cat([h_pre.new_zeros(B, C, h_pre.shape[2]), h_pre], dim=1)  # (B, P, d)
+        kv = {_cache_kwarg(decoder): _cache_of(out), "use_cache": True}
+
+    # Suffix: tokens [split, length - 1); the last token predicts nothing.
+    S = int((lengths - 1 - split).max())
+    suf_pos = split[:, None] + torch.arange(S, device=device)[None, :]  # (B, S) absolute
+    suf_valid = suf_pos < (lengths - 1)[:, None]  # (B, S)
+    suf_ids = ids.gather(1, suf_pos.clamp(max=T - 1))
+    h_suf = decoder(
+        inputs_embeds=rows.embed(model, suf_ids),
+        attention_mask=torch.cat([prefix_mask, suf_valid], dim=1),  # (B, P + S)
+        position_ids=suf_pos,
+        **kv,
+    ).last_hidden_state  # (B, S, d)
+
+    # Token t of the answer is predicted by the hidden state at t - 1.
+    target_mask = (pos[None, :] >= answer_start[:, None]) & (pos[None, :] < lengths[:, None])
+    row, t = target_mask.nonzero(as_tuple=True)  # (N,), (N,)
+    src = t - 1
+    in_prefix = src < split[row]
+    col = torch.where(in_prefix, src, P + src - split[row])  # column in cat(h_pre, h_suf)
+    hidden = torch.cat([h_pre.to(h_suf.dtype), h_suf], dim=1)  # (B, P + S, d)
+    if answer_only:
+        logits = rows.project(model, hidden[row, col])  # (N, V)
+    else:  # project every position, as a full LM head would, then pick the answers
+        logits = rows.project(model, hidden.reshape(B * (P + S), -1))
+        logits = logits.view(B, P + S, -1)[row, col]
+    if logits.dtype in (torch.float16, torch.bfloat16):  # CE in at least float32
+        logits = logits.float()
+    token_losses = F.cross_entropy(logits, ids[row, t], reduction="none")  # (N,)
+    return StepLoss(
+        loss=token_losses.mean(),
+        token_losses=token_losses.detach(),
+        token_direction=batch.direction.to(device)[row],
+    )

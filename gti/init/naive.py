@@ -1,0 +1,41 @@
+"""The naive grounding route, kept as the reference the fast route is checked against.
+
+The whole embedding matrix (and an untied head) is a trainable parameter; a
+gradient hook zeroes the original rows' gradients, so only the new rows move.
+Every step runs the full model forward and backward over every position, with
+``labels = -100`` outside the answer, and AdamW keeps state for all V rows.
+Same loss, same gradient on the new rows (``tests/gti/init``); much more work.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from gti.init.grounding import freeze
+from gti.init.pairs import Batch
+from gti.vocab import VocabExtension
+
+
+def make_naive_trainable(model: PreTrainedModel, ext: VocabExtension) -> list[torch.nn.Parameter]:
+    """Freeze the model, then make the embedding (and untied head) trainable behind a
+    mask that keeps the original rows' gradient at zero. Returns those parameters."""
+    freeze(model)
+    params = [model.get_input_embeddings().weight]
+    if not ext.tied:
+        params.append(model.get_output_embeddings().weight)
+    for w in params:
+        keep = torch.zeros(w.shape[0], 1, dtype=w.dtype, device=w.device)  # (V, 1)
+        keep[ext.ids_tensor(w.device)] = 1
+        w.requires_grad_(True)
+        w.register_hook(lambda grad, keep=keep: grad * keep)
+    return params
+
+
+def naive_loss(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
+    """Mean cross-entropy over the answer tokens, by the model's own LM loss."""
+    device = model.get_input_embeddings().weight.device
+    ids = batch.input_ids.to(device)
+    labels = ids.masked_fill(~batch.answer_mask.to(device), -100)
+    out = model(input_ids=ids, attention_mask=batch.attention_mask.to(device), labels=labels)
+    return out.loss

@@ -1,0 +1,131 @@
+"""The grounding data: a deterministic stream of (item, direction, template) examples,
+and their collation into padded batches.
+
+Example ``k`` of the stream is a pure function of (seed, k): each epoch is a seeded
+permutation of all (item, direction) pairs with a seeded template per pair. So the
+data position of a resumed run is just ``step * batch_size``: nothing else to save.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from gti.init.templates import DIRECTIONS, TEMPLATES, Example, instruction_and_answer, render
+
+
+@dataclass
+class Batch:
+    """Right-padded sequences and where their answers and new tokens are."""
+
+    input_ids: torch.Tensor  # (B, T) long, padded with pad_id
+    attention_mask: torch.Tensor  # (B, T) bool
+    lengths: torch.Tensor  # (B,) long, real tokens per row
+    answer_start: torch.Tensor  # (B,) long, first loss position
+    first_new: torch.Tensor  # (B,) long, first new-token position (= length when none)
+    direction: torch.Tensor  # (B,) long, index into DIRECTIONS
+
+    @property
+    def answer_mask(self) -> torch.Tensor:
+        """(B, T) bool: the positions whose tokens are in the loss."""
+        pos = torch.arange(self.input_ids.shape[1], device=self.input_ids.device)
+        return (pos >= self.answer_start[:, None]) & self.attention_mask
+
+
+def collate(examples: list[Example], pad_id: int, new_slot: torch.Tensor) -> Batch:
+    """Pad ``examples`` on the right. ``new_slot`` (V,) is >= 0 exactly at new token ids."""
+    lengths = torch.tensor([len(e.input_ids) for e in examples])
+    T = int(lengths.max())
+    ids = torch.full((len(examples), T), pad_id, dtype=torch.long)
+    for i, e in enumerate(examples):
+        ids[i, : len(e.input_ids)] = torch.tensor(e.input_ids)
+    mask = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
+    is_new = (new_slot[ids] >= 0) & mask  # (B, T)
+    first_new = torch.where(is_new.any(1), is_new.int().argmax(1), lengths)
+    return Batch(
+        input_ids=ids,
+        attention_mask=mask,
+        lengths=lengths,
+        answer_start=torch.tensor([e.answer_start for e in examples]),
+        first_new=first_new,
+        direction=torch.tensor([e.direction for e in examples]),
+    )
+
+
+class PairStream:
+    """Item texts paired with their SID strings, served as batches by step."""
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        texts: list[str],
+        sid_strings: list[str],
+        new_slot: torch.Tensor,
+        *,
+        batch_size: int,
+        seed: int,
+        max_text_chars: int = 400,
+    ) -> None:
+        if len(texts) != len(sid_strings) or not texts:
+            raise ValueError("need one SID string per item text, and at least one item")
+        self.tokenizer = tokenizer
+        self.texts = [t if len(t) <= max_text_chars else t[:max_text_chars] for t in texts]
+        self.sid_strings = sid_strings
+        self.new_slot = new_slot
+        self.batch_size = batch_size
+        self.seed = seed
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else tokenizer.eos_token_id or 0)
+        self.n_pairs = len(texts) * len(DIRECTIONS)
+        self._epoch: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._rendered: dict[tuple[int, int, int], Example] = {}
+
+    def _order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        if self._epoch is None or self._epoch[0] != epoch:
+            rng = np.random.default_rng([self.seed, epoch])
+            perm = rng.permutation(self.n_pairs)
+            template = rng.integers(0, 1 << 30, size=self.n_pairs)  # reduced per direction
+            self._epoch = (epoch, perm, template)
+        return self._epoch[1], self._epoch[2]
+
+    def key(self, index: int) -> tuple[int, int, int]:
+        """(item, direction, template) of example ``index`` of the stream."""
+        epoch, pos = divmod(index, self.n_pairs)
+        perm, template = self._order(epoch)
+        item, direction = divmod(int(perm[pos]), len(DIRECTIONS))
+        return item, direction, int(template[pos]) % len(TEMPLATES[direction])
+
+    def example(self, key: tuple[int, int, int]) -> Example:
+        if key not in self._rendered:
+            item, direction, template = key
+            instruction, answer = instruction_and_answer(
+                direction, template, self.texts[item], self.sid_strings[item]
+            )
+            self._rendered[key] = render(self.tokenizer, instruction, answer, direction)
+        return self._rendered[key]
+
+    def common_prefix(self) -> list[int]:
+        """The longest token prefix shared by every rendering (two items, every
+        direction and template), cut before any new token: e.g. a chat template's
+        system turn and user header. Batches are checked against it when used."""
+        keys = [
+            (item, d, t)
+            for item in {0, min(1, len(self.texts) - 1)}
+            for d in range(len(DIRECTIONS))
+            for t in range(len(TEMPLATES[d]))
+        ]
+        seqs = [self.example(k).input_ids for k in keys]
+        n = 0
+        while all(len(s) > n + 1 for s in seqs) and len({s[n] for s in seqs}) == 1:
+            if int(self.new_slot[seqs[0][n]]) >= 0:
+                break
+            n += 1
+        return list(seqs[0][:n])
+
+    def batch(self, step: int) -> Batch:
+        start = step * self.batch_size
+        keys = [self.key(i) for i in range(start, start + self.batch_size)]
+        return collate([self.example(k) for k in keys], self.pad_id, self.new_slot)

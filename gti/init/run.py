@@ -1,0 +1,169 @@
+"""``run_init``: the library entry behind ``gti init``.
+
+sids folder + backbone -> new tokens in tokenizer and model -> row init (registry)
+-> optional grounding (``gti``) -> contract checkpoint, written atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+from geodiag.errors import InputError
+from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, load, token_string
+from gti.data.sources import load_dataset
+from gti.init import REGISTRY, InitContext
+from gti.init.checkpoint import (
+    ResumeStore,
+    check_output_dir,
+    partial_dir,
+    write_checkpoint,
+)
+from gti.init.config import InitConfig
+from gti.init.grounding import NewRows, freeze
+from gti.init.pairs import PairStream
+from gti.init.trainer import GroundingInterrupted, train_grounding
+from gti.models.backbone import resolve_backbone
+from gti.vocab import VocabExtension, extend_vocabulary, old_rows, set_new_rows, with_token_ids
+
+log = logging.getLogger(__name__)
+DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_DATA = "movielens-100k"
+
+
+def apply_row_init(
+    model: PreTrainedModel,
+    ext: VocabExtension,
+    strategy: str,
+    generator: torch.Generator,
+    context: InitContext,
+) -> None:
+    """Fill the new rows of the input embedding (and of an untied head) by ``strategy``."""
+    fn = REGISTRY[strategy]
+    for matrix in ("input",) if ext.tied else ("input", "output"):
+        context.matrix = matrix
+        old = old_rows(model, ext, matrix)  # (V, d)
+        rows = fn(old=old.cpu(), n_new=ext.n_new, generator=generator, context=context)
+        set_new_rows(model, ext, matrix, rows)
+
+
+def sid_strings(sids: SemanticIds, items: list[str]) -> list[str]:
+    """``<a_3><b_17><c_5>`` per item."""
+    return [
+        "".join(token_string(lv.name, c) for lv, c in zip(sids.levels, sids.items[i], strict=True))
+        for i in items
+    ]
+
+
+def _device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError("--device", f"{spec} requested but CUDA is not available")
+    return torch.device(spec)
+
+
+def _item_texts(sids: SemanticIds, data: str, cache_dir: Path | None) -> dict[str, str]:
+    catalog = load_dataset(data, cache_dir).catalog
+    missing = [i for i in sids.items if i not in catalog]
+    if missing:
+        raise InputError(
+            "--data",
+            f"{len(missing)} item(s) of the semantic IDs are not in {data!r} (e.g. {missing[0]!r}); "
+            "pass the --data the sids were built from",
+        )
+    return {i: catalog.items[catalog.index(i)].text for i in sids.items}
+
+
+def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = None) -> Path:
+    """Write the initialized checkpoint to ``cfg.out`` and return its path.
+
+    Raises :class:`GroundingInterrupted` when grounding stopped early (signal or
+    ``should_stop``); the same call later resumes where it stopped.
+    """
+    cfg.validate()
+    out = Path(cfg.out)
+    check_output_dir(out)
+    sids_path = Path(cfg.sids)
+    sids = load(sids_path)
+    codebooks = sids_path / CODEBOOKS_FILENAME
+    if not codebooks.is_file():
+        raise InputError(codebooks, "file not found; pass the folder written by `gti sids build`")
+    model_spec = cfg.model or str(sids.provenance.get("source_model") or DEFAULT_MODEL)
+    data = cfg.data or str(sids.provenance.get("data") or DEFAULT_DATA)
+    row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
+    needs_texts = cfg.strategy == "gti" or row_strategy == "description-mean"
+    item_texts = _item_texts(sids, data, cfg.cache_dir) if needs_texts else {}
+
+    backbone = resolve_backbone(
+        model_spec, cache_dir=cfg.cache_dir, allow_download=cfg.allow_download, seed=cfg.seed
+    )
+    model, tokenizer = backbone.load()
+    model.to(_device(cfg.device))
+    ext = extend_vocabulary(model, tokenizer, sids)
+    context = InitContext(sids=sids, item_texts=item_texts, tokenizer=tokenizer)
+    apply_row_init(model, ext, row_strategy, torch.Generator().manual_seed(cfg.seed), context)
+
+    g = cfg.grounding
+    run_config: dict[str, object] = {
+        "strategy": cfg.strategy,
+        "start_from": cfg.start_from if cfg.strategy == "gti" else None,
+        "model": backbone.name,
+        "model_identity": backbone.identity,
+        "data": data,
+        "sids": str(sids_path),
+        "seed": cfg.seed,
+        "grounding": asdict(g) if cfg.strategy == "gti" else None,
+    }
+    step, train_log = 0, None
+    if cfg.strategy == "gti":
+        freeze(model)
+        rows = NewRows(model, ext)
+        items = list(sids.items)
+        stream = PairStream(
+            tokenizer,
+            [item_texts[i] for i in items],
+            sid_strings(sids, items),
+            rows.slot.cpu(),
+            batch_size=g.batch_size,
+            seed=g.seed,
+            max_text_chars=g.max_text_chars,
+        )
+        fingerprint = {
+            **{k: v for k, v in run_config.items() if k not in ("grounding", "sids")},
+            "sids_sha256": hashlib.sha256(
+                (sids_path / "semantic_ids.json").read_bytes()
+            ).hexdigest(),
+            **{k: v for k, v in asdict(g).items() if k not in ("steps", "save_every", "progress")},
+        }
+        resume = ResumeStore(partial_dir(out), fingerprint)
+        result = train_grounding(model, rows, stream, g, resume=resume, should_stop=should_stop)
+        if not result.completed:
+            raise GroundingInterrupted(result.step, str(resume.folder))
+        rows.write_back(model)
+        step, train_log = result.step, result.log
+
+    final = with_token_ids(sids, ext)
+    final.provenance = {
+        "stage": "init",
+        "init_strategy": cfg.strategy,
+        "start_from": run_config["start_from"],
+        "step": step,
+        "seed": cfg.seed,
+        "source_model": backbone.name,
+        "source_model_identity": backbone.identity,
+        "data": data,
+        "tied_embeddings": ext.tied,
+        "sids_provenance": sids.provenance,
+    }
+    write_checkpoint(out, model, tokenizer, final, codebooks, run_config, train_log)
+    if cfg.strategy == "gti":
+        ResumeStore(partial_dir(out), {}).clear()
+    log.info("wrote %s (%s, %d new tokens)", out, cfg.strategy, ext.n_new)
+    return out

@@ -1,0 +1,116 @@
+"""Vocabulary extension: one new token per (level, code) of the semantic IDs.
+
+Tokens are named ``<a_0> .. <a_255>, <b_0> ..`` (``geodiag.sidecar.token_string``),
+added to the tokenizer as plain (non-special) added tokens so they survive
+decoding, and given rows in the model by ``resize_token_embeddings``. The rows are
+left for an init strategy to fill (``mean_resizing=False``: transformers' own mean
+init would silently be the ``mean-noise`` strategy). Tied and untied output heads
+are both supported; an untied head gets its own new rows.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from tokenizers import AddedToken
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from geodiag.errors import InputError
+from geodiag.sidecar import SemanticIds
+
+
+@dataclass(frozen=True)
+class VocabExtension:
+    """Where the new tokens live after :func:`extend_vocabulary`."""
+
+    # Rows [0, base_vocab_size) are the original vocabulary. Models whose embedding
+    # has padding rows beyond the tokenizer (Qwen) keep those out of the statistics.
+    base_vocab_size: int
+    new_token_ids: tuple[int, ...]  # in (level, code) order, as sids.token_strings()
+    tied: bool
+
+    @property
+    def n_new(self) -> int:
+        return len(self.new_token_ids)
+
+    def ids_tensor(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        return torch.tensor(self.new_token_ids, dtype=torch.long, device=device)  # (n_new,)
+
+
+def is_tied(model: PreTrainedModel) -> bool:
+    out = model.get_output_embeddings()
+    return out is None or out.weight is model.get_input_embeddings().weight
+
+
+def extend_vocabulary(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sids: SemanticIds
+) -> VocabExtension:
+    """Add the SID tokens to ``tokenizer`` and rows for them to ``model``, in place."""
+    tokens = sids.token_strings()
+    vocab = tokenizer.get_vocab()
+    clash = [t for t in tokens if t in vocab]
+    if clash:
+        raise InputError(
+            "--model",
+            f"the tokenizer already has {len(clash)} SID token(s) (e.g. {clash[0]}); "
+            "start from a backbone without semantic-ID tokens",
+        )
+    n_rows = model.get_input_embeddings().weight.shape[0]
+    base = min(len(tokenizer), n_rows)
+    # normalized=False: match the raw text, whatever the tokenizer's normalizer does.
+    added = tokenizer.add_tokens(
+        [AddedToken(t, normalized=False, special=False, single_word=False) for t in tokens]
+    )
+    if added != len(tokens):
+        raise RuntimeError(f"tokenizer added {added} of {len(tokens)} SID tokens")
+    ids = tokenizer.convert_tokens_to_ids(tokens)
+    if len(set(ids)) != len(ids) or min(ids) < base:
+        raise RuntimeError(f"SID token ids overlap the original vocabulary (first {ids[:3]})")
+    probe = "".join(tokens[: min(len(tokens), 8)])
+    if tokenizer(probe, add_special_tokens=False)["input_ids"] != ids[: min(len(tokens), 8)]:
+        raise RuntimeError(f"the tokenizer does not split {probe!r} into the SID tokens")
+    # Never shrink: rows past the tokenizer (padding rows) stay where they are.
+    model.resize_token_embeddings(max(n_rows, len(tokenizer)), mean_resizing=False)
+    return VocabExtension(base_vocab_size=base, new_token_ids=tuple(ids), tied=is_tied(model))
+
+
+def with_token_ids(sids: SemanticIds, ext: VocabExtension) -> SemanticIds:
+    """A copy of ``sids`` whose levels record the token ids (code order)."""
+    out = copy.deepcopy(sids)
+    it = iter(ext.new_token_ids)
+    for level in out.levels:
+        level.token_ids = [next(it) for _ in range(level.size)]
+    out.base_vocab_size = ext.base_vocab_size
+    return out
+
+
+def new_rows(model: PreTrainedModel, ext: VocabExtension, matrix: str) -> torch.Tensor:
+    """The new rows of the input embedding or the output head (a view), (n_new, d)."""
+    weight = _weight(model, matrix)
+    return weight.detach()[ext.ids_tensor(weight.device)]
+
+
+def old_rows(model: PreTrainedModel, ext: VocabExtension, matrix: str) -> torch.Tensor:
+    """The original rows, (base_vocab_size, d)."""
+    return _weight(model, matrix).detach()[: ext.base_vocab_size]
+
+
+def set_new_rows(
+    model: PreTrainedModel, ext: VocabExtension, matrix: str, rows: torch.Tensor
+) -> None:
+    """Write ``rows`` (n_new, d) into the new rows of ``matrix``, in place."""
+    weight = _weight(model, matrix)
+    if rows.shape != (ext.n_new, weight.shape[1]):
+        raise ValueError(f"rows {tuple(rows.shape)} != ({ext.n_new}, {weight.shape[1]})")
+    with torch.no_grad():
+        weight[ext.ids_tensor(weight.device)] = rows.to(device=weight.device, dtype=weight.dtype)
+
+
+def _weight(model: PreTrainedModel, matrix: str) -> torch.Tensor:
+    if matrix == "input":
+        return model.get_input_embeddings().weight
+    if matrix == "output":
+        return model.get_output_embeddings().weight
+    raise ValueError(f"matrix must be 'input' or 'output', got {matrix!r}")

@@ -1,0 +1,106 @@
+"""``gti init`` end to end on the tiny world: the exact files, and geodiag's verdict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from typer.testing import CliRunner
+
+from geodiag import sidecar
+from geodiag.cli import app as geodiag_app
+from gti.init.cli import init
+
+runner = CliRunner()
+app = typer.Typer()
+app.command("init")(init)
+app.command("noop")(lambda: None)  # two commands: `init` is then a subcommand, as in gti
+
+# What save_pretrained writes for a tiny Llama + fast tokenizer (transformers 4.x / 5.x).
+HF_FILES = {
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+}
+OWN_FILES = {"semantic_ids.json", "codebooks.safetensors", "init_config.json"}
+
+
+def gti_init(world, out, *args):
+    res = runner.invoke(
+        app, ["init", "--sids", str(world.sids_dir), "-o", str(out), *map(str, args)]
+    )
+    return res
+
+
+@pytest.mark.parametrize("strategy", ["mean", "mean-noise", "random", "description-mean", "gti"])
+def test_writes_a_contract_checkpoint(world, strategy):
+    out = world.root / "runs" / strategy
+    res = gti_init(world, out, "--strategy", strategy, "--preset", "tiny", "--no-progress")
+    assert res.exit_code == 0, res.output
+    files = {p.name for p in out.iterdir()}
+    expected = OWN_FILES | ({"train_log.jsonl"} if strategy == "gti" else set())
+    assert expected <= files and {"config.json", "model.safetensors", "tokenizer.json"} <= files
+    assert files - expected <= HF_FILES, files
+    assert sorted(p.name for p in out.parent.iterdir()) == [strategy]  # no staging or .partial left
+
+    sids = sidecar.load(out)
+    assert sids.has_token_ids and sids.base_vocab_size is not None
+    assert sids.items == world.sids.items
+    prov = sids.provenance
+    assert prov["stage"] == "init" and prov["init_strategy"] == strategy and prov["seed"] == 0
+    assert prov["source_model"] == str(world.model_dir)
+    assert prov["step"] == (4 if strategy == "gti" else 0)
+    assert prov["start_from"] == ("mean" if strategy == "gti" else None)
+    assert (out / "codebooks.safetensors").read_bytes() == (
+        world.sids_dir / "codebooks.safetensors"
+    ).read_bytes()
+
+    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out)
+    ids = [t for lv in sids.levels for t in lv.token_ids]
+    assert tok.convert_ids_to_tokens(ids) == sids.token_strings()
+    assert model.get_input_embeddings().weight.shape[0] == max(ids) + 1
+    if strategy == "gti":
+        log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+        assert [e["step"] for e in log] == [1, 2, 3, 4] and all(e["loss"] > 0 for e in log)
+
+
+def geodiag_check(ckpt):
+    return runner.invoke(geodiag_app, ["check", str(ckpt), "--permutations", "50", "--json"])
+
+
+def test_geodiag_fails_mean_inits_and_passes_random(world):
+    verdict = {}
+    for strategy in ("mean", "mean-noise", "random"):
+        out = world.root / strategy
+        assert gti_init(world, out, "--strategy", strategy).exit_code == 0
+        res = geodiag_check(out)
+        assert res.exit_code in (0, 1), res.output
+        verdict[strategy] = res.exit_code
+    assert verdict == {"mean": 1, "mean-noise": 1, "random": 0}
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--strategy", "median"], "--strategy"),
+        (["--strategy", "gti", "--start-from", "gti"], "--start-from"),
+        (["--strategy", "gti", "--steps", "0"], "--steps"),
+        (["--preset", "huge"], "--preset"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_flag(world, args, flag):
+    res = gti_init(world, world.root / "bad", *args)
+    assert res.exit_code == 2 and flag in res.output
+    assert not (world.root / "bad").exists()
+
+
+def test_missing_sids_folder_exits_2(world, tmp_path):
+    res = runner.invoke(app, ["init", "--sids", str(tmp_path / "nope"), "-o", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "not found" in res.output

@@ -1,0 +1,129 @@
+"""Grounding: fast gradients equal the naive route's; only the new rows move."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from initworld import TEXTS, make_model, make_sids, make_tokenizer
+
+from gti.init import REGISTRY, InitContext
+from gti.init.config import GroundingConfig
+from gti.init.grounding import NewRows, SharedPrefix, fast_loss, freeze
+from gti.init.naive import make_naive_trainable, naive_loss
+from gti.init.pairs import PairStream
+from gti.init.run import apply_row_init, sid_strings
+from gti.init.templates import SID_TO_TEXT, TEXT_TO_SID
+from gti.init.trainer import train_grounding
+from gti.vocab import extend_vocabulary
+
+
+def setup(tied: bool, chat: bool, start: str = "random", batch_size: int = 8):
+    tok = make_tokenizer(chat)
+    model = make_model(tok, tied=tied)
+    sids = make_sids()
+    ext = extend_vocabulary(model, tok, sids)
+    # random, not mean: with identical new rows some gradient terms cancel by symmetry
+    apply_row_init(model, ext, start, torch.Generator().manual_seed(0), InitContext())
+    freeze(model)
+    rows = NewRows(model, ext)
+    stream = PairStream(
+        tok, TEXTS, sid_strings(sids, list(sids.items)), rows.slot, batch_size=batch_size, seed=0
+    )
+    return tok, model, ext, rows, stream
+
+
+def test_templates_cover_both_directions():
+    assert len(set(TEXT_TO_SID)) >= 4 and len(set(SID_TO_TEXT)) >= 4
+    assert all("{text}" in t for t in TEXT_TO_SID) and all("{sid}" in t for t in SID_TO_TEXT)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_loss_covers_exactly_the_answer(chat):
+    tok, model, ext, rows, stream = setup(True, chat)
+    ex = stream.example((0, 0, 1))  # item 0, text -> SID, template 1
+    answer = list(ex.input_ids[ex.answer_start :])
+    sid_ids = tok("<a_0><b_0><c_0>", add_special_tokens=False)["input_ids"]
+    end = tok.convert_tokens_to_ids("<|im_end|>") if chat else tok.eos_token_id
+    assert answer == sid_ids + [end]
+    prompt = tok.decode(ex.input_ids[: ex.answer_start])
+    assert "semantic id" in prompt.lower() and "toy" in prompt.lower()
+    if chat:
+        squeezed = prompt.replace(" ", "")
+        assert squeezed.startswith("<|im_start|>system") and squeezed.endswith(
+            "<|im_start|>assistant"
+        )
+    back = stream.example((0, 1, 0))  # SID -> text: the SID is in the prompt
+    assert set(sid_ids) <= set(back.input_ids[: back.answer_start])
+    assert "toy" in tok.decode(back.input_ids[back.answer_start :]).lower()
+
+
+@pytest.mark.parametrize(("tied", "chat"), [(True, False), (True, True), (False, True)])
+def test_fast_gradient_equals_naive(tied, chat):
+    tok, model, ext, rows, stream = setup(tied, chat)
+    batch = stream.batch(0)
+    assert batch.lengths.unique().numel() > 1  # padding in the batch
+    assert set(batch.direction.tolist()) == {0, 1}  # both directions
+    assert (batch.first_new > 0).all()  # a frozen prefix exists in every row
+
+    naive = copy.deepcopy(model)
+    params = make_naive_trainable(naive, ext)
+    loss_naive = naive_loss(naive, batch)
+    loss_naive.backward()
+    ids = rows.ids
+    assert params[0].grad[: ext.base_vocab_size].abs().max() == 0  # the mask works
+
+    prefix = stream.common_prefix()  # chat: system turn + user header; plain: none
+    assert len(prefix) >= 10 if chat else not prefix
+    shared = SharedPrefix(model, prefix) if prefix else None
+    assert shared is None or shared.matches(batch.input_ids)
+    for prefix_cache, answer_only, shared_prefix in [
+        (True, True, shared),
+        (True, True, None),
+        (True, False, None),
+        (False, True, None),
+        (False, False, None),
+    ]:
+        rows.zero_grad()
+        out = fast_loss(
+            model,
+            rows,
+            batch,
+            prefix_cache=prefix_cache,
+            answer_only=answer_only,
+            shared=shared_prefix,
+        )
+        out.loss.backward()
+        torch.testing.assert_close(out.loss, loss_naive, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(rows.inp.grad, params[0].grad[ids], rtol=1e-4, atol=1e-6)
+        if not tied:
+            torch.testing.assert_close(rows.out.grad, params[1].grad[ids], rtol=1e-4, atol=1e-6)
+    assert rows.inp.grad.abs().max() > 0
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_grounding_moves_only_the_new_rows(tied):
+    tok, model, ext, rows, stream = setup(tied, True, start="mean")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    start_rows = rows.inp.detach().clone()
+    cfg = GroundingConfig(steps=3, batch_size=8, progress=False)
+    result = train_grounding(model, rows, stream, cfg)
+    assert result.completed and len(result.log) == 3
+    assert all(p.grad is None for p in model.parameters())
+    for k, v in model.state_dict().items():  # every model tensor, bit for bit
+        assert torch.equal(v, before[k]), k
+    assert not torch.equal(rows.inp, start_rows)
+    assert rows.inp.detach().std(0).sum() > 0  # the mean init's identical rows now differ
+
+    rows.write_back(model)
+    after = model.state_dict()
+    new = torch.zeros(after["model.embed_tokens.weight"].shape[0], dtype=torch.bool)
+    new[rows.ids] = True
+    for k, v in after.items():
+        if k in ("model.embed_tokens.weight", "lm_head.weight"):
+            assert torch.equal(v[~new], before[k][~new]), k  # original rows unchanged
+            assert not torch.equal(v[new], before[k][new]), k
+        else:
+            assert torch.equal(v, before[k]), k
+    assert REGISTRY  # registry import kept for the symmetry of the strategies
