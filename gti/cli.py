@@ -1,7 +1,7 @@
 """``gti`` command line: thin wrappers that build a config and call one library function.
 
-Sub-apps follow the data flow (``data``, ``sids``; later ``init``, ``sft``,
-``experiment``). Bad input exits with code 2 and a one-line message.
+Commands follow the data flow: ``data``, ``sids``, ``init``, ``sft``, ``evaluate``,
+and ``experiment``, which chains them. Bad input exits with code 2 and a one-line message.
 """
 
 from __future__ import annotations
@@ -134,6 +134,22 @@ def sids_build(
         "total_s": round(result.stats["timings"]["total_s"], 1),
     }
     typer.echo(json.dumps(summary))
+
+
+def _register_pipeline_commands() -> None:
+    """init -> sft -> evaluate, and the runner that chains them (DESIGN.md data flow)."""
+    from gti.evaluate.cli import evaluate
+    from gti.experiment.cli import experiment
+    from gti.init.cli import init
+    from gti.sft.cli import sft
+
+    app.command("init")(init)
+    app.command("sft")(sft)
+    app.command("evaluate")(evaluate)
+    app.command("experiment")(experiment)
+
+
+_register_pipeline_commands()
 
 
 def main() -> None:

@@ -1,0 +1,188 @@
+"""``run_evaluate``: the library entry behind ``gti evaluate``.
+
+checkpoint -> its SIDs' dataset -> leave-one-out validation/test users -> prompts
+-> ranked items (trie beam search or exact scoring) -> Recall@K, NDCG@K.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from geodiag.errors import InputError
+from geodiag.jsonio import dumps
+from geodiag.sidecar import load
+from gti.data.sequences import Example
+from gti.evaluate.config import EvalConfig
+from gti.evaluate.decode import rank_items
+from gti.evaluate.metrics import topk_metrics
+from gti.evaluate.trie import SidTrie
+from gti.sft.checkpoint import CONFIG_FILENAME as SFT_CONFIG
+from gti.sft.config import SFTConfig
+from gti.sft.data import load_task_data
+from gti.sft.prompts import prompt_ids
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SplitResult:
+    n_users: int
+    metrics: dict[str, float]  # "recall@K" / "ndcg@K"
+    seconds: float
+    users_per_s: float
+
+
+@dataclass
+class EvalResult:
+    checkpoint: str
+    method: str  # "beam" | "exact"
+    beams: int
+    ks: list[int]
+    splits: dict[str, SplitResult]
+    settings: dict[str, object]  # data, prompt settings, catalog size, sampling
+    provenance: dict[str, object] = field(default_factory=dict)  # the checkpoint's sidecar
+    format: str = "gti.evaluate"
+    format_version: int = 1
+
+
+def _device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError("--device", f"{spec} requested but CUDA is not available")
+    return torch.device(spec)
+
+
+def prompt_settings(cfg: EvalConfig) -> dict[str, object]:
+    """k_core / max_history / titles: flags, else the checkpoint's SFT run, else SFT defaults."""
+    trained: dict[str, object] = {}
+    path = Path(cfg.checkpoint) / SFT_CONFIG
+    if path.is_file():
+        trained = json.loads(path.read_text())
+    out: dict[str, object] = {}
+    for name in ("k_core", "max_history", "titles"):
+        given = getattr(cfg, name)
+        out[name] = given if given is not None else trained.get(name, getattr(SFTConfig, name))
+    return out
+
+
+def sample_users(examples: list[Example], users: set[str] | None) -> list[Example]:
+    return examples if users is None else [e for e in examples if e.user_id in users]
+
+
+def run_evaluate(cfg: EvalConfig) -> EvalResult:
+    cfg.validate()
+    ckpt = Path(cfg.checkpoint)
+    sids = load(ckpt)
+    if not sids.has_token_ids:
+        raise InputError(ckpt, "semantic_ids.json records no token ids; pass a gti checkpoint")
+    data = cfg.data or str(sids.provenance.get("data") or "")
+    if not data:
+        raise InputError("--data", f"{ckpt} does not record its dataset; pass --data")
+    prompt = prompt_settings(cfg)
+    task = load_task_data(
+        sids,
+        data,
+        k_core_min=int(prompt["k_core"]),  # type: ignore[arg-type]
+        max_history=int(prompt["max_history"]),  # type: ignore[arg-type]
+        cache_dir=cfg.cache_dir,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32, local_files_only=True)
+    model.to(_device(cfg.device)).eval()
+    pad = tokenizer.pad_token_id
+    pad_id = int(pad if pad is not None else tokenizer.eos_token_id or 0)
+    trie = SidTrie.build(sids)
+    index = {item: i for i, item in enumerate(trie.item_ids)}
+
+    users = None
+    all_users = sorted({e.user_id for s in cfg.splits for e in getattr(task.splits, s)})
+    if cfg.max_users is not None and cfg.max_users < len(all_users):
+        rng = np.random.default_rng(cfg.seed)
+        users = set(rng.choice(all_users, cfg.max_users, replace=False).tolist())
+
+    results = {}
+    for split in cfg.splits:
+        examples = sample_users(getattr(task.splits, split), users)
+        prompts = [
+            prompt_ids(
+                tokenizer,
+                [task.sid_of[i] for i in e.history],
+                [task.title_of.get(i, "") for i in e.history] if prompt["titles"] else None,
+            )
+            for e in examples
+        ]
+        targets = np.array([index[e.target] for e in examples])
+        t0 = time.perf_counter()
+        with tqdm(
+            total=len(prompts), desc=f"eval {split}", unit="user", disable=not cfg.progress
+        ) as bar:
+            ranking = rank_items(
+                model,
+                prompts,
+                trie,
+                beams=cfg.beams,
+                pad_id=pad_id,
+                batch_size=cfg.batch_size,
+                exact=cfg.exact,
+                on_batch=bar.update,
+            )
+        seconds = time.perf_counter() - t0
+        metrics = topk_metrics(ranking.items.numpy(), targets, tuple(cfg.ks))
+        results[split] = SplitResult(
+            len(prompts), metrics, round(seconds, 3), len(prompts) / seconds
+        )
+        log.info("%s %s: %s", ckpt, split, {k: round(v, 4) for k, v in metrics.items()})
+
+    result = EvalResult(
+        checkpoint=str(ckpt),
+        method="exact" if cfg.exact else "beam",
+        beams=cfg.beams,
+        ks=list(cfg.ks),
+        splits=results,
+        settings={
+            "data": data,
+            **prompt,
+            "n_items": trie.n_items,
+            "max_users": cfg.max_users,
+            "seed": cfg.seed,
+            "batch_size": cfg.batch_size,
+            "device": str(model.device),
+        },
+        provenance=dict(sids.provenance),
+    )
+    if cfg.out is not None:
+        write_json(Path(cfg.out), result)
+    return result
+
+
+def write_json(path: Path, result: EvalResult) -> None:
+    """Temporary sibling + rename: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(dumps(result) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_result(path: Path) -> dict[str, object]:
+    """An evaluation JSON as a dict (for tables); checks its format."""
+    data = json.loads(Path(path).read_text())
+    if data.get("format") != "gti.evaluate":
+        raise InputError(path, "not a gti evaluation result")
+    return data

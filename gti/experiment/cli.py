@@ -1,0 +1,66 @@
+"""``gti experiment``: a thin typer command; register it with
+``app.command("experiment")(experiment)``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from geodiag.errors import InputError
+
+
+def experiment(
+    config: Annotated[
+        Path,
+        typer.Argument(help="Experiment TOML, e.g. configs/demo.toml (see configs/README.md)."),
+    ],
+    out: Annotated[
+        Path | None, typer.Option("-o", "--out", help="Output folder (overrides the TOML's `out`).")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option("--cache-dir", help="Cache root (default: $GTI_CACHE or ~/.cache/gti)."),
+    ] = None,
+) -> None:
+    """Build SIDs once, then init -> SFT -> eval per seed and arm; write the results
+    table and a geodiag report of every arm at both stages.
+
+    Idempotent: finished stages are skipped, an interrupted stage resumes, so after
+    a kill run the same command again. Prints the report's path last.
+    """
+    from gti.experiment.config import load_config
+    from gti.experiment.runner import run_experiment
+    from gti.init.trainer import GroundingInterrupted
+    from gti.sft.trainer import SFTInterrupted
+
+    try:
+        cfg = load_config(config, out=out)
+        cfg.progress, cfg.cache_dir = progress, cache_dir
+        result = run_experiment(cfg)
+    except InputError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    except (GroundingInterrupted, SFTInterrupted) as e:
+        typer.echo(f"interrupted: {e}; run the same command again to resume", err=True)
+        raise typer.Exit(130) from None
+    if result.results_md is not None:
+        typer.echo(result.results_md.read_text())
+    typer.echo(f"results: {result.results_md}")
+    typer.echo(f"report: {result.report_html}")
+
+
+def main() -> None:  # pragma: no cover - `python -m gti.experiment.cli` before registration
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    app = typer.Typer()
+    app.command("experiment")(experiment)
+    app.command("noop", hidden=True)(lambda: None)
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,156 @@
+"""``gti experiment CONFIG.toml``: what to run, read from TOML into typed configs.
+
+Top-level keys: ``name``, ``out``, ``seeds``, ``arms``, ``sft_arms``, ``device``.
+Sections map one to one onto the configs of the stages, with the same key names
+as their CLI flags (underscores): ``[sids]`` (+ ``[sids.rqvae]``) ->
+:class:`~gti.semantic_ids.config.SidsConfig`, ``[grounding]`` ->
+:class:`~gti.init.config.GroundingConfig`, ``[sft]`` -> :class:`~gti.sft.config.SFTConfig`,
+``[evaluate]`` -> :class:`~gti.evaluate.config.EvalConfig`, ``[report]`` ->
+:class:`ReportSection`. Keys the runner sets itself per stage (paths, seeds, the
+arm's tasks) are refused, as are unknown keys, naming the file and section.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from geodiag.errors import InputError
+from gti.evaluate.config import EvalConfig
+from gti.experiment.arms import ARMS, DEFAULT_ARMS
+from gti.init.config import GroundingConfig
+from gti.semantic_ids.config import RQVAEConfig, SidsConfig
+from gti.sft.config import SFTConfig
+
+# Set by the runner for every stage; a TOML value would be silently overridden.
+RUNNER_KEYS: dict[str, tuple[str, ...]] = {
+    "sids": ("out", "cache_dir", "progress"),
+    "rqvae": ("seed",),
+    "grounding": ("seed", "progress"),
+    "sft": ("init", "out", "seed", "tasks", "arm", "device", "cache_dir", "progress"),
+    "evaluate": ("checkpoint", "out", "device", "cache_dir", "progress"),
+}
+
+
+@dataclass
+class ReportSection:
+    """The geodiag report comparing every arm at both stages (first seed)."""
+
+    permutations: int = 1000  # RSA permutations, as `geodiag report`
+    title: str | None = None  # default: "<name>: init and SFT"
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "experiment"
+    out: Path = Path("runs/experiment")
+    seeds: tuple[int, ...] = (0,)
+    arms: tuple[str, ...] = DEFAULT_ARMS
+    sft_arms: tuple[str, ...] | None = None  # arms that go past init; None: all of them
+    device: str = "auto"  # for every stage
+    sids: SidsConfig = field(default_factory=SidsConfig)
+    grounding: GroundingConfig = field(default_factory=GroundingConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    evaluate: EvalConfig = field(default_factory=EvalConfig)
+    report: ReportSection = field(default_factory=ReportSection)
+    cache_dir: Path | None = None
+    progress: bool = True
+    source: str = "<defaults>"  # the TOML file, for messages
+
+    @property
+    def trained_arms(self) -> tuple[str, ...]:
+        return self.arms if self.sft_arms is None else self.sft_arms
+
+    def validate(self) -> None:
+        where = self.source
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise InputError(
+                where, f"seeds must be a non-empty list without repeats, got {list(self.seeds)}"
+            )
+        unknown = [a for a in (*self.arms, *(self.sft_arms or ())) if a not in ARMS]
+        if unknown:
+            raise InputError(where, f"unknown arm {unknown[0]!r}; choose from {', '.join(ARMS)}")
+        if not self.arms or len(set(self.arms)) != len(self.arms):
+            raise InputError(
+                where, f"arms must be a non-empty list without repeats, got {list(self.arms)}"
+            )
+        stray = [a for a in self.sft_arms or () if a not in self.arms]
+        if stray:
+            raise InputError(where, f"sft_arms names {stray[0]!r}, which is not in arms")
+        self.sids.validate()
+        self.grounding.validate()
+        self.sft.validate()
+        self.evaluate.validate()
+
+
+def load_config(path: Path, *, out: Path | None = None) -> ExperimentConfig:
+    """Read ``path``; ``out`` overrides its ``out`` key. Relative ``out`` is taken from the
+    current folder, as every other path of the CLI."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(path, "file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(path, f"not valid TOML ({e})") from None
+    where = str(path)
+    sections = {"sids", "grounding", "sft", "evaluate", "report"}
+    top = {k: v for k, v in data.items() if k not in sections}
+    cfg = _fill(ExperimentConfig, top, where, "top level", forbidden=tuple(sections) + ("source",))
+    sids_table = dict(data.get("sids", {}))
+    rqvae = _fill(
+        RQVAEConfig, sids_table.pop("rqvae", {}), where, "sids.rqvae", RUNNER_KEYS["rqvae"]
+    )
+    cfg.sids = _fill(SidsConfig, sids_table, where, "sids", RUNNER_KEYS["sids"] + ("rqvae",))
+    cfg.sids.rqvae = rqvae
+    cfg.grounding = _fill(
+        GroundingConfig, data.get("grounding", {}), where, "grounding", RUNNER_KEYS["grounding"]
+    )
+    cfg.sft = _fill(SFTConfig, data.get("sft", {}), where, "sft", RUNNER_KEYS["sft"])
+    cfg.evaluate = _fill(
+        EvalConfig, data.get("evaluate", {}), where, "evaluate", RUNNER_KEYS["evaluate"]
+    )
+    cfg.report = _fill(ReportSection, data.get("report", {}), where, "report", ())
+    cfg.source = where
+    if out is not None:
+        cfg.out = Path(out)
+    cfg.validate()
+    return cfg
+
+
+def _fill(cls: type, table: object, where: str, section: str, forbidden: tuple[str, ...]) -> object:
+    """``cls(**table)`` with names and types checked; lists become tuples, strings paths."""
+    if not isinstance(table, dict):
+        raise InputError(where, f"[{section}] must be a table")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in table.items():
+        if key not in fields or key in forbidden:
+            known = sorted(k for k in fields if k not in forbidden)
+            why = "is set by the runner" if key in forbidden else "is not a known key"
+            raise InputError(where, f"[{section}] {key!r} {why}; keys: {', '.join(known)}")
+        kwargs[key] = _coerce(value, str(fields[key].type), where, f"[{section}] {key}")
+    return cls(**kwargs)
+
+
+def _coerce(value: object, annotation: str, where: str, what: str) -> object:
+    if value is None:
+        return None
+    if "tuple" in annotation:
+        if not isinstance(value, list):
+            raise InputError(where, f"{what} must be a list, got {value!r}")
+        return tuple(value)
+    if "Path" in annotation:
+        if not isinstance(value, str):
+            raise InputError(where, f"{what} must be a path string, got {value!r}")
+        return Path(value)
+    checks = (("bool", bool), ("float", (int, float)), ("int", int), ("str", str))
+    for name, kind in checks:
+        if annotation.split(" | ")[0] == name:
+            bad_bool = isinstance(value, bool) and name != "bool"
+            if not isinstance(value, kind) or bad_bool:
+                raise InputError(where, f"{what} must be {name}, got {value!r}")
+            return float(value) if name == "float" else value
+    return value

@@ -1,0 +1,223 @@
+"""``run_experiment``: SIDs once, then per seed and arm init -> SFT -> eval, then the
+results table and the geodiag report.
+
+Layout under ``out`` (every stage skipped when its output exists, so a re-run
+after a kill or with more arms/seeds does only what is missing):
+
+    experiment.json              the resolved config; a re-run must match it
+    sids/                        gti sids build
+    seed-S/init/<strategy>/      gti init (stage init); arms with one init share it
+    seed-S/sft/<arm>/            gti sft (stage sft)
+    seed-S/eval/<arm>.json       gti evaluate
+    results.json, results.md     metrics per arm and split, mean (+ spread) over seeds
+    report.html, report.json     geodiag report: every arm at both stages (first seed)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from geodiag.errors import InputError
+from geodiag.jsonio import dumps
+from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
+from gti.evaluate.run import load_result
+from gti.experiment.arms import ARMS
+from gti.experiment.config import ExperimentConfig
+from gti.experiment.results import summarize, to_markdown
+
+log = logging.getLogger(__name__)
+CONFIG_FILENAME = "experiment.json"
+# Sections that decide what finished stages contain; arms, seeds and the report may change.
+PINNED = ("sids", "grounding", "sft", "evaluate", "device")
+
+
+@dataclass
+class ExperimentResult:
+    out: Path
+    results_md: Path | None
+    results_json: Path | None
+    report_html: Path | None
+    ran: list[str] = field(default_factory=list)  # stages run by this call
+    skipped: list[str] = field(default_factory=list)  # stages found finished
+
+
+def resolved(cfg: ExperimentConfig) -> dict[str, object]:
+    """The config as stored in experiment.json (paths as strings, no UI switches)."""
+    data = json.loads(dumps(cfg))
+    for section in ("sids", "sft", "evaluate"):
+        for key in ("progress", "cache_dir", "out", "init", "checkpoint"):
+            data[section].pop(key, None)
+    data["grounding"].pop("progress", None)
+    for key in ("progress", "cache_dir", "source", "out"):
+        data.pop(key, None)
+    return data
+
+
+def check_or_write_config(cfg: ExperimentConfig) -> None:
+    """First run: write experiment.json. Later runs: refuse settings that would make
+    finished stages stale, naming what changed."""
+    path = Path(cfg.out) / CONFIG_FILENAME
+    now = resolved(cfg)
+    if path.is_file():
+        changed = differences(now, json.loads(path.read_text()))
+        if changed:
+            raise InputError(
+                cfg.source,
+                f"{path} was written with other settings ({', '.join(changed[:5])}); finished "
+                "stages would not match them: use another `out` (or --out), or delete that folder",
+            )
+    text = json.dumps(now, indent=1) + "\n"
+    if not path.is_file() or path.read_text() != text:  # arms or seeds may have changed
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def differences(now: dict, before: dict) -> list[str]:
+    """``[section] key`` (or ``key``) of every pinned setting that differs."""
+    changed = []
+    for name in PINNED:
+        a, b = now.get(name), before.get(name)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += [f"[{name}] {k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        elif a != b:
+            changed.append(name)
+    return changed
+
+
+class Stages:
+    """Runs a stage unless its output exists; logs what it did and how long it took."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.skipped: list[str] = []
+
+    def run(self, name: str, done: Path, fn: Callable[[], object]) -> None:
+        if done.exists():
+            self.skipped.append(name)
+            log.info("= %s: done (%s)", name, done)
+            return
+        log.info("> %s", name)
+        t0 = time.perf_counter()
+        fn()
+        self.ran.append(name)
+        log.info("< %s: %.1f s", name, time.perf_counter() - t0)
+
+
+def run_experiment(cfg: ExperimentConfig) -> ExperimentResult:
+    from gti.evaluate.run import run_evaluate
+    from gti.init.config import InitConfig
+    from gti.init.run import run_init
+    from gti.semantic_ids.build import build_sids
+    from gti.sft.run import run_sft
+
+    cfg.validate()
+    out = Path(cfg.out)
+    check_or_write_config(cfg)
+    stages = Stages()
+    common = {"cache_dir": cfg.cache_dir, "progress": cfg.progress}
+
+    sids_dir = out / "sids"
+    sids_cfg = replace(cfg.sids, out=sids_dir, **common)
+    stages.run("sids", sids_dir / SIDECAR_FILENAME, lambda: build_sids(sids_cfg))
+
+    for seed in cfg.seeds:
+        root = out / f"seed-{seed}"
+        for arm in cfg.arms:
+            spec = ARMS[arm]
+            init_dir = root / "init" / spec.init
+            init_cfg = InitConfig(
+                sids=sids_dir,
+                out=init_dir,
+                strategy=spec.init,
+                seed=seed,
+                grounding=replace(cfg.grounding, seed=seed, progress=cfg.progress),
+                cache_dir=cfg.cache_dir,
+                allow_download=cfg.sids.allow_download,  # the same backbone as the SIDs
+                device=cfg.device,
+            )
+            stages.run(
+                f"seed {seed} init {spec.init}",
+                init_dir / SIDECAR_FILENAME,
+                lambda c=init_cfg: run_init(c),
+            )
+            if arm not in cfg.trained_arms:
+                continue
+            sft_dir = root / "sft" / arm
+            sft_cfg = replace(
+                cfg.sft, init=init_dir, out=sft_dir, seed=seed, tasks=spec.tasks, arm=arm,
+                device=cfg.device, **common,
+            )  # fmt: skip
+            stages.run(
+                f"seed {seed} sft {arm}", sft_dir / SIDECAR_FILENAME, lambda c=sft_cfg: run_sft(c)
+            )
+            eval_path = root / "eval" / f"{arm}.json"
+            eval_cfg = replace(
+                cfg.evaluate, checkpoint=sft_dir, out=eval_path, device=cfg.device, **common
+            )
+            stages.run(f"seed {seed} eval {arm}", eval_path, lambda c=eval_cfg: run_evaluate(c))
+
+    results_md = results_json = None
+    if cfg.trained_arms:
+        results_md, results_json = write_results(cfg)
+    report = out / "report.html"
+    inputs = report_inputs(cfg)
+    if stages.ran or not report_is_current(report, inputs):
+        write_geodiag_report(cfg, report, inputs)
+        stages.ran.append("report")
+    else:
+        stages.skipped.append("report")
+    log.info("report: %s", report)
+    return ExperimentResult(out, results_md, results_json, report, stages.ran, stages.skipped)
+
+
+def write_results(cfg: ExperimentConfig) -> tuple[Path, Path]:
+    out = Path(cfg.out)
+    evals = {
+        arm: {s: load_result(out / f"seed-{s}" / "eval" / f"{arm}.json") for s in cfg.seeds}
+        for arm in cfg.trained_arms
+    }
+    summary = summarize(evals, list(cfg.evaluate.ks), list(cfg.evaluate.splits))
+    first = next(iter(next(iter(evals.values())).values()))
+    notes = [
+        f"{first['method']} decoding, {first['beams']} beams, over all {first['settings']['n_items']} items; "
+        f"users per split: {first['settings']['max_users'] or 'all'}",
+        f"seeds: {', '.join(map(str, cfg.seeds))}"
+        + ("; mean ± sample std" if len(cfg.seeds) > 1 else ""),
+    ]
+    md, js = out / "results.md", out / "results.json"
+    md.write_text(to_markdown(summary, f"{cfg.name}: next-item results", notes))
+    js.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
+    return md, js
+
+
+def report_inputs(cfg: ExperimentConfig) -> list[Path]:
+    """Init checkpoints (one per init strategy, arm order), then the SFT checkpoints."""
+    root = Path(cfg.out) / f"seed-{cfg.seeds[0]}"
+    inits = list(dict.fromkeys(ARMS[a].init for a in cfg.arms))
+    paths = [root / "init" / s for s in inits]
+    return paths + [root / "sft" / a for a in cfg.arms if a in cfg.trained_arms]
+
+
+def report_is_current(report: Path, inputs: list[Path]) -> bool:
+    data_path = report.with_suffix(".json")
+    if not data_path.is_file():
+        return False
+    data = json.loads(data_path.read_text())
+    listed = [c["report"]["path"] for c in data.get("checkpoints", [])]
+    return listed == [str(p) for p in inputs]
+
+
+def write_geodiag_report(cfg: ExperimentConfig, report: Path, inputs: list[Path]) -> None:
+    from geodiag.report import ReportOptions, write_report
+
+    opts = ReportOptions(
+        title=cfg.report.title or f"{cfg.name}: init and SFT",
+        n_permutations=cfg.report.permutations,
+        seed=cfg.seeds[0],
+    )
+    write_report(inputs, report, opts=opts, progress=log.info)

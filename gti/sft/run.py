@@ -1,0 +1,163 @@
+"""``run_sft``: the library entry behind ``gti sft``.
+
+init checkpoint (contract folder) -> sequences of the SIDs' dataset -> example
+stream -> train (accelerate: one process, or DDP under ``accelerate launch`` /
+``torchrun``) -> contract checkpoint with stage ``sft``, written atomically by
+the main process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from geodiag.errors import InputError
+from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
+from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
+from gti.sft.checkpoint import ResumeStore, check_output_dir, partial_dir, write_checkpoint
+from gti.sft.config import SFTConfig
+from gti.sft.data import SFTStream, load_task_data
+from gti.sft.trainer import SFTInterrupted, train_sft
+
+log = logging.getLogger(__name__)
+
+
+def make_accelerator(cfg: SFTConfig) -> Accelerator:
+    """bf16 autocast on CUDA only: on CPU, bf16 matmuls are slower and less exact."""
+    cpu = cfg.device == "cpu" or not torch.cuda.is_available()
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError("--device", f"{cfg.device} requested but CUDA is not available")
+    return Accelerator(cpu=cpu, mixed_precision="bf16" if cfg.bf16 and not cpu else "no")
+
+
+def load_checkpoint(path: Path) -> tuple[PreTrainedModel, object, SemanticIds]:
+    """Model (float32), tokenizer and sidecar of a contract checkpoint; checks they agree."""
+    sids = load(path)
+    if not sids.has_token_ids:
+        raise InputError(
+            path / SIDECAR_FILENAME, "records no token ids; pass a checkpoint written by `gti init`"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    ids = [t for lv in sids.levels for t in lv.token_ids]
+    if tokenizer.convert_tokens_to_ids(sids.token_strings()) != ids:
+        raise InputError(path, "the tokenizer's SID token ids differ from semantic_ids.json")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
+    if model.get_input_embeddings().weight.shape[0] <= max(ids):
+        raise InputError(path, "the embedding has fewer rows than the SID token ids need")
+    return model, tokenizer, sids
+
+
+def apply_freeze(model: PreTrainedModel, parts: tuple[str, ...]) -> None:
+    """Freeze ``layers`` (every decoder parameter but the embedding) and/or ``embeddings``
+    (input embedding and output head)."""
+    embed = {id(model.get_input_embeddings().weight)}
+    head = model.get_output_embeddings()
+    if head is not None:
+        embed.add(id(head.weight))
+    for p in model.parameters():
+        is_embed = id(p) in embed
+        if ("embeddings" in parts and is_embed) or ("layers" in parts and not is_embed):
+            p.requires_grad_(False)
+
+
+def run_sft(cfg: SFTConfig, *, should_stop: Callable[[int], bool] | None = None) -> Path:
+    """Fine-tune ``cfg.init`` and write the stage-``sft`` checkpoint to ``cfg.out``.
+
+    Raises :class:`SFTInterrupted` when training stopped early (signal or
+    ``should_stop``); the same call later resumes where it stopped.
+    """
+    accelerator = make_accelerator(cfg)
+    cfg.validate(accelerator.num_processes)
+    out, init = Path(cfg.out), Path(cfg.init)
+    check_output_dir(out)
+    set_seed(cfg.seed)
+    model, tokenizer, sids = load_checkpoint(init)
+    data = cfg.data or str(sids.provenance.get("data") or "")
+    if not data:
+        raise InputError("--data", f"{init} does not record its dataset; pass --data")
+    task = load_task_data(
+        sids, data, k_core_min=cfg.k_core, max_history=cfg.max_history, cache_dir=cfg.cache_dir
+    )
+    stream = SFTStream(
+        tokenizer,
+        task,
+        tasks=cfg.tasks,
+        align_ratio=cfg.align_ratio,
+        titles=cfg.titles,
+        seed=cfg.seed,
+        max_text_chars=cfg.max_text_chars,
+    )
+    apply_freeze(model, cfg.freeze)
+
+    settings = {k: v for k, v in asdict(cfg).items() if k not in ("cache_dir", "progress")}
+    run_config: dict[str, object] = {
+        **{k: str(v) if isinstance(v, Path) else v for k, v in settings.items()},
+        "data": data,
+        "processes": accelerator.num_processes,
+        "mixed_precision": accelerator.mixed_precision,
+        "train_examples": len(task.splits.train),
+        "examples_per_epoch": stream.epoch_size,
+        "init_provenance": sids.provenance,
+    }
+    fingerprint = {
+        k: v
+        for k, v in run_config.items()
+        if k
+        not in ("out", "steps", "save_every", "processes", "micro_batch_size", "init_provenance")
+    }
+    fingerprint["init_sha256"] = hashlib.sha256((init / SIDECAR_FILENAME).read_bytes()).hexdigest()
+    resume = ResumeStore(partial_dir(out), fingerprint)
+    result, loss_fn = train_sft(
+        model, stream, cfg, accelerator, resume=resume, should_stop=should_stop
+    )
+    if not result.completed:
+        raise SFTInterrupted(result.step, str(resume.folder))
+
+    state_dict = accelerator.get_state_dict(loss_fn)  # gathered (FSDP), prefixed "model."
+    if accelerator.is_main_process:
+        trained = accelerator.unwrap_model(loss_fn).model
+        state_dict = {k.removeprefix("model."): v for k, v in state_dict.items()}
+        write_checkpoint(
+            out,
+            trained,
+            state_dict,
+            tokenizer,
+            sft_sidecar(sids, cfg, result.step, data),
+            init / CODEBOOKS_FILENAME,
+            run_config,
+            result.log,
+        )
+        resume.clear()
+        log.info("wrote %s (%s, %d steps)", out, cfg.tasks, result.step)
+    accelerator.wait_for_everyone()
+    return out
+
+
+def sft_sidecar(sids: SemanticIds, cfg: SFTConfig, step: int, data: str) -> SemanticIds:
+    """The init checkpoint's sidecar with provenance moved to stage ``sft``; the init's
+    provenance is kept whole under ``init``."""
+    prov = dict(sids.provenance)
+    return SemanticIds(
+        base_vocab_size=sids.base_vocab_size,
+        levels=sids.levels,
+        items=sids.items,
+        provenance={
+            **{k: v for k, v in prov.items() if k not in ("stage", "step", "seed")},
+            "stage": "sft",
+            "step": step,
+            "seed": cfg.seed,
+            "init_strategy": prov.get("init_strategy"),
+            "arm": cfg.arm,
+            "sft_tasks": cfg.tasks,
+            "data": data,
+            "init": prov,
+        },
+    )

@@ -1,0 +1,163 @@
+"""The SFT loop: AdamW, warmup + cosine, gradient accumulation, DDP via accelerate.
+
+Readable top to bottom: restore (if a previous run left state), then per step:
+this process's share of the global batch -> its micro-batches (gradient sync on
+the last only) -> clip -> AdamW -> log -> maybe save. The loss of every
+micro-batch is divided by the number of answer tokens of the whole global batch,
+so 1 process x N accumulation steps and N processes x 1 compute the same update.
+SIGINT/SIGTERM finish the current step, save and stop (no step is lost); a hard
+kill loses at most ``save_every`` steps, which a resumed run redoes identically.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+from accelerate import Accelerator
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel
+
+from gti.init.trainer import StopOnSignal
+from gti.sft.checkpoint import ResumeStore
+from gti.sft.config import SFTConfig
+from gti.sft.data import TASK_NAMES, SFTStream
+from gti.sft.loss import AnswerLoss
+
+
+@dataclass
+class SFTResult:
+    step: int  # optimizer steps done in total (including those before a resume)
+    completed: bool
+    log: list[dict[str, object]] = field(default_factory=list)
+
+
+class SFTInterrupted(Exception):
+    """Stopped before the last step; the state to resume from is saved."""
+
+    def __init__(self, step: int, where: str) -> None:
+        self.step = step
+        super().__init__(f"stopped after step {step}; resume state in {where}")
+
+
+def get_lr(step: int, cfg: SFTConfig) -> float:
+    """Learning rate of optimizer step ``step`` (0-based): linear warmup to ``cfg.lr``,
+    then cosine decay to ``cfg.lr * cfg.min_lr_ratio`` at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    span = max(1, cfg.steps - 1 - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    min_lr = cfg.lr * cfg.min_lr_ratio
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
+
+
+def make_optimizer(model: PreTrainedModel, cfg: SFTConfig) -> torch.optim.AdamW:
+    """AdamW on the trainable parameters; no weight decay on vectors (norms, biases)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=cfg.betas)
+
+
+def micro_batches(step: int, cfg: SFTConfig, rank: int, world: int) -> list[range]:
+    """Example indices of this process's micro-batches for optimizer step ``step``."""
+    per_rank = cfg.batch_size // world
+    start = step * cfg.batch_size + rank * per_rank
+    mb = cfg.micro_batch_size
+    return [range(start + i, start + i + mb) for i in range(0, per_rank, mb)]
+
+
+def train_sft(
+    model: PreTrainedModel,
+    stream: SFTStream,
+    cfg: SFTConfig,
+    accelerator: Accelerator,
+    *,
+    resume: ResumeStore | None = None,
+    should_stop: Callable[[int], bool] | None = None,
+) -> tuple[SFTResult, AnswerLoss]:
+    """Run (or finish) ``cfg.steps`` optimizer steps. Returns the result and the
+    prepared loss module (whose ``.model``, unwrapped, is the trained model)."""
+    model.train()
+    loss_fn, optimizer = accelerator.prepare(AnswerLoss(model), make_optimizer(model, cfg))
+    step, log = 0, []
+    restored = resume.load(accelerator) if resume is not None else None
+    if restored is not None:
+        step, log = restored
+        if step > cfg.steps:
+            raise ValueError(f"resume state is at step {step}, past --steps {cfg.steps}")
+    rank, world, device = accelerator.process_index, accelerator.num_processes, accelerator.device
+    bar = tqdm(
+        total=cfg.steps,
+        initial=step,
+        desc="sft",
+        unit="step",
+        disable=not (cfg.progress and accelerator.is_local_main_process),
+    )
+    with StopOnSignal() as signals, bar:
+        while step < cfg.steps:
+            t0 = time.perf_counter()
+            lr = get_lr(step, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            batches = [stream.batch(r) for r in micro_batches(step, cfg, rank, world)]
+            local = torch.tensor([float(sum(b.n_answer_tokens for b in batches))], device=device)
+            n_tokens = float(accelerator.reduce(local, reduction="sum").item())
+            # (loss sum, tokens) per task, then the stop flag: one all-reduce for the log.
+            stats = torch.zeros(2 * len(TASK_NAMES) + 1, dtype=torch.float64, device=device)
+            for i, b in enumerate(batches):
+                last = i == len(batches) - 1
+                with nullcontext() if last else accelerator.no_sync(loss_fn):
+                    mask = b.answer_mask.to(device)
+                    loss_sum, token_losses = loss_fn(
+                        b.input_ids.to(device), b.attention_mask.to(device), mask
+                    )
+                    # DDP averages gradients over processes: scale back up by world.
+                    accelerator.backward(loss_sum * (world / n_tokens))
+                token_task = b.task.to(device)[mask[:, 1:].nonzero()[:, 0]]  # (N,)
+                for t in range(len(TASK_NAMES)):
+                    stats[2 * t] += token_losses[token_task == t].double().sum()
+                    stats[2 * t + 1] += (token_task == t).sum()
+            grad_norm = accelerator.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+
+            halt = signals.requested or (should_stop is not None and should_stop(step))
+            stats[-1] = float(halt)
+            stats = accelerator.reduce(stats, reduction="sum") if world > 1 else stats
+            halt = bool(stats[-1] > 0)
+            log.append(log_entry(step, stats, lr, grad_norm, time.perf_counter() - t0))
+            bar.update(1)
+            bar.set_postfix(loss=f"{log[-1]['loss']:.3f}")
+            if resume is not None and step < cfg.steps and (halt or step % cfg.save_every == 0):
+                resume.save(accelerator, step, log)
+            if halt and step < cfg.steps:
+                return SFTResult(step, False, log), loss_fn
+    return SFTResult(step, True, log), loss_fn
+
+
+def log_entry(
+    step: int, stats: torch.Tensor, lr: float, grad_norm: object, seconds: float
+) -> dict[str, object]:
+    """One line of train_log.jsonl: the global mean loss and the mean per task."""
+    sums, counts = stats[0:-1:2], stats[1:-1:2]
+    entry: dict[str, object] = {"step": step, "loss": float(sums.sum() / counts.sum())}
+    for t, name in enumerate(TASK_NAMES):
+        if counts[t] > 0:
+            entry["loss_" + name.replace("->", "_to_").replace("-", "_")] = float(
+                sums[t] / counts[t]
+            )
+    entry["lr"] = lr
+    entry["grad_norm"] = float(grad_norm) if grad_norm is not None else None  # type: ignore[arg-type]
+    entry["answer_tokens"] = int(counts.sum())
+    entry["seconds"] = round(seconds, 4)
+    if not math.isfinite(entry["loss"]):  # type: ignore[arg-type]
+        raise FloatingPointError(f"SFT loss is {entry['loss']} at step {step}")
+    return entry

@@ -1,0 +1,132 @@
+"""``gti experiment configs/tiny.toml`` end to end: the exact files, a re-run that skips
+everything, a re-run with one more arm that runs only that arm."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from geodiag import sidecar
+from gti.experiment.cli import experiment
+from gti.experiment.config import load_config
+from gti.experiment.runner import resolved
+
+runner = CliRunner()
+app = typer.Typer()
+app.command("experiment")(experiment)
+app.command("noop")(lambda: None)  # two commands: `experiment` is a subcommand, as in gti
+
+TINY = Path(__file__).parents[3] / "configs" / "tiny.toml"
+HF = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+      "tokenizer_config.json"]  # fmt: skip
+INIT = sorted([*HF, "semantic_ids.json", "codebooks.safetensors", "init_config.json"])
+SFT = sorted(
+    [*HF, "semantic_ids.json", "codebooks.safetensors", "sft_config.json", "train_log.jsonl"]
+)
+
+
+def tiny_toml(tmp_path: Path, model_dir: Path, arms: list[str]) -> Path:
+    """configs/tiny.toml with the offline tiny model folder and fewer arms (test time)."""
+    text = TINY.read_text()
+    text = re.sub(r'(?m)^model = "tiny"', f'model = "{model_dir}"', text)
+    text = re.sub(r"(?m)^arms = .*$", f"arms = {json.dumps(arms)}", text)
+    path = tmp_path / "tiny.toml"
+    path.write_text(text)
+    return path
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def expected_tree(arms: list[str], inits: list[str]) -> list[str]:
+    files = ["experiment.json", "report.html", "report.json", "results.json", "results.md"]
+    files += [f"sids/{f}" for f in ("codebooks.safetensors", "semantic_ids.json", "stats.json")]
+    files += [f"seed-0/init/{s}/{f}" for s in inits for f in INIT]
+    files += ["seed-0/init/gti/train_log.jsonl"] if "gti" in inits else []
+    files += [f"seed-0/sft/{a}/{f}" for a in arms for f in SFT]
+    files += [f"seed-0/eval/{a}.json" for a in arms]
+    return sorted(files)
+
+
+def test_tiny_end_to_end_and_idempotent(tmp_path, tiny_model_dir, caplog):
+    caplog.set_level(logging.INFO, logger="gti.experiment")
+    arms = ["mean", "random", "gti", "gti+lcrec"]
+    config, out = tiny_toml(tmp_path, tiny_model_dir, arms), tmp_path / "run"
+    res = runner.invoke(app, ["experiment", str(config), "-o", str(out), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert tree(out) == expected_tree(arms, ["mean", "random", "gti"])
+    assert res.stdout.strip().endswith(f"report: {out / 'report.html'}")
+
+    for arm in arms:
+        prov = sidecar.load(out / "seed-0" / "sft" / arm).provenance
+        assert prov["stage"] == "sft" and prov["arm"] == arm
+        assert prov["sft_tasks"] == ("lcrec" if arm == "gti+lcrec" else "next-item")
+        assert prov["init_strategy"] == ("gti" if arm.startswith("gti") else arm)
+    assert sidecar.load(out / "seed-0" / "init" / "gti").provenance["stage"] == "init"
+
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["arms"]) == arms
+    m = results["arms"]["gti"]["splits"]["test"]["metrics"]["recall@20"]
+    assert m["n"] == 1 and m["std"] is None and 0 <= m["mean"] <= 1
+    md = (out / "results.md").read_text()
+    assert "## valid" in md and "## test" in md and "| gti+lcrec | 1 |" in md
+    report = json.loads((out / "report.json").read_text())
+    labels = [c["label"] for c in report["checkpoints"]]
+    assert labels[:3] == ["mean/init", "random/init", "gti/init"] and len(labels) == 7
+
+    # Re-run: everything is found finished, nothing is rewritten.
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    res = runner.invoke(app, ["experiment", str(config), "-o", str(out), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    changed = [p for p in stamps if p.stat().st_mtime_ns != stamps[p]]
+    assert sorted(p.name for p in changed) == ["results.json", "results.md"]  # tables are cheap
+    assert "= seed 0 sft gti: done" in caplog.text
+
+    # One more arm: only its stages run (lcrec shares the mean init).
+    config = tiny_toml(tmp_path, tiny_model_dir, [*arms, "lcrec"])
+    res = runner.invoke(app, ["experiment", str(config), "-o", str(out), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert tree(out) == expected_tree([*arms, "lcrec"], ["mean", "random", "gti"])
+    assert stamps[out / "seed-0" / "sft" / "gti" / "model.safetensors"] == (
+        (out / "seed-0" / "sft" / "gti" / "model.safetensors").stat().st_mtime_ns
+    )
+
+
+def test_changed_settings_are_refused(tmp_path, tiny_model_dir):
+    config, out = tiny_toml(tmp_path, tiny_model_dir, ["mean"]), tmp_path / "run"
+    before = resolved(load_config(config, out=out))
+    before["sft"]["steps"] += 1  # as if a previous run had trained longer
+    out.mkdir()
+    (out / "experiment.json").write_text(json.dumps(before))
+    res = runner.invoke(app, ["experiment", str(config), "-o", str(out), "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert "other settings ([sft] steps)" in res.output
+    assert sorted(p.name for p in out.iterdir()) == ["experiment.json"]
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("[sft]\nstepz = 3\n", "[sft] 'stepz' is not a known key"),
+        ("[sft]\ninit = 'x'\n", "[sft] 'init' is set by the runner"),
+        ("[sft]\nsteps = 'many'\n", "[sft] steps must be int"),
+        ("arms = ['mean', 'best']\n", "unknown arm 'best'"),
+        ("arms = ['mean']\nsft_arms = ['gti']\n", "'gti', which is not in arms"),
+        ("[evaluate]\nbeams = 5\n", "--beams"),
+        ("[sids\n", "not valid TOML"),
+    ],
+)
+def test_bad_config_exits_2(tmp_path, toml, message):
+    config = tmp_path / "bad.toml"
+    config.write_text(toml)
+    res = runner.invoke(app, ["experiment", str(config), "-o", str(tmp_path / "run")])
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,67 @@
+"""``gti sft`` end to end on the tiny world: the exact files, the provenance, errors."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from transformers import AutoModelForCausalLM
+from typer.testing import CliRunner
+
+from geodiag import sidecar
+from gti.sft.cli import sft
+
+runner = CliRunner()
+app = typer.Typer()
+app.command("sft")(sft)
+app.command("noop")(lambda: None)  # two commands: `sft` is a subcommand, as in gti
+
+# save_pretrained of a tiny Llama + a fast tokenizer, then our own files.
+HF_FILES = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+            "tokenizer_config.json"}  # fmt: skip
+OWN_FILES = {"semantic_ids.json", "codebooks.safetensors", "sft_config.json", "train_log.jsonl"}
+FLAGS = ["--steps", "3", "--batch-size", "4", "--micro-batch-size", "2", "--k-core", "1",
+         "--max-history", "3", "--warmup-steps", "1", "--no-progress", "--device", "cpu"]  # fmt: skip
+
+
+def test_writes_a_contract_checkpoint_with_stage_sft(world, tmp_path):
+    out = tmp_path / "runs" / "sft"
+    res = runner.invoke(app, ["sft", "--init", str(world.init), "-o", str(out), *FLAGS])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == str(out)
+    assert {p.name for p in out.iterdir()} == HF_FILES | OWN_FILES
+    assert sorted(p.name for p in out.parent.iterdir()) == ["sft"]  # no staging, no .partial
+
+    init, sids = sidecar.load(world.init), sidecar.load(out)
+    assert sids.levels == init.levels and sids.items == init.items
+    assert sids.base_vocab_size == init.base_vocab_size
+    prov = sids.provenance
+    assert prov["stage"] == "sft" and prov["step"] == 3 and prov["seed"] == 0
+    assert prov["init_strategy"] == "random" and prov["sft_tasks"] == "next-item"
+    assert prov["init"] == init.provenance and prov["data"] == world.data_spec
+    assert (out / "codebooks.safetensors").read_bytes() == world.codebooks.read_bytes()
+
+    config = json.loads((out / "sft_config.json").read_text())
+    assert config["steps"] == 3 and config["processes"] == 1 and config["init"] == str(world.init)
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log] == [1, 2, 3]
+
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.get_input_embeddings().weight.data_ptr() == model.lm_head.weight.data_ptr()
+
+
+def test_bad_input_exits_2_and_writes_nothing(world, tmp_path):
+    out = tmp_path / "sft"
+    cases = [
+        (["--freeze", "everything"], "--freeze"),
+        (["--batch-size", "5"], "--batch-size"),
+        (["--tasks", "chat"], "--tasks"),
+        (["--k-core", "50"], "--k-core"),
+    ]
+    for extra, flag in cases:
+        res = runner.invoke(app, ["sft", "--init", str(world.init), "-o", str(out), *FLAGS, *extra])
+        assert res.exit_code == 2, (extra, res.output)
+        assert flag in res.output
+    res = runner.invoke(app, ["sft", "--init", str(tmp_path), "-o", str(out), *FLAGS])
+    assert res.exit_code == 2 and "semantic_ids.json" in res.output
+    assert not out.exists() and not (tmp_path / "sft.partial").exists()
