@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import BASE_VOCAB, DIM, LEVELS, base_rows, planted_new_rows
+from geodiag_fixtures import BASE_VOCAB, DIM, LEVELS, base_rows, planted_new_rows
 
 from geodiag.checkpoints import ReadOptions, open_checkpoint
 from geodiag.errors import InputError
@@ -188,7 +188,7 @@ def test_codebooks_pair_by_code_for_a_partial_range(make_ckpt):
     root = make_ckpt("grounded", with_sidecar=False)
     ckpt = open_checkpoint(root, ReadOptions(new_tokens=(BASE_VOCAB + 3, BASE_VOCAB + 12)))
     assert ckpt.new.level_names == ["a", "b"]
-    from conftest import codebooks
+    from geodiag_fixtures import codebooks
 
     np.testing.assert_array_equal(ckpt.codebooks["a"], codebooks()["a"][3:8])
     np.testing.assert_array_equal(ckpt.codebooks["b"], codebooks()["b"][:4])

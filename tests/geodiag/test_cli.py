@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-from conftest import BASE_VOCAB, DIM, LEVELS, base_rows, planted_new_rows
+from geodiag_fixtures import BASE_VOCAB, DIM, LEVELS, base_rows, planted_new_rows
 from typer.testing import CliRunner
 
 from geodiag.cli import app

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from conftest import base_rows, planted_new_rows, write_checkpoint
+from geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
 
 
 def test_check_imports_neither_torch_nor_transformers(tmp_path):

@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
-from conftest import base_rows, planted_new_rows, write_checkpoint
+from geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
 
 # (folder, planted kind, sidecar provenance); gti/init -> gti/sft is the one drift pair.
 CHECKPOINTS = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from conftest import (
+from geodiag_fixtures import (
     BASE_VOCAB,
     DIM,
     LEVELS,

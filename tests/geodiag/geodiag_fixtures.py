@@ -1,0 +1,126 @@
+"""Tiny checkpoints written by the tests: config.json + safetensors + tokenizer.json (+ sidecar,
+codebooks), with planted new-token geometries whose verdict is known in advance."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from geodiag import sidecar
+from geodiag.safetensors_file import save_file
+
+BASE_VOCAB = 300
+DIM = 32
+LEVELS = (("a", 8), ("b", 8), ("c", 8))
+CODE_DIM = 6
+
+
+def base_rows(seed: int = 0) -> np.ndarray:
+    """Original vocabulary: anisotropic Gaussian with a shared offset, like real embeddings."""
+    rng = np.random.default_rng(seed)
+    scales = np.linspace(0.2, 0.02, DIM)
+    return rng.normal(size=(BASE_VOCAB, DIM)) * scales + 0.01
+
+
+def codebooks(seed: int = 1) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {name: rng.normal(size=(k, CODE_DIM)) for name, k in LEVELS}
+
+
+def planted_new_rows(kind: str, base: np.ndarray, seed: int = 2) -> np.ndarray:
+    """New rows (24, DIM) in (level, code) order for a named geometry."""
+    rng = np.random.default_rng(seed)
+    n = sum(k for _, k in LEVELS)
+    mean = base.mean(axis=0)
+    if kind == "mean":
+        return np.tile(mean, (n, 1))
+    if kind == "mean-noise":  # transformers' mean_resizing: N(mean, 1e-9 * Sigma)
+        cov = np.cov(base, rowvar=False)
+        return rng.multivariate_normal(mean, 1e-9 * cov, size=n)
+    if kind == "line":
+        direction = rng.normal(size=DIM)
+        return np.outer(rng.normal(size=n), direction) * 0.1
+    if kind == "random":
+        return rng.normal(size=(n, DIM)) * base.std()
+    if kind == "grounded":  # each level's codebook seen through a random linear map
+        books = codebooks()
+        out = []
+        for name, _ in LEVELS:
+            proj = rng.normal(size=(CODE_DIM, DIM)) * 0.1
+            out.append(books[name] @ proj)
+        rows = np.concatenate(out)
+        return rows + rng.normal(size=rows.shape) * 0.005
+    raise ValueError(kind)
+
+
+def tokenizer_json(n_base: int, new_tokens: list[str], extra_special: int = 0) -> dict:
+    vocab = {f"tok{i}": i for i in range(n_base)}
+    vocab["Ġthe"] = 5  # a byte-level token, to check readable decoding
+    del vocab["tok5"]
+    added = [{"id": n_base + i, "content": t, "special": False} for i, t in enumerate(new_tokens)]
+    added.insert(0, {"id": 0, "content": "<|endoftext|>", "special": True})
+    return {
+        "version": "1.0",
+        "added_tokens": added,
+        "model": {"type": "BPE", "vocab": vocab, "merges": []},
+        "decoder": {"type": "ByteLevel"},
+    }
+
+
+def write_checkpoint(
+    root: Path,
+    new_rows: np.ndarray,
+    *,
+    base: np.ndarray | None = None,
+    with_sidecar: bool = True,
+    with_tokenizer: bool = True,
+    with_codebooks: bool = True,
+    with_config: bool = True,
+    sharded: bool = False,
+    untied_head: np.ndarray | None = None,
+    dtype: str | None = None,
+    tensor_name: str = "model.embed_tokens.weight",
+    provenance: dict | None = None,
+) -> Path:
+    """A save_pretrained-like folder; returns its path."""
+    base = base_rows() if base is None else base
+    root.mkdir(parents=True, exist_ok=True)
+    emb = np.concatenate([base, new_rows]).astype(np.float32)
+    layer = np.ones((DIM, DIM), np.float32)
+    tensors = {tensor_name: emb, "model.layers.0.mlp.weight": layer}
+    if untied_head is not None:
+        tensors["lm_head.weight"] = untied_head.astype(np.float32)
+    if sharded:
+        head = {k: v for k, v in tensors.items() if k != "model.layers.0.mlp.weight"}
+        save_file(head, root / "model-00001-of-00002.safetensors", dtype=dtype)
+        save_file(
+            {"model.layers.0.mlp.weight": layer},
+            root / "model-00002-of-00002.safetensors",
+            dtype=dtype,
+        )
+        weight_map = {k: "model-00001-of-00002.safetensors" for k in head}
+        weight_map["model.layers.0.mlp.weight"] = "model-00002-of-00002.safetensors"
+        (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    else:
+        save_file(tensors, root / "model.safetensors", dtype=dtype)
+    names = [sidecar.token_string(lv, c) for lv, k in LEVELS for c in range(k)]
+    if with_config:
+        config = {"model_type": "llama", "hidden_size": DIM, "vocab_size": len(emb),
+                  "tie_word_embeddings": untied_head is None}  # fmt: skip
+        (root / "config.json").write_text(json.dumps(config))
+    if with_tokenizer:
+        (root / "tokenizer.json").write_text(json.dumps(tokenizer_json(len(base), names)))
+    if with_sidecar:
+        levels, next_id = [], len(base)
+        for name, k in LEVELS:
+            levels.append(sidecar.Level(name, k, list(range(next_id, next_id + k))))
+            next_id += k
+        rng = np.random.default_rng(3)
+        items = {f"item{i}": [int(rng.integers(k)) for _, k in LEVELS] for i in range(10)}
+        prov = provenance or {"init_strategy": "test", "stage": "init", "step": 0, "seed": 0}
+        sidecar.save(sidecar.SemanticIds(len(base), levels, items, prov), root)
+    if with_codebooks:
+        save_file(codebooks(), root / sidecar.CODEBOOKS_FILENAME)
+    return root
