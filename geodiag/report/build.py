@@ -29,6 +29,7 @@ from geodiag.analysis import (
 from geodiag.checkpoints import Checkpoint, ReadOptions, open_checkpoint
 from geodiag.errors import InputError
 from geodiag.gate import GateConfig, GateResult, run_gate
+from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.geometry import cosine_matrix, level_cosine, row_norms
 from geodiag.report.verdict import Verdict, verdict
 
@@ -223,6 +224,17 @@ def build_report(
     progress: Progress | None = None,
 ) -> Report:
     """Analyze every checkpoint, gate it, explain it, and pair checkpoints for drift."""
+    # Single-threaded BLAS for the cosine maps too, as in analyze(): see geodiag.metrics.blas.
+    with blas_threads(1):
+        return _build_report(paths, read, opts, progress)
+
+
+def _build_report(
+    paths: list[Path],
+    read: ReadOptions | None,
+    opts: ReportOptions | None,
+    progress: Progress | None,
+) -> Report:
     read = read or ReadOptions()
     opts = opts or ReportOptions()
     opts.validate()
