@@ -1,6 +1,7 @@
 """``gti experiment CONFIG.toml``: what to run, read from TOML into typed configs.
 
-Top-level keys: ``name``, ``out``, ``seeds``, ``arms``, ``sft_arms``, ``device``.
+Top-level keys: ``name``, ``out``, ``seeds``, ``arms``, ``sft_arms``, ``device``,
+``threads``.
 Sections map one to one onto the configs of the stages, with the same key names
 as their CLI flags (underscores): ``[sids]`` (+ ``[sids.rqvae]``) ->
 :class:`~gti.semantic_ids.config.SidsConfig`, ``[grounding]`` ->
@@ -50,6 +51,10 @@ class ExperimentConfig:
     arms: tuple[str, ...] = DEFAULT_ARMS
     sft_arms: tuple[str, ...] | None = None  # arms that go past init; None: all of them
     device: str = "auto"  # for every stage
+    # torch intra-op threads for every stage; 0 keeps torch's default (one per core).
+    # On a shared machine 1 is safer: OpenMP threads spin-waiting against other jobs
+    # made SmolLM2 passes 5-10x slower on the 2-core box (measured).
+    threads: int = 0
     sids: SidsConfig = field(default_factory=SidsConfig)
     grounding: GroundingConfig = field(default_factory=GroundingConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
@@ -75,6 +80,10 @@ class ExperimentConfig:
         if not self.arms or len(set(self.arms)) != len(self.arms):
             raise InputError(
                 where, f"arms must be a non-empty list without repeats, got {list(self.arms)}"
+            )
+        if self.threads < 0:
+            raise InputError(
+                where, f"threads must be >= 0 (0: torch's default), got {self.threads}"
             )
         stray = [a for a in self.sft_arms or () if a not in self.arms]
         if stray:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -32,7 +33,8 @@ from gti.experiment.results import summarize, to_markdown
 
 log = logging.getLogger(__name__)
 CONFIG_FILENAME = "experiment.json"
-# Sections that decide what finished stages contain; arms, seeds and the report may change.
+# Settings that decide what finished stages contain; arms, seeds, threads and the
+# report may change between runs.
 PINNED = ("sids", "grounding", "sft", "evaluate", "device")
 
 
@@ -109,15 +111,35 @@ class Stages:
 
 
 def run_experiment(cfg: ExperimentConfig) -> ExperimentResult:
+    """Run every stage that has not run yet; returns where the tables and report are."""
+    cfg.validate()
+    out = Path(cfg.out)
+    check_or_write_config(cfg)
+    with torch_threads(cfg.threads):
+        return _run_stages(cfg, out)
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """``torch.set_num_threads(n)`` for the duration (0: leave torch's default)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_stages(cfg: ExperimentConfig, out: Path) -> ExperimentResult:
     from gti.evaluate.run import run_evaluate
     from gti.init.config import InitConfig
     from gti.init.run import run_init
     from gti.semantic_ids.build import build_sids
     from gti.sft.run import run_sft
 
-    cfg.validate()
-    out = Path(cfg.out)
-    check_or_write_config(cfg)
     stages = Stages()
     common = {"cache_dir": cfg.cache_dir, "progress": cfg.progress}
 
@@ -171,7 +193,6 @@ def run_experiment(cfg: ExperimentConfig) -> ExperimentResult:
         stages.ran.append("report")
     else:
         stages.skipped.append("report")
-    log.info("report: %s", report)
     return ExperimentResult(out, results_md, results_json, report, stages.ran, stages.skipped)
 
 
