@@ -277,8 +277,16 @@ def save_file(
             f.write(raw)
             for blob in blobs:
                 f.write(blob)
+        _publishable(tmp)
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return p
+
+
+def _publishable(tmp: str) -> None:
+    """mkstemp creates 0600 files; give the published file the usual umask-based mode."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)

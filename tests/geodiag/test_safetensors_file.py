@@ -106,3 +106,19 @@ def test_rows_in_any_order_with_repeats_and_runs(tmp_path):
         got = f.read_rows("emb", np.array(rows, dtype=np.int64))
         np.testing.assert_array_equal(got, x[rows].reshape(len(rows), 5))
     np.testing.assert_array_equal(f.read_block("emb", 60, 100), x[60:])
+
+
+def test_written_files_are_not_private(tmp_path):
+    import os
+    import stat
+
+    from geodiag import sidecar
+
+    umask = os.umask(0o022)
+    try:
+        p = save_file({"w": np.ones(2)}, tmp_path / "m.safetensors")
+        s = sidecar.save(sidecar.SemanticIds(10, [sidecar.Level("a", 2, [10, 11])], {}), tmp_path)
+    finally:
+        os.umask(umask)
+    for f in (p, s):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o644
