@@ -63,6 +63,12 @@ def normalize_permissions(folder: Path) -> None:
         p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
 
 
+def publish_file(src: str | os.PathLike[str], target: Path) -> None:
+    """Atomically move a finished temporary file to ``target`` with ordinary permissions."""
+    os.chmod(src, 0o666 & ~_umask())
+    os.replace(src, target)
+
+
 def publish_dir(src: Path, target: Path) -> None:
     """Move the finished folder ``src`` to ``target``, replacing an existing one."""
     normalize_permissions(src)

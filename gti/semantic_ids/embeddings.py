@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gti.cache import cache_root
+from gti.cache import cache_root, publish_file
 from gti.models.backbone import Backbone
 
 CACHE_VERSION = "meanpool-v1"  # bump when the pooling changes: old caches are ignored
@@ -68,7 +68,7 @@ def _write_cache(path: Path, table: dict[bytes, np.ndarray], identity: str) -> N
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata={"identity": identity, "version": CACHE_VERSION})
-        os.replace(tmp, path)
+        publish_file(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

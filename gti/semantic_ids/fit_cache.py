@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gti.cache import cache_root
+from gti.cache import cache_root, publish_file
 from gti.semantic_ids.config import RQVAEConfig
 from gti.semantic_ids.rqvae import RQVAEResult, train_rqvae
 
@@ -74,7 +74,7 @@ def save_fit(path: Path, fit: RQVAEResult) -> None:
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata={"history": json.dumps(fit.history), "version": VERSION})
-        os.replace(tmp, path)
+        publish_file(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
