@@ -120,6 +120,7 @@ def test_changed_settings_are_refused(tmp_path, tiny_model_dir):
         ("arms = ['mean', 'best']\n", "unknown arm 'best'"),
         ("arms = ['mean']\nsft_arms = ['gti']\n", "'gti', which is not in arms"),
         ("[evaluate]\nbeams = 5\n", "--beams"),
+        ("threads = -1\n", "threads must be >= 0"),
         ("[sids\n", "not valid TOML"),
     ],
 )
