@@ -149,7 +149,9 @@ def _levels(
             skip, result = "rows dropped as non-finite: token rows no longer pair with codes", None
         else:
             result = rsa(rows[sel], book, n_permutations=opts.n_permutations, seed=opts.seed,
-                         max_items=opts.rsa_max_items)  # fmt: skip
+                         max_items=opts.rsa_max_items,
+                         names=(f"the token rows of level '{name}'",
+                                f"the codebook of level '{name}'"))  # fmt: skip
         out.append(
             LevelMetrics(name, int(sel.sum()), summarize(rows[sel], reference), result, skip)
         )

@@ -67,6 +67,9 @@ def drift(
         cosine_min=stats[2],
         cosine_quantiles=quantiles,
         relative_change=relative,
-        structure_rsa=rsa(a, b, n_permutations=n_permutations, seed=seed, max_items=max_items),
+        structure_rsa=rsa(
+            a, b, n_permutations=n_permutations, seed=seed, max_items=max_items,
+            names=("the rows before", "the rows after"),
+        ),
         undefined_reason=reason,
     )

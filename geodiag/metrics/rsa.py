@@ -112,13 +112,15 @@ def rsa(
     n_permutations: int = 1000,
     seed: int = 0,
     max_items: int = 1000,
+    names: tuple[str, str] = ("a (first matrix)", "b (second matrix)"),
 ) -> RSAResult:
     """Spearman RSA between the cosine dissimilarities of paired rows a (n, d1), b (n, d2).
 
     p-value: permute the items of b (rows and columns of its dissimilarity matrix
     together) with ``np.random.default_rng(seed)``; p = (1 + #{r_perm >= r_obs}) /
     (1 + n_permutations). Above ``max_items`` items a seeded subset (drawn first, from the
-    same generator) is used. Undefined cases return None with a reason, never NaN.
+    same generator) is used. Undefined cases return None with a reason, never NaN; the
+    reason calls the two matrices by ``names``.
     """
     a = as_matrix(a, "a", min_rows=0)
     b = as_matrix(b, "b", min_rows=0)
@@ -145,7 +147,7 @@ def rsa(
         return undefined(f"needs at least 3 items to correlate pairwise dissimilarities, got {n}")
     rows, cols = np.triu_indices(n, k=1)
     ta, tb = _upper(a, rows, cols), _upper(b, rows, cols)
-    for m, t, name in ((a, ta, "a (first matrix)"), (b, tb, "b (second matrix)")):
+    for m, t, name in ((a, ta, names[0]), (b, tb, names[1])):
         reason = _undefined_reason(m, t, name)
         if reason is not None:
             return undefined(reason)

@@ -59,7 +59,10 @@ def test_metrics_json_is_strict_even_for_exact_mean(make_ckpt):
     m = out["matrices"][0]
     assert m["new"]["centered"]["effective_rank"] == 0.0
     assert m["levels"][0]["rsa"]["spearman"] is None
-    assert m["levels"][0]["rsa"]["undefined_reason"]
+    level = m["levels"][0]
+    # The reason names the level's rows in the user's terms, not "a (first matrix)".
+    assert f"token rows of level '{level['name']}'" in level["rsa"]["undefined_reason"]
+    assert "identical" in level["rsa"]["undefined_reason"]
     assert out["n_new_tokens"] == N_NEW
 
 
