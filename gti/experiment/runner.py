@@ -9,12 +9,15 @@ after a kill or with more arms/seeds does only what is missing):
     seed-S/init/<strategy>/      gti init (stage init); arms with one init share it
     seed-S/sft/<arm>/            gti sft (stage sft)
     seed-S/eval/<arm>.json       gti evaluate
-    results.json, results.md     metrics per arm and split, mean (+ spread) over seeds
+    results.json, results.md     metrics per arm and split, mean (+ spread) over seeds,
+                                 and the wall time of each stage
     report.html, report.json     geodiag report: every arm at both stages (first seed)
+    timings.jsonl                one line per stage run: name, seconds, when it finished
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import time
@@ -33,6 +36,7 @@ from gti.experiment.results import summarize, to_markdown
 
 log = logging.getLogger(__name__)
 CONFIG_FILENAME = "experiment.json"
+TIMINGS_FILENAME = "timings.jsonl"
 # Settings that decide what finished stages contain; arms, seeds, threads and the
 # report may change between runs.
 PINNED = ("sids", "grounding", "sft", "evaluate", "device")
@@ -92,22 +96,45 @@ def differences(now: dict, before: dict) -> list[str]:
 
 
 class Stages:
-    """Runs a stage unless its output exists; logs what it did and how long it took."""
+    """Runs a stage unless its output exists; logs what it did and how long it took,
+    and appends the time to ``timings`` (a stage that fails records nothing)."""
 
-    def __init__(self) -> None:
+    def __init__(self, timings: Path) -> None:
         self.ran: list[str] = []
         self.skipped: list[str] = []
+        self.timings = timings
 
     def run(self, name: str, done: Path, fn: Callable[[], object]) -> None:
         if done.exists():
             self.skipped.append(name)
             log.info("= %s: done (%s)", name, done)
             return
+        self.timed(name, fn)
+
+    def timed(self, name: str, fn: Callable[[], object]) -> None:
+        """Run ``fn`` now, log it and record its wall time."""
         log.info("> %s", name)
         t0 = time.perf_counter()
         fn()
+        seconds = time.perf_counter() - t0
         self.ran.append(name)
-        log.info("< %s: %.1f s", name, time.perf_counter() - t0)
+        log.info("< %s: %.1f s", name, seconds)
+        finished = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        record = {"stage": name, "seconds": round(seconds, 1), "finished": finished}
+        with self.timings.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def stage_seconds(path: Path) -> dict[str, float]:
+    """Seconds of each stage's latest run, from ``timings.jsonl`` (empty if absent)."""
+    if not path.is_file():
+        return {}
+    latest: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            latest[record["stage"]] = float(record["seconds"])
+    return latest
 
 
 def run_experiment(cfg: ExperimentConfig) -> ExperimentResult:
@@ -140,7 +167,7 @@ def _run_stages(cfg: ExperimentConfig, out: Path) -> ExperimentResult:
     from gti.semantic_ids.build import build_sids
     from gti.sft.run import run_sft
 
-    stages = Stages()
+    stages = Stages(out / TIMINGS_FILENAME)
     common = {"cache_dir": cfg.cache_dir, "progress": cfg.progress}
 
     sids_dir = out / "sids"
@@ -189,8 +216,7 @@ def _run_stages(cfg: ExperimentConfig, out: Path) -> ExperimentResult:
     report = out / "report.html"
     inputs = report_inputs(cfg)
     if stages.ran or not report_is_current(report, inputs):
-        write_geodiag_report(cfg, report, inputs)
-        stages.ran.append("report")
+        stages.timed("report", lambda: write_geodiag_report(cfg, report, inputs))
     else:
         stages.skipped.append("report")
     return ExperimentResult(out, results_md, results_json, report, stages.ran, stages.skipped)
@@ -211,9 +237,33 @@ def write_results(cfg: ExperimentConfig) -> tuple[Path, Path]:
         + ("; mean ± sample std" if len(cfg.seeds) > 1 else ""),
     ]
     md, js = out / "results.md", out / "results.json"
-    md.write_text(to_markdown(summary, f"{cfg.name}: next-item results", notes))
+    text = to_markdown(summary, f"{cfg.name}: next-item results", notes)
+    md.write_text(text + time_table(cfg, stage_seconds(out / TIMINGS_FILENAME)))
     js.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
     return md, js
+
+
+def time_table(cfg: ExperimentConfig, seconds: dict[str, float]) -> str:
+    """Markdown: wall time of init, SFT and eval per arm and seed (from timings.jsonl).
+
+    Arms that share an init (mean and lcrec) show it on each row; a stage found
+    finished shows its time from the run that made it, or "-" if none was recorded.
+    """
+    if not seconds:
+        return ""
+    lines = ["", "## wall time per arm (seconds)", "",
+             "| arm | seed | init | sft | eval | total |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for seed in cfg.seeds:
+        for arm in cfg.trained_arms:
+            parts = [seconds.get(f"seed {seed} init {ARMS[arm].init}"),
+                     seconds.get(f"seed {seed} sft {arm}"),
+                     seconds.get(f"seed {seed} eval {arm}")]  # fmt: skip
+            cells = ["-" if p is None else f"{p:.0f}" for p in parts]
+            total = "-" if None in parts else f"{sum(parts):.0f}"  # type: ignore[arg-type]
+            lines.append(f"| {arm} | {seed} | " + " | ".join(cells) + f" | {total} |")
+    if "sids" in seconds:
+        lines += ["", f"- SIDs (once, shared by all arms): {seconds['sids']:.0f} s"]
+    return "\n".join(lines) + "\n"
 
 
 def report_inputs(cfg: ExperimentConfig) -> list[Path]:

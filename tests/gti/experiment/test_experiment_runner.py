@@ -46,7 +46,8 @@ def tree(root: Path) -> list[str]:
 
 
 def expected_tree(arms: list[str], inits: list[str]) -> list[str]:
-    files = ["experiment.json", "report.html", "report.json", "results.json", "results.md"]
+    files = ["experiment.json", "report.html", "report.json", "results.json", "results.md",
+             "timings.jsonl"]  # fmt: skip
     files += [f"sids/{f}" for f in ("codebooks.safetensors", "semantic_ids.json", "stats.json")]
     files += [f"seed-0/init/{s}/{f}" for s in inits for f in INIT]
     files += ["seed-0/init/gti/train_log.jsonl"] if "gti" in inits else []
@@ -81,12 +82,26 @@ def test_tiny_end_to_end_and_idempotent(tmp_path, tiny_model_dir, caplog):
     labels = [c["label"] for c in report["checkpoints"]]
     assert labels[:3] == ["mean/init", "random/init", "gti/init"] and len(labels) == 7
 
+    # One timing record per stage that ran, in order; the table sums them per arm.
+    timings = [json.loads(line) for line in (out / "timings.jsonl").read_text().splitlines()]
+    stages = [t["stage"] for t in timings]
+    assert stages[0] == "sids" and stages[-1] == "report"
+    assert stages.count("seed 0 init mean") == 1 and len(stages) == 1 + 3 + 2 * len(arms) + 1
+    assert all(t["seconds"] >= 0 for t in timings)
+    sec = {t["stage"]: t["seconds"] for t in timings}
+    row = re.search(r"(?m)^\| gti\+lcrec \| 0 \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|$", md)
+    assert row is not None, md
+    parts = [sec["seed 0 init gti"], sec["seed 0 sft gti+lcrec"], sec["seed 0 eval gti+lcrec"]]
+    assert [int(c) for c in row.groups()[:3]] == [round(p) for p in parts]
+    assert abs(int(row.group(4)) - sum(parts)) <= 1
+
     # Re-run: everything is found finished, nothing is rewritten.
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
     res = runner.invoke(app, ["experiment", str(config), "-o", str(out), "--no-progress"])
     assert res.exit_code == 0, res.output
     changed = [p for p in stamps if p.stat().st_mtime_ns != stamps[p]]
     assert sorted(p.name for p in changed) == ["results.json", "results.md"]  # tables are cheap
+    assert (out / "timings.jsonl").read_text().count("\n") == len(stages)  # nothing ran
     assert "= seed 0 sft gti: done" in caplog.text
 
     # One more arm: only its stages run (lcrec shares the mean init).
