@@ -150,7 +150,7 @@ def _levels(
         else:
             result = rsa(rows[sel], book, n_permutations=opts.n_permutations, seed=opts.seed,
                          max_items=opts.rsa_max_items,
-                         names=(f"the token rows of level '{name}'",
+                         names=(f"the embedding matrix of level '{name}'",
                                 f"the codebook of level '{name}'"))  # fmt: skip
         out.append(
             LevelMetrics(name, int(sel.sum()), summarize(rows[sel], reference), result, skip)

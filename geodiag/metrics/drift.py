@@ -68,8 +68,12 @@ def drift(
         cosine_quantiles=quantiles,
         relative_change=relative,
         structure_rsa=rsa(
-            a, b, n_permutations=n_permutations, seed=seed, max_items=max_items,
-            names=("the rows before", "the rows after"),
+            a,
+            b,
+            n_permutations=n_permutations,
+            seed=seed,
+            max_items=max_items,
+            names=("the first checkpoint", "the second checkpoint"),
         ),
         undefined_reason=reason,
     )

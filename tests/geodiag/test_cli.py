@@ -60,8 +60,11 @@ def test_metrics_json_is_strict_even_for_exact_mean(make_ckpt):
     assert m["new"]["centered"]["effective_rank"] == 0.0
     assert m["levels"][0]["rsa"]["spearman"] is None
     level = m["levels"][0]
-    # The reason names the level's rows in the user's terms, not "a (first matrix)".
-    assert f"token rows of level '{level['name']}'" in level["rsa"]["undefined_reason"]
+    # The reason names the level's matrix in the user's terms, not "a (first matrix)".
+    assert (
+        f"rows of the embedding matrix of level '{level['name']}'"
+        in level["rsa"]["undefined_reason"]
+    )
     assert "identical" in level["rsa"]["undefined_reason"]
     assert out["n_new_tokens"] == N_NEW
 

@@ -80,7 +80,7 @@ def test_mean_init_to_trained_is_strict_json():
     a = np.tile(rng.normal(size=8), (12, 1))  # exact mean init: RSA undefined
     d = drift(a, a + rng.normal(size=(12, 8)), n_permutations=20)
     assert d.structure_rsa.spearman is None and "identical" in d.structure_rsa.undefined_reason
-    assert "the rows before" in d.structure_rsa.undefined_reason
+    assert "rows of the first checkpoint are identical" in d.structure_rsa.undefined_reason
     assert d.cosine_mean is not None
     json.dumps(dataclasses.asdict(d), allow_nan=False)
 
