@@ -4,8 +4,8 @@ resumable state of a grounding run in progress.
 Checkpoint folder = ``save_pretrained`` of model and tokenizer, plus
 ``semantic_ids.json`` (token ids and provenance filled in), ``codebooks.safetensors``
 (copied from the sids folder), ``init_config.json`` (the resolved run config) and,
-for ``gti``, ``train_log.jsonl`` (one line per grounding step). It is built in a
-sibling staging folder and renamed into place: a reader never sees half of one.
+for ``gti``, ``train_log.jsonl`` (one line per grounding step); written by
+``gti.checkpoint_files.write_checkpoint``, atomically.
 
 Resume state = ``<out>.partial/state.pt``: the new rows, AdamW state, step, torch
 RNG state, the loss log so far, and a fingerprint of the settings that must not
@@ -15,60 +15,16 @@ change between a run and its resumption. The data position is ``step`` itself
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from geodiag.errors import InputError
-from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, save
-from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
-from gti.cache import staging_dir
 
 CONFIG_FILENAME = "init_config.json"
-TRAIN_LOG_FILENAME = "train_log.jsonl"
 STATE_FILENAME = "state.pt"
-# Our own files in every checkpoint; the rest is what save_pretrained writes.
-OWN_FILES = (SIDECAR_FILENAME, CODEBOOKS_FILENAME, CONFIG_FILENAME)
-
-
-def partial_dir(out: Path) -> Path:
-    return out.parent / f"{out.name}.partial"
-
-
-def check_output_dir(out: Path) -> None:
-    """Refuse to replace anything but a previous checkpoint of ``gti init``."""
-    if out.exists() and not out.is_dir():
-        raise InputError("-o", f"{out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / CONFIG_FILENAME).is_file():
-        raise InputError(
-            "-o", f"{out} is not empty and holds no {CONFIG_FILENAME}; choose a new or empty folder"
-        )
-
-
-def write_checkpoint(
-    out: Path,
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    sids: SemanticIds,
-    codebooks: Path,
-    run_config: dict[str, object],
-    train_log: list[dict[str, object]] | None = None,
-) -> Path:
-    """Write the whole checkpoint into a staging folder, then rename it to ``out``."""
-    with staging_dir(out) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        save(sids, tmp / SIDECAR_FILENAME)
-        shutil.copyfile(codebooks, tmp / CODEBOOKS_FILENAME)
-        (tmp / CONFIG_FILENAME).write_text(json.dumps(run_config, indent=1, allow_nan=False))
-        if train_log is not None:
-            lines = (json.dumps(e, allow_nan=False) for e in train_log)
-            (tmp / TRAIN_LOG_FILENAME).write_text("".join(line + "\n" for line in lines))
-    return out
 
 
 class ResumeStore:

@@ -17,14 +17,10 @@ from transformers import PreTrainedModel
 
 from geodiag.errors import InputError
 from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, load, token_string
+from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
 from gti.data.sources import load_dataset
 from gti.init import REGISTRY, InitContext
-from gti.init.checkpoint import (
-    ResumeStore,
-    check_output_dir,
-    partial_dir,
-    write_checkpoint,
-)
+from gti.init.checkpoint import CONFIG_FILENAME, ResumeStore
 from gti.init.config import InitConfig
 from gti.init.grounding import NewRows, freeze
 from gti.init.pairs import PairStream
@@ -89,7 +85,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     """
     cfg.validate()
     out = Path(cfg.out)
-    check_output_dir(out)
+    check_output_dir(out, CONFIG_FILENAME)
     sids_path = Path(cfg.sids)
     sids = load(sids_path)
     codebooks = sids_path / CODEBOOKS_FILENAME
@@ -162,7 +158,9 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "tied_embeddings": ext.tied,
         "sids_provenance": sids.provenance,
     }
-    write_checkpoint(out, model, tokenizer, final, codebooks, run_config, train_log)
+    write_checkpoint(
+        out, model, tokenizer, final, codebooks, CONFIG_FILENAME, run_config, train_log
+    )
     if cfg.strategy == "gti":
         ResumeStore(partial_dir(out), {}).clear()
     log.info("wrote %s (%s, %d new tokens)", out, cfg.strategy, ext.n_new)

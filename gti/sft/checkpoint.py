@@ -3,7 +3,7 @@
 Checkpoint folder = ``save_pretrained`` of model and tokenizer, plus
 ``semantic_ids.json`` (provenance updated to stage ``sft``), ``codebooks.safetensors``
 (copied from the init checkpoint), ``sft_config.json`` and ``train_log.jsonl``.
-Built in a sibling staging folder and renamed into place (``gti.cache.staging_dir``).
+Written by ``gti.checkpoint_files.write_checkpoint``, atomically.
 
 Resume state = ``<out>.partial/state/``: ``accelerator.save_state`` (model,
 optimizer and every process's RNG, in whatever layout DDP/FSDP/DeepSpeed need)
@@ -22,53 +22,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from accelerate import Accelerator
-from transformers import PreTrainedTokenizerBase
 
 from geodiag.errors import InputError
-from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, save
-from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
-from gti.cache import staging_dir
 
 CONFIG_FILENAME = "sft_config.json"
-TRAIN_LOG_FILENAME = "train_log.jsonl"
 TRAINER_STATE = "trainer_state.json"
-
-
-def partial_dir(out: Path) -> Path:
-    return out.parent / f"{out.name}.partial"
-
-
-def check_output_dir(out: Path) -> None:
-    """Refuse to replace anything but a previous checkpoint of ``gti sft``."""
-    if out.exists() and not out.is_dir():
-        raise InputError("-o", f"{out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / CONFIG_FILENAME).is_file():
-        raise InputError(
-            "-o", f"{out} is not empty and holds no {CONFIG_FILENAME}; choose a new or empty folder"
-        )
-
-
-def write_checkpoint(
-    out: Path,
-    model: object,
-    state_dict: dict,
-    tokenizer: PreTrainedTokenizerBase,
-    sids: SemanticIds,
-    codebooks: Path,
-    run_config: dict[str, object],
-    train_log: list[dict[str, object]],
-) -> Path:
-    """Write the whole checkpoint into a staging folder, then rename it to ``out``."""
-    with staging_dir(out) as tmp:
-        model.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)  # type: ignore[attr-defined]
-        tokenizer.save_pretrained(tmp)
-        save(sids, tmp / SIDECAR_FILENAME)
-        if codebooks.is_file():
-            shutil.copyfile(codebooks, tmp / CODEBOOKS_FILENAME)
-        (tmp / CONFIG_FILENAME).write_text(json.dumps(run_config, indent=1, allow_nan=False))
-        lines = (json.dumps(e, allow_nan=False) for e in train_log)
-        (tmp / TRAIN_LOG_FILENAME).write_text("".join(line + "\n" for line in lines))
-    return out
 
 
 class ResumeStore:

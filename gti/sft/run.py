@@ -22,7 +22,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from geodiag.errors import InputError
 from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
 from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
-from gti.sft.checkpoint import ResumeStore, check_output_dir, partial_dir, write_checkpoint
+from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
+from gti.sft.checkpoint import CONFIG_FILENAME, ResumeStore
 from gti.sft.config import SFTConfig
 from gti.sft.data import SFTStream, load_task_data
 from gti.sft.trainer import SFTInterrupted, train_sft
@@ -77,7 +78,7 @@ def run_sft(cfg: SFTConfig, *, should_stop: Callable[[int], bool] | None = None)
     accelerator = make_accelerator(cfg)
     cfg.validate(accelerator.num_processes)
     out, init = Path(cfg.out), Path(cfg.init)
-    check_output_dir(out)
+    check_output_dir(out, CONFIG_FILENAME)
     set_seed(cfg.seed)
     model, tokenizer, sids = load_checkpoint(init)
     data = cfg.data or str(sids.provenance.get("data") or "")
@@ -125,15 +126,17 @@ def run_sft(cfg: SFTConfig, *, should_stop: Callable[[int], bool] | None = None)
     if accelerator.is_main_process:
         trained = accelerator.unwrap_model(loss_fn).model
         state_dict = {k.removeprefix("model."): v for k, v in state_dict.items()}
+        codebooks = init / CODEBOOKS_FILENAME
         write_checkpoint(
             out,
             trained,
-            state_dict,
             tokenizer,
             sft_sidecar(sids, cfg, result.step, data),
-            init / CODEBOOKS_FILENAME,
+            codebooks if codebooks.is_file() else None,
+            CONFIG_FILENAME,
             run_config,
             result.log,
+            state_dict=state_dict,
         )
         resume.clear()
         log.info("wrote %s (%s, %d steps)", out, cfg.tasks, result.step)

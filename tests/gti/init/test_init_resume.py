@@ -9,7 +9,7 @@ import pytest
 from safetensors.torch import load_file
 
 from geodiag.errors import InputError
-from gti.init.checkpoint import partial_dir
+from gti.checkpoint_files import partial_dir
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.run import run_init
 from gti.init.trainer import GroundingInterrupted

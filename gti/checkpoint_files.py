@@ -1,0 +1,68 @@
+"""The checkpoint folder that ``gti init`` and ``gti sft`` both write (DESIGN.md).
+
+``save_pretrained`` of model and tokenizer, plus ``semantic_ids.json``,
+``codebooks.safetensors``, the stage's run config (``init_config.json`` or
+``sft_config.json``, which also marks a folder as a previous run's output) and
+``train_log.jsonl``. Built in a sibling staging folder and renamed into place
+(``gti.cache.staging_dir``): a reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerBase
+
+from geodiag.errors import InputError
+from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, save
+from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
+from gti.cache import staging_dir
+
+TRAIN_LOG_FILENAME = "train_log.jsonl"
+
+
+def partial_dir(out: Path) -> Path:
+    """Where a run that will write ``out`` keeps its resume state."""
+    return out.parent / f"{out.name}.partial"
+
+
+def check_output_dir(out: Path, config_filename: str) -> None:
+    """Refuse to replace anything but a previous checkpoint of the same stage (a folder
+    holding ``config_filename``)."""
+    if out.exists() and not out.is_dir():
+        raise InputError("-o", f"{out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / config_filename).is_file():
+        raise InputError(
+            "-o", f"{out} is not empty and holds no {config_filename}; choose a new or empty folder"
+        )
+
+
+def write_checkpoint(
+    out: Path,
+    model: object,
+    tokenizer: PreTrainedTokenizerBase,
+    sids: SemanticIds,
+    codebooks: Path | None,
+    config_filename: str,
+    run_config: dict[str, object],
+    train_log: list[dict[str, object]] | None,
+    state_dict: dict | None = None,
+) -> Path:
+    """Write the whole checkpoint into a staging folder, then rename it to ``out``.
+
+    ``codebooks`` None: no codebooks file; ``train_log`` None: no train log;
+    ``state_dict``: the weights to save instead of the model's own (gathered FSDP).
+    """
+    with staging_dir(out) as tmp:
+        model.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)  # type: ignore[attr-defined]
+        tokenizer.save_pretrained(tmp)
+        save(sids, tmp / SIDECAR_FILENAME)
+        if codebooks is not None:
+            shutil.copyfile(codebooks, tmp / CODEBOOKS_FILENAME)
+        (tmp / config_filename).write_text(json.dumps(run_config, indent=1, allow_nan=False))
+        if train_log is not None:
+            lines = (json.dumps(e, allow_nan=False) for e in train_log)
+            (tmp / TRAIN_LOG_FILENAME).write_text("".join(line + "\n" for line in lines))
+    return out
