@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -89,15 +87,3 @@ def evaluate(
         raise typer.Exit(2) from None
     summary = {s: {"n_users": r.n_users, **r.metrics} for s, r in result.splits.items()}
     typer.echo(json.dumps(summary, indent=1))
-
-
-def main() -> None:  # pragma: no cover - `python -m gti.evaluate.cli` before registration
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    app = typer.Typer()
-    app.command("evaluate")(evaluate)
-    app.command("noop", hidden=True)(lambda: None)
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import logging
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -52,15 +50,3 @@ def experiment(
         typer.echo(result.results_md.read_text())
     typer.echo(f"results: {result.results_md}")
     typer.echo(f"report: {result.report_html}")
-
-
-def main() -> None:  # pragma: no cover - `python -m gti.experiment.cli` before registration
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    app = typer.Typer()
-    app.command("experiment")(experiment)
-    app.command("noop", hidden=True)(lambda: None)
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -121,14 +120,3 @@ def init(
     except GroundingInterrupted as e:
         typer.echo(f"interrupted: {e}; run the same command again to resume", err=True)
         raise typer.Exit(130) from None
-
-
-def main() -> None:  # pragma: no cover - for `python -m gti.init.cli` before registration
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    app = typer.Typer()
-    app.command("init")(init)
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

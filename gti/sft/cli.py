@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -114,15 +112,3 @@ def sft(
     except SFTInterrupted as e:
         typer.echo(f"interrupted: {e}; run the same command again to resume", err=True)
         raise typer.Exit(130) from None
-
-
-def main() -> None:  # pragma: no cover - `python -m gti.sft.cli` before registration
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    app = typer.Typer()
-    app.command("sft")(sft)
-    app.command("noop", hidden=True)(lambda: None)
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -43,7 +43,7 @@ def test_two_processes_match_one(world, tmp_path):
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
         "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-        "-m", "gti.sft.cli", "sft", "--init", str(world.init), "-o", str(tmp_path / "two"),
+        "-m", "gti.cli", "sft", "--init", str(world.init), "-o", str(tmp_path / "two"),
         "--micro-batch-size", "2", "--device", "cpu", "--no-progress", *flags,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
