@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 import typer
 
 from geodiag.errors import InputError
+from gti.errors import exits_on_bad_input
 from gti.semantic_ids.config import RQVAEConfig, SidsConfig
 
 app = typer.Typer(
@@ -27,26 +26,10 @@ sids_app = typer.Typer(help="Semantic IDs from item text (RQ-VAE).", no_args_is_
 app.add_typer(data_app, name="data")
 app.add_typer(sids_app, name="sids")
 
-F = TypeVar("F", bound=Callable[..., object])
-
 CacheDir = Annotated[
     Path | None,
     typer.Option("--cache-dir", help="Cache root (default: $GTI_CACHE or ~/.cache/gti)."),
 ]
-
-
-def exits_on_bad_input(fn: F) -> F:
-    """Print an InputError as one line on stderr and exit 2 (DESIGN.md exit codes)."""
-
-    @wraps(fn)
-    def wrapper(*args: object, **kwargs: object) -> object:
-        try:
-            return fn(*args, **kwargs)
-        except InputError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 @data_app.command("fetch")

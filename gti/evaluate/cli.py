@@ -8,12 +8,13 @@ from typing import Annotated
 
 import typer
 
-from geodiag.errors import InputError
+from gti.errors import exits_on_bad_input
 from gti.evaluate.config import SPLITS, EvalConfig
 
 D = EvalConfig  # defaults
 
 
+@exits_on_bad_input
 def evaluate(
     checkpoint: Annotated[Path, typer.Argument(help="Checkpoint written by `gti sft`.")],
     out: Annotated[
@@ -80,10 +81,6 @@ def evaluate(
         cache_dir=cache_dir,
         progress=progress,
     )
-    try:
-        result = run_evaluate(cfg)
-    except InputError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+    result = run_evaluate(cfg)
     summary = {s: {"n_users": r.n_users, **r.metrics} for s, r in result.splits.items()}
     typer.echo(json.dumps(summary, indent=1))

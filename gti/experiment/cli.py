@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 
-from geodiag.errors import InputError
+from gti.errors import exits_on_bad_input
 
 
+@exits_on_bad_input
 def experiment(
     config: Annotated[
         Path,
@@ -33,19 +34,10 @@ def experiment(
     """
     from gti.experiment.config import load_config
     from gti.experiment.runner import run_experiment
-    from gti.init.trainer import GroundingInterrupted
-    from gti.sft.trainer import SFTInterrupted
 
-    try:
-        cfg = load_config(config, out=out)
-        cfg.progress, cfg.cache_dir = progress, cache_dir
-        result = run_experiment(cfg)
-    except InputError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
-    except (GroundingInterrupted, SFTInterrupted) as e:
-        typer.echo(f"interrupted: {e}; run the same command again to resume", err=True)
-        raise typer.Exit(130) from None
+    cfg = load_config(config, out=out)
+    cfg.progress, cfg.cache_dir = progress, cache_dir
+    result = run_experiment(cfg)
     if result.results_md is not None:
         typer.echo(result.results_md.read_text())
     typer.echo(f"results: {result.results_md}")

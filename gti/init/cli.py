@@ -8,12 +8,13 @@ from typing import Annotated
 
 import typer
 
-from geodiag.errors import InputError
+from gti.errors import exits_on_bad_input
 from gti.init.config import PRESETS, STRATEGIES, GroundingConfig, InitConfig, apply_preset
 
 log = logging.getLogger(__name__)
 
 
+@exits_on_bad_input
 def init(
     out: Annotated[
         Path, typer.Option("-o", "--out", help="Checkpoint folder to write (atomically).")
@@ -77,46 +78,36 @@ def init(
     when the same command is run again.
     """
     from gti.init.run import run_init
-    from gti.init.trainer import GroundingInterrupted
 
     if not progress:  # transformers' own bars (loading, writing shards) too
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    try:
-        if preset == "auto":
-            import torch
+    if preset == "auto":
+        import torch
 
-            preset = "paper" if torch.cuda.is_available() and device != "cpu" else "cpu"
-        n_steps, n_batch, n_lr = apply_preset(preset, steps, batch_size, lr)
-        cfg = InitConfig(
-            sids=sids,
-            out=out,
-            strategy=strategy,
-            start_from=start_from,
-            model=model,
-            data=data,
+        preset = "paper" if torch.cuda.is_available() and device != "cpu" else "cpu"
+    n_steps, n_batch, n_lr = apply_preset(preset, steps, batch_size, lr)
+    cfg = InitConfig(
+        sids=sids,
+        out=out,
+        strategy=strategy,
+        start_from=start_from,
+        model=model,
+        data=data,
+        seed=seed,
+        grounding=GroundingConfig(
+            steps=n_steps,
+            batch_size=n_batch,
+            lr=n_lr,
             seed=seed,
-            grounding=GroundingConfig(
-                steps=n_steps,
-                batch_size=n_batch,
-                lr=n_lr,
-                seed=seed,
-                save_every=save_every,
-                progress=progress,
-            ),
-            cache_dir=cache_dir,
-            allow_download=allow_download,
-            device=device,
-        )
-        if strategy == "gti":
-            log.info(
-                "grounding: preset %s, %d steps x batch %d, lr %g", preset, n_steps, n_batch, n_lr
-            )
-        typer.echo(str(run_init(cfg)))
-    except InputError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
-    except GroundingInterrupted as e:
-        typer.echo(f"interrupted: {e}; run the same command again to resume", err=True)
-        raise typer.Exit(130) from None
+            save_every=save_every,
+            progress=progress,
+        ),
+        cache_dir=cache_dir,
+        allow_download=allow_download,
+        device=device,
+    )
+    if strategy == "gti":
+        log.info("grounding: preset %s, %d steps x batch %d, lr %g", preset, n_steps, n_batch, n_lr)
+    typer.echo(str(run_init(cfg)))

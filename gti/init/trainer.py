@@ -20,6 +20,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from gti.errors import Interrupted
 from gti.init.checkpoint import ResumeStore
 from gti.init.config import GroundingConfig
 from gti.init.grounding import NewRows, SharedPrefix, StepLoss, fast_loss
@@ -34,12 +35,8 @@ class GroundingResult:
     log: list[dict[str, object]] = field(default_factory=list)
 
 
-class GroundingInterrupted(Exception):
+class GroundingInterrupted(Interrupted):
     """Stopped before the last step; the state to resume from is saved."""
-
-    def __init__(self, step: int, where: str) -> None:
-        self.step = step
-        super().__init__(f"stopped after step {step}; resume state in {where}")
 
 
 def make_optimizer(rows: NewRows, cfg: GroundingConfig) -> torch.optim.AdamW:

@@ -8,12 +8,13 @@ from typing import Annotated
 
 import typer
 
-from geodiag.errors import InputError
+from gti.errors import exits_on_bad_input
 from gti.sft.config import FREEZABLE, TASKS, SFTConfig
 
 D = SFTConfig  # defaults
 
 
+@exits_on_bad_input
 def sft(
     init: Annotated[
         Path, typer.Option("--init", help="Checkpoint written by `gti init`.")
@@ -75,7 +76,6 @@ def sft(
     gti.cli sft ...` or `torchrun --nproc_per_node N -m gti.cli sft ...`.
     """
     from gti.sft.run import run_sft
-    from gti.sft.trainer import SFTInterrupted
 
     cfg = SFTConfig(
         init=init,
@@ -102,13 +102,6 @@ def sft(
         cache_dir=cache_dir,
         progress=progress,
     )
-    try:
-        path = run_sft(cfg)
-        if os.environ.get("RANK", "0") == "0":  # under torchrun/accelerate: print once
-            typer.echo(str(path))
-    except InputError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
-    except SFTInterrupted as e:
-        typer.echo(f"interrupted: {e}; run the same command again to resume", err=True)
-        raise typer.Exit(130) from None
+    path = run_sft(cfg)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun/accelerate: print once
+        typer.echo(str(path))

@@ -22,6 +22,7 @@ from accelerate import Accelerator
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from gti.errors import Interrupted
 from gti.init.trainer import StopOnSignal
 from gti.sft.checkpoint import ResumeStore
 from gti.sft.config import SFTConfig
@@ -36,12 +37,8 @@ class SFTResult:
     log: list[dict[str, object]] = field(default_factory=list)
 
 
-class SFTInterrupted(Exception):
+class SFTInterrupted(Interrupted):
     """Stopped before the last step; the state to resume from is saved."""
-
-    def __init__(self, step: int, where: str) -> None:
-        self.step = step
-        super().__init__(f"stopped after step {step}; resume state in {where}")
 
 
 def get_lr(step: int, cfg: SFTConfig) -> float:

@@ -1,0 +1,42 @@
+"""How gti's commands end on bad input or an interruption (DESIGN.md exit codes).
+
+``geodiag.errors.InputError`` -> one ``error: ...`` line on stderr, exit 2.
+``Interrupted`` (a training stage stopped early with its resume state saved) -> one
+``interrupted: ...`` line, exit 130; the same command resumes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import TypeVar
+
+from geodiag.errors import InputError
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+class Interrupted(Exception):
+    """Stopped before the last step; the state to resume from is saved."""
+
+    def __init__(self, step: int, where: str) -> None:
+        self.step = step
+        super().__init__(f"stopped after step {step}; resume state in {where}")
+
+
+def exits_on_bad_input(fn: F) -> F:
+    """Wrap a typer command: InputError -> exit 2, Interrupted -> exit 130, one line each."""
+    import typer
+
+    @wraps(fn)
+    def wrapper(*args: object, **kwargs: object) -> object:
+        try:
+            return fn(*args, **kwargs)
+        except InputError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        except Interrupted as e:
+            typer.echo(f"interrupted: {e}; run the same command again to resume", err=True)
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
