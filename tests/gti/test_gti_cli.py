@@ -165,3 +165,36 @@ def test_data_fetch_cli_is_idempotent(tmp_path, monkeypatch):
     assert result.output.strip() == str(tmp_path / "data" / "movielens-100k")
     bad = runner.invoke(app, ["data", "fetch", "netflix"])
     assert bad.exit_code == 2 and "unknown dataset 'netflix'" in bad.output
+
+
+def test_every_stage_exception_maps_to_its_exit_code():
+    """InputError -> 2 and any stage's Interrupted -> 130, one line each on stderr."""
+    import typer
+
+    from geodiag.errors import InputError
+    from gti.errors import exits_on_bad_input
+    from gti.init.trainer import GroundingInterrupted
+    from gti.sft.trainer import SFTInterrupted
+
+    raised: list[Exception] = [
+        InputError("x.json", "truncated"),
+        GroundingInterrupted(7, "out.partial"),
+        SFTInterrupted(3, "sft.partial"),
+    ]
+    cli = typer.Typer()
+
+    @cli.command("go")
+    @exits_on_bad_input
+    def go(which: int) -> None:
+        raise raised[which]
+
+    cli.command("noop")(lambda: None)
+    res = runner.invoke(cli, ["go", "0"])
+    assert res.exit_code == 2 and res.stderr.strip() == "error: x.json: truncated"
+    for which, (step, where) in ((1, (7, "out.partial")), (2, (3, "sft.partial"))):
+        res = runner.invoke(cli, ["go", str(which)])
+        assert res.exit_code == 130, res.output
+        assert res.stderr.strip() == (
+            f"interrupted: stopped after step {step}; resume state in {where}; "
+            "run the same command again to resume"
+        )
