@@ -14,13 +14,13 @@ random or grounded init passes them all.
 
 from __future__ import annotations
 
-import os
 import tomllib
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from geodiag.analysis import CheckpointReport, MatrixReport
+from geodiag.atomic import atomic_path
 from geodiag.errors import InputError
 
 
@@ -198,10 +198,8 @@ def write_junit(results: list[GateResult], path: Path) -> None:
                 ET.SubElement(case, "system-out").text = f"warning: {c.message}"
         for k, v in counts.items():
             suite.set(k, str(v))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    ET.ElementTree(suites).write(tmp, encoding="utf-8", xml_declaration=True)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        ET.ElementTree(suites).write(tmp, encoding="utf-8", xml_declaration=True)
 
 
 def markdown_summary(results: list[GateResult]) -> str:

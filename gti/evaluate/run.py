@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from geodiag.atomic import atomic_write
 from geodiag.errors import InputError
 from geodiag.jsonio import dumps
 from geodiag.sidecar import load
@@ -169,15 +168,7 @@ def run_evaluate(cfg: EvalConfig) -> EvalResult:
 
 def write_json(path: Path, result: EvalResult) -> None:
     """Temporary sibling + rename: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(dumps(result) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, dumps(result) + "\n")
 
 
 def load_result(path: Path) -> dict[str, object]:

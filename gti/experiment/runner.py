@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from geodiag.atomic import atomic_write, atomic_write_many
 from geodiag.errors import InputError
 from geodiag.jsonio import dumps
 from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
@@ -79,8 +80,7 @@ def check_or_write_config(cfg: ExperimentConfig) -> None:
             )
     text = json.dumps(now, indent=1) + "\n"
     if not path.is_file() or path.read_text() != text:  # arms or seeds may have changed
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        atomic_write(path, text)
 
 
 def differences(now: dict, before: dict) -> list[str]:
@@ -238,8 +238,12 @@ def write_results(cfg: ExperimentConfig) -> tuple[Path, Path]:
     ]
     md, js = out / "results.md", out / "results.json"
     text = to_markdown(summary, f"{cfg.name}: next-item results", notes)
-    md.write_text(text + time_table(cfg, stage_seconds(out / TIMINGS_FILENAME)))
-    js.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
+    atomic_write_many(
+        {
+            md: text + time_table(cfg, stage_seconds(out / TIMINGS_FILENAME)),
+            js: json.dumps(summary, indent=1, allow_nan=False) + "\n",
+        }
+    )
     return md, js
 
 

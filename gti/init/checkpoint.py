@@ -15,12 +15,12 @@ change between a run and its resumption. The data position is ``step`` itself
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import torch
 
+from geodiag.atomic import atomic_path
 from geodiag.errors import InputError
 
 CONFIG_FILENAME = "init_config.json"
@@ -51,9 +51,8 @@ class ResumeStore:
             "rng": torch.get_rng_state(),
             "log": log,
         }
-        tmp = self.path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, self.path)  # a kill mid-save leaves the previous state intact
+        with atomic_path(self.path) as tmp:  # a kill mid-save leaves the previous state
+            torch.save(state, tmp)
 
     def load(
         self, rows: torch.nn.Module, optimizer: torch.optim.Optimizer

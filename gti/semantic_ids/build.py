@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from geodiag.atomic import atomic_dir
 from geodiag.errors import InputError
 from geodiag.sidecar import CODEBOOKS_FILENAME, Level, SemanticIds, level_name, save
-from gti.cache import staging_dir
 from gti.data.sources import load_dataset
 from gti.models.backbone import resolve_backbone
 from gti.semantic_ids.collisions import COLLISION_STRATEGIES
@@ -184,7 +184,7 @@ def write_outputs(
 ) -> None:
     from safetensors.numpy import save_file
 
-    with staging_dir(out) as tmp:
+    with atomic_dir(out) as tmp:
         save(sids, tmp / SIDECAR_FILENAME)
         save_file(
             {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in codebooks.items()},

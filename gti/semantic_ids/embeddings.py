@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from gti.cache import cache_root, publish_file
+from geodiag.atomic import atomic_path
+from gti.cache import cache_root
 from gti.models.backbone import Backbone
 
 CACHE_VERSION = "meanpool-v1"  # bump when the pooling changes: old caches are ignored
@@ -63,15 +62,8 @@ def _write_cache(path: Path, table: dict[bytes, np.ndarray], identity: str) -> N
         "sha256": np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32),
         "vectors": np.stack([table[k] for k in keys]).astype(np.float32),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         save_file(tensors, tmp, metadata={"identity": identity, "version": CACHE_VERSION})
-        publish_file(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def mean_pool_texts(

@@ -12,14 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from gti.cache import cache_root, publish_file
+from geodiag.atomic import atomic_path
+from gti.cache import cache_root
 from gti.semantic_ids.config import RQVAEConfig
 from gti.semantic_ids.rqvae import RQVAEResult, train_rqvae
 
@@ -69,15 +68,8 @@ def save_fit(path: Path, fit: RQVAEResult) -> None:
 
     tensors = {"codes": fit.codes, "last_residuals": fit.last_residuals}
     tensors |= {f"codebook_{i}": b for i, b in enumerate(fit.codebooks)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         save_file(tensors, tmp, metadata={"history": json.dumps(fit.history), "version": VERSION})
-        publish_file(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def train_or_load(

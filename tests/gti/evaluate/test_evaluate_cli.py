@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import typer
 from typer.testing import CliRunner
@@ -21,6 +23,9 @@ def test_writes_metrics_for_both_splits(synthetic_checkpoint, tmp_path):
     res = runner.invoke(app, [*args, "--max-users", "12", "--batch-size", "5", "--no-progress"])
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.json"]  # no temporary left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask  # published, not mkstemp's 0600
     data = json.loads(out.read_text())
     assert data["format"] == "gti.evaluate" and data["method"] == "beam" and data["beams"] == 20
     assert data["settings"]["k_core"] == 1 and data["settings"]["max_users"] == 12

@@ -1,0 +1,114 @@
+"""Publishing files and folders atomically, with one permission policy, for the whole
+project (gti imports it; geodiag never imports gti).
+
+Everything is built in a temporary sibling of its target (same filesystem, so the
+final ``os.replace`` is atomic) and renamed into place: a reader sees the old
+version or the new one, never half of one, and an error leaves nothing behind.
+``mkstemp``/``mkdtemp`` create private entries (0600/0700); what is published gets
+the mode a plain ``open``/``mkdir`` would give it under the current umask, so runs,
+reports and caches stay readable to the other users of a shared machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+Text = str | bytes | Iterable[str]
+
+
+def umask() -> int:
+    """The process umask (reading it means setting it; it is put back at once)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def publish_mode(*, folder: bool = False) -> int:
+    """The mode ``open`` (0666) or ``mkdir`` (0777) would give under the umask."""
+    return (0o777 if folder else 0o666) & ~umask()
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary sibling file of ``path`` (created empty) to write by any means;
+    on success it gets the publish mode and replaces ``path``; on error it is removed."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.chmod(tmp, publish_mode())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _write(tmp: Path, data: Text) -> None:
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+        return
+    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        f.writelines([data] if isinstance(data, str) else data)
+
+
+def atomic_write(path: str | os.PathLike[str], data: Text) -> Path:
+    """Write ``data`` (text, bytes, or an iterable of text chunks; text as UTF-8 with
+    ``\\n`` line ends) to ``path`` atomically; returns the path."""
+    with atomic_path(path) as tmp:
+        _write(tmp, data)
+    return Path(path)
+
+
+def atomic_write_many(files: dict[Path, Text]) -> None:
+    """Write several files that belong together: all are written to temporary siblings
+    first, then renamed one after the other, so a failure while writing leaves none."""
+    with ExitStack() as stack:
+        for path, data in files.items():
+            _write(stack.enter_context(atomic_path(path)), data)
+
+
+@contextmanager
+def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield an empty sibling folder of ``target``; on success it becomes ``target``.
+
+    If ``target`` already exists it is replaced (the old copy is moved aside first,
+    then deleted). On any error the staging folder is removed and ``target`` is left
+    as it was.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    try:
+        yield tmp
+        _publish_dir(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _publish_dir(src: Path, target: Path) -> None:
+    """Give ``src`` and its contents the publish modes, then move it to ``target``."""
+    src.chmod(publish_mode(folder=True))
+    for p in src.rglob("*"):
+        p.chmod(publish_mode(folder=p.is_dir()))
+    old: Path | None = None
+    if target.exists():
+        old = target.parent / f".{target.name}.{os.getpid()}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+    try:
+        os.replace(src, target)
+    except BaseException:
+        if old is not None:
+            os.replace(old, target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
