@@ -24,6 +24,7 @@ import numpy as np
 from geodiag import sidecar as sidecar_mod
 from geodiag.errors import InputError
 from geodiag.safetensors_file import SafetensorsFile
+from geodiag.settings import setting
 from geodiag.tensor_store import TensorStore, is_float, open_store
 from geodiag.tokenizer_file import TokenizerInfo, load_tokenizer
 
@@ -52,15 +53,49 @@ OUTPUT_HEAD_NAMES = ("lm_head.weight", "embed_out.weight", "model.lm_head.weight
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """How to find the new rows; every field is a CLI flag of the same name."""
+    """How to find the new rows; every field is a CLI flag of the same name (the one
+    definition of the reading options of every command: ``geodiag.settings``)."""
 
-    tensor: str | None = None
-    sidecar: Path | None = None
-    new_tokens: tuple[int, int] | None = None  # [start, end)
-    base_vocab_size: int | None = None
-    level_pattern: str = DEFAULT_LEVEL_PATTERN
-    codebooks: Path | None = None
-    allow_nonfinite: bool = False
+    tensor: str | None = setting(
+        None, help="Embedding tensor name (default: detected).", flags=("--tensor",)
+    )
+    sidecar: Path | None = setting(
+        None, help="semantic_ids.json (default: beside the weights).", flags=("--sidecar",)
+    )
+    new_tokens: tuple[int, int] | None = setting(  # [start, end)
+        None,
+        help="New rows as START:END (END exclusive).",
+        flags=("--new-tokens",),
+        cli_type=str | None,
+        parse=lambda text: parse_range(text),
+    )
+    base_vocab_size: int | None = setting(
+        None, help="Rows >= N are new.", flags=("--base-vocab-size",)
+    )
+    level_pattern: str = setting(
+        DEFAULT_LEVEL_PATTERN,
+        help="Regex with (?P<level>) and (?P<code>) groups.",
+        flags=("--level-pattern",),
+    )
+    codebooks: Path | None = setting(
+        None,
+        help="RQ-VAE codebooks (.safetensors, one tensor per level).",
+        flags=("--codebooks",),
+    )
+    allow_nonfinite: bool = setting(
+        False, help="Drop NaN/Inf rows instead of failing.", flags=("--allow-nonfinite",)
+    )
+
+
+def parse_range(text: str | None) -> tuple[int, int] | None:
+    """``START:END`` -> (start, end), as ``--new-tokens`` takes it."""
+    if text is None:
+        return None
+    try:
+        start, end = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise InputError("--new-tokens", f"expected START:END (integers), got {text!r}") from None
+    return start, end
 
 
 @dataclass

@@ -13,8 +13,9 @@ from typing import Annotated
 import typer
 
 from geodiag import __version__
-from geodiag.checkpoints import DEFAULT_LEVEL_PATTERN, ReadOptions
-from geodiag.errors import InputError
+from geodiag.checkpoints import ReadOptions
+from geodiag.errors import exits_on_bad_input
+from geodiag.settings import options_from
 
 app = typer.Typer(
     help="Geometry diagnostics for new-token embeddings (Semantic IDs and other added vocabulary).",
@@ -23,27 +24,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# Options shared by every command that reads a checkpoint.
-TensorOpt = Annotated[
-    str | None, typer.Option("--tensor", help="Embedding tensor name (default: detected).")
-]
-SidecarOpt = Annotated[
-    Path | None, typer.Option("--sidecar", help="semantic_ids.json (default: beside the weights).")
-]
-NewTokensOpt = Annotated[
-    str | None, typer.Option("--new-tokens", help="New rows as START:END (END exclusive).")
-]
-BaseVocabOpt = Annotated[int | None, typer.Option("--base-vocab-size", help="Rows >= N are new.")]
-LevelPatternOpt = Annotated[
-    str, typer.Option("--level-pattern", help="Regex with (?P<level>) and (?P<code>) groups.")
-]
-CodebooksOpt = Annotated[
-    Path | None,
-    typer.Option("--codebooks", help="RQ-VAE codebooks (.safetensors, one tensor per level)."),
-]
-NonfiniteOpt = Annotated[
-    bool, typer.Option("--allow-nonfinite", help="Drop NaN/Inf rows instead of failing.")
-]
+# The options that say how to read a checkpoint are the fields of ReadOptions: a
+# command takes ``read: ReadOptions = READ`` under ``@reads_checkpoints(...)``, which
+# puts one option per field in its place (geodiag.settings).
+READ = ReadOptions()
+
+
+def reads_checkpoints(*, without: tuple[str, ...] = ()):
+    """Decorate a command: its ``read`` parameter becomes the reading options."""
+    return options_from("read", ReadOptions, without=without)
+
+
 PermOpt = Annotated[
     int, typer.Option("--permutations", min=0, help="RSA permutations for the p-value.")
 ]
@@ -66,46 +57,13 @@ def _main(
     pass
 
 
-def _parse_range(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    try:
-        start, end = (int(x) for x in text.split(":"))
-    except ValueError:
-        raise InputError("--new-tokens", f"expected START:END (integers), got {text!r}") from None
-    return start, end
-
-
-def _read_options(
-    tensor, sidecar, new_tokens, base_vocab_size, level_pattern, codebooks, allow_nonfinite
-):
-    return ReadOptions(
-        tensor=tensor,
-        sidecar=sidecar,
-        new_tokens=_parse_range(new_tokens),
-        base_vocab_size=base_vocab_size,
-        level_pattern=level_pattern,
-        codebooks=codebooks,
-        allow_nonfinite=allow_nonfinite,
-    )
-
-
-def _fail_input(err: InputError) -> typer.Exit:
-    typer.echo(f"error: {err}", err=True)
-    return typer.Exit(2)
-
-
 @app.command()
+@exits_on_bad_input
+@reads_checkpoints()
 def metrics(
     ckpt: Annotated[Path, typer.Argument(help="Checkpoint folder or weights file.")],
     json_out: JsonOpt = False,
-    tensor: TensorOpt = None,
-    sidecar: SidecarOpt = None,
-    new_tokens: NewTokensOpt = None,
-    base_vocab_size: BaseVocabOpt = None,
-    level_pattern: LevelPatternOpt = DEFAULT_LEVEL_PATTERN,
-    codebooks: CodebooksOpt = None,
-    allow_nonfinite: NonfiniteOpt = False,
+    read: ReadOptions = READ,
     permutations: PermOpt = 1000,
     seed: SeedOpt = 0,
     neighbors: Annotated[
@@ -117,19 +75,15 @@ def metrics(
     from geodiag.jsonio import dumps
     from geodiag.render_text import metrics_table
 
-    try:
-        read = _read_options(
-            tensor, sidecar, new_tokens, base_vocab_size, level_pattern, codebooks, allow_nonfinite
-        )
-        opts = AnalyzeOptions(seed=seed, n_permutations=permutations, neighbors_k=neighbors,
-                              allow_nonfinite=allow_nonfinite)  # fmt: skip
-        report = analyze(ckpt, read, opts)
-    except InputError as e:
-        raise _fail_input(e) from None
+    opts = AnalyzeOptions(seed=seed, n_permutations=permutations, neighbors_k=neighbors,
+                          allow_nonfinite=read.allow_nonfinite)  # fmt: skip
+    report = analyze(ckpt, read, opts)
     typer.echo(dumps(report) if json_out else metrics_table(report))
 
 
 @app.command()
+@exits_on_bad_input
+@reads_checkpoints()
 def check(
     ckpt: Annotated[list[Path], typer.Argument(help="One or more checkpoints to gate.")],
     min_effective_rank: Annotated[
@@ -155,13 +109,7 @@ def check(
         Path | None, typer.Option("--junit", help="Write JUnit XML, one testcase per check.")
     ] = None,
     json_out: JsonOpt = False,
-    tensor: TensorOpt = None,
-    sidecar: SidecarOpt = None,
-    new_tokens: NewTokensOpt = None,
-    base_vocab_size: BaseVocabOpt = None,
-    level_pattern: LevelPatternOpt = DEFAULT_LEVEL_PATTERN,
-    codebooks: CodebooksOpt = None,
-    allow_nonfinite: NonfiniteOpt = False,
+    read: ReadOptions = READ,
     permutations: PermOpt = 1000,
     seed: SeedOpt = 0,
 ) -> None:
@@ -172,16 +120,10 @@ def check(
 
     overrides = dict(min_effective_rank=min_effective_rank, min_effective_rank_ratio=min_effective_rank_ratio,
                      max_mean_cosine=max_mean_cosine, min_spread_ratio=min_spread_ratio, min_rsa=min_rsa)  # fmt: skip
-    try:
-        cfg = resolve_config(config, overrides)
-        read = _read_options(
-            tensor, sidecar, new_tokens, base_vocab_size, level_pattern, codebooks, allow_nonfinite
-        )
-        opts = AnalyzeOptions(seed=seed, n_permutations=permutations, neighbors_max=0,
-                              allow_nonfinite=allow_nonfinite)  # fmt: skip
-        results = [run_gate(analyze(p, read, opts), cfg) for p in ckpt]
-    except InputError as e:
-        raise _fail_input(e) from None
+    cfg = resolve_config(config, overrides)
+    opts = AnalyzeOptions(seed=seed, n_permutations=permutations, neighbors_max=0,
+                          allow_nonfinite=read.allow_nonfinite)  # fmt: skip
+    results = [run_gate(analyze(p, read, opts), cfg) for p in ckpt]
     if junit is not None:
         write_junit(results, junit)
     if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
@@ -209,16 +151,15 @@ def check(
 
 
 @app.command()
+@exits_on_bad_input
+@reads_checkpoints(without=("sidecar", "codebooks", "allow_nonfinite"))
 def drift(
     before: Annotated[Path, typer.Argument(help="Earlier checkpoint (e.g. after init).")],
     after: Annotated[
         Path, typer.Argument(help="Later checkpoint with the same new tokens (e.g. after SFT).")
     ],
     json_out: JsonOpt = False,
-    tensor: TensorOpt = None,
-    new_tokens: NewTokensOpt = None,
-    base_vocab_size: BaseVocabOpt = None,
-    level_pattern: LevelPatternOpt = DEFAULT_LEVEL_PATTERN,
+    read: ReadOptions = READ,
     permutations: PermOpt = 1000,
     seed: SeedOpt = 0,
 ) -> None:
@@ -227,17 +168,15 @@ def drift(
     from geodiag.jsonio import dumps
     from geodiag.render_text import drift_table
 
-    try:
-        read = _read_options(tensor, None, new_tokens, base_vocab_size, level_pattern, None, False)
-        reports = analyze_drift(
-            before, after, read, AnalyzeOptions(seed=seed, n_permutations=permutations)
-        )
-    except InputError as e:
-        raise _fail_input(e) from None
+    reports = analyze_drift(
+        before, after, read, AnalyzeOptions(seed=seed, n_permutations=permutations)
+    )
     typer.echo(dumps(reports) if json_out else drift_table(reports))
 
 
 @app.command()
+@exits_on_bad_input
+@reads_checkpoints()
 def report(
     ckpt: Annotated[
         list[Path],
@@ -260,13 +199,7 @@ def report(
     heatmap_max_tokens: Annotated[
         int, typer.Option(help="Above this many tokens, cosine maps show block means.")
     ] = 2000,
-    tensor: TensorOpt = None,
-    sidecar: SidecarOpt = None,
-    new_tokens: NewTokensOpt = None,
-    base_vocab_size: BaseVocabOpt = None,
-    level_pattern: LevelPatternOpt = DEFAULT_LEVEL_PATTERN,
-    codebooks: CodebooksOpt = None,
-    allow_nonfinite: NonfiniteOpt = False,
+    read: ReadOptions = READ,
     permutations: PermOpt = 1000,
     seed: SeedOpt = 0,
 ) -> None:
@@ -276,48 +209,31 @@ def report(
     from geodiag.gate import resolve_config
     from geodiag.report import ReportOptions, write_report
 
-    try:
-        read = _read_options(
-            tensor, sidecar, new_tokens, base_vocab_size, level_pattern, codebooks, allow_nonfinite
-        )
-        opts = ReportOptions(title=title, seed=seed, n_permutations=permutations, gate=resolve_config(config, {}),
-                             heatmap_max_tokens=heatmap_max_tokens, allow_nonfinite=allow_nonfinite,
-                             command_line=shlex.join(["geodiag", *sys.argv[1:]]))  # fmt: skip
-        files = write_report(
-            ckpt, output, read, opts, progress=lambda msg: typer.echo(msg, err=True)
-        )
-    except InputError as e:
-        raise _fail_input(e) from None
+    opts = ReportOptions(title=title, seed=seed, n_permutations=permutations, gate=resolve_config(config, {}),
+                         heatmap_max_tokens=heatmap_max_tokens, allow_nonfinite=read.allow_nonfinite,
+                         command_line=shlex.join(["geodiag", *sys.argv[1:]]))  # fmt: skip
+    files = write_report(ckpt, output, read, opts, progress=lambda msg: typer.echo(msg, err=True))
     typer.echo(f"wrote {files.html} ({files.html_bytes / 1e6:.2f} MB) and {files.json}")
 
 
 @app.command("export-projector")
+@exits_on_bad_input
+@reads_checkpoints(without=("codebooks",))
 def export_projector(
     ckpt: Annotated[Path, typer.Argument(help="Checkpoint folder or weights file.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the projector files.")],
-    tensor: TensorOpt = None,
-    sidecar: SidecarOpt = None,
-    new_tokens: NewTokensOpt = None,
-    base_vocab_size: BaseVocabOpt = None,
-    level_pattern: LevelPatternOpt = DEFAULT_LEVEL_PATTERN,
-    allow_nonfinite: NonfiniteOpt = False,
+    read: ReadOptions = READ,
 ) -> None:
     """TensorBoard Embedding Projector files of the new tokens (vectors, metadata, config)."""
     from geodiag.report.projector import export_projector as export
 
-    try:
-        read = _read_options(
-            tensor, sidecar, new_tokens, base_vocab_size, level_pattern, None, allow_nonfinite
-        )
-        files = export(ckpt, output, read)
-    except InputError as e:
-        raise _fail_input(e) from None
+    files = export(ckpt, output, read)
     typer.echo("wrote " + ", ".join(str(f) for f in files))
     typer.echo(f"view: tensorboard --logdir {output}  (Projector tab)")
 
 
 def main() -> None:
-    # click reports usage errors with exit 2 already; InputError is mapped per command.
+    # click reports usage errors with exit 2 already; InputError by exits_on_bad_input.
     app()
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import TypeVar
 
-from geodiag.errors import InputError
+from geodiag.errors import exits_on_bad_input as geodiag_exits_on_bad_input
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -25,16 +25,16 @@ class Interrupted(Exception):
 
 
 def exits_on_bad_input(fn: F) -> F:
-    """Wrap a typer command: InputError -> exit 2, Interrupted -> exit 130, one line each."""
-    import typer
+    """Wrap a typer command: InputError -> exit 2 (geodiag's decorator, the one place
+    that maps it), Interrupted -> exit 130, one line each."""
 
+    @geodiag_exits_on_bad_input
     @wraps(fn)
     def wrapper(*args: object, **kwargs: object) -> object:
+        import typer
+
         try:
             return fn(*args, **kwargs)
-        except InputError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
         except Interrupted as e:
             typer.echo(f"interrupted: {e}; run the same command again to resume", err=True)
             raise typer.Exit(130) from None

@@ -1,0 +1,68 @@
+"""A config dataclass is the one source of its options: typer flags, bounds, TOML types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from geodiag.errors import InputError, exits_on_bad_input
+from geodiag.settings import check_bounds, from_table, options_from, setting, tagged
+
+
+@dataclass
+class Toy:
+    steps: int = setting(3, help="Steps.", ge=1)
+    ratio: float = setting(0.5, help="A share.", ge=0, lt=1, tags=("pinned",))
+    lr: float = setting(1e-3, help="Rate.", gt=0)
+    out: Path | None = setting(None, help="Where.", flags=("-o", "--out"), tags=("pinned",))
+    names: tuple[str, ...] = setting(
+        (), help="Repeatable.", flags=("--name",), cli_type=list[str] | None, cli_default=None,
+        parse=lambda v: tuple(v or ()),
+    )  # fmt: skip
+    hidden: int = 7  # not an option
+
+
+def command(extra: int = 0, cfg: Toy = Toy(), last: bool = False) -> None:
+    check_bounds(cfg)
+    typer.echo(repr((extra, cfg, last)))
+
+
+app = typer.Typer()
+app.command("run")(exits_on_bad_input(options_from("cfg", Toy)(command)))
+app.command("noop")(lambda: None)
+
+
+def test_options_stand_in_place_of_the_config_and_build_it():
+    res = CliRunner().invoke(app, ["run", "--steps", "5", "-o", "x", "--name", "a", "--name", "b"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == repr((0, Toy(steps=5, out=Path("x"), names=("a", "b")), False))
+    help_text = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).stdout
+    order = [help_text.index(f) for f in ("--extra", "--steps", "--ratio", "--name", "--last")]
+    assert order == sorted(order) and "--hidden" not in help_text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--steps", "0"], "error: --steps: must be >= 1, got 0"),
+        (["--ratio", "1"], "error: --ratio: must be in [0, 1), got 1.0"),
+        (["--lr", "0"], "error: --lr: must be > 0, got 0.0"),
+    ],
+)
+def test_bounds_name_the_flag_and_exit_2(args, message):
+    res = CliRunner().invoke(app, ["run", *args])
+    assert res.exit_code == 2 and res.stderr.strip() == message
+
+
+def test_toml_values_are_checked_against_the_type_hints():
+    cfg = from_table(Toy, {"steps": 2, "out": "a/b", "names": ["x"], "ratio": 0}, "f.toml", "toy")
+    assert cfg == Toy(steps=2, out=Path("a/b"), names=("x",), ratio=0.0)
+    assert isinstance(cfg.ratio, float)
+    for key, value, want in [("steps", 1.5, "int"), ("steps", True, "int"), ("out", 3, "path")]:
+        with pytest.raises(InputError, match=rf"\[toy\] {key} must be (a )?{want}"):
+            from_table(Toy, {key: value}, "f.toml", "toy")
+    assert tagged(Toy, "pinned") == ("ratio", "out")
