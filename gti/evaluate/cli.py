@@ -49,6 +49,9 @@ def evaluate(
         bool | None, typer.Option("--titles/--no-titles", help="Default: as trained.")
     ] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda.")] = D.device,
+    dtype: Annotated[
+        str, typer.Option(help="float32 | float64 (weights and arithmetic; float64 for checks).")
+    ] = D.dtype,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     cache_dir: Annotated[
         Path | None,
@@ -78,6 +81,7 @@ def evaluate(
         max_history=max_history,
         titles=titles,
         device=device,
+        dtype=dtype,
         cache_dir=cache_dir,
         progress=progress,
     )

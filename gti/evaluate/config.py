@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geodiag.errors import InputError
+from gti.sft.config import DTYPES
 
 SPLITS = ("valid", "test")
 DEFAULT_KS = (1, 5, 10, 20)
@@ -33,6 +34,7 @@ class EvalConfig:
     max_history: int | None = None
     titles: bool | None = None
     device: str = "auto"
+    dtype: str = "float32"  # of the model's weights and arithmetic; float64 for checks
     cache_dir: Path | None = None
     progress: bool = True
 
@@ -53,5 +55,7 @@ class EvalConfig:
             raise InputError("--batch-size", f"must be >= 1, got {self.batch_size}")
         if self.max_users is not None and self.max_users < 1:
             raise InputError("--max-users", f"must be >= 1, got {self.max_users}")
+        if self.dtype not in DTYPES:
+            raise InputError("--dtype", f"expected {' or '.join(DTYPES)}, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise InputError("--device", f"expected auto, cpu or cuda[:N], got {self.device!r}")

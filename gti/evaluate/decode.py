@@ -49,6 +49,14 @@ def _cache_of(output: object) -> object:
     return cache if cache is not None else output.past_key_values  # type: ignore[attr-defined]
 
 
+def log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities over the last axis, in at least float32 (a float64 model stays
+    float64: the equivalence tests rely on it)."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    return torch.log_softmax(logits, dim=-1)
+
+
 def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) ids and (B, T) attention mask, padded on the left."""
     T = max(len(p) for p in prompts)
@@ -62,7 +70,7 @@ def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch
 
 @dataclass
 class Prefill:
-    logprobs: torch.Tensor  # (B, V) float32, next-token log-probs after each prompt
+    logprobs: torch.Tensor  # (B, V) next-token log-probs after each prompt (>= float32)
     cache: object  # the prompts' key/value cache, batch B
     mask: torch.Tensor  # (B, T) attention mask of the prompts
     last_pos: torch.Tensor  # (B,) position id of each prompt's last token
@@ -76,7 +84,7 @@ def prefill(model: PreTrainedModel, prompts: list[list[int]], pad_id: int) -> Pr
     out = model(
         input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1
     )
-    logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # (B, V)
+    logprobs = log_softmax(out.logits[:, -1])  # (B, V)
     return Prefill(logprobs, _cache_of(out), mask, pos[:, -1])
 
 
@@ -87,7 +95,7 @@ def _step(
     pos: torch.Tensor,
     cache: object,
 ) -> torch.Tensor:
-    """Feed (R, S) tokens after the cached context; (R, S, V) float32 log-probs."""
+    """Feed (R, S) tokens after the cached context; (R, S, V) log-probs (>= float32)."""
     out = model(
         input_ids=tokens,
         attention_mask=mask,
@@ -95,7 +103,7 @@ def _step(
         use_cache=True,
         **{_cache_kwarg(model): cache},
     )
-    return torch.log_softmax(out.logits.float(), dim=-1)
+    return log_softmax(out.logits)
 
 
 @torch.no_grad()
@@ -161,7 +169,7 @@ def exact_scores_batch(
     )  # (P, L-1)
     K = max(t.shape[0] for t in trie.level_tokens[1:])
     # table[b, p, j, k]: log-prob of code k at level j + 1 after prompt b and prefix p.
-    table = torch.full((B, P, L - 1, K), NEG_INF, device=dev)
+    table = torch.full((B, P, L - 1, K), NEG_INF, dtype=scores.dtype, device=dev)
     pairs = torch.cartesian_prod(torch.arange(B, device=dev), torch.arange(P, device=dev))
     for rows in pairs.split(chunk):
         user, prefix = rows[:, 0], rows[:, 1]

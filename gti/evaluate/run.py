@@ -98,7 +98,8 @@ def run_evaluate(cfg: EvalConfig) -> EvalResult:
         cache_dir=cfg.cache_dir,
     )
     tokenizer = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32, local_files_only=True)
+    dtype = getattr(torch, cfg.dtype)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype, local_files_only=True)
     model.to(_device(cfg.device)).eval()
     pad = tokenizer.pad_token_id
     pad_id = int(pad if pad is not None else tokenizer.eos_token_id or 0)

@@ -10,6 +10,7 @@ Same loss, same gradient on the new rows (``tests/gti/init``); much more work.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from gti.init.grounding import freeze
@@ -33,9 +34,14 @@ def make_naive_trainable(model: PreTrainedModel, ext: VocabExtension) -> list[to
 
 
 def naive_loss(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
-    """Mean cross-entropy over the answer tokens, by the model's own LM loss."""
+    """Mean cross-entropy over the answer tokens, from the model's full forward (LM head
+    over every position). The cross-entropy is computed here rather than by the model's
+    own ``labels=`` loss, which casts logits to float32: a float64 model stays float64."""
     device = model.get_input_embeddings().weight.device
     ids = batch.input_ids.to(device)
-    labels = ids.masked_fill(~batch.answer_mask.to(device), -100)
-    out = model(input_ids=ids, attention_mask=batch.attention_mask.to(device), labels=labels)
-    return out.loss
+    logits = model(input_ids=ids, attention_mask=batch.attention_mask.to(device)).logits
+    predicts = batch.answer_mask.to(device)[:, 1:]  # (B, T-1): token t predicted at t - 1
+    answer_logits = logits[:, :-1][predicts]  # (N, V)
+    if answer_logits.dtype in (torch.float16, torch.bfloat16):  # CE in at least float32
+        answer_logits = answer_logits.float()
+    return F.cross_entropy(answer_logits, ids[:, 1:][predicts])

@@ -62,6 +62,9 @@ def sft(
     ] = D.save_every,
     bf16: Annotated[bool, typer.Option(help="bf16 autocast on CUDA (ignored on CPU).")] = D.bf16,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda.")] = D.device,
+    dtype: Annotated[
+        str, typer.Option(help="float32 | float64 (weights and arithmetic; float64 for checks).")
+    ] = D.dtype,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     cache_dir: Annotated[
         Path | None,
@@ -99,6 +102,7 @@ def sft(
         save_every=save_every,
         bf16=bf16,
         device=device,
+        dtype=dtype,
         cache_dir=cache_dir,
         progress=progress,
     )

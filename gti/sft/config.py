@@ -18,6 +18,7 @@ TASKS = ("next-item", "lcrec")
 # Parts that can be frozen: the decoder blocks + final norm, or the input embedding
 # and the output head (all rows, old and new).
 FREEZABLE = ("layers", "embeddings")
+DTYPES = ("float32", "float64")
 
 
 @dataclass
@@ -52,6 +53,10 @@ class SFTConfig:
     seed: int = 0
     save_every: int = 200  # resume state every N steps (and on SIGINT/SIGTERM)
     bf16: bool = True  # bf16 autocast on CUDA; ignored on CPU (float32 there)
+    # Weights and arithmetic of the run, and of the checkpoint it writes. float64 is for
+    # equivalence checks (tests): rounding then stays far below any tolerance that
+    # matters, on every CPU kernel, even after AdamW's amplification of tiny gradients.
+    dtype: str = "float32"
     device: str = "auto"  # auto | cpu | cuda
     arm: str | None = None  # experiment arm name, recorded in the provenance
     cache_dir: Path | None = None
@@ -80,6 +85,8 @@ class SFTConfig:
             raise InputError("--freeze", f"unknown part {bad[0]!r}; choose from {FREEZABLE}")
         if set(self.freeze) == set(FREEZABLE):
             raise InputError("--freeze", "freezing layers and embeddings leaves nothing to train")
+        if self.dtype not in DTYPES:
+            raise InputError("--dtype", f"expected {' or '.join(DTYPES)}, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise InputError("--device", f"expected auto, cpu or cuda[:N], got {self.device!r}")
         per_step = self.micro_batch_size * world_size

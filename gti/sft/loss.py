@@ -33,6 +33,8 @@ class AnswerLoss(nn.Module):
         # The token at t is predicted by the hidden state at t - 1.
         predicts = answer_mask[:, 1:]  # (B, T-1)
         h = hidden[:, :-1][predicts]  # (N, d)
-        logits = self.model.get_output_embeddings()(h).float()  # (N, V), CE in float32
+        logits = self.model.get_output_embeddings()(h)  # (N, V)
+        if logits.dtype in (torch.float16, torch.bfloat16):  # CE in at least float32
+            logits = logits.float()
         token_losses = F.cross_entropy(logits, input_ids[:, 1:][predicts], reduction="none")
         return token_losses.sum(), token_losses.detach()

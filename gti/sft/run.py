@@ -39,8 +39,10 @@ def make_accelerator(cfg: SFTConfig) -> Accelerator:
     return Accelerator(cpu=cpu, mixed_precision="bf16" if cfg.bf16 and not cpu else "no")
 
 
-def load_checkpoint(path: Path) -> tuple[PreTrainedModel, object, SemanticIds]:
-    """Model (float32), tokenizer and sidecar of a contract checkpoint; checks they agree."""
+def load_checkpoint(
+    path: Path, dtype: torch.dtype = torch.float32
+) -> tuple[PreTrainedModel, object, SemanticIds]:
+    """Model (in ``dtype``), tokenizer and sidecar of a contract checkpoint; checks they agree."""
     sids = load(path)
     if not sids.has_token_ids:
         raise InputError(
@@ -50,7 +52,7 @@ def load_checkpoint(path: Path) -> tuple[PreTrainedModel, object, SemanticIds]:
     ids = [t for lv in sids.levels for t in lv.token_ids]
     if tokenizer.convert_tokens_to_ids(sids.token_strings()) != ids:
         raise InputError(path, "the tokenizer's SID token ids differ from semantic_ids.json")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     if model.get_input_embeddings().weight.shape[0] <= max(ids):
         raise InputError(path, "the embedding has fewer rows than the SID token ids need")
     return model, tokenizer, sids
@@ -80,7 +82,7 @@ def run_sft(cfg: SFTConfig, *, should_stop: Callable[[int], bool] | None = None)
     out, init = Path(cfg.out), Path(cfg.init)
     check_output_dir(out, CONFIG_FILENAME)
     set_seed(cfg.seed)
-    model, tokenizer, sids = load_checkpoint(init)
+    model, tokenizer, sids = load_checkpoint(init, getattr(torch, cfg.dtype))
     data = cfg.data or str(sids.provenance.get("data") or "")
     if not data:
         raise InputError("--data", f"{init} does not record its dataset; pass --data")

@@ -1,4 +1,6 @@
-"""The read-and-measure path must not import torch or transformers (a CI gate starts fast)."""
+"""The read-and-measure path must not import torch or transformers (README, DESIGN.md: a
+CI gate starts fast), nor scipy below the size where the Gram route needs its BLAS
+(geometry._gram imports it lazily; rsa.py writes out its ranks to avoid scipy.stats)."""
 
 import subprocess
 import sys
@@ -6,8 +8,12 @@ import sys
 from geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
 
 
-def test_check_imports_neither_torch_nor_transformers(tmp_path):
-    root = write_checkpoint(tmp_path / "ck", planted_new_rows("random", base_rows()))
+def test_check_imports_neither_torch_nor_transformers_nor_scipy(tmp_path):
+    from geodiag.metrics import geometry
+
+    rows = base_rows()
+    assert rows.size < geometry._SVD_MAX_ELEMENTS  # a matrix that needs no scipy
+    root = write_checkpoint(tmp_path / "ck", planted_new_rows("random", rows))
     code = (
         "import sys\n"
         "from typer.testing import CliRunner\n"
@@ -15,7 +21,8 @@ def test_check_imports_neither_torch_nor_transformers(tmp_path):
         f"res = CliRunner().invoke(app, ['check', {str(root)!r}, '--permutations', '10'])\n"
         "res2 = CliRunner().invoke(app, ['metrics', " + repr(str(root)) + ", '--json'])\n"
         "assert res.exit_code == 0 and res2.exit_code == 0, (res.output, res2.output)\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers'))\n"
+        "heavy = ('torch', 'transformers', 'scipy')\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & set(heavy))\n"
         "print(heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

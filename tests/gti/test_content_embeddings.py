@@ -13,17 +13,27 @@ from gti.semantic_ids.embeddings import bow_embeddings, cache_path, lm_embedding
 TEXTS = ["bakiro lomesu", "bakiro lomesu tavine gefuza", "movie genres"]
 
 
+# The model runs in float64, so padded and unpadded passes differ only by summation
+# order: <= ~1e3 ops * eps64 * O(1) ~ 1e-13 before mean_pool_texts rounds to float32.
+# Two float64 values that close round to float32 values at most one ulp apart, and an
+# ulp is <= 2**-23 of the value: rtol = 2 ulp (for the value vs its neighbour), and
+# ATOL = 1e-12 for elements near 0, where the ulp is smaller than the float64 difference.
+RTOL, ATOL = 2 * 2**-23, 1e-12
+
+
+@pytest.mark.numerics
 def test_mean_pool_ignores_padding(tiny_model_dir):
     model, tokenizer = resolve_backbone(str(tiny_model_dir)).load()
+    model.to(torch.float64)
     batched = mean_pool_texts(TEXTS, model, tokenizer, batch_size=3, progress=False)
     alone = np.concatenate([mean_pool_texts([t], model, tokenizer, progress=False) for t in TEXTS])
     assert batched.shape == (3, model.config.hidden_size) and batched.dtype == np.float32
-    np.testing.assert_allclose(batched, alone, atol=1e-5)
+    np.testing.assert_allclose(batched, alone, rtol=RTOL, atol=ATOL)
     # Reference: the plain mean of the last hidden state of one unpadded text.
     ids = tokenizer(TEXTS[1], return_tensors="pt")
     with torch.no_grad():
         ref = model.base_model(**ids).last_hidden_state[0].mean(0).numpy()
-    np.testing.assert_allclose(batched[1], ref, atol=1e-5)
+    np.testing.assert_allclose(batched[1], ref, rtol=RTOL, atol=ATOL)
 
 
 def test_lm_embeddings_are_cached_per_text(tiny_model_dir):

@@ -28,7 +28,7 @@ class SidModel:
     sids: SemanticIds  # with token ids
 
 
-def make_sid_model(seed: int = 0) -> SidModel:
+def make_sid_model(seed: int = 0, dtype: torch.dtype = torch.float32) -> SidModel:
     tok = build_tiny_tokenizer([" ".join(WORDS)])
     model = build_tiny_model(tok, seed)
     sids = SemanticIds(
@@ -42,7 +42,7 @@ def make_sid_model(seed: int = 0) -> SidModel:
     with torch.no_grad():
         emb = model.get_input_embeddings().weight
         emb[list(ext.new_token_ids)] = torch.randn(ext.n_new, emb.shape[1], generator=g) * 0.5
-    return SidModel(model.eval(), tok, with_token_ids(sids, ext))
+    return SidModel(model.to(dtype).eval(), tok, with_token_ids(sids, ext))
 
 
 def random_prompts(n: int, vocab: int, seed: int = 0) -> list[list[int]]:
