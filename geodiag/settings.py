@@ -30,6 +30,7 @@ from geodiag.errors import InputError
 
 KEY = "geodiag.settings"
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
+REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()  # cli_default
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Spec:
     le: float | None = None
     lt: float | None = None
     tags: frozenset[str] = frozenset()
+    argument: bool = False  # a positional argument instead of an option
     typer_kwargs: tuple[tuple[str, Any], ...] = ()
 
     def flag(self, name: str) -> str:
@@ -67,12 +69,13 @@ def setting(
     le: float | None = None,
     lt: float | None = None,
     tags: Iterable[str] = (),
+    argument: bool = False,
     **typer_kwargs: Any,
 ) -> Any:
     """A dataclass field that describes its command-line option (``help`` None: none)."""
     spec = Spec(
         help=help, flags=tuple(flags), cli_type=cli_type, parse=parse, cli_default=cli_default,
-        ge=ge, gt=gt, le=le, lt=lt, tags=frozenset(tags),
+        ge=ge, gt=gt, le=le, lt=lt, tags=frozenset(tags), argument=argument,
         typer_kwargs=tuple(sorted(typer_kwargs.items())),
     )  # fmt: skip
     return field(default=default, default_factory=default_factory, metadata={KEY: spec})
@@ -132,8 +135,10 @@ def cli_parameters(cls: type, *, without: Iterable[str] = ()) -> list[inspect.Pa
         if s.help is None or f.name in skip:
             continue
         kind = s.cli_type if s.cli_type is not None else hints[f.name]
-        option = typer.Option(*s.flags, help=s.help, **dict(s.typer_kwargs))
+        make = typer.Argument if s.argument else typer.Option
+        option = make(*s.flags, help=s.help, **dict(s.typer_kwargs))
         default = s.cli_default if s.cli_default is not UNSET else _default(f)
+        default = inspect.Parameter.empty if default is REQUIRED else default
         params.append(
             inspect.Parameter(
                 f.name,

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geodiag.errors import InputError
-from gti.sft.config import DTYPES
+from geodiag.settings import REQUIRED, check_bounds, setting
+from gti.options import PATH, RUNNER, UI, check_device, check_dtype
 
 SPLITS = ("valid", "test")
 DEFAULT_KS = (1, 5, 10, 20)
@@ -20,23 +21,67 @@ class EvalConfig:
     checkpoint was fine-tuned with (its ``sft_config.json``), else to SFT's defaults.
     """
 
-    checkpoint: Path = Path("runs/ml100k/gti/sft")
-    out: Path | None = None  # JSON with every number; None: not written
-    data: str | None = None  # None: the dataset of the checkpoint's SIDs
-    splits: tuple[str, ...] = SPLITS
-    ks: tuple[int, ...] = DEFAULT_KS
-    beams: int = 20  # beam size; >= max(ks), as every metric needs that many items
-    exact: bool = False  # score every item instead of beam search (small catalogs / GPU)
-    batch_size: int = 8  # users per forward; the beams multiply it (8 x 20 rows)
-    max_users: int | None = None  # a seeded sample of users (same for every split); None: all
-    seed: int = 0
-    k_core: int | None = None
-    max_history: int | None = None
-    titles: bool | None = None
-    device: str = "auto"
-    dtype: str = "float32"  # of the model's weights and arithmetic; float64 for checks
-    cache_dir: Path | None = None
-    progress: bool = True
+    checkpoint: Path = setting(
+        Path("runs/ml100k/gti/sft"),
+        help="Checkpoint written by `gti sft`.",
+        argument=True,
+        cli_default=REQUIRED,
+        tags=(RUNNER, PATH),
+    )
+    out: Path | None = setting(  # JSON with every number; None: not written
+        None,
+        help="Write every number to this JSON file.",
+        flags=("-o", "--out"),
+        tags=(RUNNER, PATH),
+    )
+    data: str | None = setting(  # None: the dataset of the checkpoint's SIDs
+        None, help="Dataset (default: the one the SIDs were built from)."
+    )
+    splits: tuple[str, ...] = setting(
+        SPLITS,
+        help=f"{' | '.join(SPLITS)} (repeatable; default both).",
+        flags=("--split",),
+        cli_type=list[str] | None,
+        cli_default=None,
+        parse=lambda given: tuple(given) if given else SPLITS,
+    )
+    ks: tuple[int, ...] = setting(
+        DEFAULT_KS,
+        help="K of Recall@K/NDCG@K (repeatable; default 1 5 10 20).",
+        flags=("--k",),
+        cli_type=list[int] | None,
+        cli_default=None,
+        parse=lambda given: tuple(given) if given else DEFAULT_KS,
+    )
+    # Beam size; >= max(ks), as every metric needs that many items.
+    beams: int = setting(20, help="Beam size (>= the largest K).")
+    # Score every item instead of beam search (small catalogs / GPU).
+    exact: bool = setting(
+        False,
+        help="Score every item of the catalog instead of beam search.",
+        flags=("--exact",),
+    )
+    # Users per forward; the beams multiply it (8 x 20 rows).
+    batch_size: int = setting(8, help="Users per forward pass.", ge=1)
+    # A seeded sample of users (same for every split); None: all.
+    max_users: int | None = setting(None, help="Evaluate a seeded sample of this many users.", ge=1)
+    seed: int = setting(0, help="Seed of the user sample.")
+    k_core: int | None = setting(None, help="Default: as the checkpoint was trained.")
+    max_history: int | None = setting(None, help="Default: as the checkpoint was trained.")
+    titles: bool | None = setting(
+        None, help="Default: as trained.", flags=("--titles/--no-titles",)
+    )
+    device: str = setting("auto", help="auto | cpu | cuda.", tags=(RUNNER,))
+    dtype: str = setting(  # of the model's weights and arithmetic; float64 for checks
+        "float32", help="float32 | float64 (weights and arithmetic; float64 for checks)."
+    )
+    progress: bool = setting(True, help="Show a progress bar.", tags=(RUNNER, UI))
+    cache_dir: Path | None = setting(
+        None,
+        help="Cache root (default: $GTI_CACHE or ~/.cache/gti).",
+        flags=("--cache-dir",),
+        tags=(RUNNER, UI),
+    )
 
     def validate(self) -> None:
         bad = [s for s in self.splits if s not in SPLITS]
@@ -51,11 +96,6 @@ class EvalConfig:
                 "--beams",
                 f"{self.beams} beams cannot fill a top-{max(self.ks)} list; use >= {max(self.ks)}",
             )
-        if self.batch_size < 1:
-            raise InputError("--batch-size", f"must be >= 1, got {self.batch_size}")
-        if self.max_users is not None and self.max_users < 1:
-            raise InputError("--max-users", f"must be >= 1, got {self.max_users}")
-        if self.dtype not in DTYPES:
-            raise InputError("--dtype", f"expected {' or '.join(DTYPES)}, got {self.dtype!r}")
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise InputError("--device", f"expected auto, cpu or cuda[:N], got {self.device!r}")
+        check_bounds(self)
+        check_dtype(self.dtype)
+        check_device(self.device)

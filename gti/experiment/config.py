@@ -19,20 +19,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geodiag.errors import InputError
+from geodiag.settings import from_table, tagged
 from gti.evaluate.config import EvalConfig
 from gti.experiment.arms import ARMS, DEFAULT_ARMS
 from gti.init.config import GroundingConfig
+from gti.options import RUNNER
 from gti.semantic_ids.config import RQVAEConfig, SidsConfig
 from gti.sft.config import SFTConfig
 
-# Set by the runner for every stage; a TOML value would be silently overridden.
-RUNNER_KEYS: dict[str, tuple[str, ...]] = {
-    "sids": ("out", "cache_dir", "progress"),
-    "rqvae": ("seed",),
-    "grounding": ("seed", "progress"),
-    "sft": ("init", "out", "seed", "tasks", "arm", "device", "cache_dir", "progress"),
-    "evaluate": ("checkpoint", "out", "device", "cache_dir", "progress"),
+# The stages' configs by section; each field tagged RUNNER (gti.options) is set by the
+# runner for every stage, so a TOML value for it would be silently overridden: refused.
+SECTIONS: dict[str, type] = {
+    "sids": SidsConfig,
+    "rqvae": RQVAEConfig,
+    "grounding": GroundingConfig,
+    "sft": SFTConfig,
+    "evaluate": EvalConfig,
 }
+RUNNER_KEYS: dict[str, tuple[str, ...]] = {k: tagged(c, RUNNER) for k, c in SECTIONS.items()}
 
 
 @dataclass
@@ -130,36 +134,14 @@ def load_config(path: Path, *, out: Path | None = None) -> ExperimentConfig:
 
 
 def _fill(cls: type, table: object, where: str, section: str, forbidden: tuple[str, ...]) -> object:
-    """``cls(**table)`` with names and types checked; lists become tuples, strings paths."""
+    """``cls(**table)`` with names checked, and types checked against the type hints
+    (lists become tuples, strings paths)."""
     if not isinstance(table, dict):
         raise InputError(where, f"[{section}] must be a table")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in table.items():
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for key in table:
         if key not in fields or key in forbidden:
             known = sorted(k for k in fields if k not in forbidden)
             why = "is set by the runner" if key in forbidden else "is not a known key"
             raise InputError(where, f"[{section}] {key!r} {why}; keys: {', '.join(known)}")
-        kwargs[key] = _coerce(value, str(fields[key].type), where, f"[{section}] {key}")
-    return cls(**kwargs)
-
-
-def _coerce(value: object, annotation: str, where: str, what: str) -> object:
-    if value is None:
-        return None
-    if "tuple" in annotation:
-        if not isinstance(value, list):
-            raise InputError(where, f"{what} must be a list, got {value!r}")
-        return tuple(value)
-    if "Path" in annotation:
-        if not isinstance(value, str):
-            raise InputError(where, f"{what} must be a path string, got {value!r}")
-        return Path(value)
-    checks = (("bool", bool), ("float", (int, float)), ("int", int), ("str", str))
-    for name, kind in checks:
-        if annotation.split(" | ")[0] == name:
-            bad_bool = isinstance(value, bool) and name != "bool"
-            if not isinstance(value, kind) or bad_bool:
-                raise InputError(where, f"{what} must be {name}, got {value!r}")
-            return float(value) if name == "float" else value
-    return value
+    return from_table(cls, table, where, section)

@@ -29,11 +29,13 @@ from pathlib import Path
 from geodiag.atomic import atomic_write, atomic_write_many
 from geodiag.errors import InputError
 from geodiag.jsonio import dumps
+from geodiag.settings import tagged
 from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.evaluate.run import load_result
 from gti.experiment.arms import ARMS
-from gti.experiment.config import ExperimentConfig
+from gti.experiment.config import SECTIONS, ExperimentConfig
 from gti.experiment.results import summarize, to_markdown
+from gti.options import PATH, UI
 
 log = logging.getLogger(__name__)
 CONFIG_FILENAME = "experiment.json"
@@ -54,12 +56,12 @@ class ExperimentResult:
 
 
 def resolved(cfg: ExperimentConfig) -> dict[str, object]:
-    """The config as stored in experiment.json (paths as strings, no UI switches)."""
+    """The config as stored in experiment.json (paths as strings): no UI switches and no
+    stage folders (fields tagged UI or PATH, gti.options), which the runner lays out."""
     data = json.loads(dumps(cfg))
-    for section in ("sids", "sft", "evaluate"):
-        for key in ("progress", "cache_dir", "out", "init", "checkpoint"):
+    for section in ("sids", "grounding", "sft", "evaluate"):
+        for key in tagged(SECTIONS[section], UI) + tagged(SECTIONS[section], PATH):
             data[section].pop(key, None)
-    data["grounding"].pop("progress", None)
     for key in ("progress", "cache_dir", "source", "out"):
         data.pop(key, None)
     return data

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geodiag.errors import InputError
+from geodiag.settings import setting
+from gti.options import RESUMABLE, RUNNER, UI
 
 # Row strategies (one function each, gti.init.REGISTRY) plus the grounding stage.
 ROW_STRATEGIES = ("mean", "mean-noise", "random", "description-mean")
@@ -35,20 +37,20 @@ PRESETS: dict[str, tuple[int, int, float]] = {
 class GroundingConfig:
     """The GTI grounding stage: only the new rows train, every other weight frozen."""
 
-    steps: int = PRESETS["paper"][0]
+    steps: int = setting(PRESETS["paper"][0], tags=(RESUMABLE,))
     batch_size: int = PRESETS["paper"][1]
     lr: float = PRESETS["paper"][2]
     # The paper states no schedule or decay for grounding; embeddings are usually
     # trained without weight decay, and decay would pull the new rows to 0.
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
-    seed: int = 0
+    seed: int = setting(0, tags=(RUNNER,))
     # Resume state is written every this many steps (and on SIGINT/SIGTERM).
-    save_every: int = 25
+    save_every: int = setting(25, tags=(RESUMABLE,))
     # Item texts longer than this (characters) are cut: a catalog with long
     # descriptions would otherwise blow up the sequence length; ML-100k texts are < 120.
     max_text_chars: int = 400
-    progress: bool = True
+    progress: bool = setting(True, tags=(RUNNER, UI))
 
     def validate(self) -> None:
         if self.steps < 1:

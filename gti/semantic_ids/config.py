@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geodiag.errors import InputError
+from geodiag.settings import setting
+from gti.options import PATH, RUNNER, UI
 from gti.semantic_ids.collisions import COLLISION_STRATEGIES
 
 ENCODERS = ("lm", "bow")
@@ -48,7 +50,7 @@ class RQVAEConfig:
     # synchronization, and on a shared machine OpenMP spin-waiting made 2 threads
     # 3x slower in wall time and 7x in CPU time (measured on the 2-core box).
     n_threads: int = 1
-    seed: int = 0
+    seed: int = setting(0, tags=(RUNNER,))
 
 
 @dataclass
@@ -57,7 +59,7 @@ class SidsConfig:
 
     data: str = "movielens-100k"
     model: str = "smollm2-135m"
-    out: Path = Path("runs/ml100k/sids")
+    out: Path = setting(Path("runs/ml100k/sids"), tags=(RUNNER, PATH))
     encoder: str = "lm"  # "lm" (backbone mean-pool) or "bow" (hashed words; offline tests)
     strategy: str = "sinkhorn"  # keeps every SID at n_levels tokens, as LC-Rec
     rqvae: RQVAEConfig = field(default_factory=RQVAEConfig)
@@ -65,9 +67,9 @@ class SidsConfig:
     embed_batch_size: int = 64  # fastest of 16/64/256 for SmolLM2 on 2 CPU cores
     max_length: int = 256  # tokens per item text; ML-100k texts are at most 35
     bow_dim: int = 512
-    cache_dir: Path | None = None
+    cache_dir: Path | None = setting(None, tags=(RUNNER, UI))
     allow_download: bool = False  # hub ids only: may transformers download?
-    progress: bool = True
+    progress: bool = setting(True, tags=(RUNNER, UI))
 
     def validate(self) -> None:
         if self.encoder not in ENCODERS:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geodiag.errors import InputError
+from geodiag.settings import check_bounds, setting
+from gti.options import PATH, RESUMABLE, RUNNER, UI, check_device, check_dtype
 
 # "next-item": plain SFT (the paper's GTI + SFT). "lcrec": next item plus the two
 # alignment tasks of LC-Rec (item text -> SID, SID -> item text), mixed by ``align_ratio``.
@@ -18,77 +20,109 @@ TASKS = ("next-item", "lcrec")
 # Parts that can be frozen: the decoder blocks + final norm, or the input embedding
 # and the output head (all rows, old and new).
 FREEZABLE = ("layers", "embeddings")
-DTYPES = ("float32", "float64")
 
 
 @dataclass
 class SFTConfig:
-    """One run of ``gti sft``: fine-tune an initialized checkpoint for next-item generation."""
+    """One run of ``gti sft``: fine-tune an initialized checkpoint for next-item generation.
 
-    init: Path = Path("runs/ml100k/gti/init")  # a checkpoint written by `gti init`
-    out: Path = Path("runs/ml100k/gti/sft")
+    Each field is declared once: its ``help`` makes it a ``gti sft`` option, its tags
+    (``gti.roles``) say whether the experiment runner sets it, whether a resumed run
+    may change it, and whether it is recorded. A new hyperparameter is one field.
+    """
+
+    init: Path = setting(  # a checkpoint written by `gti init`
+        Path("runs/ml100k/gti/init"),
+        help="Checkpoint written by `gti init`.",
+        flags=("--init",),
+        tags=(RUNNER, PATH),
+    )
+    out: Path = setting(
+        Path("runs/ml100k/gti/sft"),
+        help="Checkpoint folder to write (atomically).",
+        flags=("-o", "--out"),
+        tags=(RUNNER, PATH, RESUMABLE),
+    )
     # None: the dataset the checkpoint's semantic IDs were built from (its provenance).
-    data: str | None = None
-    tasks: str = "next-item"
+    data: str | None = setting(
+        None,
+        help="movielens-100k | synthetic | jsonl:CATALOG,INTERACTIONS (default: the SIDs' data).",
+    )
+    tasks: str = setting(
+        "next-item",
+        help=f"{' | '.join(TASKS)} (lcrec adds text<->SID alignment tasks).",
+        tags=(RUNNER,),
+    )
     # Share of alignment examples in the "lcrec" mix (half text->SID, half SID->text).
     # LC-Rec mixes its tasks by dataset size; 0.25 keeps next-item the main task.
-    align_ratio: float = 0.25
-    steps: int = 8000
-    batch_size: int = 128  # global: examples per optimizer step, over all processes
-    micro_batch_size: int = 8  # per process and forward; the rest is gradient accumulation
+    align_ratio: float = setting(
+        0.25, help="Share of alignment examples in the lcrec mix.", ge=0, lt=1
+    )
+    steps: int = setting(8000, help="Optimizer steps (paper: 8000).", ge=1, tags=(RESUMABLE,))
+    batch_size: int = setting(  # global: examples per optimizer step, over all processes
+        128, help="Global batch: examples per optimizer step (paper: 128).", ge=1
+    )
+    micro_batch_size: int = setting(  # per process and forward; the rest is accumulation
+        8,
+        help="Examples per forward and process; the rest is accumulation.",
+        ge=1,
+        tags=(RESUMABLE,),
+    )
     # The paper does not state its SFT learning rate; 1e-4 is a common full fine-tuning
     # rate for sub-1B backbones (LC-Rec used 5e-5 on a 7B one).
-    lr: float = 1e-4
-    min_lr_ratio: float = 0.1  # cosine decays to lr * this
-    warmup_steps: int = 100
-    weight_decay: float = 0.01
+    lr: float = setting(1e-4, help="Peak AdamW learning rate.", gt=0)
+    warmup_steps: int = setting(100, help="Linear warmup steps.", ge=0)
+    min_lr_ratio: float = setting(0.1, help="Cosine decays to lr x this.", ge=0, le=1)
+    weight_decay: float = setting(0.01, help="AdamW weight decay.")
     betas: tuple[float, float] = (0.9, 0.999)
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = setting(1.0, help="Gradient clipping.")
     # Sequences as TIGER / LC-Rec: 5-core, chronological leave-one-out, last 20 items.
-    k_core: int = 5
-    max_history: int = 20
-    titles: bool = False  # write each history item as "<a_1><b_2><c_3> (title)"
+    k_core: int = setting(5, help="Keep users/items with >= this many events.", ge=1)
+    max_history: int = setting(20, help="Items of history in a prompt.", ge=1)
+    # Write each history item as "<a_1><b_2><c_3> (title)".
+    titles: bool = setting(False, help="Write titles beside history SIDs.")
     max_text_chars: int = 400  # item texts of the alignment tasks are cut here
-    freeze: tuple[str, ...] = ()  # subset of FREEZABLE; the paper trains everything
-    seed: int = 0
-    save_every: int = 200  # resume state every N steps (and on SIGINT/SIGTERM)
-    bf16: bool = True  # bf16 autocast on CUDA; ignored on CPU (float32 there)
+    # A subset of FREEZABLE; the paper trains everything.
+    freeze: tuple[str, ...] = setting(
+        (),
+        help=f"Freeze a part: {' | '.join(FREEZABLE)} (repeatable).",
+        cli_type=list[str] | None,
+        cli_default=None,
+        parse=lambda parts: tuple(parts or ()),
+    )
+    seed: int = setting(0, help="Seed of the data order.", tags=(RUNNER,))
+    # Resume state every N steps (and on SIGINT/SIGTERM).
+    save_every: int = setting(200, help="Save resume state every N steps.", ge=1, tags=(RESUMABLE,))
+    # bf16 autocast on CUDA; ignored on CPU (float32 there).
+    bf16: bool = setting(True, help="bf16 autocast on CUDA (ignored on CPU).")
+    device: str = setting("auto", help="auto | cpu | cuda.", tags=(RUNNER,))
     # Weights and arithmetic of the run, and of the checkpoint it writes. float64 is for
     # equivalence checks (tests): rounding then stays far below any tolerance that
     # matters, on every CPU kernel, even after AdamW's amplification of tiny gradients.
-    dtype: str = "float32"
-    device: str = "auto"  # auto | cpu | cuda
-    arm: str | None = None  # experiment arm name, recorded in the provenance
-    cache_dir: Path | None = None
-    progress: bool = True
+    dtype: str = setting(
+        "float32", help="float32 | float64 (weights and arithmetic; float64 for checks)."
+    )
+    arm: str | None = setting(None, tags=(RUNNER,))  # experiment arm, recorded in the provenance
+    progress: bool = setting(True, help="Show a progress bar.", tags=(RUNNER, UI))
+    cache_dir: Path | None = setting(
+        None,
+        help="Cache root (default: $GTI_CACHE or ~/.cache/gti).",
+        flags=("--cache-dir",),
+        tags=(RUNNER, UI),
+    )
 
     def validate(self, world_size: int = 1) -> int:
         """Check every field; returns the gradient-accumulation steps per optimizer step."""
         if self.tasks not in TASKS:
             raise InputError("--tasks", f"unknown tasks {self.tasks!r}; choose from {TASKS}")
-        if not 0 <= self.align_ratio < 1:
-            raise InputError("--align-ratio", f"must be in [0, 1), got {self.align_ratio}")
-        for name in ("steps", "batch_size", "micro_batch_size", "save_every", "max_history"):
-            if getattr(self, name) < 1:
-                flag = "--" + name.replace("_", "-")
-                raise InputError(flag, f"must be >= 1, got {getattr(self, name)}")
-        if self.k_core < 1:
-            raise InputError("--k-core", f"must be >= 1, got {self.k_core}")
-        if not self.lr > 0:
-            raise InputError("--lr", f"must be > 0, got {self.lr}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise InputError("--min-lr-ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
-        if self.warmup_steps < 0:
-            raise InputError("--warmup-steps", f"must be >= 0, got {self.warmup_steps}")
+        check_bounds(self)
         bad = [f for f in self.freeze if f not in FREEZABLE]
         if bad:
             raise InputError("--freeze", f"unknown part {bad[0]!r}; choose from {FREEZABLE}")
         if set(self.freeze) == set(FREEZABLE):
             raise InputError("--freeze", "freezing layers and embeddings leaves nothing to train")
-        if self.dtype not in DTYPES:
-            raise InputError("--dtype", f"expected {' or '.join(DTYPES)}, got {self.dtype!r}")
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise InputError("--device", f"expected auto, cpu or cuda[:N], got {self.device!r}")
+        check_dtype(self.dtype)
+        check_device(self.device)
         per_step = self.micro_batch_size * world_size
         if self.batch_size % per_step:
             raise InputError(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -23,6 +22,7 @@ from geodiag.errors import InputError
 from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
 from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
+from gti.options import fingerprinted, recorded
 from gti.sft.checkpoint import CONFIG_FILENAME, ResumeStore
 from gti.sft.config import SFTConfig
 from gti.sft.data import SFTStream, load_task_data
@@ -100,9 +100,8 @@ def run_sft(cfg: SFTConfig, *, should_stop: Callable[[int], bool] | None = None)
     )
     apply_freeze(model, cfg.freeze)
 
-    settings = {k: v for k, v in asdict(cfg).items() if k not in ("cache_dir", "progress")}
     run_config: dict[str, object] = {
-        **{k: str(v) if isinstance(v, Path) else v for k, v in settings.items()},
+        **{k: str(v) if isinstance(v, Path) else v for k, v in recorded(cfg).items()},
         "data": data,
         "processes": accelerator.num_processes,
         "mixed_precision": accelerator.mixed_precision,
@@ -110,12 +109,9 @@ def run_sft(cfg: SFTConfig, *, should_stop: Callable[[int], bool] | None = None)
         "examples_per_epoch": stream.epoch_size,
         "init_provenance": sids.provenance,
     }
-    fingerprint = {
-        k: v
-        for k, v in run_config.items()
-        if k
-        not in ("out", "steps", "save_every", "processes", "micro_batch_size", "init_provenance")
-    }
+    # Fields a resumed run must share (gti.options), plus what they resolved to.
+    same = fingerprinted(SFTConfig) | {"mixed_precision", "train_examples", "examples_per_epoch"}
+    fingerprint = {k: v for k, v in run_config.items() if k in same}
     fingerprint["init_sha256"] = hashlib.sha256((init / SIDECAR_FILENAME).read_bytes()).hexdigest()
     resume = ResumeStore(partial_dir(out), fingerprint)
     result, loss_fn = train_sft(

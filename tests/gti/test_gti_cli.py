@@ -198,3 +198,18 @@ def test_every_stage_exception_maps_to_its_exit_code():
             f"interrupted: stopped after step {step}; resume state in {where}; "
             "run the same command again to resume"
         )
+
+
+def test_help_is_import_light():
+    """`gti --help` builds every command's options from the configs without torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom typer.testing import CliRunner\nfrom gti.cli import app\n"
+        "for cmd in (['--help'], ['sft', '--help'], ['init', '--help'], ['evaluate', '--help']):\n"
+        "    assert CliRunner().invoke(app, cmd).exit_code == 0, cmd\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -1,0 +1,53 @@
+"""What the stage configs share: the roles a field can have beyond being a
+command-line flag (``geodiag.settings`` tags), and the checks of the settings
+several stages take (device, dtype). Import-light: no torch.
+
+Roles are declared once per field; the stage runs, the resume fingerprints and
+``gti experiment`` read them from there:
+
+- ``RUNNER``: set by ``gti experiment`` for each stage (a TOML value is refused).
+- ``UI``: how a run shows progress or where its caches live; never recorded in a run's
+  config, never part of a resume fingerprint, never pinned by experiment.json.
+- ``PATH``: a stage's input or output folder; ``gti experiment`` lays these out
+  itself, so experiment.json does not pin them.
+- ``RESUMABLE``: may differ between a run and its resumption (more steps, another
+  save interval, another split of the batch): not part of the resume fingerprint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from geodiag.errors import InputError
+from geodiag.settings import spec_of
+
+RUNNER = "runner"
+UI = "ui"
+PATH = "path"
+RESUMABLE = "resumable"
+
+DTYPES = ("float32", "float64")
+
+
+def check_dtype(dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise InputError("--dtype", f"expected {' or '.join(DTYPES)}, got {dtype!r}")
+
+
+def check_device(device: str) -> None:
+    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
+        raise InputError("--device", f"expected auto, cpu or cuda[:N], got {device!r}")
+
+
+def recorded(cfg: object) -> dict[str, object]:
+    """The fields of a run's config that describe what it computes (all but ``UI``)."""
+    return {
+        f.name: getattr(cfg, f.name)
+        for f in dataclasses.fields(cfg)  # type: ignore[arg-type]
+        if UI not in spec_of(f).tags
+    }
+
+
+def fingerprinted(cls: type) -> set[str]:
+    """Names of the fields a resumed run must share with the run that saved the state."""
+    return {f.name for f in dataclasses.fields(cls) if not spec_of(f).tags & {UI, RESUMABLE}}
