@@ -29,10 +29,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from geodiag.sidecar import load
+from gti.data.tasks import load_task_data
 from gti.evaluate.decode import beam_search_batch, left_pad
 from gti.evaluate.trie import SidTrie
-from gti.sft.data import load_task_data
-from gti.sft.prompts import prompt_ids
+from gti.prompts import prompt_ids
 
 TIE = 1e-4
 

@@ -37,9 +37,10 @@ from gti.init.config import GroundingConfig
 from gti.init.grounding import NewRows, SharedPrefix, fast_loss, freeze
 from gti.init.naive import make_naive_trainable, naive_loss
 from gti.init.pairs import PairStream
-from gti.init.run import apply_row_init, sid_strings
+from gti.init.run import apply_row_init
 from gti.init.trainer import make_optimizer
 from gti.models.backbone import resolve_backbone
+from gti.prompts import sid_strings
 from gti.vocab import extend_vocabulary
 
 ROUTES = ("naive", "+new-rows", "+answer-logits", "+prefix-cache", "+shared-prefix")

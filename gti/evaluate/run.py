@@ -22,14 +22,14 @@ from geodiag.errors import InputError
 from geodiag.jsonio import dumps
 from geodiag.sidecar import load
 from gti.data.sequences import Example
+from gti.data.tasks import load_task_data
 from gti.evaluate.config import EvalConfig
 from gti.evaluate.decode import rank_items
 from gti.evaluate.metrics import topk_metrics
 from gti.evaluate.trie import SidTrie
+from gti.prompts import prompt_ids
 from gti.sft.checkpoint import CONFIG_FILENAME as SFT_CONFIG
 from gti.sft.config import SFTConfig
-from gti.sft.data import load_task_data
-from gti.sft.prompts import prompt_ids
 
 log = logging.getLogger(__name__)
 

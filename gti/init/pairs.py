@@ -14,7 +14,15 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from gti.init.templates import DIRECTIONS, TEMPLATES, Example, instruction_and_answer, render
+from gti.prompts import (
+    DIRECTIONS,
+    TEMPLATES,
+    Example,
+    Padded,
+    instruction_and_answer,
+    pad_right,
+    render,
+)
 
 
 @dataclass
@@ -31,25 +39,20 @@ class Batch:
     @property
     def answer_mask(self) -> torch.Tensor:
         """(B, T) bool: the positions whose tokens are in the loss."""
-        pos = torch.arange(self.input_ids.shape[1], device=self.input_ids.device)
-        return (pos >= self.answer_start[:, None]) & self.attention_mask
+        return Padded(self.input_ids, self.lengths, self.answer_start).answer_mask
 
 
 def collate(examples: list[Example], pad_id: int, new_slot: torch.Tensor) -> Batch:
     """Pad ``examples`` on the right. ``new_slot`` (V,) is >= 0 exactly at new token ids."""
-    lengths = torch.tensor([len(e.input_ids) for e in examples])
-    T = int(lengths.max())
-    ids = torch.full((len(examples), T), pad_id, dtype=torch.long)
-    for i, e in enumerate(examples):
-        ids[i, : len(e.input_ids)] = torch.tensor(e.input_ids)
-    mask = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
-    is_new = (new_slot[ids] >= 0) & mask  # (B, T)
-    first_new = torch.where(is_new.any(1), is_new.int().argmax(1), lengths)
+    padded = pad_right(examples, pad_id)
+    mask = padded.attention_mask  # (B, T)
+    is_new = (new_slot[padded.input_ids] >= 0) & mask  # (B, T)
+    first_new = torch.where(is_new.any(1), is_new.int().argmax(1), padded.lengths)
     return Batch(
-        input_ids=ids,
+        input_ids=padded.input_ids,
         attention_mask=mask,
-        lengths=lengths,
-        answer_start=torch.tensor([e.answer_start for e in examples]),
+        lengths=padded.lengths,
+        answer_start=padded.answer_start,
         first_new=first_new,
         direction=torch.tensor([e.direction for e in examples]),
     )

@@ -16,7 +16,7 @@ import torch
 from transformers import PreTrainedModel
 
 from geodiag.errors import InputError
-from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, load, token_string
+from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
 from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
 from gti.data.sources import load_dataset
 from gti.init import REGISTRY, InitContext
@@ -26,6 +26,7 @@ from gti.init.grounding import NewRows, freeze
 from gti.init.pairs import PairStream
 from gti.init.trainer import GroundingInterrupted, train_grounding
 from gti.models.backbone import resolve_backbone
+from gti.prompts import sid_strings
 from gti.vocab import VocabExtension, extend_vocabulary, old_rows, set_new_rows, with_token_ids
 
 log = logging.getLogger(__name__)
@@ -47,14 +48,6 @@ def apply_row_init(
         old = old_rows(model, ext, matrix)  # (V, d)
         rows = fn(old=old.cpu(), n_new=ext.n_new, generator=generator, context=context)
         set_new_rows(model, ext, matrix, rows)
-
-
-def sid_strings(sids: SemanticIds, items: list[str]) -> list[str]:
-    """``<a_3><b_17><c_5>`` per item."""
-    return [
-        "".join(token_string(lv.name, c) for lv, c in zip(sids.levels, sids.items[i], strict=True))
-        for i in items
-    ]
 
 
 def _device(spec: str) -> torch.device:

@@ -25,7 +25,7 @@ from gti.init.checkpoint import ResumeStore
 from gti.init.config import GroundingConfig
 from gti.init.grounding import NewRows, SharedPrefix, StepLoss, fast_loss
 from gti.init.pairs import PairStream
-from gti.init.templates import DIRECTIONS
+from gti.prompts import DIRECTIONS
 
 
 @dataclass

@@ -11,68 +11,23 @@ the same examples as one process does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from geodiag.errors import InputError
-from geodiag.sidecar import SemanticIds
-from gti.data.sequences import Splits, k_core, leave_one_out
-from gti.data.sources import load_dataset
-from gti.init.run import sid_strings
-from gti.init.templates import TEMPLATES, Example, instruction_and_answer, render
-from gti.sft.prompts import TASK_NEXT_ITEM, item_token_ids, render_next_item
+from gti.data.tasks import TaskData
+from gti.prompts import (
+    TASK_NEXT_ITEM,
+    TEMPLATES,
+    Example,
+    instruction_and_answer,
+    pad_right,
+    render,
+    render_next_item,
+)
 
 TASK_NAMES = ("next-item", "text->sid", "sid->text")  # task index -> name
-
-
-@dataclass
-class TaskData:
-    """Everything the next-item task reads, for one catalog and its SIDs."""
-
-    splits: Splits
-    sid_of: dict[str, str]  # item id -> "<a_1><b_2><c_3>"
-    text_of: dict[str, str]  # item id -> rendered catalog text
-    title_of: dict[str, str]  # item id -> title ("" when the catalog has none)
-    tokens_of: dict[str, tuple[int, ...]]  # item id -> SID token ids
-
-
-def load_task_data(
-    sids: SemanticIds,
-    data: str,
-    *,
-    k_core_min: int,
-    max_history: int,
-    cache_dir: Path | None = None,
-) -> TaskData:
-    """Load ``data``, check it against the SIDs and cut it into leave-one-out splits."""
-    dataset = load_dataset(data, cache_dir)
-    catalog = dataset.catalog
-    missing = [i for i in catalog.item_ids if i not in sids.items]
-    if missing:
-        raise InputError(
-            "--data",
-            f"{len(missing)} item(s) of {data!r} have no semantic ID (e.g. {missing[0]!r}); "
-            "use the dataset the SIDs were built from",
-        )
-    splits = leave_one_out(k_core(dataset.interactions, k_core_min), max_history)
-    if not splits.train or not splits.test:
-        raise InputError(
-            "--k-core",
-            f"no training or test sequences left in {data!r} after {k_core_min}-core filtering; "
-            "lower --k-core",
-        )
-    items = list(sids.items)
-    by_id = {it.item_id: it for it in catalog.items}
-    return TaskData(
-        splits=splits,
-        sid_of=dict(zip(items, sid_strings(sids, items), strict=True)),
-        text_of={i: by_id[i].text for i in items if i in by_id},
-        title_of={i: by_id[i].title for i in items if i in by_id},
-        tokens_of=item_token_ids(sids),
-    )
 
 
 @dataclass
@@ -90,17 +45,11 @@ class SFTBatch:
 
 
 def collate(examples: list[Example], pad_id: int) -> SFTBatch:
-    lengths = torch.tensor([len(e.input_ids) for e in examples])  # (B,)
-    T = int(lengths.max())
-    ids = torch.full((len(examples), T), pad_id, dtype=torch.long)
-    for row, e in enumerate(examples):
-        ids[row, : len(e.input_ids)] = torch.tensor(e.input_ids)
-    pos = torch.arange(T)[None, :]  # (1, T)
-    start = torch.tensor([e.answer_start for e in examples])[:, None]  # (B, 1)
+    padded = pad_right(examples, pad_id)
     return SFTBatch(
-        input_ids=ids,
-        attention_mask=(pos < lengths[:, None]).long(),
-        answer_mask=(pos >= start) & (pos < lengths[:, None]),
+        input_ids=padded.input_ids,
+        attention_mask=padded.attention_mask.long(),
+        answer_mask=padded.answer_mask,
         task=torch.tensor([e.direction for e in examples]),
     )
 

@@ -22,10 +22,11 @@ from geodiag.errors import InputError
 from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
 from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
+from gti.data.tasks import load_task_data
 from gti.options import fingerprinted, recorded
 from gti.sft.checkpoint import CONFIG_FILENAME, ResumeStore
 from gti.sft.config import SFTConfig
-from gti.sft.data import SFTStream, load_task_data
+from gti.sft.data import SFTStream
 from gti.sft.trainer import SFTInterrupted, train_sft
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from tinyworld import TEXTS, make_sids, write_catalog, write_sids_dir
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from geodiag.sidecar import SemanticIds
-from gti.init.templates import SID_TO_TEXT, TEXT_TO_SID
 from gti.models.tiny import build_tiny_tokenizer, tiny_config
+from gti.prompts import SID_TO_TEXT, TEXT_TO_SID
 
 # SmolLM2-like: a default system turn, so examples share a long frozen prefix.
 CHAT_TEMPLATE = (

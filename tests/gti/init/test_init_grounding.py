@@ -13,9 +13,9 @@ from gti.init.config import GroundingConfig
 from gti.init.grounding import NewRows, SharedPrefix, fast_loss, freeze
 from gti.init.naive import make_naive_trainable, naive_loss
 from gti.init.pairs import PairStream
-from gti.init.run import apply_row_init, sid_strings
-from gti.init.templates import SID_TO_TEXT, TEXT_TO_SID
+from gti.init.run import apply_row_init
 from gti.init.trainer import train_grounding
+from gti.prompts import SID_TO_TEXT, TEXT_TO_SID, sid_strings
 from gti.vocab import extend_vocabulary
 
 # The fast route's gradient is checked against the naive one in float64, where the two

@@ -10,9 +10,8 @@ from tinyworld import TEXTS, make_sids, write_catalog, write_sids_dir
 
 from gti.init.config import InitConfig
 from gti.init.run import run_init
-from gti.init.templates import SID_TO_TEXT, TEXT_TO_SID
 from gti.models.tiny import build_tiny_model, build_tiny_tokenizer
-from gti.sft.prompts import NEXT_ITEM
+from gti.prompts import NEXT_ITEM, SID_TO_TEXT, TEXT_TO_SID
 
 # Five users with fixed, overlapping orders: 7 events each -> 4 train examples each.
 ORDERS = [

@@ -8,9 +8,10 @@ from sftworld import ORDERS
 from transformers import AutoTokenizer
 
 from geodiag.sidecar import load
+from gti.data.tasks import load_task_data
+from gti.prompts import TASK_NEXT_ITEM, prompt_ids
 from gti.sft.config import SFTConfig
-from gti.sft.data import SFTStream, load_task_data
-from gti.sft.prompts import TASK_NEXT_ITEM, prompt_ids
+from gti.sft.data import SFTStream
 from gti.sft.trainer import get_lr, micro_batches
 
 
