@@ -4,8 +4,8 @@ One run on SmolLM2-135M (the converted cached folder) over MovieLens-100k pairs.
 Every route trains on the same batches (forward, backward, AdamW step); examples/s
 is measured after one warm-up step. Routes, each adding one part of the fast route:
 
-  naive            full embedding trainable behind a gradient mask, the model's own
-                   LM loss over every position, AdamW over all V rows
+  naive            full embedding trainable behind a gradient mask, the full LM head
+                   over every position, AdamW over all V rows
   +new-rows        E_new (n_new, d) the only parameter and optimizer state; hidden
                    states from the decoder, every position projected
   +answer-logits   only the answer positions projected
@@ -34,13 +34,24 @@ from geodiag.sidecar import Level, SemanticIds, load
 from gti.data.sources import load_dataset
 from gti.init import InitContext
 from gti.init.config import GroundingConfig
-from gti.init.grounding import NewRows, SharedPrefix, fast_loss, freeze
+from gti.init.grounding import (
+    FrozenPrefix,
+    NewRows,
+    SharedPrefix,
+    StepLoss,
+    answer_loss,
+    answer_tokens,
+    fast_loss,
+    freeze,
+    frozen_prefix,
+    suffix_hidden,
+)
 from gti.init.naive import make_naive_trainable, naive_loss
 from gti.init.pairs import PairStream
 from gti.init.run import apply_row_init
-from gti.init.trainer import make_optimizer
 from gti.models.backbone import resolve_backbone
 from gti.prompts import sid_strings
+from gti.training import make_optimizer
 from gti.vocab import extend_vocabulary
 
 ROUTES = ("naive", "+new-rows", "+answer-logits", "+prefix-cache", "+shared-prefix")
@@ -56,6 +67,24 @@ def random_sids(
         levels=[Level(chr(ord("a") + i), size) for i in range(levels)],
         items={i: [int(c) for c in row] for i, row in zip(item_ids, codes, strict=True)},
     )
+
+
+def partial_loss(model, rows: NewRows, batch, route: str) -> StepLoss:
+    """fast_loss's parts with the later ones switched off: no frozen prefix before
+    +prefix-cache, and before +answer-logits every position projected onto the
+    vocabulary (as a full LM head does) before the answers are picked."""
+    device = rows.ids.device
+    if route == "+prefix-cache":
+        prefix = frozen_prefix(model, batch, device, None)
+    else:
+        prefix = FrozenPrefix.none(batch, rows.inp.shape[1], device)
+    hidden = suffix_hidden(model, rows, batch, prefix)  # (B, W, d)
+    answers = answer_tokens(batch, prefix)
+    if route == "+new-rows":
+        B, W, _ = hidden.shape
+        logits = rows.project(model, hidden.reshape(B * W, -1)).view(B, W, -1)
+        return answer_loss(logits[answers.row, answers.col], answers)
+    return answer_loss(rows.project(model, hidden[answers.row, answers.col]), answers)
 
 
 def time_route(
@@ -75,21 +104,13 @@ def time_route(
             return params[0].grad[ext.ids_tensor()].clone()
     else:
         rows = NewRows(model, ext)
-        opt = make_optimizer(rows, GroundingConfig(lr=lr))
-        answer_only = route != "+new-rows"
-        prefix_cache = route in ("+prefix-cache", "+shared-prefix")
-        prefix = stream.common_prefix() if route == "+shared-prefix" else []
-        shared = SharedPrefix(model, prefix) if prefix else None
+        opt = make_optimizer(rows.parameters(), GroundingConfig(lr=lr))
+        shared = SharedPrefix(model, stream.common_prefix())
 
         def loss_of(batch):
-            return fast_loss(
-                model,
-                rows,
-                batch,
-                prefix_cache=prefix_cache,
-                answer_only=answer_only,
-                shared=shared,
-            ).loss
+            if route == "+shared-prefix":  # the fast route of gti init, as it trains
+                return fast_loss(model, rows, batch, shared=shared).loss
+            return partial_loss(model, rows, batch, route).loss
 
         def new_grad():
             return rows.inp.grad.clone()

@@ -30,6 +30,7 @@ from gti.evaluate.trie import SidTrie
 from gti.prompts import prompt_ids
 from gti.sft.checkpoint import CONFIG_FILENAME as SFT_CONFIG
 from gti.sft.config import SFTConfig
+from gti.training import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +54,6 @@ class EvalResult:
     provenance: dict[str, object] = field(default_factory=dict)  # the checkpoint's sidecar
     format: str = "gti.evaluate"
     format_version: int = 1
-
-
-def _device(spec: str) -> torch.device:
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if spec.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError("--device", f"{spec} requested but CUDA is not available")
-    return torch.device(spec)
 
 
 def prompt_settings(cfg: EvalConfig) -> dict[str, object]:
@@ -100,7 +93,7 @@ def run_evaluate(cfg: EvalConfig) -> EvalResult:
     tokenizer = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
     dtype = getattr(torch, cfg.dtype)
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype, local_files_only=True)
-    model.to(_device(cfg.device)).eval()
+    model.to(resolve_device(cfg.device)).eval()
     pad = tokenizer.pad_token_id
     pad_id = int(pad if pad is not None else tokenizer.eos_token_id or 0)
     trie = SidTrie.build(sids)

@@ -15,25 +15,24 @@ change between a run and its resumption. The data position is ``step`` itself
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import torch
 
 from geodiag.atomic import atomic_path
 from geodiag.errors import InputError
+from gti.training import ResumeStore
 
 CONFIG_FILENAME = "init_config.json"
 STATE_FILENAME = "state.pt"
 
 
-class ResumeStore:
+class GroundingState(ResumeStore):
     """``<out>.partial/state.pt``: saved atomically, checked against a fingerprint."""
 
     def __init__(self, folder: Path, fingerprint: dict[str, object]) -> None:
-        self.folder = folder
+        super().__init__(folder, fingerprint)
         self.path = folder / STATE_FILENAME
-        self.fingerprint = fingerprint
 
     def save(
         self,
@@ -42,7 +41,6 @@ class ResumeStore:
         optimizer: torch.optim.Optimizer,
         log: list[dict[str, object]],
     ) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
         state = {
             "fingerprint": self.fingerprint,
             "step": step,
@@ -66,22 +64,9 @@ class ResumeStore:
             raise InputError(
                 self.path, f"unreadable resume state ({type(e).__name__}); delete {self.folder}"
             ) from None
-        if state.get("fingerprint") != self.fingerprint:
-            changed = sorted(
-                k
-                for k in set(self.fingerprint) | set(state.get("fingerprint", {}))
-                if self.fingerprint.get(k) != state.get("fingerprint", {}).get(k)
-            )
-            raise InputError(
-                self.path,
-                f"a run with other settings ({', '.join(changed)}) left this state; rerun with "
-                f"the same flags to resume it, or delete {self.folder} to start over",
-            )
+        self.check(state.get("fingerprint"), self.path)
         device = next(rows.parameters()).device
         rows.load_state_dict({k: v.to(device) for k, v in state["rows"].items()})
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
         return int(state["step"]), list(state["log"])
-
-    def clear(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)

@@ -14,7 +14,10 @@ trainable tensors are ``NewRows.inp`` (n_new, d) and, for an untied head,
    answer positions are projected, onto the frozen head with the new rows swapped in.
 3. Optimizer state for the new rows only (AdamW on (n_new, d), not (V, d)).
 
-``naive.py`` is the reference route these are checked against (same gradients).
+Each part is a named function (``frozen_prefix``, ``suffix_hidden``, ``answer_tokens``
++ ``NewRows.project``); ``fast_loss`` chains them. ``bench/grounding.py`` chains them
+differently to measure what each part buys. ``naive.py`` is the reference route
+these are checked against (same gradients).
 """
 
 from __future__ import annotations
@@ -138,84 +141,134 @@ class SharedPrefix:
         return cache
 
 
+@dataclass
+class FrozenPrefix:
+    """Part 1: tokens ``[0, split)`` of each row hold no new token, so nothing in them
+    depends on a trainable tensor. They run once under ``no_grad``; their key/value
+    cache is handed to the suffix. ``width`` = 0: no prefix (every row runs whole)."""
+
+    split: torch.Tensor  # (B,) long, first suffix position of each row
+    mask: torch.Tensor  # (B, width) bool, real prefix tokens (right-padded)
+    hidden: torch.Tensor  # (B, width, d), constant; zeros for shared-cache tokens
+    cache: dict[str, object]  # decoder kwargs that hand the prefix cache to the suffix
+
+    @property
+    def width(self) -> int:
+        return self.mask.shape[1]
+
+    @classmethod
+    def none(cls, batch: Batch, dim: int, device: torch.device) -> FrozenPrefix:
+        """No frozen prefix: the suffix is the whole sequence."""
+        B = batch.input_ids.shape[0]
+        return cls(
+            split=torch.zeros(B, dtype=torch.long, device=device),
+            mask=torch.zeros(B, 0, dtype=torch.bool, device=device),
+            hidden=torch.zeros(B, 0, dim, device=device),
+            cache={"use_cache": False},
+        )
+
+
+def frozen_prefix(
+    model: PreTrainedModel, batch: Batch, device: torch.device, shared: SharedPrefix | None
+) -> FrozenPrefix:
+    """Run each row's frozen prefix (up to its first new token or its answer) once,
+    without gradient; the tokens every row shares come from ``shared``'s cache."""
+    decoder = model.get_decoder()
+    ids = batch.input_ids.to(device)
+    dim = model.get_input_embeddings().weight.shape[1]
+    # A row whose first token is new has no prefix; then the whole batch runs without one.
+    split = torch.minimum(batch.first_new.to(device), batch.answer_start.to(device))
+    if int(split.min()) == 0:
+        return FrozenPrefix.none(batch, dim, device)
+    B, width = ids.shape[0], int(split.max())
+    pos = torch.arange(width, device=device)
+    # Shared tokens [0, n_shared) come from the run-wide cache. Every row's split lies
+    # past them, so no loss term needs their hidden states.
+    n_shared = len(shared) if shared is not None and shared.matches(ids) else 0
+    n_shared = n_shared if int(split.min()) > n_shared else 0
+    mask = pos[None, :] < split[:, None]  # (B, width), right-padded
+    past = {_cache_kwarg(decoder): shared.cache_for(B)} if n_shared else {}  # type: ignore[union-attr]
+    with torch.no_grad():
+        out = decoder(
+            inputs_embeds=model.get_input_embeddings()(ids[:, n_shared:width]),
+            attention_mask=mask,  # (B, width): n_shared cached + the rest run now
+            position_ids=pos[n_shared:].expand(B, -1),
+            use_cache=True,
+            **past,
+        )
+    hidden = out.last_hidden_state  # (B, width - n_shared, d)
+    hidden = torch.cat([hidden.new_zeros(B, n_shared, hidden.shape[2]), hidden], dim=1)
+    return FrozenPrefix(
+        split, mask, hidden, {_cache_kwarg(decoder): _cache_of(out), "use_cache": True}
+    )
+
+
+def suffix_hidden(
+    model: PreTrainedModel, rows: NewRows, batch: Batch, prefix: FrozenPrefix
+) -> torch.Tensor:
+    """Part 2: hidden states of the suffix (tokens ``[split, length - 1)``; the last token
+    predicts nothing), with gradient into ``rows``, after the prefix's cache.
+
+    Returns (B, width + S, d): the prefix's columns, then the suffix's."""
+    device = rows.ids.device
+    ids, lengths = batch.input_ids.to(device), batch.lengths.to(device)
+    T = ids.shape[1]
+    S = int((lengths - 1 - prefix.split).max())
+    suf_pos = prefix.split[:, None] + torch.arange(S, device=device)[None, :]  # (B, S) absolute
+    suf_valid = suf_pos < (lengths - 1)[:, None]  # (B, S)
+    suf_ids = ids.gather(1, suf_pos.clamp(max=T - 1))
+    h_suf = model.get_decoder()(
+        inputs_embeds=rows.embed(model, suf_ids),
+        attention_mask=torch.cat([prefix.mask, suf_valid], dim=1),  # (B, width + S)
+        position_ids=suf_pos,
+        **prefix.cache,
+    ).last_hidden_state  # (B, S, d)
+    return torch.cat([prefix.hidden.to(h_suf.dtype), h_suf], dim=1)
+
+
+@dataclass
+class AnswerTokens:
+    """Where the loss is: answer token ``t`` of row ``row`` is predicted by the hidden
+    state at ``t - 1``, which sits in column ``col`` of :func:`suffix_hidden`'s output."""
+
+    row: torch.Tensor  # (N,)
+    col: torch.Tensor  # (N,)
+    target: torch.Tensor  # (N,) token ids
+    direction: torch.Tensor  # (N,) direction of each token's example
+
+
+def answer_tokens(batch: Batch, prefix: FrozenPrefix) -> AnswerTokens:
+    device = prefix.split.device
+    ids, lengths = batch.input_ids.to(device), batch.lengths.to(device)
+    pos = torch.arange(ids.shape[1], device=device)
+    answer = (pos[None, :] >= batch.answer_start.to(device)[:, None]) & (
+        pos[None, :] < lengths[:, None]
+    )
+    row, t = answer.nonzero(as_tuple=True)  # (N,), (N,)
+    src = t - 1
+    split = prefix.split[row]
+    col = torch.where(src < split, src, prefix.width + src - split)
+    return AnswerTokens(row, col, ids[row, t], batch.direction.to(device)[row])
+
+
+def answer_loss(logits: torch.Tensor, answers: AnswerTokens) -> StepLoss:
+    """Part 3's end: cross-entropy of the answer logits (N, V), in at least float32."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    token_losses = F.cross_entropy(logits, answers.target, reduction="none")  # (N,)
+    return StepLoss(token_losses.mean(), token_losses.detach(), answers.direction)
+
+
 def fast_loss(
-    model: PreTrainedModel,
-    rows: NewRows,
-    batch: Batch,
-    *,
-    prefix_cache: bool = True,
-    answer_only: bool = True,
-    shared: SharedPrefix | None = None,
+    model: PreTrainedModel, rows: NewRows, batch: Batch, *, shared: SharedPrefix | None = None
 ) -> StepLoss:
     """Mean cross-entropy over the answer tokens; gradient flows into ``rows`` only.
 
-    ``prefix_cache`` / ``answer_only`` / ``shared`` switch optimizations 1 and 2 (for
-    the benchmark); the result is the same either way.
+    frozen prefix (no grad, once) -> suffix hidden states -> answer logits only (part
+    3: the frozen head with the new rows swapped in, at the answer positions alone).
     """
-    decoder = model.get_decoder()
-    device = rows.ids.device
-    ids, lengths = batch.input_ids.to(device), batch.lengths.to(device)
-    answer_start = batch.answer_start.to(device)
-    B, T = ids.shape
-    # Split point: the prefix [0, split) holds no new token. A row whose first
-    # token is new has no prefix; then the whole batch runs without one.
-    split = torch.minimum(batch.first_new.to(device), answer_start)
-    if not prefix_cache or int(split.min()) == 0:
-        split = torch.zeros_like(split)
-    P = int(split.max())
-
-    pos = torch.arange(T, device=device)
-    kv: dict[str, object] = {"use_cache": False}
-    prefix_mask = torch.zeros(B, 0, dtype=torch.bool, device=device)
-    h_pre = torch.zeros(B, 0, rows.inp.shape[1], device=device)
-    if P > 0:
-        # Shared tokens [0, C) come from the run-wide cache. Every row's split lies
-        # past them, so no loss term needs their hidden states.
-        C = len(shared) if shared is not None and shared.matches(ids) else 0
-        C = C if int(split.min()) > C else 0
-        prefix_mask = pos[None, :P] < split[:, None]  # (B, P), right-padded
-        past = {_cache_kwarg(decoder): shared.cache_for(B)} if C else {}  # type: ignore[union-attr]
-        with torch.no_grad():
-            out = decoder(
-                inputs_embeds=model.get_input_embeddings()(ids[:, C:P]),
-                attention_mask=prefix_mask,  # (B, P): C cached + P - C new
-                position_ids=pos[C:P].expand(B, -1),
-                use_cache=True,
-                **past,
-            )
-        h_pre = out.last_hidden_state  # (B, P - C, d), constant
-        h_pre = torch.cat([h_pre.new_zeros(B, C, h_pre.shape[2]), h_pre], dim=1)  # (B, P, d)
-        kv = {_cache_kwarg(decoder): _cache_of(out), "use_cache": True}
-
-    # Suffix: tokens [split, length - 1); the last token predicts nothing.
-    S = int((lengths - 1 - split).max())
-    suf_pos = split[:, None] + torch.arange(S, device=device)[None, :]  # (B, S) absolute
-    suf_valid = suf_pos < (lengths - 1)[:, None]  # (B, S)
-    suf_ids = ids.gather(1, suf_pos.clamp(max=T - 1))
-    h_suf = decoder(
-        inputs_embeds=rows.embed(model, suf_ids),
-        attention_mask=torch.cat([prefix_mask, suf_valid], dim=1),  # (B, P + S)
-        position_ids=suf_pos,
-        **kv,
-    ).last_hidden_state  # (B, S, d)
-
-    # Token t of the answer is predicted by the hidden state at t - 1.
-    target_mask = (pos[None, :] >= answer_start[:, None]) & (pos[None, :] < lengths[:, None])
-    row, t = target_mask.nonzero(as_tuple=True)  # (N,), (N,)
-    src = t - 1
-    in_prefix = src < split[row]
-    col = torch.where(in_prefix, src, P + src - split[row])  # column in cat(h_pre, h_suf)
-    hidden = torch.cat([h_pre.to(h_suf.dtype), h_suf], dim=1)  # (B, P + S, d)
-    if answer_only:
-        logits = rows.project(model, hidden[row, col])  # (N, V)
-    else:  # project every position, as a full LM head would, then pick the answers
-        logits = rows.project(model, hidden.reshape(B * (P + S), -1))
-        logits = logits.view(B, P + S, -1)[row, col]
-    if logits.dtype in (torch.float16, torch.bfloat16):  # CE in at least float32
-        logits = logits.float()
-    token_losses = F.cross_entropy(logits, ids[row, t], reduction="none")  # (N,)
-    return StepLoss(
-        loss=token_losses.mean(),
-        token_losses=token_losses.detach(),
-        token_direction=batch.direction.to(device)[row],
-    )
+    prefix = frozen_prefix(model, batch, rows.ids.device, shared)
+    hidden = suffix_hidden(model, rows, batch, prefix)  # (B, width + S, d)
+    answers = answer_tokens(batch, prefix)
+    logits = rows.project(model, hidden[answers.row, answers.col])  # (N, V)
+    return answer_loss(logits, answers)

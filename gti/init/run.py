@@ -19,14 +19,16 @@ from geodiag.errors import InputError
 from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
 from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
 from gti.data.sources import load_dataset
+from gti.errors import Interrupted
 from gti.init import REGISTRY, InitContext
-from gti.init.checkpoint import CONFIG_FILENAME, ResumeStore
+from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import InitConfig
 from gti.init.grounding import NewRows, freeze
 from gti.init.pairs import PairStream
-from gti.init.trainer import GroundingInterrupted, train_grounding
+from gti.init.trainer import train_grounding
 from gti.models.backbone import resolve_backbone
 from gti.prompts import sid_strings
+from gti.training import resolve_device
 from gti.vocab import VocabExtension, extend_vocabulary, old_rows, set_new_rows, with_token_ids
 
 log = logging.getLogger(__name__)
@@ -50,14 +52,6 @@ def apply_row_init(
         set_new_rows(model, ext, matrix, rows)
 
 
-def _device(spec: str) -> torch.device:
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if spec.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError("--device", f"{spec} requested but CUDA is not available")
-    return torch.device(spec)
-
-
 def _item_texts(sids: SemanticIds, data: str, cache_dir: Path | None) -> dict[str, str]:
     catalog = load_dataset(data, cache_dir).catalog
     missing = [i for i in sids.items if i not in catalog]
@@ -73,7 +67,7 @@ def _item_texts(sids: SemanticIds, data: str, cache_dir: Path | None) -> dict[st
 def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = None) -> Path:
     """Write the initialized checkpoint to ``cfg.out`` and return its path.
 
-    Raises :class:`GroundingInterrupted` when grounding stopped early (signal or
+    Raises :class:`gti.errors.Interrupted` when grounding stopped early (signal or
     ``should_stop``); the same call later resumes where it stopped.
     """
     cfg.validate()
@@ -94,7 +88,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         model_spec, cache_dir=cfg.cache_dir, allow_download=cfg.allow_download, seed=cfg.seed
     )
     model, tokenizer = backbone.load()
-    model.to(_device(cfg.device))
+    model.to(resolve_device(cfg.device))
     ext = extend_vocabulary(model, tokenizer, sids)
     context = InitContext(sids=sids, item_texts=item_texts, tokenizer=tokenizer)
     apply_row_init(model, ext, row_strategy, torch.Generator().manual_seed(cfg.seed), context)
@@ -131,10 +125,10 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
             ).hexdigest(),
             **{k: v for k, v in asdict(g).items() if k not in ("steps", "save_every", "progress")},
         }
-        resume = ResumeStore(partial_dir(out), fingerprint)
+        resume = GroundingState(partial_dir(out), fingerprint)
         result = train_grounding(model, rows, stream, g, resume=resume, should_stop=should_stop)
         if not result.completed:
-            raise GroundingInterrupted(result.step, str(resume.folder))
+            raise Interrupted(result.step, str(resume.folder))
         rows.write_back(model)
         step, train_log = result.step, result.log
 
@@ -155,6 +149,6 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         out, model, tokenizer, final, codebooks, CONFIG_FILENAME, run_config, train_log
     )
     if cfg.strategy == "gti":
-        ResumeStore(partial_dir(out), {}).clear()
+        GroundingState(partial_dir(out), {}).clear()
     log.info("wrote %s (%s, %d new tokens)", out, cfg.strategy, ext.n_new)
     return out

@@ -23,19 +23,14 @@ from pathlib import Path
 
 from accelerate import Accelerator
 
-from geodiag.errors import InputError
+from gti.training import ResumeStore
 
 CONFIG_FILENAME = "sft_config.json"
 TRAINER_STATE = "trainer_state.json"
 
 
-class ResumeStore:
+class SFTState(ResumeStore):
     """``<out>.partial/state``: accelerate state + trainer_state.json, swapped in atomically."""
-
-    def __init__(self, folder: Path, fingerprint: dict[str, object]) -> None:
-        self.folder = folder
-        # As it reads back from JSON (tuples become lists), so the two compare equal.
-        self.fingerprint = json.loads(json.dumps(fingerprint, allow_nan=False))
 
     @property
     def _state(self) -> Path:
@@ -69,24 +64,10 @@ class ResumeStore:
         if folder is None:
             return None
         state = json.loads((folder / TRAINER_STATE).read_text())
-        saved = state.get("fingerprint", {})
-        if saved != self.fingerprint:
-            changed = sorted(
-                k
-                for k in set(saved) | set(self.fingerprint)
-                if saved.get(k) != self.fingerprint.get(k)
-            )
-            raise InputError(
-                folder,
-                f"a run with other settings ({', '.join(changed)}) left this state; rerun with "
-                f"the same flags to resume it, or delete {self.folder} to start over",
-            )
+        self.check(state.get("fingerprint"), folder)
         with quiet("accelerate"):
             accelerator.load_state(str(folder))
         return int(state["step"]), list(state["log"])
-
-    def clear(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 @contextmanager

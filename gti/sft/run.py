@@ -23,20 +23,20 @@ from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
 from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
 from gti.data.tasks import load_task_data
+from gti.errors import Interrupted
 from gti.options import fingerprinted, recorded
-from gti.sft.checkpoint import CONFIG_FILENAME, ResumeStore
+from gti.sft.checkpoint import CONFIG_FILENAME, SFTState
 from gti.sft.config import SFTConfig
 from gti.sft.data import SFTStream
-from gti.sft.trainer import SFTInterrupted, train_sft
+from gti.sft.trainer import train_sft
+from gti.training import resolve_device
 
 log = logging.getLogger(__name__)
 
 
 def make_accelerator(cfg: SFTConfig) -> Accelerator:
     """bf16 autocast on CUDA only: on CPU, bf16 matmuls are slower and less exact."""
-    cpu = cfg.device == "cpu" or not torch.cuda.is_available()
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError("--device", f"{cfg.device} requested but CUDA is not available")
+    cpu = resolve_device(cfg.device).type == "cpu"
     return Accelerator(cpu=cpu, mixed_precision="bf16" if cfg.bf16 and not cpu else "no")
 
 
@@ -75,7 +75,7 @@ def apply_freeze(model: PreTrainedModel, parts: tuple[str, ...]) -> None:
 def run_sft(cfg: SFTConfig, *, should_stop: Callable[[int], bool] | None = None) -> Path:
     """Fine-tune ``cfg.init`` and write the stage-``sft`` checkpoint to ``cfg.out``.
 
-    Raises :class:`SFTInterrupted` when training stopped early (signal or
+    Raises :class:`gti.errors.Interrupted` when training stopped early (signal or
     ``should_stop``); the same call later resumes where it stopped.
     """
     accelerator = make_accelerator(cfg)
@@ -114,12 +114,12 @@ def run_sft(cfg: SFTConfig, *, should_stop: Callable[[int], bool] | None = None)
     same = fingerprinted(SFTConfig) | {"mixed_precision", "train_examples", "examples_per_epoch"}
     fingerprint = {k: v for k, v in run_config.items() if k in same}
     fingerprint["init_sha256"] = hashlib.sha256((init / SIDECAR_FILENAME).read_bytes()).hexdigest()
-    resume = ResumeStore(partial_dir(out), fingerprint)
+    resume = SFTState(partial_dir(out), fingerprint)
     result, loss_fn = train_sft(
         model, stream, cfg, accelerator, resume=resume, should_stop=should_stop
     )
     if not result.completed:
-        raise SFTInterrupted(result.step, str(resume.folder))
+        raise Interrupted(result.step, str(resume.folder))
 
     state_dict = accelerator.get_state_dict(loss_fn)  # gathered (FSDP), prefixed "model."
     if accelerator.is_main_process:

@@ -15,30 +15,17 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 
 import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from gti.errors import Interrupted
-from gti.init.trainer import StopOnSignal
-from gti.sft.checkpoint import ResumeStore
+from gti.sft.checkpoint import SFTState
 from gti.sft.config import SFTConfig
 from gti.sft.data import TASK_NAMES, SFTStream
 from gti.sft.loss import AnswerLoss
-
-
-@dataclass
-class SFTResult:
-    step: int  # optimizer steps done in total (including those before a resume)
-    completed: bool
-    log: list[dict[str, object]] = field(default_factory=list)
-
-
-class SFTInterrupted(Interrupted):
-    """Stopped before the last step; the state to resume from is saved."""
+from gti.training import StopOnSignal, TrainResult, log_entry, make_optimizer
 
 
 def get_lr(step: int, cfg: SFTConfig) -> float:
@@ -50,16 +37,6 @@ def get_lr(step: int, cfg: SFTConfig) -> float:
     progress = min(1.0, (step - cfg.warmup_steps) / span)
     min_lr = cfg.lr * cfg.min_lr_ratio
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
-
-
-def make_optimizer(model: PreTrainedModel, cfg: SFTConfig) -> torch.optim.AdamW:
-    """AdamW on the trainable parameters; no weight decay on vectors (norms, biases)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=cfg.betas)
 
 
 def micro_batches(step: int, cfg: SFTConfig, rank: int, world: int) -> list[range]:
@@ -76,13 +53,15 @@ def train_sft(
     cfg: SFTConfig,
     accelerator: Accelerator,
     *,
-    resume: ResumeStore | None = None,
+    resume: SFTState | None = None,
     should_stop: Callable[[int], bool] | None = None,
-) -> tuple[SFTResult, AnswerLoss]:
+) -> tuple[TrainResult, AnswerLoss]:
     """Run (or finish) ``cfg.steps`` optimizer steps. Returns the result and the
     prepared loss module (whose ``.model``, unwrapped, is the trained model)."""
     model.train()
-    loss_fn, optimizer = accelerator.prepare(AnswerLoss(model), make_optimizer(model, cfg))
+    loss_fn, optimizer = accelerator.prepare(
+        AnswerLoss(model), make_optimizer(model.parameters(), cfg)
+    )
     step, log = 0, []
     restored = resume.load(accelerator) if resume is not None else None
     if restored is not None:
@@ -130,31 +109,20 @@ def train_sft(
             stats[-1] = float(halt)
             stats = accelerator.reduce(stats, reduction="sum") if world > 1 else stats
             halt = bool(stats[-1] > 0)
-            log.append(log_entry(step, stats, lr, grad_norm, time.perf_counter() - t0))
+            log.append(step_log(step, stats, lr, grad_norm, time.perf_counter() - t0))
             bar.update(1)
             bar.set_postfix(loss=f"{log[-1]['loss']:.3f}")
             if resume is not None and step < cfg.steps and (halt or step % cfg.save_every == 0):
                 resume.save(accelerator, step, log)
             if halt and step < cfg.steps:
-                return SFTResult(step, False, log), loss_fn
-    return SFTResult(step, True, log), loss_fn
+                return TrainResult(step, False, log), loss_fn
+    return TrainResult(step, True, log), loss_fn
 
 
-def log_entry(
+def step_log(
     step: int, stats: torch.Tensor, lr: float, grad_norm: object, seconds: float
 ) -> dict[str, object]:
-    """One line of train_log.jsonl: the global mean loss and the mean per task."""
-    sums, counts = stats[0:-1:2], stats[1:-1:2]
-    entry: dict[str, object] = {"step": step, "loss": float(sums.sum() / counts.sum())}
-    for t, name in enumerate(TASK_NAMES):
-        if counts[t] > 0:
-            entry["loss_" + name.replace("->", "_to_").replace("-", "_")] = float(
-                sums[t] / counts[t]
-            )
-    entry["lr"] = lr
-    entry["grad_norm"] = float(grad_norm) if grad_norm is not None else None  # type: ignore[arg-type]
-    entry["answer_tokens"] = int(counts.sum())
-    entry["seconds"] = round(seconds, 4)
-    if not math.isfinite(entry["loss"]):  # type: ignore[arg-type]
-        raise FloatingPointError(f"SFT loss is {entry['loss']} at step {step}")
-    return entry
+    """The train-log line of an SFT step: loss overall and per task, lr, gradient norm."""
+    sums, counts = stats[0:-1:2].tolist(), stats[1:-1:2].tolist()
+    norm = float(grad_norm) if grad_norm is not None else None  # type: ignore[arg-type]
+    return log_entry(step, TASK_NAMES, sums, counts, seconds, lr=lr, grad_norm=norm)

@@ -172,14 +172,12 @@ def test_every_stage_exception_maps_to_its_exit_code():
     import typer
 
     from geodiag.errors import InputError
-    from gti.errors import exits_on_bad_input
-    from gti.init.trainer import GroundingInterrupted
-    from gti.sft.trainer import SFTInterrupted
+    from gti.errors import Interrupted, exits_on_bad_input
 
     raised: list[Exception] = [
         InputError("x.json", "truncated"),
-        GroundingInterrupted(7, "out.partial"),
-        SFTInterrupted(3, "sft.partial"),
+        Interrupted(7, "out.partial"),
+        Interrupted(3, "sft.partial"),
     ]
     cli = typer.Typer()
 

@@ -10,7 +10,17 @@ from initworld import TEXTS, make_model, make_sids, make_tokenizer
 
 from gti.init import InitContext
 from gti.init.config import GroundingConfig
-from gti.init.grounding import NewRows, SharedPrefix, fast_loss, freeze
+from gti.init.grounding import (
+    FrozenPrefix,
+    NewRows,
+    SharedPrefix,
+    answer_loss,
+    answer_tokens,
+    fast_loss,
+    freeze,
+    frozen_prefix,
+    suffix_hidden,
+)
 from gti.init.naive import make_naive_trainable, naive_loss
 from gti.init.pairs import PairStream
 from gti.init.run import apply_row_init
@@ -89,22 +99,21 @@ def test_fast_gradient_equals_naive(tied, chat):
     assert len(prefix) >= 10 if chat else not prefix
     shared = SharedPrefix(model, prefix) if prefix else None
     assert shared is None or shared.matches(batch.input_ids)
-    for prefix_cache, answer_only, shared_prefix in [
-        (True, True, shared),
-        (True, True, None),
-        (True, False, None),
-        (False, True, None),
-        (False, False, None),
-    ]:
+    dim, device = rows.inp.shape[1], rows.ids.device
+    prefixes = {  # each frozen-prefix route through the same parts as fast_loss
+        "none": FrozenPrefix.none(batch, dim, device),
+        "per-batch": frozen_prefix(model, batch, device, None),
+        "shared": frozen_prefix(model, batch, device, shared),
+    }
+    assert prefixes["per-batch"].width > 0
+    for name in (*prefixes, "fast_loss"):
         rows.zero_grad()
-        out = fast_loss(
-            model,
-            rows,
-            batch,
-            prefix_cache=prefix_cache,
-            answer_only=answer_only,
-            shared=shared_prefix,
-        )
+        if name == "fast_loss":
+            out = fast_loss(model, rows, batch, shared=shared)
+        else:
+            hidden = suffix_hidden(model, rows, batch, prefixes[name])
+            answers = answer_tokens(batch, prefixes[name])
+            out = answer_loss(rows.project(model, hidden[answers.row, answers.col]), answers)
         out.loss.backward()
         assert out.loss.dtype == rows.inp.grad.dtype == torch.float64
         tol = {"rtol": EQUIV_RTOL, "atol": EQUIV_ATOL}

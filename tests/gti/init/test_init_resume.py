@@ -10,9 +10,9 @@ from safetensors.torch import load_file
 
 from geodiag.errors import InputError
 from gti.checkpoint_files import partial_dir
+from gti.errors import Interrupted
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.run import run_init
-from gti.init.trainer import GroundingInterrupted
 
 
 def config(world, out, steps=6, save_every=25, **kw) -> InitConfig:
@@ -43,7 +43,7 @@ def test_stop_and_resume_equals_uninterrupted(world):
     reference = run_init(config(world, "ref"))
 
     cfg = config(world, "resumed")
-    with pytest.raises(GroundingInterrupted):
+    with pytest.raises(Interrupted):
         run_init(cfg, should_stop=lambda step: step == 2)
     assert (partial_dir(cfg.out) / "state.pt").is_file() and not cfg.out.exists()
     done = run_init(cfg)
@@ -73,7 +73,7 @@ def test_crash_loses_at_most_save_every_steps_and_still_matches(world):
 
 def test_resume_refuses_other_settings(world):
     cfg = config(world, "x")
-    with pytest.raises(GroundingInterrupted):
+    with pytest.raises(Interrupted):
         run_init(cfg, should_stop=lambda step: step == 1)
     other = replace(cfg, grounding=replace(cfg.grounding, lr=5e-3))
     with pytest.raises(InputError, match="lr"):

@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from gti.errors import Interrupted
 from gti.sft.config import SFTConfig
 from gti.sft.run import run_sft
-from gti.sft.trainer import SFTInterrupted
 
 
 def config(world, out, **kw) -> SFTConfig:
@@ -57,7 +57,7 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(world, tmp_path):
     straight = run_sft(config(world, tmp_path / "straight", save_every=3, dtype="float64"))
     out = tmp_path / "resumed"
     cfg = config(world, out, save_every=3, dtype="float64")
-    with pytest.raises(SFTInterrupted) as stop:
+    with pytest.raises(Interrupted) as stop:
         run_sft(cfg, should_stop=lambda step: step == 5)  # saves at 3 and on stopping at 5
     assert stop.value.step == 5 and not out.exists()
     assert (tmp_path / "resumed.partial" / "state" / "trainer_state.json").is_file()
@@ -78,7 +78,7 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(world, tmp_path):
 
 def test_resume_refuses_other_settings(world, tmp_path):
     out = tmp_path / "sft"
-    with pytest.raises(SFTInterrupted):
+    with pytest.raises(Interrupted):
         run_sft(config(world, out), should_stop=lambda step: step == 2)
     from geodiag.errors import InputError
 
