@@ -6,9 +6,11 @@ Beam search, per batch of users, with no Python work per beam or per token:
 1. prefill: the prompts run once, left-padded; their key/value cache is then
    repeated for the beams (transformers' ``generate`` instead runs every prompt
    ``num_beams`` times);
-2. per level: log-softmax of the beams' next-token logits, the level's columns,
-   the trie's mask for each beam's node, top-``beams`` over (beam x code), one
-   gather for the new nodes and one ``reorder_cache`` for the cache.
+2. per level, one :func:`advance` of the :class:`Beams`: log-softmax of the beams'
+   next-token logits, the level's columns, the trie's mask for each beam's node,
+   top-``beams`` over (beam x code), one gather for the new nodes; then one
+   ``reorder_cache`` for the cache. The first level is the same step from one live
+   beam at the root.
 
 Exact scoring: after the prefill, every distinct SID prefix of length L - 1 runs
 as one short continuation sharing the prompt's cache (chunked), which gives the
@@ -106,6 +108,40 @@ def _step(
     return log_softmax(out.logits)
 
 
+@dataclass
+class Beams:
+    """The ``W`` best partial SIDs of each of ``B`` prompts after some levels."""
+
+    scores: torch.Tensor  # (B, W) sum of the SID token log-probs so far; -inf = dead beam
+    nodes: torch.Tensor  # (B, W) trie node reached (the depth's dead id for a dead beam)
+    code: torch.Tensor  # (B, W) code chosen at the last level: the token to feed next
+    parent: torch.Tensor  # (B, W) the beam each one extends
+
+    @classmethod
+    def at_root(cls, B: int, W: int, trie: SidTrie, device: torch.device) -> Beams:
+        """One live beam per prompt at the root (score 0), the other W - 1 dead."""
+        scores = torch.full((B, W), NEG_INF, device=device)
+        scores[:, 0] = 0.0
+        nodes = torch.full((B, W), trie.n_nodes[0], dtype=torch.long, device=device)
+        nodes[:, 0] = 0
+        zeros = torch.zeros((B, W), dtype=torch.long, device=device)
+        return cls(scores, nodes, zeros, zeros)
+
+
+def advance(beams: Beams, logprobs: torch.Tensor, trie: SidTrie, depth: int) -> Beams:
+    """One level of trie-constrained beam search: each beam's allowed codes at ``depth``
+    scored with ``logprobs`` (B*W, V), the best ``W`` of (beam x code) kept per prompt."""
+    B, W = beams.scores.shape
+    K = trie.level_tokens[depth].shape[0]
+    cand = logprobs[:, trie.level_tokens[depth]]  # (B*W, K)
+    cand = cand.masked_fill(~trie.allowed(depth, beams.nodes.reshape(-1)), NEG_INF)
+    total = (beams.scores.reshape(-1, 1).to(cand.dtype) + cand).reshape(B, W * K)
+    scores, flat = total.topk(W, dim=1)  # (B, W)
+    parent, code = flat // K, flat % K
+    nodes = trie.children[depth][beams.nodes.gather(1, parent), code]  # (B, W)
+    return Beams(scores, nodes, code, parent)
+
+
 @torch.no_grad()
 def beam_search_batch(
     model: PreTrainedModel, prompts: list[list[int]], trie: SidTrie, *, beams: int, pad_id: int
@@ -113,39 +149,22 @@ def beam_search_batch(
     """Top ``beams`` items per prompt by trie-constrained beam search, best first."""
     B, W, dev = len(prompts), beams, model.device
     pre = prefill(model, prompts, pad_id)
-    # Depth 0: the root is every beam's node; pick the best W first codes.
-    cand = pre.logprobs[:, trie.level_tokens[0]]  # (B, K0)
-    cand = cand.masked_fill(~trie.allowed(0, torch.zeros(1, dtype=torch.long, device=dev)), NEG_INF)
-    w0 = min(W, cand.shape[1])
-    scores, code = cand.topk(w0, dim=1)  # (B, w0)
-    nodes = trie.children[0][0][code]  # (B, w0)
-    if w0 < W:  # fewer first codes than beams: pad with dead beams
-        scores = torch.cat([scores, scores.new_full((B, W - w0), NEG_INF)], dim=1)
-        code = torch.cat([code, code.new_zeros(B, W - w0)], dim=1)
-        nodes = torch.cat([nodes, nodes.new_full((B, W - w0), trie.n_nodes[1])], dim=1)
-    nodes = torch.where(torch.isinf(scores), trie.n_nodes[1], nodes)
-
+    state = advance(Beams.at_root(B, W, trie, dev), pre.logprobs.repeat_interleave(W, 0), trie, 0)
     cache = pre.cache
     cache.batch_repeat_interleave(W)  # type: ignore[attr-defined]  # (B*W, ...)
     mask = pre.mask.repeat_interleave(W, dim=0)  # (B*W, T)
     last_pos = pre.last_pos.repeat_interleave(W)  # (B*W,)
     offsets = torch.arange(B, device=dev)[:, None] * W  # (B, 1)
     for d in range(1, trie.depth):
-        tokens = trie.level_tokens[d - 1][code].reshape(B * W, 1)
+        tokens = trie.level_tokens[d - 1][state.code].reshape(B * W, 1)
         mask = torch.cat([mask, mask.new_ones(B * W, 1)], dim=1)
         logp = _step(model, tokens, mask, (last_pos + d)[:, None], cache)[:, -1]  # (B*W, V)
-        K = trie.level_tokens[d].shape[0]
-        cand = logp[:, trie.level_tokens[d]]  # (B*W, K)
-        cand = cand.masked_fill(~trie.allowed(d, nodes.reshape(-1)), NEG_INF)
-        total = (scores.reshape(-1, 1) + cand).reshape(B, W * K)
-        scores, flat = total.topk(W, dim=1)  # (B, W)
-        parent, code = flat // K, flat % K
-        nodes = trie.children[d][nodes.gather(1, parent), code]  # (B, W)
-        beam_idx = (offsets + parent).reshape(-1)
+        state = advance(state, logp, trie, d)
+        beam_idx = (offsets + state.parent).reshape(-1)
         cache.reorder_cache(beam_idx)  # type: ignore[attr-defined]
         mask = mask[beam_idx]
-    items = torch.where(torch.isinf(scores), -1, nodes)
-    return Ranking(items.cpu(), scores.cpu())
+    items = torch.where(torch.isinf(state.scores), -1, state.nodes)
+    return Ranking(items.cpu(), state.scores.cpu())
 
 
 @torch.no_grad()
