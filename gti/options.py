@@ -17,9 +17,10 @@ Roles are declared once per field; the stage runs, the resume fingerprints and
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from geodiag.errors import InputError
-from geodiag.settings import spec_of
+from geodiag.settings import setting, spec_of
 
 RUNNER = "runner"
 UI = "ui"
@@ -27,6 +28,23 @@ PATH = "path"
 RESUMABLE = "resumable"
 
 DTYPES = ("float32", "float64")
+CACHE_HELP = "Cache root (default: $GTI_CACHE or ~/.cache/gti)."
+
+
+def cache_dir_setting() -> Any:
+    """``--cache-dir``, as every stage that reads the cache takes it."""
+    return setting(None, help=CACHE_HELP, flags=("--cache-dir",), tags=(RUNNER, UI))
+
+
+def progress_setting(help: str = "Show a progress bar.") -> Any:
+    return setting(True, help=help, tags=(RUNNER, UI))
+
+
+def dtype_setting() -> Any:
+    """Weights and arithmetic of a run; float64 for equivalence checks (tests)."""
+    return setting(
+        "float32", help="float32 | float64 (weights and arithmetic; float64 for checks)."
+    )
 
 
 def check_dtype(dtype: str) -> None:

@@ -150,6 +150,13 @@ def _ids(rendered: object) -> list[int]:
     return [int(i) for i in rendered["input_ids"]]  # type: ignore[index]
 
 
+def pad_id_of(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The id padding is filled with: the pad token, else end-of-sequence, else 0
+    (padded positions are masked out either way)."""
+    pad = tokenizer.pad_token_id
+    return int(pad if pad is not None else tokenizer.eos_token_id or 0)
+
+
 @dataclass
 class Padded:
     """Rendered examples padded on the right, and where their answers are."""

@@ -7,7 +7,15 @@ from pathlib import Path
 
 from geodiag.errors import InputError
 from geodiag.settings import REQUIRED, check_bounds, setting
-from gti.options import PATH, RUNNER, UI, check_device, check_dtype
+from gti.options import (
+    PATH,
+    RUNNER,
+    cache_dir_setting,
+    check_device,
+    check_dtype,
+    dtype_setting,
+    progress_setting,
+)
 
 SPLITS = ("valid", "test")
 DEFAULT_KS = (1, 5, 10, 20)
@@ -72,16 +80,9 @@ class EvalConfig:
         None, help="Default: as trained.", flags=("--titles/--no-titles",)
     )
     device: str = setting("auto", help="auto | cpu | cuda.", tags=(RUNNER,))
-    dtype: str = setting(  # of the model's weights and arithmetic; float64 for checks
-        "float32", help="float32 | float64 (weights and arithmetic; float64 for checks)."
-    )
-    progress: bool = setting(True, help="Show a progress bar.", tags=(RUNNER, UI))
-    cache_dir: Path | None = setting(
-        None,
-        help="Cache root (default: $GTI_CACHE or ~/.cache/gti).",
-        flags=("--cache-dir",),
-        tags=(RUNNER, UI),
-    )
+    dtype: str = dtype_setting()  # of the model's weights and arithmetic; float64 for checks
+    progress: bool = progress_setting()
+    cache_dir: Path | None = cache_dir_setting()
 
     def validate(self) -> None:
         bad = [s for s in self.splits if s not in SPLITS]

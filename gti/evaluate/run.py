@@ -27,7 +27,7 @@ from gti.evaluate.config import EvalConfig
 from gti.evaluate.decode import rank_items
 from gti.evaluate.metrics import topk_metrics
 from gti.evaluate.trie import SidTrie
-from gti.prompts import prompt_ids
+from gti.prompts import pad_id_of, prompt_ids
 from gti.sft.checkpoint import CONFIG_FILENAME as SFT_CONFIG
 from gti.sft.config import SFTConfig
 from gti.training import resolve_device
@@ -94,8 +94,7 @@ def run_evaluate(cfg: EvalConfig) -> EvalResult:
     dtype = getattr(torch, cfg.dtype)
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype, local_files_only=True)
     model.to(resolve_device(cfg.device)).eval()
-    pad = tokenizer.pad_token_id
-    pad_id = int(pad if pad is not None else tokenizer.eos_token_id or 0)
+    pad_id = pad_id_of(tokenizer)
     trie = SidTrie.build(sids)
     index = {item: i for i, item in enumerate(trie.item_ids)}
 

@@ -20,6 +20,7 @@ from gti.prompts import (
     Example,
     Padded,
     instruction_and_answer,
+    pad_id_of,
     pad_right,
     render,
 )
@@ -80,8 +81,7 @@ class PairStream:
         self.new_slot = new_slot
         self.batch_size = batch_size
         self.seed = seed
-        pad = tokenizer.pad_token_id
-        self.pad_id = int(pad if pad is not None else tokenizer.eos_token_id or 0)
+        self.pad_id = pad_id_of(tokenizer)
         self.n_pairs = len(texts) * len(DIRECTIONS)
         self._epoch: tuple[int, np.ndarray, np.ndarray] | None = None
         self._rendered: dict[tuple[int, int, int], Example] = {}

@@ -22,11 +22,12 @@ from gti.data.sources import load_dataset
 from gti.errors import Interrupted
 from gti.init import REGISTRY, InitContext
 from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
-from gti.init.config import InitConfig
+from gti.init.config import GroundingConfig, InitConfig
 from gti.init.grounding import NewRows, freeze
 from gti.init.pairs import PairStream
 from gti.init.trainer import train_grounding
 from gti.models.backbone import resolve_backbone
+from gti.options import fingerprinted
 from gti.prompts import sid_strings
 from gti.training import resolve_device
 from gti.vocab import VocabExtension, extend_vocabulary, old_rows, set_new_rows, with_token_ids
@@ -123,7 +124,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
             "sids_sha256": hashlib.sha256(
                 (sids_path / "semantic_ids.json").read_bytes()
             ).hexdigest(),
-            **{k: v for k, v in asdict(g).items() if k not in ("steps", "save_every", "progress")},
+            **{k: v for k, v in asdict(g).items() if k in fingerprinted(GroundingConfig)},
         }
         resume = GroundingState(partial_dir(out), fingerprint)
         result = train_grounding(model, rows, stream, g, resume=resume, should_stop=should_stop)

@@ -12,7 +12,16 @@ from pathlib import Path
 
 from geodiag.errors import InputError
 from geodiag.settings import check_bounds, setting
-from gti.options import PATH, RESUMABLE, RUNNER, UI, check_device, check_dtype
+from gti.options import (
+    PATH,
+    RESUMABLE,
+    RUNNER,
+    cache_dir_setting,
+    check_device,
+    check_dtype,
+    dtype_setting,
+    progress_setting,
+)
 
 # "next-item": plain SFT (the paper's GTI + SFT). "lcrec": next item plus the two
 # alignment tasks of LC-Rec (item text -> SID, SID -> item text), mixed by ``align_ratio``.
@@ -99,17 +108,10 @@ class SFTConfig:
     # Weights and arithmetic of the run, and of the checkpoint it writes. float64 is for
     # equivalence checks (tests): rounding then stays far below any tolerance that
     # matters, on every CPU kernel, even after AdamW's amplification of tiny gradients.
-    dtype: str = setting(
-        "float32", help="float32 | float64 (weights and arithmetic; float64 for checks)."
-    )
+    dtype: str = dtype_setting()
     arm: str | None = setting(None, tags=(RUNNER,))  # experiment arm, recorded in the provenance
-    progress: bool = setting(True, help="Show a progress bar.", tags=(RUNNER, UI))
-    cache_dir: Path | None = setting(
-        None,
-        help="Cache root (default: $GTI_CACHE or ~/.cache/gti).",
-        flags=("--cache-dir",),
-        tags=(RUNNER, UI),
-    )
+    progress: bool = progress_setting()
+    cache_dir: Path | None = cache_dir_setting()
 
     def validate(self, world_size: int = 1) -> int:
         """Check every field; returns the gradient-accumulation steps per optimizer step."""

@@ -22,6 +22,7 @@ from gti.prompts import (
     TEMPLATES,
     Example,
     instruction_and_answer,
+    pad_id_of,
     pad_right,
     render,
     render_next_item,
@@ -79,8 +80,7 @@ class SFTStream:
         share = align_ratio if tasks == "lcrec" else 0.0
         self.n_align = round(n_next * share / (1 - share)) if self.align_items else 0
         self.epoch_size = n_next + self.n_align
-        pad = tokenizer.pad_token_id
-        self.pad_id = int(pad if pad is not None else tokenizer.eos_token_id or 0)
+        self.pad_id = pad_id_of(tokenizer)
         self._epoch: tuple[int, np.ndarray, np.ndarray] | None = None
         self._rendered: dict[tuple[int, int, int], Example] = {}
 
