@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geodiag.errors import InputError
-from geodiag.settings import setting
-from gti.options import RESUMABLE, RUNNER, UI
+from geodiag.settings import REQUIRED, check_bounds, setting
+from gti.options import RESUMABLE, RUNNER, cache_dir_setting, check_device, progress_setting
 
 # Row strategies (one function each, gti.init.REGISTRY) plus the grounding stage.
 ROW_STRATEGIES = ("mean", "mean-noise", "random", "description-mean")
@@ -35,54 +35,84 @@ PRESETS: dict[str, tuple[int, int, float]] = {
 
 @dataclass
 class GroundingConfig:
-    """The GTI grounding stage: only the new rows train, every other weight frozen."""
+    """The GTI grounding stage: only the new rows train, every other weight frozen.
 
-    steps: int = setting(PRESETS["paper"][0], tags=(RESUMABLE,))
-    batch_size: int = PRESETS["paper"][1]
-    lr: float = PRESETS["paper"][2]
+    Fields with ``help`` are ``gti init`` options (``geodiag.settings``); steps, batch
+    size and lr default to the preset on the command line (None there: the preset's).
+    A new grounding setting is one field here.
+    """
+
+    steps: int = setting(
+        PRESETS["paper"][0],
+        help="Grounding steps (overrides the preset).",
+        cli_type=int | None,
+        cli_default=None,
+        ge=1,
+        tags=(RESUMABLE,),
+    )
+    batch_size: int = setting(
+        PRESETS["paper"][1],
+        help="Grounding batch size (overrides the preset).",
+        cli_type=int | None,
+        cli_default=None,
+        ge=1,
+    )
+    lr: float = setting(
+        PRESETS["paper"][2],
+        help="AdamW learning rate (overrides the preset; paper: 1e-3).",
+        cli_type=float | None,
+        cli_default=None,
+        gt=0,
+    )
+    # Resume state is written every this many steps (and on SIGINT/SIGTERM).
+    save_every: int = setting(25, help="Save resume state every N steps.", ge=1, tags=(RESUMABLE,))
     # The paper states no schedule or decay for grounding; embeddings are usually
     # trained without weight decay, and decay would pull the new rows to 0.
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
-    seed: int = setting(0, tags=(RUNNER,))
-    # Resume state is written every this many steps (and on SIGINT/SIGTERM).
-    save_every: int = setting(25, tags=(RESUMABLE,))
+    seed: int = setting(0, tags=(RUNNER,))  # gti init: its --seed
     # Item texts longer than this (characters) are cut: a catalog with long
     # descriptions would otherwise blow up the sequence length; ML-100k texts are < 120.
     max_text_chars: int = 400
-    progress: bool = setting(True, tags=(RUNNER, UI))
+    progress: bool = progress_setting()
 
     def validate(self) -> None:
-        if self.steps < 1:
-            raise InputError("--steps", f"must be >= 1, got {self.steps}")
-        if self.batch_size < 1:
-            raise InputError("--batch-size", f"must be >= 1, got {self.batch_size}")
-        if not self.lr > 0:
-            raise InputError("--lr", f"must be > 0, got {self.lr}")
-        if self.save_every < 1:
-            raise InputError("--save-every", f"must be >= 1, got {self.save_every}")
+        check_bounds(self)
 
 
 @dataclass
 class InitConfig:
     """One run of ``gti init``: extend the vocabulary of a backbone with the SIDs of
-    ``sids`` and initialize the new rows with ``strategy``."""
+    ``sids`` and initialize the new rows with ``strategy``. Fields with ``help`` are
+    ``gti init`` options."""
 
-    sids: Path = Path("runs/ml100k/sids")
-    out: Path = Path("runs/ml100k/gti/init")
-    strategy: str = "gti"
+    out: Path = setting(
+        Path("runs/ml100k/gti/init"),
+        help="Checkpoint folder to write (atomically).",
+        flags=("-o", "--out"),
+        cli_default=REQUIRED,
+    )
+    sids: Path = setting(
+        Path("runs/ml100k/sids"), help="Folder written by `gti sids build`.", flags=("--sids",)
+    )
+    strategy: str = setting("gti", help=f"New-row initialization: {' | '.join(STRATEGIES)}.")
     # Where GTI's grounding starts; the paper starts from the mean (Hewitt) init.
-    start_from: str = "mean"
+    start_from: str = setting("mean", help="Row init that gti grounding starts from (paper: mean).")
     # None: what the sids folder was built with (its provenance), so the new
     # tokens land in the same backbone and pair with the same item texts.
-    model: str | None = None
-    data: str | None = None
-    seed: int = 0
-    grounding: GroundingConfig = field(default_factory=GroundingConfig)
-    cache_dir: Path | None = None
-    allow_download: bool = False
+    model: str | None = setting(
+        None, help="smollm2-135m | tiny | a local HF folder (default: the sids' model)."
+    )
+    data: str | None = setting(
+        None,
+        help="movielens-100k | synthetic | jsonl:CATALOG,INTERACTIONS (default: the sids' data).",
+    )
+    seed: int = setting(0, help="Seed of the init and the data order.")
     # "auto": CUDA when available, else CPU.
-    device: str = "auto"
+    device: str = setting("auto", help="auto | cpu | cuda[:N].")
+    allow_download: bool = setting(False, help="Let a hub id download from the hub.")
+    cache_dir: Path | None = cache_dir_setting()
+    grounding: GroundingConfig = field(default_factory=GroundingConfig)
 
     def validate(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -95,8 +125,7 @@ class InitConfig:
                 "--start-from",
                 f"unknown start {self.start_from!r}; choose from {', '.join(ROW_STRATEGIES)}",
             )
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise InputError("--device", f"expected auto, cpu or cuda[:N], got {self.device!r}")
+        check_device(self.device)
         if self.strategy == "gti":
             self.grounding.validate()
 
