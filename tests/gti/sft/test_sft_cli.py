@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import typer
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
@@ -65,3 +66,25 @@ def test_bad_input_exits_2_and_writes_nothing(world, tmp_path):
     res = runner.invoke(app, ["sft", "--init", str(tmp_path), "-o", str(out), *FLAGS])
     assert res.exit_code == 2 and "semantic_ids.json" in res.output
     assert not out.exists() and not (tmp_path / "sft.partial").exists()
+
+
+def test_a_new_sft_setting_is_one_field():
+    """One field with help and bounds is an option, a checked bound, a TOML key, part of
+    the resume fingerprint and of sft_config.json, with no other edit."""
+    from dataclasses import dataclass
+
+    from geodiag.errors import InputError
+    from geodiag.settings import cli_parameters, from_table, setting
+    from gti.options import fingerprinted, recorded
+    from gti.sft.config import SFTConfig
+
+    @dataclass
+    class Extended(SFTConfig):
+        label_smoothing: float = setting(0.0, help="Label smoothing.", ge=0, le=1)
+
+    assert "label_smoothing" in [p.name for p in cli_parameters(Extended)]
+    with pytest.raises(InputError, match=r"--label-smoothing: must be in \[0, 1\], got 2"):
+        Extended(label_smoothing=2).validate()
+    assert from_table(Extended, {"label_smoothing": 0.1}, "x.toml", "sft").label_smoothing == 0.1
+    assert "label_smoothing" in fingerprinted(Extended)
+    assert recorded(Extended())["label_smoothing"] == 0.0
