@@ -21,6 +21,8 @@ from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, save
 from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
 
 TRAIN_LOG_FILENAME = "train_log.jsonl"
+INIT_CONFIG_FILENAME = "init_config.json"  # the run config of `gti init`
+SFT_CONFIG_FILENAME = "sft_config.json"  # the run config of `gti sft` (evaluation reads it)
 
 
 def partial_dir(out: Path) -> Path:

@@ -28,6 +28,11 @@ PATH = "path"
 RESUMABLE = "resumable"
 
 DTYPES = ("float32", "float64")
+
+# Sequences as TIGER / LC-Rec: 5-core, chronological leave-one-out, last 20 items,
+# history written as SIDs only. SFT's defaults, and evaluation's when a checkpoint
+# does not record its own.
+PROMPT_DEFAULTS: dict[str, object] = {"k_core": 5, "max_history": 20, "titles": False}
 CACHE_HELP = "Cache root (default: $GTI_CACHE or ~/.cache/gti)."
 
 

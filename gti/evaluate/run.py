@@ -21,15 +21,15 @@ from geodiag.atomic import atomic_write
 from geodiag.errors import InputError
 from geodiag.jsonio import dumps
 from geodiag.sidecar import load
+from gti.checkpoint_files import SFT_CONFIG_FILENAME
 from gti.data.sequences import Example
 from gti.data.tasks import load_task_data
 from gti.evaluate.config import EvalConfig
 from gti.evaluate.decode import rank_items
 from gti.evaluate.metrics import topk_metrics
 from gti.evaluate.trie import SidTrie
+from gti.options import PROMPT_DEFAULTS
 from gti.prompts import pad_id_of, prompt_ids
-from gti.sft.checkpoint import CONFIG_FILENAME as SFT_CONFIG
-from gti.sft.config import SFTConfig
 from gti.training import resolve_device
 
 log = logging.getLogger(__name__)
@@ -59,13 +59,13 @@ class EvalResult:
 def prompt_settings(cfg: EvalConfig) -> dict[str, object]:
     """k_core / max_history / titles: flags, else the checkpoint's SFT run, else SFT defaults."""
     trained: dict[str, object] = {}
-    path = Path(cfg.checkpoint) / SFT_CONFIG
+    path = Path(cfg.checkpoint) / SFT_CONFIG_FILENAME
     if path.is_file():
         trained = json.loads(path.read_text())
     out: dict[str, object] = {}
     for name in ("k_core", "max_history", "titles"):
         given = getattr(cfg, name)
-        out[name] = given if given is not None else trained.get(name, getattr(SFTConfig, name))
+        out[name] = given if given is not None else trained.get(name, PROMPT_DEFAULTS[name])
     return out
 
 

@@ -21,9 +21,10 @@ import torch
 
 from geodiag.atomic import atomic_path
 from geodiag.errors import InputError
+from gti.checkpoint_files import INIT_CONFIG_FILENAME
 from gti.training import ResumeStore
 
-CONFIG_FILENAME = "init_config.json"
+CONFIG_FILENAME = INIT_CONFIG_FILENAME
 STATE_FILENAME = "state.pt"
 
 

@@ -23,9 +23,10 @@ from pathlib import Path
 
 from accelerate import Accelerator
 
+from gti.checkpoint_files import SFT_CONFIG_FILENAME
 from gti.training import ResumeStore
 
-CONFIG_FILENAME = "sft_config.json"
+CONFIG_FILENAME = SFT_CONFIG_FILENAME
 TRAINER_STATE = "trainer_state.json"
 
 

@@ -14,6 +14,7 @@ from geodiag.errors import InputError
 from geodiag.settings import check_bounds, setting
 from gti.options import (
     PATH,
+    PROMPT_DEFAULTS,
     RESUMABLE,
     RUNNER,
     cache_dir_setting,
@@ -86,10 +87,14 @@ class SFTConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     max_grad_norm: float = setting(1.0, help="Gradient clipping.")
     # Sequences as TIGER / LC-Rec: 5-core, chronological leave-one-out, last 20 items.
-    k_core: int = setting(5, help="Keep users/items with >= this many events.", ge=1)
-    max_history: int = setting(20, help="Items of history in a prompt.", ge=1)
+    k_core: int = setting(
+        PROMPT_DEFAULTS["k_core"], help="Keep users/items with >= this many events.", ge=1
+    )
+    max_history: int = setting(
+        PROMPT_DEFAULTS["max_history"], help="Items of history in a prompt.", ge=1
+    )
     # Write each history item as "<a_1><b_2><c_3> (title)".
-    titles: bool = setting(False, help="Write titles beside history SIDs.")
+    titles: bool = setting(PROMPT_DEFAULTS["titles"], help="Write titles beside history SIDs.")
     max_text_chars: int = 400  # item texts of the alignment tasks are cut here
     # A subset of FREEZABLE; the paper trains everything.
     freeze: tuple[str, ...] = setting(
