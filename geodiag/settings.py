@@ -95,20 +95,20 @@ def check_bounds(cfg: object) -> None:
     for f in dataclasses.fields(cfg):  # type: ignore[arg-type]
         s = spec_of(f)
         value = getattr(cfg, f.name)
-        if value is None or (s.ge is None and s.gt is None):
+        lower = (s.ge, ">=", "[") if s.ge is not None else (s.gt, ">", "(")
+        upper = (s.le, "<=", "]") if s.le is not None else (s.lt, "<", ")")
+        if value is None or (lower[0] is None and upper[0] is None):
             continue
-        lo_ok = value >= s.ge if s.ge is not None else value > s.gt
-        lo, lo_bracket = (s.ge, "[") if s.ge is not None else (s.gt, "(")
-        if s.le is None and s.lt is None:
-            if not lo_ok:
-                op = ">=" if s.ge is not None else ">"
-                raise InputError(s.flag(f.name), f"must be {op} {_num(lo)}, got {value}")
+        lo_ok = lower[0] is None or (value >= lower[0] if lower[1] == ">=" else value > lower[0])
+        hi_ok = upper[0] is None or (value <= upper[0] if upper[1] == "<=" else value < upper[0])
+        if lo_ok and hi_ok:
             continue
-        hi_ok = value <= s.le if s.le is not None else value < s.lt
-        hi, hi_bracket = (s.le, "]") if s.le is not None else (s.lt, ")")
-        if not (lo_ok and hi_ok):
-            span = f"{lo_bracket}{_num(lo)}, {_num(hi)}{hi_bracket}"
-            raise InputError(s.flag(f.name), f"must be in {span}, got {value}")
+        if lower[0] is not None and upper[0] is not None:
+            want = f"in {lower[2]}{_num(lower[0])}, {_num(upper[0])}{upper[2]}"
+        else:
+            bound = lower if lower[0] is not None else upper
+            want = f"{bound[1]} {_num(bound[0])}"
+        raise InputError(s.flag(f.name), f"must be {want}, got {value}")
 
 
 def _num(x: float | None) -> str:

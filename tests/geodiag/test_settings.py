@@ -18,6 +18,7 @@ class Toy:
     steps: int = setting(3, help="Steps.", ge=1)
     ratio: float = setting(0.5, help="A share.", ge=0, lt=1, tags=("pinned",))
     lr: float = setting(1e-3, help="Rate.", gt=0)
+    cap: int = setting(5, help="At most.", le=10)
     out: Path | None = setting(None, help="Where.", flags=("-o", "--out"), tags=("pinned",))
     names: tuple[str, ...] = setting(
         (), help="Repeatable.", flags=("--name",), cli_type=list[str] | None, cli_default=None,
@@ -51,6 +52,7 @@ def test_options_stand_in_place_of_the_config_and_build_it():
         (["--steps", "0"], "error: --steps: must be >= 1, got 0"),
         (["--ratio", "1"], "error: --ratio: must be in [0, 1), got 1.0"),
         (["--lr", "0"], "error: --lr: must be > 0, got 0.0"),
+        (["--cap", "11"], "error: --cap: must be <= 10, got 11"),
     ],
 )
 def test_bounds_name_the_flag_and_exit_2(args, message):
