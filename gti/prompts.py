@@ -17,9 +17,10 @@ answer tokens only (and the end-of-turn token, which teaches where a SID ends).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
@@ -148,6 +149,40 @@ def _ids(rendered: object) -> list[int]:
     if isinstance(rendered, list):
         return [int(i) for i in rendered]
     return [int(i) for i in rendered["input_ids"]]  # type: ignore[index]
+
+
+class SeededStream:
+    """Training examples by global index, each a pure function of (seed, index), so a
+    resumed run's data position is just ``step * batch_size``. Epoch ``e`` is a
+    permutation of the epoch's slots drawn from ``default_rng([seed, e])``, followed
+    by the subclass's per-epoch draws (:meth:`draw`); each distinct example is
+    rendered once (:meth:`rendered`)."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, *, seed: int, epoch_size: int) -> None:
+        self.tokenizer = tokenizer
+        self.seed = seed
+        self.epoch_size = epoch_size
+        self.pad_id = pad_id_of(tokenizer)
+        self._epoch: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._rendered: dict[tuple[int, ...], Example] = {}
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        """The epoch's draws after its permutation (e.g. a template per slot)."""
+        raise NotImplementedError
+
+    def slot(self, index: int) -> tuple[int, int, np.ndarray]:
+        """(slot, position in the epoch, the epoch's draws) of example ``index``."""
+        epoch, pos = divmod(index, self.epoch_size)
+        if self._epoch is None or self._epoch[0] != epoch:
+            rng = np.random.default_rng([self.seed, epoch])
+            perm = rng.permutation(self.epoch_size)
+            self._epoch = (epoch, perm, self.draw(rng))
+        return int(self._epoch[1][pos]), pos, self._epoch[2]
+
+    def rendered(self, key: tuple[int, ...], make: Callable[[], Example]) -> Example:
+        if key not in self._rendered:
+            self._rendered[key] = make()
+        return self._rendered[key]
 
 
 def pad_id_of(tokenizer: PreTrainedTokenizerBase) -> int:

@@ -19,8 +19,8 @@ from gti.prompts import (
     TEMPLATES,
     Example,
     Padded,
+    SeededStream,
     instruction_and_answer,
-    pad_id_of,
     pad_right,
     render,
 )
@@ -59,7 +59,7 @@ def collate(examples: list[Example], pad_id: int, new_slot: torch.Tensor) -> Bat
     )
 
 
-class PairStream:
+class PairStream(SeededStream):
     """Item texts paired with their SID strings, served as batches by step."""
 
     def __init__(
@@ -75,40 +75,31 @@ class PairStream:
     ) -> None:
         if len(texts) != len(sid_strings) or not texts:
             raise ValueError("need one SID string per item text, and at least one item")
-        self.tokenizer = tokenizer
+        self.n_pairs = len(texts) * len(DIRECTIONS)
+        super().__init__(tokenizer, seed=seed, epoch_size=self.n_pairs)
         self.texts = [t if len(t) <= max_text_chars else t[:max_text_chars] for t in texts]
         self.sid_strings = sid_strings
         self.new_slot = new_slot
         self.batch_size = batch_size
-        self.seed = seed
-        self.pad_id = pad_id_of(tokenizer)
-        self.n_pairs = len(texts) * len(DIRECTIONS)
-        self._epoch: tuple[int, np.ndarray, np.ndarray] | None = None
-        self._rendered: dict[tuple[int, int, int], Example] = {}
 
-    def _order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        if self._epoch is None or self._epoch[0] != epoch:
-            rng = np.random.default_rng([self.seed, epoch])
-            perm = rng.permutation(self.n_pairs)
-            template = rng.integers(0, 1 << 30, size=self.n_pairs)  # reduced per direction
-            self._epoch = (epoch, perm, template)
-        return self._epoch[1], self._epoch[2]
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        return rng.integers(0, 1 << 30, size=self.n_pairs)  # a template per slot, reduced
 
     def key(self, index: int) -> tuple[int, int, int]:
         """(item, direction, template) of example ``index`` of the stream."""
-        epoch, pos = divmod(index, self.n_pairs)
-        perm, template = self._order(epoch)
-        item, direction = divmod(int(perm[pos]), len(DIRECTIONS))
+        slot, pos, template = self.slot(index)
+        item, direction = divmod(slot, len(DIRECTIONS))
         return item, direction, int(template[pos]) % len(TEMPLATES[direction])
 
     def example(self, key: tuple[int, int, int]) -> Example:
-        if key not in self._rendered:
-            item, direction, template = key
-            instruction, answer = instruction_and_answer(
-                direction, template, self.texts[item], self.sid_strings[item]
-            )
-            self._rendered[key] = render(self.tokenizer, instruction, answer, direction)
-        return self._rendered[key]
+        item, direction, template = key
+        text, sid = self.texts[item], self.sid_strings[item]
+
+        def make() -> Example:
+            instruction, answer = instruction_and_answer(direction, template, text, sid)
+            return render(self.tokenizer, instruction, answer, direction)
+
+        return self.rendered(key, make)
 
     def common_prefix(self) -> list[int]:
         """The longest token prefix shared by every rendering (two items, every

@@ -24,7 +24,9 @@ from gti.training import StopOnSignal, TrainResult, log_entry, make_optimizer
 
 def step_log(step: int, out: StepLoss, seconds: float) -> dict[str, object]:
     """The train-log line of a grounding step: loss overall and per direction."""
-    sums = [out.token_losses[out.token_direction == d].double().sum() for d in range(len(DIRECTIONS))]
+    sums = [
+        out.token_losses[out.token_direction == d].double().sum() for d in range(len(DIRECTIONS))
+    ]
     counts = [int((out.token_direction == d).sum()) for d in range(len(DIRECTIONS))]
     return log_entry(step, DIRECTIONS, sums, counts, seconds, every_task=True)
 

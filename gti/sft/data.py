@@ -21,8 +21,8 @@ from gti.prompts import (
     TASK_NEXT_ITEM,
     TEMPLATES,
     Example,
+    SeededStream,
     instruction_and_answer,
-    pad_id_of,
     pad_right,
     render,
     render_next_item,
@@ -55,7 +55,7 @@ def collate(examples: list[Example], pad_id: int) -> SFTBatch:
     )
 
 
-class SFTStream:
+class SFTStream(SeededStream):
     """Training examples by global index; rendered lazily and memoized."""
 
     def __init__(
@@ -69,36 +69,24 @@ class SFTStream:
         seed: int,
         max_text_chars: int = 400,
     ) -> None:
-        self.tokenizer = tokenizer
         self.data = data
         self.next_items = data.splits.train
         self.align_items = sorted(data.text_of)
         self.titles = titles
-        self.seed = seed
         self.max_text_chars = max_text_chars
         n_next = len(self.next_items)
         share = align_ratio if tasks == "lcrec" else 0.0
         self.n_align = round(n_next * share / (1 - share)) if self.align_items else 0
-        self.epoch_size = n_next + self.n_align
-        self.pad_id = pad_id_of(tokenizer)
-        self._epoch: tuple[int, np.ndarray, np.ndarray] | None = None
-        self._rendered: dict[tuple[int, int, int], Example] = {}
+        super().__init__(tokenizer, seed=seed, epoch_size=n_next + self.n_align)
 
-    def _order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        if self._epoch is None or self._epoch[0] != epoch:
-            rng = np.random.default_rng([self.seed, epoch])
-            perm = rng.permutation(self.epoch_size)
-            # per alignment slot: item, direction, template (reduced per direction)
-            align = rng.integers(0, 1 << 30, size=(self.n_align, 3))
-            self._epoch = (epoch, perm, align)
-        return self._epoch[1], self._epoch[2]
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        # per alignment slot: item, direction, template (reduced per direction)
+        return rng.integers(0, 1 << 30, size=(self.n_align, 3))
 
     def key(self, index: int) -> tuple[int, int, int]:
         """(task, subject, template) of example ``index``: subject is a next-item
         example for task 0 and an item of the catalog for the alignment tasks."""
-        epoch, pos = divmod(index, self.epoch_size)
-        perm, align = self._order(epoch)
-        slot = int(perm[pos])
+        slot, _, align = self.slot(index)
         if slot < len(self.next_items):
             return TASK_NEXT_ITEM, slot, 0
         item, direction, template = (int(v) for v in align[slot - len(self.next_items)])
@@ -111,9 +99,7 @@ class SFTStream:
 
     def example(self, index: int) -> Example:
         key = self.key(index)
-        if key not in self._rendered:
-            self._rendered[key] = self._render(*key)
-        return self._rendered[key]
+        return self.rendered(key, lambda: self._render(*key))
 
     def batch(self, indices: range | list[int]) -> SFTBatch:
         return collate([self.example(i) for i in indices], self.pad_id)
