@@ -90,6 +90,8 @@ class CheckpointReport:
     matrices: list[MatrixReport]
     digests: dict[str, str]
     notes: list[str] = field(default_factory=list)
+    adapter: dict = field(default_factory=dict)  # PEFT adapter read over a base: what it changed
+    stack: dict = field(default_factory=dict)  # the training stack that wrote it, when known
 
 
 def _reference_ids(ckpt: Checkpoint, n_new: int, opts: AnalyzeOptions) -> np.ndarray:
@@ -241,6 +243,8 @@ def analyze(
         matrices=matrices,
         digests=ckpt.digests(),
         notes=notes,
+        adapter=ckpt.adapter,
+        stack=ckpt.stack,
     )
 
 

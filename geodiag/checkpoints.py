@@ -85,6 +85,17 @@ class ReadOptions:
     allow_nonfinite: bool = setting(
         False, help="Drop NaN/Inf rows instead of failing.", flags=("--allow-nonfinite",)
     )
+    base: Path | None = setting(
+        None,
+        help="Base checkpoint of a PEFT adapter folder (default: its base_model_name_or_path, "
+        "when a local folder).",
+        flags=("--base",),
+    )
+    all_rows_new: bool = setting(
+        False,
+        help="Every row of the tensor is a new token (a separate table, e.g. TIGER's codes).",
+        flags=("--all-rows-new",),
+    )
 
 
 def parse_range(text: str | None) -> tuple[int, int] | None:
@@ -113,7 +124,7 @@ class Matrix:
 class NewTokens:
     ids: np.ndarray  # (n,) int64, in (level, code) order when levels are known
     tokens: list[str]
-    source: str  # "sidecar" | "flag" | "tokenizer"
+    source: str  # "sidecar" | "flag" | "tokenizer" | "adapter" | "all rows"
     base_vocab_size: int  # original rows are [0, base_vocab_size)
     level_names: list[str] = field(default_factory=list)
     level_index: np.ndarray | None = None  # (n,) index into level_names
@@ -135,7 +146,14 @@ class Checkpoint:
     codebooks_path: Path | None
     codebooks_note: str | None
     notes: list[str] = field(default_factory=list)
+    adapter: dict = field(default_factory=dict)  # a PEFT adapter's provenance, when one was read
+    stack: dict = field(default_factory=dict)  # which training stack wrote it (stack.py)
     _codebook_digest: str | None = None
+
+    @property
+    def has_vocabulary(self) -> bool:
+        """False when every row is new (--all-rows-new): nothing to compare with."""
+        return self.new.base_vocab_size > 0
 
     def token(self, token_id: int) -> str:
         t = self.tokenizer.token(int(token_id)) if self.tokenizer is not None else None
@@ -201,14 +219,20 @@ def _find_input_tensor(store: TensorStore, where: Path, override: str | None) ->
     )
 
 
-def _find_output_head(store: TensorStore, input_name: str, config: dict) -> tuple[str | None, bool]:
-    """(untied head tensor or None, tied?). Tied when config says so or no head is stored."""
+def _find_output_head(
+    store: TensorStore, input_name: str, config: dict, untied_by_adapter: bool = False
+) -> tuple[str | None, bool]:
+    """(untied head tensor or None, tied?). Tied when config says so or no head is stored.
+
+    ``untied_by_adapter``: a PEFT adapter saved its own copy of the head
+    (``modules_to_save``), which untied it from the embedding in the merged model.
+    """
     names = set(store.names())
     head = next((n for n in OUTPUT_HEAD_NAMES if n in names), None)
     tie = config.get("tie_word_embeddings")
     if head is None or head == input_name:
         return None, True
-    if tie is True:
+    if tie is True and not untied_by_adapter:
         return None, True  # a stored copy of the tied matrix: same rows, analyze once
     return head, False
 
@@ -251,13 +275,31 @@ def _new_tokens(
     tok: TokenizerInfo | None,
     side: sidecar_mod.SemanticIds | None,
     side_path: Path | None,
+    trainable: np.ndarray | None = None,
 ) -> NewTokens:
+    """Which rows are new: flags, else the sidecar, else an adapter's trainable tokens, else
+    the tokenizer's added tokens. ``trainable``: a PEFT adapter's trainable-token indices;
+    a sidecar naming the same rows still gives their levels."""
+
     def name_of(i: int) -> str:
         t = tok.token(i) if tok is not None else None
         return t if t is not None else f"<id {i}>"
 
     explicit = opts.new_tokens is not None or opts.base_vocab_size is not None
-    if side is not None and side.has_token_ids and not explicit:
+    if opts.all_rows_new and explicit:
+        raise InputError(
+            "--all-rows-new", "give either --all-rows-new or --new-tokens/--base-vocab-size"
+        )
+    side_ids = (
+        {t for lv in side.levels for t in lv.token_ids}
+        if side is not None and side.has_token_ids
+        else None
+    )
+    use_side = side_ids is not None and not explicit
+    if use_side and trainable is not None and side_ids != set(trainable.tolist()):
+        use_side = False  # the adapter trained other rows than the sidecar names
+    if use_side:
+        assert side is not None
         assert side_path is not None
         ids = np.array([t for lv in side.levels for t in lv.token_ids], dtype=np.int64)
         _check_id_range(ids, n_rows, side_path, "sidecar disagrees with the tensors")
@@ -276,6 +318,8 @@ def _new_tokens(
         level_index = np.concatenate([np.full(lv.size, i) for i, lv in enumerate(side.levels)])
         codes = np.concatenate([np.arange(lv.size) for lv in side.levels])
         base = side.base_vocab_size if side.base_vocab_size is not None else int(ids.min())
+        if opts.all_rows_new:
+            base = 0
         if base > int(ids.min()):
             raise InputError(
                 side_path, f"base_vocab_size {base} overlaps the new token ids (min {ids.min()})"
@@ -291,7 +335,9 @@ def _new_tokens(
             "sidecar",
         )
 
-    if opts.new_tokens is not None:
+    if opts.all_rows_new:
+        ids, source, base = np.arange(n_rows, dtype=np.int64), "all rows", 0
+    elif opts.new_tokens is not None:
         start, end = opts.new_tokens
         if not 0 <= start < end:
             raise InputError(
@@ -308,6 +354,9 @@ def _new_tokens(
                 "--base-vocab-size", f"{base} leaves no new rows in an embedding of {n_rows} rows"
             )
         ids, source = np.arange(base, end, dtype=np.int64), "flag"
+    elif trainable is not None:
+        ids = np.array(list(dict.fromkeys(trainable.tolist())), dtype=np.int64)
+        source, base = "adapter", int(ids.min())
     elif tok is not None and tok.added_non_special():
         added = tok.added_non_special()
         ids = np.array([t.id for t in added], dtype=np.int64)
@@ -370,15 +419,37 @@ def _load_codebooks(path: Path, new: NewTokens) -> tuple[dict[str, np.ndarray], 
 
 def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkpoint:
     """Open a checkpoint folder or weights file and resolve everything but the row values."""
+    from geodiag.adapter import is_adapter, open_adapter  # imports this module's names
+
     opts = opts or ReadOptions()
     path = Path(path)
-    store = open_store(path)
-    root = path if path.is_dir() else path.parent
-    config = _read_json(root / "config.json") if (root / "config.json").is_file() else {}
-    tok = load_tokenizer(root / "tokenizer.json") if (root / "tokenizer.json").is_file() else None
+    adapter = None
+    if is_adapter(path):
+        adapter, store = open_adapter(path, opts.base)
+        # Files beside the weights: the adapter folder's own first, else the base's.
+        roots = [
+            path,
+            adapter.base_path if adapter.base_path.is_dir() else adapter.base_path.parent,
+        ]
+    else:
+        store = open_store(path)
+        roots = [path if path.is_dir() else path.parent]
+
+    def beside(name: str) -> Path:
+        return next((r / name for r in roots if (r / name).is_file()), roots[0] / name)
+
+    config = _read_json(beside("config.json")) if beside("config.json").is_file() else {}
+    tok_path = beside("tokenizer.json")
+    tok = load_tokenizer(tok_path) if tok_path.is_file() else None
 
     input_name = _find_input_tensor(store, path, opts.tensor)
-    head_name, tied = _find_output_head(store, input_name, config)
+    untied_by_adapter = adapter is not None and any(
+        p.full_kind == "modules_to_save" and n in OUTPUT_HEAD_NAMES
+        for n, p in adapter.patches.items()
+    )
+    head_name, tied = _find_output_head(store, input_name, config, untied_by_adapter)
+    if opts.all_rows_new:
+        head_name = None  # a separate table of new tokens; the LM's head is another matter
     matrices = []
     for role, name in (("input", input_name), ("output", head_name)):
         if name is None:
@@ -399,24 +470,45 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
                 where, f"tensor '{name}' is {list(shape)} but config.json says hidden_size {hidden}"
             )
         matrices.append(Matrix(role, name, dtype, shape[0], shape[1]))
+    head_notes = []
+    if adapter is not None and len(matrices) == 2 and matrices[1].n_rows < matrices[0].n_rows:
+        # The base was resized in memory before PEFT wrapped it; PEFT saved the resized
+        # embedding but not the untied head, whose new rows exist nowhere on disk.
+        head_notes.append(
+            f"output head '{head_name}' not analyzed: the base stores {matrices[1].n_rows} rows, "
+            f"the adapter saves none of its {matrices[0].n_rows - matrices[1].n_rows} new rows "
+            "(resize the base and save it, or add lm_head to modules_to_save)"
+        )
+        matrices.pop()
     if len(matrices) == 2 and matrices[1].n_rows != matrices[0].n_rows:
         raise InputError(
             store.file_of(head_name or ""),
             f"output head has {matrices[1].n_rows} rows but the input embedding has {matrices[0].n_rows}",
         )
 
-    side_path = opts.sidecar or (root / sidecar_mod.FILENAME)
+    side_path = opts.sidecar or beside(sidecar_mod.FILENAME)
     side = sidecar_mod.load(side_path) if (opts.sidecar or side_path.is_file()) else None
     n_rows = matrices[0].n_rows
-    new = _new_tokens(path, opts, n_rows, tok, side, side_path if side else None)
+    patch = adapter.patches.get(input_name) if adapter is not None else None
+    trainable = patch.token_indices if patch is not None else None
+    new = _new_tokens(path, opts, n_rows, tok, side, side_path if side else None, trainable)
 
-    notes = []
+    notes = [*(adapter.notes if adapter is not None else []), *head_notes]
+    if untied_by_adapter and config.get("tie_word_embeddings"):
+        notes.append(
+            "the adapter saves its own copy of the output head (modules_to_save): the merged "
+            "model's head is no longer tied to the embedding, so both are analyzed"
+        )
+    if trainable is not None and new.source == "sidecar":
+        notes.append(f"new rows: the adapter's trainable tokens, levels from {side_path.name}")
+    elif trainable is not None and side is not None and new.source == "adapter":
+        notes.append(f"the adapter's trainable tokens are not the rows {side_path.name} names")
     if side is not None and side.has_token_ids and new.source == "flag":
         notes.append(f"new rows taken from the command-line flag, not from {side_path.name}")
     if side is not None and not side.has_token_ids:
         notes.append(f"{side_path.name} has no token ids yet (written before vocabulary extension)")
     books: dict[str, np.ndarray] = {}
-    book_path = opts.codebooks or (root / sidecar_mod.CODEBOOKS_FILENAME)
+    book_path = opts.codebooks or beside(sidecar_mod.CODEBOOKS_FILENAME)
     book_note, book_digest = None, None
     if not new.level_names:
         book_note = (
@@ -441,6 +533,7 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
         codebooks_path=book_path if books else None,
         codebooks_note=book_note,
         notes=notes,
+        adapter=adapter.provenance() if adapter is not None else {},
         _codebook_digest=book_digest,
     )
 

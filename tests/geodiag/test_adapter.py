@@ -1,0 +1,286 @@
+"""PEFT adapter folders read over their base: rows must equal ``merge_and_unload()``'s.
+
+Every adapter here is written by PEFT itself on a tiny Llama (so the key names are
+PEFT's, not our guess), its trainable tensors moved by seeded noise as training
+would, then merged by PEFT for the reference rows.
+
+Tolerances: trainable tokens and ``modules_to_save`` are copies of stored float32
+values, so the rows match exactly. LoRA merges in float32: PEFT forms B @ A (a sum
+of r products), scales it and adds it to E, each rounding to float32; geodiag does
+the same sum exactly in float64. The float32 error per entry is then at most
+u * (|E + delta| + (r + 2) * scaling * (|B| @ |A|)^T) with u = 2^-24 (r + 2 roundings
+of the dot product and the scaling, one of the sum); the tests allow 2u.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from geodiag.checkpoints import ReadOptions, open_checkpoint
+from geodiag.cli import app
+
+pytestmark = pytest.mark.filterwarnings("ignore")  # PEFT's and transformers' own advice
+
+torch = pytest.importorskip("torch")
+peft = pytest.importorskip("peft")
+transformers = pytest.importorskip("transformers")
+
+V0, D, N_NEW = 48, 16, 6  # base vocabulary, hidden size, new tokens
+EPS32 = 2.0**-23  # 2u: twice float32's unit roundoff
+
+
+def _tiny(tied: bool, vocab: int = V0):
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=D, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=tied,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def _write_base(root: Path, tied: bool, resized: bool) -> Path:
+    """A base folder; ``resized``: new tokens already added (mean rows), as users save it."""
+    model = _tiny(tied)
+    if resized:
+        model.resize_token_embeddings(V0 + N_NEW, mean_resizing=True)
+    path = root / f"base-{'tied' if tied else 'untied'}-{'resized' if resized else 'orig'}"
+    model.save_pretrained(path)
+    return path
+
+
+def _train(model, seed: int = 1) -> None:
+    """Stand-in for training: move every trainable tensor by seeded noise."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.requires_grad:
+                p.add_(torch.randn(p.shape, generator=g) * 0.2)
+
+
+def _adapter(root: Path, base: Path, config, name: str, resize_to: int | None = None):
+    """Write a real PEFT adapter over ``base`` and return (folder, merged model)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(base)
+    if resize_to is not None:
+        model.resize_token_embeddings(resize_to, mean_resizing=True)
+    pm = peft.get_peft_model(model, config)
+    _train(pm)
+    out = root / name
+    pm.save_pretrained(out)
+    return out, pm.merge_and_unload()
+
+
+def _rows(folder: Path, base: Path | None, ids, **kw) -> dict[str, np.ndarray]:
+    ckpt = open_checkpoint(folder, ReadOptions(base=base, **kw))
+    return {m.role: ckpt.read_rows(m, np.asarray(ids)) for m in ckpt.matrices}
+
+
+def _merged(model, ids) -> dict[str, np.ndarray]:
+    ids = torch.as_tensor(np.asarray(ids))
+    out = {"input": model.get_input_embeddings().weight[ids].double().detach().numpy()}
+    head = model.get_output_embeddings().weight
+    if head.data_ptr() != model.get_input_embeddings().weight.data_ptr():
+        out["output"] = head[ids].double().detach().numpy()
+    return out
+
+
+ALL = np.arange(V0 + N_NEW)
+NEW = list(range(V0, V0 + N_NEW))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_lora_with_trainable_tokens_equals_merge(tmp_path, tied):
+    base = _write_base(tmp_path, tied, resized=True)
+    cfg = peft.LoraConfig(r=4, target_modules=["q_proj"], trainable_token_indices=NEW)
+    folder, merged = _adapter(tmp_path, base, cfg, "tt-lora")
+    got = _rows(folder, None, ALL)  # base from adapter_config.json: a local folder
+    want = _merged(merged, ALL)
+    assert set(got) == set(want) == ({"input"} if tied else {"input", "output"})
+    for role in got:  # an untied head keeps its base rows: the list form trains the input only
+        np.testing.assert_array_equal(got[role], want[role])
+    ckpt = open_checkpoint(folder)
+    assert ckpt.new.source == "adapter" and ckpt.new.ids.tolist() == NEW
+    assert ckpt.adapter["embedding_changes"] == {"model.embed_tokens.weight": "trainable tokens"}
+
+
+def test_untied_trainable_tokens_with_their_own_head_rows(tmp_path):
+    base = _write_base(tmp_path, tied=False, resized=True)
+    cfg = peft.LoraConfig(
+        r=4,
+        target_modules=["q_proj"],
+        trainable_token_indices={"embed_tokens": NEW, "lm_head": NEW},
+    )
+    folder, merged = _adapter(tmp_path, base, cfg, "tt-dict")
+    got, want = _rows(folder, None, ALL), _merged(merged, ALL)
+    assert set(got) == set(want) == {"input", "output"}
+    for role in got:
+        np.testing.assert_array_equal(got[role], want[role])
+    assert not np.allclose(got["input"][NEW], got["output"][NEW])
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_trainable_tokens_adapter_over_the_unresized_base(tmp_path, tied):
+    """The common route: base on disk has V0 rows; tokens added in memory; only the delta
+    is saved. Rows past the base's end come from the adapter alone."""
+    base = _write_base(tmp_path, tied, resized=False)
+    cfg = peft.TrainableTokensConfig(token_indices=NEW)
+    folder, merged = _adapter(tmp_path, base, cfg, "tt-only", resize_to=V0 + N_NEW)
+    got, want = _rows(folder, None, ALL), _merged(merged, ALL)
+    np.testing.assert_array_equal(got["input"], want["input"])
+    ckpt = open_checkpoint(folder)
+    assert ckpt.matrices[0].n_rows == V0 + N_NEW and ckpt.new.base_vocab_size == V0
+    if not tied:  # PEFT saved the resized embedding, not the untied head's new rows
+        assert set(got) == {"input"}
+        assert any("head 'lm_head.weight' not analyzed" in n for n in ckpt.notes)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_modules_to_save_equals_merge(tmp_path, tied):
+    base = _write_base(tmp_path, tied, resized=True)
+    cfg = peft.LoraConfig(
+        r=4, target_modules=["q_proj"], modules_to_save=["embed_tokens", "lm_head"]
+    )
+    folder, merged = _adapter(tmp_path, base, cfg, "mts")
+    got, want = _rows(folder, None, ALL, new_tokens=(V0, V0 + N_NEW)), _merged(merged, ALL)
+    # PEFT trains a separate copy of each module: the merged head is untied even when
+    # the base was tied, and geodiag analyzes it as its own matrix.
+    assert set(got) == set(want) == {"input", "output"}
+    for role in got:
+        np.testing.assert_array_equal(got[role], want[role])
+
+
+def _lora_tolerance(folder: Path, got: np.ndarray) -> np.ndarray:
+    """The float32 merge's error bound per entry (module docstring), from the adapter's own
+    factors and the embedding's r and alpha."""
+    from geodiag.safetensors_file import SafetensorsFile
+
+    f = SafetensorsFile(folder / "adapter_model.safetensors")
+    a = f.read("base_model.model.model.embed_tokens.lora_embedding_A")  # (r, V)
+    b = f.read("base_model.model.model.embed_tokens.lora_embedding_B")  # (d, r)
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    r, alpha = a.shape[0], cfg["alpha_pattern"]["embed_tokens"]
+    scaling = alpha / np.sqrt(r)  # use_rslora
+    return EPS32 * (np.abs(got) + (r + 2) * scaling * (np.abs(b) @ np.abs(a)).T)  # (V, d)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_lora_on_the_embedding_equals_merge(tmp_path, tied):
+    """rsLoRA with rank and alpha patterns: the scaling must use the embedding's own r and
+    alpha, not the config's defaults. PEFT saves the resized base layer alongside."""
+    base = _write_base(tmp_path, tied, resized=False)
+    cfg = peft.LoraConfig(
+        r=2, lora_alpha=3, use_rslora=True, target_modules=["embed_tokens", "q_proj"],
+        rank_pattern={"embed_tokens": 6}, alpha_pattern={"embed_tokens": 5},
+    )  # fmt: skip
+    folder, merged = _adapter(tmp_path, base, cfg, "lora-emb", resize_to=V0 + N_NEW)
+    got, want = _rows(folder, None, ALL, new_tokens=(V0, V0 + N_NEW)), _merged(merged, ALL)
+    ckpt = open_checkpoint(folder, ReadOptions(new_tokens=(V0, V0 + N_NEW)))
+    assert ckpt.adapter["embedding_changes"]["model.embed_tokens.weight"] == "base_layer, lora"
+    tol = _lora_tolerance(folder, got["input"])
+    assert np.all(np.abs(got["input"] - want["input"]) <= tol)
+    # The LoRA delta is not negligible: a reader that skipped it would fail the tolerance.
+    unmerged = ckpt.store.base.read_rows("model.embed_tokens.weight", np.arange(V0))
+    assert np.abs(got["input"][:V0] - unmerged).max() > 100 * tol.max()
+
+
+def test_adapter_bin_weights(tmp_path):
+    """``adapter_model.bin`` goes through the weights_only torch loader."""
+    base = _write_base(tmp_path, tied=True, resized=True)
+    cfg = peft.LoraConfig(r=4, target_modules=["q_proj"], trainable_token_indices=NEW)
+    model = transformers.AutoModelForCausalLM.from_pretrained(base)
+    pm = peft.get_peft_model(model, cfg)
+    _train(pm)
+    folder = tmp_path / "bin"
+    pm.save_pretrained(folder, safe_serialization=False)
+    assert (folder / "adapter_model.bin").is_file()
+    got, want = _rows(folder, None, ALL), _merged(pm.merge_and_unload(), ALL)
+    np.testing.assert_array_equal(got["input"], want["input"])
+
+
+# ---- the command line and bad adapters -------------------------------------------------
+
+
+@pytest.fixture
+def tt_adapter(tmp_path):
+    base = _write_base(tmp_path, tied=True, resized=True)
+    cfg = peft.LoraConfig(r=4, target_modules=["q_proj"], trainable_token_indices=NEW)
+    folder, _ = _adapter(tmp_path, base, cfg, "tt")
+    return folder, base
+
+
+def _run(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_cli_reads_an_adapter_with_and_without_base(tt_adapter, tmp_path):
+    folder, base = tt_adapter
+    res = _run("metrics", folder, "--json")
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.output)
+    assert rep["new_token_source"] == "adapter" and rep["n_new_tokens"] == N_NEW
+    assert rep["adapter"]["base"] == str(base)
+    assert _run("check", folder, "--base", base).exit_code in (0, 1)
+    # A hub id in adapter_config.json: geodiag downloads nothing and asks for --base.
+    cfg_path = folder / "adapter_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["base_model_name_or_path"] = "HuggingFaceTB/SmolLM2-135M"
+    cfg_path.write_text(json.dumps(cfg))
+    res = _run("metrics", folder)
+    assert res.exit_code == 2
+    assert "adapter_config.json" in res.output and "--base" in res.output
+    assert _run("metrics", folder, "--base", base).exit_code == 0
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    path = folder / "adapter_config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update(changes)
+    path.write_text(json.dumps(cfg))
+
+
+def test_bad_adapters_exit_2_naming_the_file(tt_adapter, tmp_path):
+    folder, base = tt_adapter
+    # Trainable-token indices out of range.
+    _edit_config(folder, trainable_token_indices=[1, 2, 3, 4, 5, 10_000])
+    res = _run("metrics", folder)
+    assert res.exit_code == 2 and "adapter_config.json" in res.output and "10000" in res.output
+    # The config lists fewer indices than the weights hold rows.
+    _edit_config(folder, trainable_token_indices=NEW[:3])
+    res = _run("metrics", folder)
+    assert res.exit_code == 2 and "adapter_model.safetensors" in res.output
+    _edit_config(folder, trainable_token_indices=NEW)
+    # A base with another hidden size.
+    other = tmp_path / "other-base"
+    cfg = transformers.LlamaConfig(vocab_size=V0 + N_NEW, hidden_size=8, intermediate_size=16,
+                                   num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)  # fmt: skip
+    transformers.LlamaForCausalLM(cfg).save_pretrained(other)
+    res = _run("metrics", folder, "--base", other)
+    assert res.exit_code == 2 and "adapter_model.safetensors" in res.output
+    assert "hidden size is 8" in res.output
+    # Weights missing.
+    (folder / "adapter_model.safetensors").unlink()
+    res = _run("metrics", folder, "--base", base)
+    assert res.exit_code == 2 and "adapter weights missing" in res.output
+
+
+def test_lora_rank_disagreement_exits_2(tmp_path):
+    base = _write_base(tmp_path, tied=True, resized=False)
+    cfg = peft.LoraConfig(r=4, target_modules=["embed_tokens"])
+    folder, _ = _adapter(tmp_path, base, cfg, "lora", resize_to=V0 + N_NEW)
+    _edit_config(folder, r=8)
+    res = _run("metrics", folder, "--new-tokens", f"{V0}:{V0 + N_NEW}")
+    assert res.exit_code == 2
+    assert "adapter_config.json" in res.output and "rank 8" in res.output
+
+
+def test_drift_between_base_and_adapter(tt_adapter):
+    """drift BASE ADAPTER: how far training moved the new rows from their init."""
+    folder, base = tt_adapter
+    res = _run("drift", base, folder, "--json", "--new-tokens", f"{V0}:{V0 + N_NEW}")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)[0]["drift"]
+    assert d["relative_change"] > 0.1  # the adapter moved the rows by noise of std 0.2
