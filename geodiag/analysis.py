@@ -67,12 +67,14 @@ class MatrixReport:
     n_new: int  # rows measured (after dropping non-finite ones, if allowed)
     nonfinite_rows_dropped: int
     new: GeometrySummary
-    reference: GeometrySummary
+    reference: GeometrySummary | None  # None: no original vocabulary (--all-rows-new)
     reference_size: int
     levels: list[LevelMetrics]
     level_cosine: LevelCosine | None
     neighbors: list[TokenNeighbors]
     neighbors_sampled: bool
+    # Why the vocabulary-relative figures (spread ratio, nearest original tokens) are null.
+    reference_undefined_reason: str | None = None
 
 
 @dataclass
@@ -160,10 +162,16 @@ def _levels(
     return out, level_cosine(rows, index, new.level_names)
 
 
+NO_VOCABULARY = (
+    "every row of the tensor is a new token (--all-rows-new): there is no original "
+    "vocabulary to compare with"
+)
+
+
 def _neighbors(
     ckpt: Checkpoint, matrix: Matrix, rows: np.ndarray, ids: np.ndarray, opts: AnalyzeOptions
 ):
-    if opts.neighbors_max <= 0 or opts.neighbors_k <= 0:
+    if opts.neighbors_max <= 0 or opts.neighbors_k <= 0 or not ckpt.has_vocabulary:
         return [], False
     pick = np.arange(len(ids))
     sampled = len(ids) > opts.neighbors_max
@@ -183,7 +191,7 @@ def _neighbors(
 
 def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:
     rows, keep = new_rows(ckpt, matrix, opts.allow_nonfinite)
-    reference = _reference_rows(ckpt, matrix, opts, len(rows))
+    reference = _reference_rows(ckpt, matrix, opts, len(rows)) if ckpt.has_vocabulary else None
     levels, lcos = _levels(ckpt, rows, keep, reference, opts)
     neighbors, sampled = _neighbors(ckpt, matrix, rows, ckpt.new.ids[keep], opts)
     return MatrixReport(
@@ -195,12 +203,13 @@ def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> Ma
         n_new=len(rows),
         nonfinite_rows_dropped=int((~keep).sum()),
         new=summarize(rows, reference),
-        reference=summarize(reference),
-        reference_size=len(reference),
+        reference=None if reference is None else summarize(reference),
+        reference_size=0 if reference is None else len(reference),
         levels=levels,
         level_cosine=lcos,
         neighbors=neighbors,
         neighbors_sampled=sampled,
+        reference_undefined_reason=None if reference is not None else NO_VOCABULARY,
     )
 
 
@@ -225,7 +234,12 @@ def analyze(
         notes.append(
             f"RSA computed on a seeded sample of {opts.rsa_max_items} tokens per level where larger"
         )
-    if m0.reference_size < m0.n_new:
+    if m0.reference is None:
+        notes.append(
+            f"spread ratio and nearest original tokens undefined: {NO_VOCABULARY}; the gate "
+            "skips the spread-ratio check"
+        )
+    elif m0.reference_size < m0.n_new:
         notes.append(
             f"vocabulary reference: {m0.reference_size} original rows (fewer than the new rows)"
         )

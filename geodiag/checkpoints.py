@@ -25,6 +25,7 @@ from geodiag import sidecar as sidecar_mod
 from geodiag.errors import InputError
 from geodiag.safetensors_file import SafetensorsFile
 from geodiag.settings import setting
+from geodiag.stack import detect_stack
 from geodiag.tensor_store import TensorStore, is_float, open_store
 from geodiag.tokenizer_file import TokenizerInfo, load_tokenizer
 
@@ -534,6 +535,12 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
         codebooks_note=book_note,
         notes=notes,
         adapter=adapter.provenance() if adapter is not None else {},
+        stack=detect_stack(
+            roots,
+            config,
+            side.provenance if side else None,
+            adapter.provenance() if adapter is not None else None,
+        ),  # fmt: skip
         _codebook_digest=book_digest,
     )
 

@@ -115,7 +115,13 @@ def check(
 ) -> None:
     """Gate CI on the geometry: exit 0 pass, 1 a check failed, 2 bad input."""
     from geodiag.analysis import AnalyzeOptions, analyze
-    from geodiag.gate import markdown_summary, resolve_config, run_gate, write_junit
+    from geodiag.gate import (
+        markdown_summary,
+        resolve_config,
+        run_gate,
+        text_summary,
+        write_junit,
+    )
     from geodiag.jsonio import dumps
 
     overrides = dict(min_effective_rank=min_effective_rank, min_effective_rank_ratio=min_effective_rank_ratio,
@@ -123,7 +129,8 @@ def check(
     cfg = resolve_config(config, overrides)
     opts = AnalyzeOptions(seed=seed, n_permutations=permutations, neighbors_max=0,
                           allow_nonfinite=read.allow_nonfinite)  # fmt: skip
-    results = [run_gate(analyze(p, read, opts), cfg) for p in ckpt]
+    reports = [analyze(p, read, opts) for p in ckpt]
+    results = [run_gate(rep, cfg) for rep in reports]
     if junit is not None:
         write_junit(results, junit)
     if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
@@ -134,17 +141,18 @@ def check(
             dumps({"config": cfg, "results": results, "passed": all(r.passed for r in results)})
         )
     else:
-        for res in results:
-            typer.echo(f"{res.path}: {'PASS' if res.passed else 'FAIL'}")
-            for c in res.checks:
-                if c.status != "skip":
-                    typer.echo(f"  [{c.status:4}] {c.matrix:6} {c.message}")
+        from geodiag.report.verdict import verdict
+
+        for rep, res in zip(reports, results, strict=True):
+            typer.echo(text_summary(res))
+            typer.echo(f"  verdict: {verdict(rep, res).sentence}")
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for res in results:
             for c in res.checks:
                 if c.status == "fail":
                     print(
-                        f"::error title=geodiag {c.name}::{res.path} ({c.matrix}): {c.message}",
+                        f"::error title=geodiag {c.name}::{res.path} "
+                        f"({c.matrix}, {res.tensors.get(c.matrix)}): {c.message}",
                         file=sys.stderr,
                     )
     raise typer.Exit(0 if all(r.passed for r in results) else 1)

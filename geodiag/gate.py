@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import tomllib
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from geodiag.analysis import CheckpointReport, MatrixReport
@@ -52,10 +52,14 @@ class CheckResult:
     message: str
 
 
+MATRIX_NAMES = {"input": "input embedding", "output": "output head"}
+
+
 @dataclass
 class GateResult:
     path: str
     checks: list[CheckResult]
+    tensors: dict[str, str] = field(default_factory=dict)  # role -> tensor name
 
     @property
     def passed(self) -> bool:
@@ -116,14 +120,18 @@ def _min_check(name, m: MatrixReport, value, threshold, why) -> CheckResult:
 def check_matrix(m: MatrixReport, cfg: GateConfig) -> list[CheckResult]:
     g = m.new
     n = m.n_new
+    spread = _min_check("spread_ratio", m, g.spread_relative, cfg.min_spread_ratio,
+                        f"the {n} new rows sit within a tiny ball compared with the original vocabulary "
+                        "(mean initialization, with or without small noise)")  # fmt: skip
+    if m.reference is None and cfg.min_spread_ratio is not None:
+        spread = CheckResult("spread_ratio", m.role, "skip", None, cfg.min_spread_ratio,
+                             f"spread_ratio undefined, check skipped: {m.reference_undefined_reason}")  # fmt: skip
     out = [
         _min_check("effective_rank_ratio", m, g.centered.effective_rank_ratio, cfg.min_effective_rank_ratio,
                    f"the {n} new rows span few directions around their mean (collapsed, or on a line)"),
         _min_check("effective_rank", m, g.centered.effective_rank, cfg.min_effective_rank,
                    f"the {n} new rows span few directions around their mean"),
-        _min_check("spread_ratio", m, g.spread_relative, cfg.min_spread_ratio,
-                   f"the {n} new rows sit within a tiny ball compared with the original vocabulary "
-                   "(mean initialization, with or without small noise)"),
+        spread,
     ]  # fmt: skip
     c = cfg.max_mean_cosine
     cos = g.mean_pairwise_cosine
@@ -174,7 +182,21 @@ def _rsa_checks(m: MatrixReport, cfg: GateConfig) -> list[CheckResult]:
 
 def run_gate(report: CheckpointReport, cfg: GateConfig) -> GateResult:
     checks = [c for m in report.matrices for c in check_matrix(m, cfg)]
-    return GateResult(report.path, checks)
+    return GateResult(report.path, checks, {m.role: m.tensor for m in report.matrices})
+
+
+def text_summary(res: GateResult) -> str:
+    """The terminal form of one result: checks grouped under the matrix they judge.
+
+    Skipped checks are listed with their reason (a check that cannot be computed is
+    said to be skipped, never silently dropped); disabled ones are not.
+    """
+    lines = [f"{res.path}: {'PASS' if res.passed else 'FAIL'}"]
+    for role, tensor in res.tensors.items():
+        mine = [c for c in res.checks if c.matrix == role and c.message != "check disabled"]
+        lines.append(f"  {MATRIX_NAMES.get(role, role)} {tensor}:")
+        lines += [f"    [{c.status:4}] {c.message}" for c in mine]
+    return "\n".join(lines)
 
 
 def write_junit(results: list[GateResult], path: Path) -> None:

@@ -2,74 +2,121 @@
 
 from __future__ import annotations
 
-from geodiag.analysis import CheckpointReport, DriftReport
+from geodiag.analysis import CheckpointReport, DriftReport, MatrixReport
 
 
 def _f(x: float | None, digits: int = 4) -> str:
     return "undefined" if x is None else f"{x:.{digits}g}"
 
 
+def provenance_lines(provenance: dict, indent: str = "") -> list[str]:
+    """A sidecar's provenance as readable lines: scalars as ``key value``, nested records
+    (the sids build under an init, the init under an SFT) each under their own heading."""
+    scalars = [(k, v) for k, v in provenance.items() if not isinstance(v, dict)]
+    nested = [(k, v) for k, v in provenance.items() if isinstance(v, dict)]
+    lines = []
+    if scalars:
+        lines.append(indent + ", ".join(f"{k} {_value(v)}" for k, v in scalars))
+    for key, sub in nested:
+        lines.append(f"{indent}{key.replace('_provenance', '')}:")
+        lines += provenance_lines(sub, indent + "  ")
+    return lines
+
+
+def _value(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    return str(v)
+
+
 def metrics_table(report: CheckpointReport) -> str:
     lines = [
         f"checkpoint   {report.path}  ({report.store})",
         f"new tokens   {report.n_new_tokens} (from {report.new_token_source}); "
-        f"original rows [0, {report.base_vocab_size}); "
-        f"levels: {', '.join(report.level_names) or 'none'}"
+        + (
+            f"original rows [0, {report.base_vocab_size}); "
+            if report.base_vocab_size
+            else "no original vocabulary; "
+        )
+        + f"levels: {', '.join(report.level_names) or 'none'}"
         + (f" (from {report.levels_source})" if report.levels_source else ""),
     ]
+    if report.adapter:
+        a = report.adapter
+        changes = "; ".join(f"{k}: {v}" for k, v in a["embedding_changes"].items()) or "none"
+        lines.append(f"adapter      {a['peft_type']} over {a['base']} ({changes})")
     if report.provenance:
-        lines.append("provenance   " + ", ".join(f"{k}={v}" for k, v in report.provenance.items()))
+        prov = provenance_lines(report.provenance)
+        lines.append("provenance   " + prov[0].strip())
+        lines += ["             " + line for line in prov[1:]]
     for m in report.matrices:
         lines += ["", f"[{m.role}] {m.tensor}  {m.dtype}  {m.n_rows} x {m.dim}"]
-        rows = [
-            ("", "new tokens", "vocab reference"),
-            ("rows", str(m.n_new), str(m.reference_size)),
-            ("effective rank (centered)", _f(m.new.centered.effective_rank), _f(m.reference.centered.effective_rank)),
-            ("  ratio to min(n, d)", _f(m.new.centered.effective_rank_ratio), _f(m.reference.centered.effective_rank_ratio)),
-            ("effective rank (uncentered)", _f(m.new.uncentered.effective_rank), _f(m.reference.uncentered.effective_rank)),
-            ("stable rank (centered)", _f(m.new.centered.stable_rank), _f(m.reference.centered.stable_rank)),
-            ("participation ratio (centered)", _f(m.new.centered.participation_ratio), _f(m.reference.centered.participation_ratio)),
-            ("top-1 energy share (uncentered)", _f(m.new.uncentered.top1_energy_share), _f(m.reference.uncentered.top1_energy_share)),
-            ("mean pairwise cosine", _f(m.new.mean_pairwise_cosine), _f(m.reference.mean_pairwise_cosine)),
-            ("row norm mean (std)", f"{_f(m.new.row_norms.mean)} ({_f(m.new.row_norms.std)})",
-             f"{_f(m.reference.row_norms.mean)} ({_f(m.reference.row_norms.std)})"),
-            ("spread (RMS to centroid)", _f(m.new.spread), _f(m.reference.spread)),
-            ("spread relative to vocabulary", _f(m.new.spread_relative), "1"),
-        ]  # fmt: skip
+        rows = _metric_rows(m)
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
         lines += [f"  {a:<{w0}}  {b:>{w1}}  {c}" for a, b, c in rows]
-        if m.nonfinite_rows_dropped:
-            lines.append(f"  ({m.nonfinite_rows_dropped} non-finite rows dropped)")
-        if m.levels:
-            lines.append(
-                "  per level: tokens, eff. rank (centered), mean cosine, RSA vs codebook (p)"
-            )
-            for lv in m.levels:
-                if lv.rsa is None:
-                    rsa = f"skipped ({lv.rsa_skip_reason})"
-                elif lv.rsa.spearman is None:
-                    rsa = f"undefined ({lv.rsa.undefined_reason})"
-                else:
-                    rsa = f"{lv.rsa.spearman:.3f} (p={_f(lv.rsa.p_value, 3)})"
-                g = lv.geometry
-                lines.append(
-                    f"    {lv.name:<4} {lv.n_tokens:>7}  {_f(g.centered.effective_rank):>9}  "
-                    f"{_f(g.mean_pairwise_cosine):>9}  {rsa}"
-                )
-        if m.level_cosine is not None:
-            lines.append(
-                f"  cosine within levels {_f(m.level_cosine.within_mean)}, "
-                f"between levels {_f(m.level_cosine.between_mean)}"
-            )
-        if m.neighbors:
-            lines.append("  nearest original tokens (first 5 new tokens):")
-            for tn in m.neighbors[:5]:
-                near = ", ".join(f"{n.token!r} {n.cosine:.2f}" for n in tn.nearest)
-                lines.append(f"    {tn.token}: {near}")
+        if m.reference_undefined_reason:
+            lines.append(f"  (vocabulary reference undefined: {m.reference_undefined_reason})")
+        lines += _matrix_details(m)
     for note in report.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def _metric_rows(m: MatrixReport) -> list[tuple[str, str, str]]:
+    ref = m.reference
+
+    def r(get) -> str:  # the vocabulary column; undefined without a vocabulary
+        return "undefined" if ref is None else _f(get(ref))
+
+    return [
+        ("", "new tokens", "vocab reference"),
+        ("rows", str(m.n_new), str(m.reference_size)),
+        ("effective rank (centered)", _f(m.new.centered.effective_rank), r(lambda g: g.centered.effective_rank)),
+        ("  ratio to min(n, d)", _f(m.new.centered.effective_rank_ratio), r(lambda g: g.centered.effective_rank_ratio)),
+        ("effective rank (uncentered)", _f(m.new.uncentered.effective_rank), r(lambda g: g.uncentered.effective_rank)),
+        ("stable rank (centered)", _f(m.new.centered.stable_rank), r(lambda g: g.centered.stable_rank)),
+        ("participation ratio (centered)", _f(m.new.centered.participation_ratio), r(lambda g: g.centered.participation_ratio)),
+        ("top-1 energy share (uncentered)", _f(m.new.uncentered.top1_energy_share), r(lambda g: g.uncentered.top1_energy_share)),
+        ("mean pairwise cosine", _f(m.new.mean_pairwise_cosine), r(lambda g: g.mean_pairwise_cosine)),
+        ("row norm mean (std)", f"{_f(m.new.row_norms.mean)} ({_f(m.new.row_norms.std)})",
+         "undefined" if ref is None else f"{_f(ref.row_norms.mean)} ({_f(ref.row_norms.std)})"),
+        ("spread (RMS to centroid)", _f(m.new.spread), r(lambda g: g.spread)),
+        ("spread relative to vocabulary", _f(m.new.spread_relative), "undefined" if ref is None else "1"),
+    ]  # fmt: skip
+
+
+def _matrix_details(m: MatrixReport) -> list[str]:
+    lines = []
+    if m.nonfinite_rows_dropped:
+        lines.append(f"  ({m.nonfinite_rows_dropped} non-finite rows dropped)")
+    if m.levels:
+        lines.append("  per level: tokens, eff. rank (centered), mean cosine, RSA vs codebook (p)")
+        for lv in m.levels:
+            if lv.rsa is None:
+                rsa = f"skipped ({lv.rsa_skip_reason})"
+            elif lv.rsa.spearman is None:
+                rsa = f"undefined ({lv.rsa.undefined_reason})"
+            else:
+                rsa = f"{lv.rsa.spearman:.3f} (p={_f(lv.rsa.p_value, 3)})"
+            g = lv.geometry
+            lines.append(
+                f"    {lv.name:<4} {lv.n_tokens:>7}  {_f(g.centered.effective_rank):>9}  "
+                f"{_f(g.mean_pairwise_cosine):>9}  {rsa}"
+            )
+    if m.level_cosine is not None:
+        lines.append(
+            f"  cosine within levels {_f(m.level_cosine.within_mean)}, "
+            f"between levels {_f(m.level_cosine.between_mean)}"
+        )
+    if m.neighbors:
+        lines.append("  nearest original tokens (first 5 new tokens):")
+        for tn in m.neighbors[:5]:
+            near = ", ".join(f"{n.token!r} {n.cosine:.2f}" for n in tn.nearest)
+            lines.append(f"    {tn.token}: {near}")
+    return lines
 
 
 def drift_table(reports: list[DriftReport]) -> str:

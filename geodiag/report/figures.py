@@ -103,7 +103,10 @@ def spectra(report: Report, style: FigureFormat) -> str:
                     (name, m.new, dict(color=color, lw=1.4, ls=":" if m.role == "output" else "-"))
                 )
         ref = report.checkpoints[0].report.matrices[0].reference
-        series.append(("vocabulary reference", ref, dict(color=REFERENCE_COLOR, lw=1.2, ls="--")))
+        if ref is not None:  # None: every row is new (--all-rows-new)
+            series.append(
+                ("vocabulary reference", ref, dict(color=REFERENCE_COLOR, lw=1.2, ls="--"))
+            )
         lowest = [1.0, 1.0]
         for name, g, kw in series:
             for k, spec in enumerate((g.uncentered, g.centered)):
@@ -208,16 +211,14 @@ def row_norms(report: Report, style: FigureFormat) -> str:
         axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False, sharex=True)).ravel()
         for ax, color, e in zip(axes, palette, entries, strict=False):
             h = e.row_norms[0]
-            ref = e.report.matrices[0].reference.row_norms
-            ax.axvspan(
-                ref.min,
-                ref.max,
-                color=REFERENCE_COLOR,
-                alpha=0.12,
-                lw=0,
-                label="vocabulary min-max",
-            )
-            ax.axvline(ref.median, color=REFERENCE_COLOR, ls="--", lw=1, label="vocabulary median")
+            ref_summary = e.report.matrices[0].reference
+            ref = ref_summary.row_norms if ref_summary is not None else None
+            if ref is not None:  # None: every row is new (--all-rows-new)
+                ax.axvspan(ref.min, ref.max, color=REFERENCE_COLOR, alpha=0.12, lw=0,
+                           label="vocabulary min-max")  # fmt: skip
+                ax.axvline(
+                    ref.median, color=REFERENCE_COLOR, ls="--", lw=1, label="vocabulary median"
+                )
             ax.stairs(h.counts, h.edges, fill=True, color=color, alpha=0.85, label="new tokens")
             ax.set_title(e.label)
             ax.set_ylabel("tokens")

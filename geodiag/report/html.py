@@ -107,11 +107,12 @@ def metrics_table(report: Report, p: _Ptr) -> tuple[list[str], list[list[Cell]]]
             row.append(
                 p.num("checkpoints", ci, "report", "matrices", mi, "new", *path, digits=digits)
             )
-        row.append(
-            Cell("1 (def.)", None, "num")
-            if path == ("spread_relative",)
-            else p.num(*base, "reference", *path, digits=digits)
-        )
+        if report.checkpoints[0].report.matrices[0].reference is None:  # --all-rows-new
+            row.append(Cell("undefined", None, "num"))
+        elif path == ("spread_relative",):
+            row.append(Cell("1 (def.)", None, "num"))
+        else:
+            row.append(p.num(*base, "reference", *path, digits=digits))
         rows.append(row)
     for label, key in (
         ("cosine within levels", "within_mean"),

@@ -1,7 +1,16 @@
 """One sentence of cause and remedy per gate check, in the terms of someone who just ran an init.
 
 The gate (:mod:`geodiag.gate`) decides pass / warn / fail; this module only explains
-its decisions. Remedies name the bundled commands (``gti init --strategy gti``).
+its decisions. Remedies speak the language of the stack that wrote the checkpoint
+(:mod:`geodiag.stack`): the option that produced a collapse and its alternative in
+transformers, Unsloth, LLaMA-Factory or PEFT, with gti as one option among them. A gti
+checkpoint's sidecar provenance (strategy, grounding steps) shapes the advice.
+
+The numbers also fingerprint the common inits: identical rows (an exact mean: Unsloth's
+``add_new_tokens`` default, ``gti init --strategy mean``); a spread ~3e-5 of the
+vocabulary's (transformers' ``mean_resizing``: N(mean, 1e-9 Sigma), sqrt(1e-9) = 3.2e-5);
+an isotropic spread of ~1 in embedding units (LLaMA-Factory's ``noise_init``: the mean
+plus N(0, 1/d) per coordinate, so E||x - mean||^2 = d * 1/d = 1).
 """
 
 from __future__ import annotations
@@ -14,6 +23,79 @@ from geodiag.gate import CheckResult, GateResult
 GTI = "`gti init --strategy gti`"
 GROUND = f"ground them with {GTI}"
 _ORDER = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
+PAPER_GROUNDING = "8,000 steps x 128 examples"
+
+# What produced a collapse, by fingerprint (module docstring).
+_CAUSE = {
+    "identical": 'an exact mean init (Unsloth\'s `add_new_tokens` default `method="mean"`, '
+    "`gti init --strategy mean`, or code copying the mean)",
+    "mean_resizing": "transformers' `resize_token_embeddings(..., mean_resizing=True)` "
+    "(the default), which draws new rows from N(mean, 1e-9 Sigma)",
+    "unit_noise": "LLaMA-Factory's default `init_special_tokens: noise_init` "
+    "(the mean plus N(0, 1/d) per coordinate)",
+}
+# The alternative inside each stack: give each token its own start, then train it.
+_ALTERNATIVE = {
+    "transformers": "resize with `mean_resizing=False` and set each new row yourself "
+    "(e.g. the mean of its description's subword embeddings) before training",
+    "unsloth": 'call `add_new_tokens(..., method="interpolation")` (mixes in each token '
+    "string's own subwords: little help for strings like `<a_12>`) or set each row from "
+    "its item's description, and train with `embed_tokens`/`lm_head` in `target_modules`",
+    "llamafactory": "set `init_special_tokens: desc_init` (or `desc_init_w_noise`) with "
+    "`new_special_tokens_config`, a YAML of token: description",
+    "peft": "fix the rows in the base before `get_peft_model` (the adapter trains them from "
+    "the base's values), e.g. from each item's description",
+}
+
+
+def fingerprint(m: MatrixReport) -> str | None:
+    """Which common init the new rows look like: identical, mean_resizing, unit_noise, None."""
+    g = m.new
+    if g.spread == 0:
+        return "identical"
+    if g.spread_relative is not None and 1e-5 <= g.spread_relative <= 1e-4:
+        return "mean_resizing"
+    expected = ((m.n_new - 1) / m.n_new) ** 0.5  # RMS distance to the sample mean
+    if m.n_new > 1 and abs(g.spread - expected) < 0.1 and g.centered.effective_rank_ratio > 0.5:
+        return "unit_noise"
+    return None
+
+
+def _gti_provenance(provenance: dict) -> dict:
+    """The init's provenance: the sidecar's own, or the one an SFT kept under ``init``."""
+    init = provenance.get("init")
+    return init if isinstance(init, dict) else provenance
+
+
+def _collapse_remedy(report: CheckpointReport, m: MatrixReport) -> str:
+    """What produced this collapse, and what to do instead, in the user's stack."""
+    stack = report.stack.get("name", "unknown")
+    fp = fingerprint(m)
+    if stack == "gti":
+        init = _gti_provenance(report.provenance)
+        strategy = init.get("init_strategy")
+        if strategy in ("mean", "mean-noise"):
+            return (
+                f"the sidecar says `gti init --strategy {strategy}`; ground them with {GTI}, "
+                "or start each from its item's text with `--strategy description-mean`"
+            )
+        if strategy == "gti":
+            return (
+                f"a gti init grounded for only {init.get('step', '?')} steps (the paper grounds "
+                f"{PAPER_GROUNDING}) has not left its starting point: ground longer (`--steps`)"
+            )
+        return f"{GROUND} or check that your init ran"
+    cause = _CAUSE.get(fp or "")
+    if stack == "llamafactory" and report.stack.get("init_special_tokens"):
+        cause = f"LLaMA-Factory's `init_special_tokens: {report.stack['init_special_tokens']}`"
+    alt = _ALTERNATIVE.get(stack)
+    if alt is None:  # unknown stack: the likely producer, and the alternatives in each stack
+        alt = (
+            "give each token its own start: LLaMA-Factory `init_special_tokens: desc_init`, "
+            "transformers `mean_resizing=False` then rows from descriptions"
+        )
+    head = f"likely {cause}; " if cause else ""
+    return f"{head}{alt}; or {GROUND}"
 
 
 @dataclass
@@ -37,11 +119,14 @@ def _g(x: float | None, digits: int = 3) -> str:
     return "undefined" if x is None else f"{x:.{digits}g}"
 
 
-def _where(m: MatrixReport) -> str:
-    return "output head: " if m.role == "output" else ""
+def _where(m: MatrixReport, n_matrices: int) -> str:
+    """Which matrix a sentence is about, when there is more than one (an untied head)."""
+    if n_matrices < 2:
+        return ""
+    return f"{'output head' if m.role == 'output' else 'input embedding'} ({m.tensor}): "
 
 
-def _rsa_sentence(c: CheckResult, m: MatrixReport) -> str:
+def _rsa_sentence(c: CheckResult, m: MatrixReport, remedy: str) -> str:
     level = c.name[len("rsa[") : -1]
     lv = next(lv for lv in m.levels if lv.name == level)
     if lv.rsa is None:
@@ -49,7 +134,7 @@ def _rsa_sentence(c: CheckResult, m: MatrixReport) -> str:
         return f"level {level}: not measured ({lv.rsa_skip_reason}){hint}."
     r, p = lv.rsa.spearman, lv.rsa.p_value
     if r is None:
-        return f"level {level}: RSA undefined, the rows have no pairwise structure; {GROUND}."
+        return f"level {level}: RSA undefined, the rows have no pairwise structure; {remedy}."
     if c.status == "fail":
         return f"level {level}: RSA {r:.3f} < {c.threshold:g}, the codebook's structure is lost; {GROUND}."
     if c.status == "warn":
@@ -57,19 +142,19 @@ def _rsa_sentence(c: CheckResult, m: MatrixReport) -> str:
     return f"level {level} keeps the codebook's structure: RSA {r:.3f} (p = {_g(p)})."
 
 
-def check_sentence(c: CheckResult, m: MatrixReport) -> str:
-    """Cause (and, unless it passed, remedy) of one gate check, in one sentence."""
+def check_sentence(c: CheckResult, m: MatrixReport, remedy: str = GROUND) -> str:
+    """Cause (and, unless it passed, ``remedy``) of one gate check, in one sentence."""
     if c.name.startswith("rsa["):
-        return _rsa_sentence(c, m)
+        return _rsa_sentence(c, m, remedy)
     if c.status == "skip":
-        return c.message
+        return c.message if c.message.endswith(".") else c.message + "."
     g, v, t = m.new, c.value, c.threshold
     k = min(m.n_new, m.dim)
     ok = c.status == "pass"
     if c.name in ("effective_rank_ratio", "effective_rank"):
         erank = g.centered.effective_rank
         if erank == 0:
-            return f"the rows are identical: rank 0 around their mean; {GROUND}."
+            return f"the rows are identical: rank 0 around their mean; {remedy}."
         shown = f"ratio {_g(v)}" if c.name == "effective_rank_ratio" else f"rank {_g(v)}"
         if ok:
             return f"{erank:.3g} effective directions of {k} possible ({shown} >= {t:g})."
@@ -84,37 +169,39 @@ def check_sentence(c: CheckResult, m: MatrixReport) -> str:
             return f"spread {v:.3g}x the vocabulary's (>= {t:g})."
         return (
             f"spread only {v:.2g}x the vocabulary's (< {t:g}): one point, as after mean init; "
-            f"{GROUND} or check that your init ran."
+            f"{remedy}."
         )
     if c.name == "mean_cosine":
         if ok:
             return (
                 f"mean pairwise cosine {v:.3g} (<= {t:g}): the rows point in different directions."
             )
-        return f"mean pairwise cosine {v:.3g} (> {t:g}): all point the same way, as after mean init; {GROUND}."
+        return f"mean pairwise cosine {v:.3g} (> {t:g}): all point the same way, as after mean init; {remedy}."
     return c.message
 
 
-def _collapse(m: MatrixReport, failed: set[str]) -> str | None:
+def _collapse(m: MatrixReport, failed: set[str], remedy: str) -> str | None:
     """The diagnosis of a failed matrix, most specific cause first."""
     n, g = m.n_new, m.new
     if "spread_ratio" in failed or "mean_cosine" in failed:
         if g.spread == 0:
             return (
                 f"all {n} new tokens are the same vector: mean initialization (or an init that "
-                f"never ran); {GROUND} or check that your init ran."
+                f"never ran); {remedy}."
             )
         if "spread_ratio" in failed and g.spread_relative is not None:
             return (
                 f"all {n} new tokens lie within {g.spread:.1g} (RMS) of one point, "
                 f"{g.spread_relative:.1g}x the spread of the original vocabulary: mean initialization, "
-                f"perhaps with small noise; {GROUND} or check that your init ran."
+                f"perhaps with small noise; {remedy}."
             )
         return (
             f"the {n} new tokens all point the same way (mean cosine {_g(g.mean_pairwise_cosine)}): "
-            f"a shared offset dominates them, as after mean initialization; {GROUND}."
+            f"a shared offset dominates them, as after mean initialization; {remedy}."
         )
     if failed & {"effective_rank_ratio", "effective_rank"}:
+        if g.centered.effective_rank == 0:
+            return f"all {n} new tokens are the same vector (rank 0 around their mean); {remedy}."
         return (
             f"the {n} new tokens span only {g.centered.effective_rank:.2g} effective direction(s) "
             "around their mean: they lie on a line or in a thin subspace (e.g. multiples of one "
@@ -129,24 +216,48 @@ def _collapse(m: MatrixReport, failed: set[str]) -> str | None:
     return None
 
 
-def _likely_cause(provenance: dict) -> str:
-    """Why rows that are not collapsed carry no structure, in the sidecar's terms when it has them."""
-    strategy = provenance.get("init_strategy") or provenance.get("strategy")
-    stage = provenance.get("stage")
-    if strategy == "mean" and stage not in (None, "init"):
-        return f"training did not recover the structure the mean initialization erased; {GROUND} before SFT"
-    if strategy == "random":
-        return f"as expected of a random initialization; {GROUND} so they inherit the codebook's structure"
-    return f"a random initialization looks like this; {GROUND} so they inherit the codebook's structure"
+def _likely_cause(report: CheckpointReport, m: MatrixReport) -> str:
+    """Why rows that are not collapsed carry no structure, in the checkpoint's own terms."""
+    stack = report.stack.get("name", "unknown")
+    if stack == "gti":
+        init = _gti_provenance(report.provenance)
+        strategy = init.get("init_strategy") or init.get("strategy")
+        stage = report.provenance.get("stage")
+        if strategy == "gti":
+            sids = init.get("sids_provenance") or {}
+            source = (
+                f"{sids.get('encoder', 'content')} embeddings of {init.get('data', 'the catalog')}"
+            )
+            return (
+                f"a gti init grounded for {init.get('step', '?')} steps, far short of the paper's "
+                f"{PAPER_GROUNDING}: ground longer (`gti init --strategy gti --steps N`), and check "
+                f"that the item descriptions carry what the codebook encodes (the SIDs come from "
+                f"{source}; grounding can only transfer what the texts say)"
+            )
+        if strategy == "mean" and stage not in (None, "init"):
+            return f"training did not recover the structure the mean initialization erased; {GROUND} before SFT"
+        if strategy == "random":
+            return f"as expected of a random initialization; {GROUND} so they inherit the codebook's structure"
+        return f"a random initialization looks like this; {GROUND} so they inherit the codebook's structure"
+    if fingerprint(m) == "unit_noise" or stack == "llamafactory":
+        return (
+            f"LLaMA-Factory's `noise_init` (mean plus N(0, 1/d)) looks like this: not collapsed at "
+            f"this vocabulary's scale, but random; set `init_special_tokens: desc_init` with "
+            f"`new_special_tokens_config` descriptions, or {GROUND}"
+        )
+    alt = _ALTERNATIVE.get(stack, _ALTERNATIVE["transformers"])
+    return f"a random initialization looks like this; {alt}; or {GROUND}"
 
 
-def _structure(m: MatrixReport, checks: list[CheckResult], provenance: dict) -> str:
+def _structure(report: CheckpointReport, m: MatrixReport, checks: list[CheckResult]) -> str:
     """The diagnosis of a matrix that is not collapsed: does it carry the codebook's structure?"""
     g = m.new
-    healthy = (
-        f"not collapsed (effective rank {_g(g.centered.effective_rank)}, "
-        f"spread {_g(g.spread_relative, 2)}x the vocabulary's)"
+    spread = (
+        f"spread {_g(g.spread_relative, 2)}x the vocabulary's"
+        if m.reference is not None
+        else "spread ratio undefined without a vocabulary"
     )
+    healthy = f"not collapsed (effective rank {_g(g.centered.effective_rank)}, {spread})"
     rsa = [c for c in checks if c.name.startswith("rsa[")]
     measured = [
         lv.rsa.spearman for lv in m.levels if lv.rsa is not None and lv.rsa.spearman is not None
@@ -156,7 +267,7 @@ def _structure(m: MatrixReport, checks: list[CheckResult], provenance: dict) -> 
         r = f"~{sum(measured) / len(measured):.2f}" if measured else "undefined"
         return (
             f"{healthy} but carries no structure (RSA {r} vs the codebooks, no level significant): "
-            f"{_likely_cause(provenance)}."
+            f"{_likely_cause(report, m)}."
         )
     if warned:
         return (
@@ -177,20 +288,25 @@ def _structure(m: MatrixReport, checks: list[CheckResult], provenance: dict) -> 
 def verdict(report: CheckpointReport, gate: GateResult) -> Verdict:
     """Overall status, the one-sentence diagnosis, and a sentence per enabled check."""
     by_role = {m.role: m for m in report.matrices}
+    remedies = {m.role: _collapse_remedy(report, m) for m in report.matrices}
     shown = [c for c in gate.checks if not (c.status == "skip" and c.message == "check disabled")]
     checks = [
-        CheckVerdict(
-            c.name, c.matrix, c.status, c.value, c.threshold, check_sentence(c, by_role[c.matrix])
-        )
+        CheckVerdict(c.name, c.matrix, c.status, c.value, c.threshold,
+                     check_sentence(c, by_role[c.matrix], remedies[c.matrix]))
         for c in shown
-    ]
+    ]  # fmt: skip
     status = min((c.status for c in gate.checks), key=_ORDER.__getitem__, default="pass")
     status = "pass" if status == "skip" else status
     sentences = []
     for m in report.matrices:
         mine = [c for c in gate.checks if c.matrix == m.role]
         failed = {c.name for c in mine if c.status == "fail"}
-        text = _collapse(m, failed) if failed else _structure(m, mine, report.provenance)
-        sentences.append(_where(m) + (text or "see the failed checks below."))
+        text = _collapse(m, failed, remedies[m.role]) if failed else _structure(report, m, mine)
+        text = text or "see the failed checks below."
+        sentences.append(_where(m, len(report.matrices)) + text[0].upper() + text[1:])
+    skipped = [c for c in shown if c.status == "skip"]
+    if skipped:
+        names = ", ".join(sorted({c.name for c in skipped}))
+        sentences.append(f"Skipped as undefined: {names}.")
     sentence = " ".join(s[0].upper() + s[1:] for s in sentences)
     return Verdict(status, sentence, checks)
