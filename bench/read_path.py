@@ -1,19 +1,25 @@
 """geodiag's read-and-measure path against the naive route, in one run; prints ratios.
 
-1. SmolLM2-135M with a few hundred added tokens: ``geodiag metrics --json`` versus
+1. SmolLM2-135M with 192 mean-resized tokens: ``geodiag metrics --json`` (with the
+   nearest-neighbour scan over all 49k original rows) versus
    ``AutoModelForCausalLM.from_pretrained`` + slicing the embedding + the same metrics.
-   Wall time and peak RSS of each, each in a fresh process.
+   Wall time and peak RSS of each, each in a fresh process; medians of --repeats runs,
+   interleaved; CPU and load printed before and after (the machine may be shared).
 2. Peak memory must not grow with the rest of the checkpoint: the same embedding in a
    sharded checkpoint with >= 2 GB of other tensors, against the embedding alone.
 3. Scale: 100,000 new tokens x 1,024 dims (time and peak RSS; targets 60 s, 4 GB).
 
-Usage: .venv/bin/python bench/read_path.py [--workdir runs/bench] [--skip-model]
+Usage: .venv/bin/python bench/read_path.py [--workdir runs/bench] [--repeats 5]
+       [--skip-model] [--skip-scale]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,7 +29,7 @@ import numpy as np
 
 from geodiag.safetensors_file import save_file
 
-N_ADDED = 384
+N_ADDED = 192  # the issue's case: SmolLM2-135M + 192 mean-resized tokens
 
 
 def run_child(cmd: list[str]) -> tuple[float, float, str]:
@@ -75,27 +81,54 @@ def smollm2_with_added_tokens(workdir: Path) -> Path:
     model = AutoModelForCausalLM.from_pretrained(src, torch_dtype=torch.float32)
     tok.add_tokens([f"<{lv}_{c}>" for lv in "abc" for c in range(N_ADDED // 3)])
     torch.manual_seed(0)
-    model.resize_token_embeddings(len(tok), mean_resizing=True)
-    with torch.no_grad():  # a non-collapsed init, so every metric has work to do
-        emb = model.get_input_embeddings().weight
-        emb[-N_ADDED:] = torch.randn(N_ADDED, emb.shape[1]) * emb[:-N_ADDED].std()
+    model.resize_token_embeddings(len(tok), mean_resizing=True)  # transformers' default init
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
 
 
-def bench_model(workdir: Path) -> dict:
+def bench_model(workdir: Path, repeats: int) -> dict:
+    """Medians of ``repeats`` runs of each route, interleaved so load drifts hit all alike."""
     ckpt = smollm2_with_added_tokens(workdir)
     cfg = json.loads((ckpt / "config.json").read_text())
     end = cfg["vocab_size"]
     start = end - N_ADDED
-    g_wall, g_rss, _ = run_child([*GEODIAG, "metrics", str(ckpt), "--json"])
-    n_wall, n_rss, _ = run_child([sys.executable, "-c", NAIVE, str(ckpt), str(start), str(end)])
-    # The naive route computes no nearest neighbours; geodiag without them, for the like-for-like figure.
-    r_wall, r_rss, _ = run_child([*GEODIAG, "metrics", str(ckpt), "--json", "--neighbors", "0"])
-    return {"geodiag_s": g_wall, "geodiag_rss_mib": g_rss, "naive_s": n_wall, "naive_rss_mib": n_rss,
-            "speedup": n_wall / g_wall, "rss_ratio": n_rss / g_rss,
-            "no_neighbors_s": r_wall, "no_neighbors_rss_mib": r_rss, "speedup_no_neighbors": n_wall / r_wall}  # fmt: skip
+    runs: dict[str, list[tuple[float, float]]] = {"geodiag": [], "naive": [], "no_neighbors": [],
+                                                  "version": []}  # fmt: skip
+    for _ in range(repeats):
+        runs["geodiag"].append(run_child([*GEODIAG, "metrics", str(ckpt), "--json"])[:2])
+        runs["naive"].append(
+            run_child([sys.executable, "-c", NAIVE, str(ckpt), str(start), str(end)])[:2]
+        )
+        # The naive route computes no nearest neighbours; geodiag without them, for the
+        # like-for-like figure, and the bare start-up cost.
+        runs["no_neighbors"].append(
+            run_child([*GEODIAG, "metrics", str(ckpt), "--json", "--neighbors", "0"])[:2]
+        )
+        runs["version"].append(run_child([*GEODIAG, "--version"])[:2])
+    med = {k: (statistics.median(w for w, _ in v), statistics.median(r for _, r in v))
+           for k, v in runs.items()}  # fmt: skip
+    return {
+        "repeats": repeats,
+        "geodiag_s": med["geodiag"][0], "geodiag_rss_mib": med["geodiag"][1],
+        "naive_s": med["naive"][0], "naive_rss_mib": med["naive"][1],
+        "speedup": med["naive"][0] / med["geodiag"][0],
+        "rss_ratio": med["naive"][1] / med["geodiag"][1],
+        "no_neighbors_s": med["no_neighbors"][0], "version_s": med["version"][0],
+        "speedup_no_neighbors": med["naive"][0] / med["no_neighbors"][0],
+        "all_runs": runs,
+    }  # fmt: skip
+
+
+def machine() -> str:
+    """CPU model and load, to print beside every timing (the machine may be shared)."""
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")),
+        platform.processor() or "unknown CPU",
+    )  # fmt: skip
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"{cpu}, {os.cpu_count()} logical CPUs, load average {load}"
 
 
 def write_synthetic(
@@ -153,21 +186,32 @@ def main() -> None:
     )
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--skip-model", action="store_true", help="skip the SmolLM2 comparison")
+    ap.add_argument("--skip-scale", action="store_true", help="skip the 100,000-token run")
+    ap.add_argument("--repeats", type=int, default=5, help="runs per route (medians)")
     args = ap.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="geodiag-bench-"))
-    results = {}
+    results = {"machine_before": machine()}
+    print(results["machine_before"])
     if not args.skip_model:
-        results["smollm2"] = r = bench_model(workdir)
-        print(f"SmolLM2-135M + {N_ADDED} tokens: geodiag {r['geodiag_s']:.2f} s / {r['geodiag_rss_mib']:.0f} MiB; "
-              f"naive {r['naive_s']:.2f} s / {r['naive_rss_mib']:.0f} MiB; "
-              f"speedup {r['speedup']:.1f}x, RSS ratio {r['rss_ratio']:.1f}x (targets >= 5x both); "
-              f"without the neighbour scan: {r['no_neighbors_s']:.2f} s, {r['speedup_no_neighbors']:.1f}x")  # fmt: skip
+        results["smollm2"] = r = bench_model(workdir, args.repeats)
+        print(f"SmolLM2-135M + {N_ADDED} mean-resized tokens, medians of {r['repeats']}: "
+              f"geodiag metrics --json {r['geodiag_s']:.2f} s / {r['geodiag_rss_mib']:.0f} MiB; "
+              f"from_pretrained + slicing {r['naive_s']:.2f} s / {r['naive_rss_mib']:.0f} MiB; "
+              f"speedup {r['speedup']:.1f}x (target >= 10x), RSS ratio {r['rss_ratio']:.1f}x; "
+              f"without the neighbour scan {r['no_neighbors_s']:.2f} s; --version {r['version_s']:.2f} s")  # fmt: skip
     results["sharded"] = r = bench_sharded(workdir)
     print(f"sharded {r['checkpoint_gb']:.2f} GB: peak RSS {r['rss_with_2gb_mib']:.0f} MiB vs "
           f"{r['rss_emb_only_mib']:.0f} MiB for the embedding alone (x{r['rss_growth']:.2f})")  # fmt: skip
+    if args.skip_scale:
+        results["machine_after"] = machine()
+        print(results["machine_after"])
+        print(json.dumps(results, indent=1))
+        return
     results["scale"] = r = bench_scale(workdir)
     print(f"scale {r['n_new']} x {r['dim']}: {r['seconds']:.1f} s, peak {r['rss_mib']:.0f} MiB "
           f"(targets 60 s, 4096 MiB); sampled: {'; '.join(r['notes'])}")  # fmt: skip
+    results["machine_after"] = machine()
+    print(results["machine_after"])
     print(json.dumps(results, indent=1))
 
 

@@ -393,7 +393,8 @@ class AdapterStore:
                 out[dst[order]] = values
         return out
 
-    def read_block(self, name: str, start: int, stop: int) -> np.ndarray:
+    def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
+        """float64 always: a LoRA delta added to float32 rows is no longer exact in float32."""
         return self.read_rows(name, np.arange(start, min(stop, self.shape(name)[0])))
 
     def digests(self) -> dict[str, str]:

@@ -164,20 +164,35 @@ class Checkpoint:
         return self.store.read_rows(matrix.tensor, ids)
 
     def iter_original(
-        self, matrix: Matrix, chunk: int = 512
+        self, matrix: Matrix, chunk: int = 1024, float32: bool = True
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Original rows ``[0, base_vocab_size)`` in blocks: memory stays at one block.
+        """Original rows ``[0, base_vocab_size)`` in blocks: memory stays at two blocks.
 
-        Small blocks on purpose: with 4096-row blocks the neighbour search of SmolLM2
-        raised the peak by 71 MB (glibc keeps freed large buffers), with 512 by 2 MB,
-        at no measurable cost in time.
+        Blocks come as float32 when that is exact (F32, F16, BF16 weights): half the bytes
+        of float64 and no conversion. The next block is read (and hashed for the digest,
+        which releases the GIL) in a helper thread while the caller scores this one.
+        Block size: 1024 rows (2.4 MB at SmolLM2's width in float32); 2048 raised the
+        run's peak by 5 MB and 4096 by 17 MB, at no measurable gain in time.
         """
-        for start in range(0, self.new.base_vocab_size, chunk):
-            stop = min(start + chunk, self.new.base_vocab_size)
-            yield (
-                np.arange(start, stop, dtype=np.int64),
-                self.store.read_block(matrix.tensor, start, stop),
-            )
+        from concurrent.futures import ThreadPoolExecutor
+
+        n = self.new.base_vocab_size
+        starts = list(range(0, n, chunk))
+
+        def read(start: int) -> tuple[np.ndarray, np.ndarray]:
+            stop = min(start + chunk, n)
+            rows = self.store.read_block(matrix.tensor, start, stop, float32=float32)
+            return np.arange(start, stop, dtype=np.int64), rows
+
+        if not starts:
+            return
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(read, starts[0])
+            for nxt in [*starts[1:], None]:
+                block = pending.result()
+                if nxt is not None:
+                    pending = pool.submit(read, nxt)
+                yield block
 
     def digests(self) -> dict[str, str]:
         d = self.store.digests()

@@ -191,11 +191,14 @@ class SafetensorsFile:
                 out[order[run]] = block[sorted_rows[run] - first]
         return out.reshape((len(rows), *info.shape[1:]))
 
-    def _decode(self, info: TensorInfo, raw: np.ndarray) -> np.ndarray:
+    def _decode(self, info: TensorInfo, raw: np.ndarray, float32: bool = False) -> np.ndarray:
+        """Stored values as float64, or with ``float32`` as float32 when that is exact
+        (F32, F16, BF16; F64 stays float64)."""
         self.digest.update(np.ascontiguousarray(raw).data)  # hashes the buffer, no copy
         if info.dtype == "BF16":
             raw = bf16_to_float32(raw)
-        return np.asarray(raw, dtype=np.float64)
+        exact32 = float32 and info.dtype != "F64"
+        return np.asarray(raw, dtype=np.float32 if exact32 else np.float64)
 
     def read(self, name: str) -> np.ndarray:
         """The whole tensor as float64 (small tensors: codebooks, tests)."""
@@ -221,11 +224,17 @@ class SafetensorsFile:
             )
         return self._decode(info, self._raw_rows(info, rows))
 
-    def read_block(self, name: str, start: int, stop: int) -> np.ndarray:
-        """Contiguous rows ``start:stop`` of a 2-D tensor, as float64."""
+    def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
+        """Contiguous rows ``start:stop`` of a 2-D tensor, as float64 (float32 when asked and
+        exact), read with one read."""
         info = self.info(name)
         stop = min(stop, info.shape[0])
-        return self._decode(info, self._raw_rows(info, np.arange(start, stop, dtype=np.int64)))
+        width = math.prod(info.shape[1:])
+        dt = _DTYPES[info.dtype]
+        n = max(stop - start, 0)
+        data = self._pread(info.begin + start * width * dt.itemsize, n * width * dt.itemsize)
+        raw = np.frombuffer(data, dtype=dt).reshape(n, width)
+        return self._decode(info, raw, float32)
 
 
 def _as_storable(name: str, x: np.ndarray, dtype: str | None) -> tuple[str, bytes]:

@@ -27,7 +27,9 @@ class TensorStore(Protocol):
     def dtype(self, name: str) -> str: ...
     def file_of(self, name: str) -> Path: ...
     def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray: ...
-    def read_block(self, name: str, start: int, stop: int) -> np.ndarray: ...
+    def read_block(
+        self, name: str, start: int, stop: int, float32: bool = False
+    ) -> np.ndarray: ...
     def digests(self) -> dict[str, str]: ...
 
 
@@ -93,8 +95,8 @@ class SafetensorsStore:
     def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         return self._file(name).read_rows(name, rows)
 
-    def read_block(self, name: str, start: int, stop: int) -> np.ndarray:
-        return self._file(name).read_block(name, start, stop)
+    def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
+        return self._file(name).read_block(name, start, stop, float32)
 
     def digests(self) -> dict[str, str]:
         return {str(p): f.digest.hexdigest() for p, f in self._open.items()}
@@ -168,8 +170,10 @@ class TorchStore:
             )
         return t[self._torch.from_numpy(rows)].to(self._torch.float64).numpy()
 
-    def read_block(self, name: str, start: int, stop: int) -> np.ndarray:
-        return self._get(name)[start:stop].to(self._torch.float64).numpy()
+    def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
+        t = self._get(name)[start:stop]
+        exact32 = float32 and t.dtype != self._torch.float64
+        return t.to(self._torch.float32 if exact32 else self._torch.float64).numpy()
 
     def digests(self) -> dict[str, str]:
         return {str(self.path): self._digest}

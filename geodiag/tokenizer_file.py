@@ -72,6 +72,13 @@ class TokenizerInfo:
 
 _MERGES_KEY = re.compile(r'"merges"\s*:\s*\[')
 _STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]]')
+# The whole merges array in one match, in C: strings ("a b") or pairs (["a", "b"]).
+# Strings as an unrolled loop and possessive quantifiers: no backtracking, 30 ms for
+# SmolLM2's 49k merges where walking them token by token in Python took 250 ms.
+_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_MERGES_ARRAY = re.compile(
+    rf"\[\s*+(?:(?:{_STRING}|\[\s*+(?:{_STRING}\s*+,?\s*+)*+\])\s*+,?\s*+)*+\]"
+)
 
 
 def _without_merges(text: str) -> str:
@@ -81,7 +88,10 @@ def _without_merges(text: str) -> str:
     if len(keys) != 1:  # absent, or ambiguous: parse everything
         return text
     start = keys[0].end() - 1  # the '['
-    depth = 0
+    whole = _MERGES_ARRAY.match(text, start)
+    if whole is not None:
+        return text[:start] + "[]" + text[whole.end() :]
+    depth = 0  # an unusual layout: walk strings and brackets one by one
     for m in _STRING_OR_BRACKET.finditer(text, start):
         tok = m.group()
         if tok == "[":

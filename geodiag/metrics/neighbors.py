@@ -8,7 +8,7 @@ import numpy as np
 
 from geodiag.metrics.geometry import as_matrix, row_norms
 
-_MARGIN = 4  # extra float32 candidates per query and block, re-ranked in float64
+_MARGIN = 8  # extra float32 candidates per query and block, re-ranked in float64
 
 
 def _order(cos: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -22,7 +22,7 @@ def _chunk_top_k(cos: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, 
     if m <= k:
         pick = np.broadcast_to(np.arange(m), (q, m)).copy()
     else:
-        pick = np.argpartition(-cos, k - 1, axis=1)[:, :k]  # (q, k), unordered
+        pick = np.argpartition(cos, m - k, axis=1)[:, m - k :]  # (q, k), unordered, no copy of -cos
         picked = np.take_along_axis(cos, pick, axis=1)
         cut = picked.min(axis=1, keepdims=True)
         # argpartition breaks exact ties at the cut arbitrarily; redo those rows exactly.
@@ -32,6 +32,29 @@ def _chunk_top_k(cos: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, 
     return np.take_along_axis(cos, pick, axis=1), ids[pick]
 
 
+def _merge_hits(
+    cand_ids: np.ndarray,
+    cand_score: np.ndarray,
+    qi: np.ndarray,
+    hit_ids: np.ndarray,
+    hit_score: np.ndarray,
+    c: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's best c of its candidates (q, c) plus sparse hits (query qi, id, score),
+    by score descending then id ascending."""  # fmt: skip
+    q = cand_ids.shape[0]
+    if not len(qi):
+        return cand_ids, cand_score
+    all_q = np.concatenate([np.repeat(np.arange(q), c), qi])
+    all_ids = np.concatenate([cand_ids.ravel(), hit_ids])
+    all_score = np.concatenate([cand_score.ravel(), hit_score])
+    order = np.lexsort((all_ids, -all_score, all_q))  # by query, then score desc, then id
+    all_q, all_ids, all_score = all_q[order], all_ids[order], all_score[order]
+    first = np.searchsorted(all_q, np.arange(q))  # each query's first entry
+    take = first[:, None] + np.arange(c)  # (q, c): every query has >= c entries
+    return all_ids[take], all_score[take]
+
+
 def nearest_rows(
     queries: np.ndarray,
     chunks: Iterable[tuple[np.ndarray, np.ndarray]],
@@ -39,10 +62,17 @@ def nearest_rows(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k rows of highest cosine to each query, over a stream of vocabulary blocks.
 
-    queries (q, d); ``chunks`` yields (ids (m,), rows (m, d)) blocks, so memory stays at
-    one block. Returns (ids (q, k') int64, cosines (q, k') float64), sorted by cosine
-    descending then id ascending, with k' = min(k, number of usable rows). Rows of zero
-    norm are skipped (no direction); a zero-norm query raises ValueError.
+    queries (q, d); ``chunks`` yields (ids (m,), rows (m, d)) blocks, float32 or float64,
+    so memory stays at one block. Returns (ids (q, k') int64, cosines (q, k') float64),
+    sorted by cosine descending then id ascending, with k' = min(k, number of usable rows).
+    Rows of zero or non-finite norm are skipped (no direction); a zero-norm query raises
+    ValueError.
+
+    Each block is scored by one float32 product (the scan's whole cost: q x m x d); the
+    best k + margin candidates per query over all blocks are then re-scored exactly in
+    float64 from the stored values (a float32 block holds float32, bfloat16 or float16
+    weights exactly). A true top-k row is lost only if float32 rounding (~1e-6 in cosine)
+    moved more than the margin's worth of other rows past it.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -54,37 +84,70 @@ def nearest_rows(
         raise ValueError(f"query row {first} has zero norm: its nearest rows are undefined")
     units = queries / qn[:, None]  # (q, d)
     units32 = units.astype(np.float32)
-    best_cos = np.empty((q, 0))
-    best_ids = np.empty((q, 0), dtype=np.int64)
+    # Running candidates per query, by float32 score: ids (q, c) and their scores; the
+    # rows of every current candidate, kept once per id (pool_ids sorted, pool_rows).
+    cand_ids = np.empty((q, 0), dtype=np.int64)
+    cand_score = np.empty((q, 0), dtype=np.float32)
+    pool_ids = np.empty(0, dtype=np.int64)
+    pool_rows = np.empty((0, d))
     for chunk_ids, chunk_rows in chunks:
         ids = np.asarray(chunk_ids, dtype=np.int64)
-        rows = as_matrix(chunk_rows, "chunk rows", min_rows=0)
-        if rows.shape[1:] != (d,) or ids.shape != (rows.shape[0],):
+        rows = np.asarray(chunk_rows)
+        if rows.dtype not in (np.float32, np.float64):
+            rows = rows.astype(np.float64)
+        if rows.ndim != 2 or rows.shape[1:] != (d,) or ids.shape != (rows.shape[0],):
             raise ValueError(
                 f"chunk ids {ids.shape} and rows {rows.shape} do not pair with queries {queries.shape}: "
                 "expected (m,) ids and (m, d) rows"
             )
-        rn = row_norms(rows)
-        keep = rn > 0
+        rows32 = rows if rows.dtype == np.float32 else rows.astype(np.float32)
+        # Norms for ranking only, in float32 (the exact ones come with the re-scoring).
+        # Rows whose squares under- or overflow float32 (|x| < 1e-19 or > 1e19) count
+        # as zero or non-finite: no embedding in use lives there.
+        rn32 = np.sqrt(np.einsum("ij,ij->i", rows32, rows32))  # (m,)
+        keep = (rn32 > 0) & np.isfinite(rn32)
         if not keep.all():
-            ids, rows, rn = ids[keep], rows[keep], rn[keep]
+            ids, rows, rows32, rn32 = ids[keep], rows[keep], rows32[keep], rn32[keep]
         if not len(ids) or not q:
             continue
         if np.any(np.diff(ids) <= 0):  # position order must be id order for tie-breaking
             o = np.argsort(ids, kind="stable")
-            ids, rows, rn = ids[o], rows[o], rn[o]
-        # Candidates from a float32 product (half the time of float64), re-scored exactly:
-        # a true top-k row is lost only if float32 rounding (~1e-7) moved more than
-        # _MARGIN others past it.
-        approx = (units32 @ rows.astype(np.float32).T) / rn.astype(np.float32)  # (q, m)
-        _, cand = _chunk_top_k(approx, np.arange(len(ids)), min(k + _MARGIN, len(ids)))  # (q, c)
-        exact = np.empty(cand.shape)  # (q, c) float64, one candidate column at a time:
-        for j in range(cand.shape[1]):  # a (q, c, d) gather would cost c times the queries
-            exact[:, j] = np.einsum("qd,qd->q", units, rows[cand[:, j]]) / rn[cand[:, j]]
-        top_cos, top_ids = np.clip(exact, -1.0, 1.0), ids[cand]
-        merged_cos = np.concatenate([best_cos, top_cos], axis=1)  # (q, <= 2k)
-        merged_ids = np.concatenate([best_ids, top_ids], axis=1)
-        order = _order(merged_cos, merged_ids)[:, :k]
-        best_cos = np.take_along_axis(merged_cos, order, axis=1)
-        best_ids = np.take_along_axis(merged_ids, order, axis=1)
-    return best_ids, best_cos
+            ids, rows, rows32, rn32 = ids[o], rows[o], rows32[o], rn32[o]
+        approx = units32 @ rows32.T  # (q, m) float32: the scan's one large product
+        approx /= rn32
+        c = k + _MARGIN
+        if cand_ids.shape[1] == c:
+            # Only scores reaching a query's current c-th best can enter: one comparison
+            # pass finds the few, where a partition of every row would cost ~10x more.
+            qi, mi = np.nonzero(approx >= cand_score[:, -1:])
+            cand_ids, cand_score = _merge_hits(cand_ids, cand_score, qi, ids[mi], approx[qi, mi], c)
+        else:
+            top, pos = _chunk_top_k(approx, np.arange(len(ids)), min(c, len(ids)))  # (q, c')
+            merged_ids = np.concatenate([cand_ids, ids[pos]], axis=1)
+            merged_score = np.concatenate([cand_score, top], axis=1)
+            order = _order(merged_score, merged_ids)[:, :c]
+            cand_ids = np.take_along_axis(merged_ids, order, axis=1)
+            cand_score = np.take_along_axis(merged_score, order, axis=1)
+        # Keep the rows of the current candidates only: old ones from the pool, new from
+        # this block (exact values: float32 blocks hold the stored weights exactly).
+        wanted = np.unique(cand_ids)
+        from_pool = np.isin(wanted, pool_ids, assume_unique=True)
+        new_ids = wanted[~from_pool]
+        new_rows = rows[np.searchsorted(ids, new_ids)].astype(np.float64)
+        old_rows = pool_rows[np.searchsorted(pool_ids, wanted[from_pool])]
+        pool_ids = np.concatenate([wanted[from_pool], new_ids])
+        pool_rows = np.concatenate([old_rows, new_rows])
+        o = np.argsort(pool_ids)
+        pool_ids, pool_rows = pool_ids[o], pool_rows[o]
+    if not cand_ids.shape[1]:
+        return cand_ids, np.empty((q, 0))
+    # Exact float64 cosines of the candidates, then the final order: cosine descending,
+    # then id ascending.
+    exact = np.empty(cand_ids.shape)  # (q, c)
+    pool_norms = row_norms(pool_rows)
+    for j in range(cand_ids.shape[1]):  # a (q, c, d) gather would cost c times the queries
+        at = np.searchsorted(pool_ids, cand_ids[:, j])
+        exact[:, j] = np.einsum("qd,qd->q", units, pool_rows[at]) / pool_norms[at]
+    exact = np.clip(exact, -1.0, 1.0)
+    order = _order(exact, cand_ids)[:, :k]
+    return np.take_along_axis(cand_ids, order, axis=1), np.take_along_axis(exact, order, axis=1)

@@ -73,3 +73,18 @@ def test_bad_input_raises():
         nearest_rows(np.ones((1, 3)), ok)
     with pytest.raises(ValueError, match="k must be"):
         nearest_rows(np.ones((1, 2)), ok, k=0)
+
+
+def test_near_identical_queries_in_float32_blocks_match_float64_brute_force():
+    """The read path's case: mean-resized queries (one point plus 1e-5 noise) against a
+    float32 vocabulary in large blocks. The float32 scan only shortlists; the returned
+    cosines are exact float64 values of the stored rows."""
+    rng = np.random.default_rng(3)
+    vocab = rng.normal(size=(5000, 64)).astype(np.float32)
+    queries = vocab.mean(axis=0) + rng.normal(size=(40, 64)) * 1e-5
+    ids = np.arange(5000, dtype=np.int64)
+    got_ids, got_cos = nearest_rows(queries, blocks(ids, vocab, 2048), k=5)
+    want_ids, want_cos = brute_force(queries, ids, vocab.astype(np.float64), 5)
+    np.testing.assert_array_equal(got_ids, want_ids)
+    # Both sides are float64 dot products of the same values, summed in different orders.
+    np.testing.assert_allclose(got_cos, want_cos, atol=64 * np.finfo(np.float64).eps)
