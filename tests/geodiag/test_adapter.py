@@ -284,3 +284,40 @@ def test_drift_between_base_and_adapter(tt_adapter):
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)[0]["drift"]
     assert d["relative_change"] > 0.1  # the adapter moved the rows by noise of std 0.2
+
+
+def test_only_embedding_rows_are_read_from_base_and_adapter(tt_adapter, monkeypatch):
+    """The base's other tensors (attention, MLP) are never read: every byte range read
+    belongs to the embedding, the head or the adapter's embedding tensors."""
+    from geodiag import safetensors_file as sf
+
+    folder, _ = tt_adapter
+    read: set[str] = set()
+    original_raw, original_block = sf.SafetensorsFile._raw_rows, sf.SafetensorsFile.read_block
+
+    def raw_rows(self, info, rows):
+        read.add(info.name)
+        return original_raw(self, info, rows)
+
+    def read_block(self, name, start, stop, float32=False):
+        read.add(name)
+        return original_block(self, name, start, stop, float32)
+
+    monkeypatch.setattr(sf.SafetensorsFile, "_raw_rows", raw_rows)
+    monkeypatch.setattr(sf.SafetensorsFile, "read_block", read_block)
+    assert _run("metrics", folder, "--json").exit_code == 0
+    assert read == {
+        "model.embed_tokens.weight",
+        "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta",
+    }
+
+
+def test_report_over_an_adapter(tt_adapter, tmp_path):
+    folder, base = tt_adapter
+    out = tmp_path / "adapter.html"
+    res = _run("report", folder, "--base", base, "-o", out, "--permutations", 10)
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.with_suffix(".json").read_text())
+    rep = data["checkpoints"][0]["report"]
+    assert rep["adapter"]["peft_type"] == "LORA" and rep["new_token_source"] == "adapter"
+    assert "PEFT adapter tt over" in rep["store"]
