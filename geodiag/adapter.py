@@ -128,12 +128,8 @@ def _pattern_value(patterns: object, module: str, default):
 def _token_indices(config: dict, module: str, where: Path) -> list[int] | None:
     """Trainable-token indices of ``module`` from a LoRA or TRAINABLE_TOKENS config."""
     if str(config.get("peft_type", "")).upper() == "TRAINABLE_TOKENS":
+        # One index list for the targeted embedding and the tied head's copy PEFT saves.
         spec = config.get("token_indices")
-        targets = config.get("target_modules") or ["embed_tokens"]
-        if isinstance(targets, str):
-            targets = [targets]
-        matched = any(re.match(rf"(.*\.)?({t})$", module) for t in targets)
-        spec = spec if matched else None
     else:
         spec = config.get("trainable_token_indices")
         if isinstance(spec, list):
@@ -282,7 +278,7 @@ def _check_patch(tensor, p: ModulePatch, config, config_path, weights, base, ada
         if indices is None:
             raise InputError(
                 config_path,
-                f"weights hold trainable tokens for '{p.module}' but the config no indices",
+                f"weights hold trainable tokens for '{p.module}' but the config lists no indices for it",
             )
         if len(shape) != 2 or shape != (len(indices), d):
             raise InputError(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geodiag.jsonio import to_jsonable
+from geodiag.render_text import provenance_lines
 from geodiag.report.build import Report
 from geodiag.report.figures import FigureFormat, render_all
 
@@ -260,6 +261,7 @@ def render_html(report: Report, style: FigureFormat | None = None, neighbors_sho
     )
     env.filters["fmt"] = fmt
     env.filters["code_spans"] = code_spans
+    env.filters["provenance_lines"] = provenance_lines
     data = to_jsonable(report)
     assert isinstance(data, dict)
     p = _Ptr(data)

@@ -245,3 +245,16 @@ def test_provenance_line_is_readable(tmp_path):
         "                 encoder lm",
     ]
     assert "{" not in text.split("\n\n")[0]  # no raw dicts in the header
+
+
+def test_report_renders_nested_provenance_readably(tmp_path):
+    prov = {"stage": "sft", "step": 30, "init_strategy": "gti",
+            "init": {"stage": "init", "step": 250, "sids_provenance": {"encoder": "lm"}}}  # fmt: skip
+    ckpt = write_checkpoint(
+        tmp_path / "p", planted_new_rows("random", base_rows()), provenance=prov
+    )
+    out = tmp_path / "r.html"
+    assert run("report", ckpt, "-o", out, "--permutations", 10).exit_code == 0
+    html = out.read_text()
+    assert "stage init, step 250" in html and "encoder lm" in html
+    assert "{&#39;stage&#39;" not in html and "{'stage'" not in html
