@@ -85,11 +85,11 @@ def nearest_rows(
     units = queries / qn[:, None]  # (q, d)
     units32 = units.astype(np.float32)
     # Running candidates per query, by float32 score: ids (q, c) and their scores; the
-    # rows of every current candidate, kept once per id (pool_ids sorted, pool_rows).
+    # row of every current candidate, kept once per id and dropped when no query holds
+    # it (a dict of rows, so a block adds its few newcomers without copying the rest).
     cand_ids = np.empty((q, 0), dtype=np.int64)
     cand_score = np.empty((q, 0), dtype=np.float32)
-    pool_ids = np.empty(0, dtype=np.int64)
-    pool_rows = np.empty((0, d))
+    pool: dict[int, np.ndarray] = {}
     for chunk_ids, chunk_rows in chunks:
         ids = np.asarray(chunk_ids, dtype=np.int64)
         rows = np.asarray(chunk_rows)
@@ -128,21 +128,20 @@ def nearest_rows(
             order = _order(merged_score, merged_ids)[:, :c]
             cand_ids = np.take_along_axis(merged_ids, order, axis=1)
             cand_score = np.take_along_axis(merged_score, order, axis=1)
-        # Keep the rows of the current candidates only: old ones from the pool, new from
-        # this block (exact values: float32 blocks hold the stored weights exactly).
-        wanted = np.unique(cand_ids)
-        from_pool = np.isin(wanted, pool_ids, assume_unique=True)
-        new_ids = wanted[~from_pool]
-        new_rows = rows[np.searchsorted(ids, new_ids)].astype(np.float64)
-        old_rows = pool_rows[np.searchsorted(pool_ids, wanted[from_pool])]
-        pool_ids = np.concatenate([wanted[from_pool], new_ids])
-        pool_rows = np.concatenate([old_rows, new_rows])
-        o = np.argsort(pool_ids)
-        pool_ids, pool_rows = pool_ids[o], pool_rows[o]
+        # Rows of the current candidates only (exact values: float32 blocks hold the
+        # stored weights exactly): newcomers from this block, leavers dropped.
+        wanted = set(np.unique(cand_ids).tolist())
+        for gone in pool.keys() - wanted:
+            del pool[gone]
+        new_ids = np.array(sorted(wanted - pool.keys()), dtype=np.int64)
+        for i, row in zip(new_ids.tolist(), rows[np.searchsorted(ids, new_ids)], strict=True):
+            pool[i] = row.copy()
     if not cand_ids.shape[1]:
         return cand_ids, np.empty((q, 0))
     # Exact float64 cosines of the candidates, then the final order: cosine descending,
     # then id ascending.
+    pool_ids = np.array(sorted(pool), dtype=np.int64)
+    pool_rows = np.array([pool[i] for i in pool_ids.tolist()], dtype=np.float64)  # (p, d)
     exact = np.empty(cand_ids.shape)  # (q, c)
     pool_norms = row_norms(pool_rows)
     for j in range(cand_ids.shape[1]):  # a (q, c, d) gather would cost c times the queries
