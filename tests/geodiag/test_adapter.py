@@ -321,3 +321,17 @@ def test_report_over_an_adapter(tt_adapter, tmp_path):
     rep = data["checkpoints"][0]["report"]
     assert rep["adapter"]["peft_type"] == "LORA" and rep["new_token_source"] == "adapter"
     assert "PEFT adapter tt over" in rep["store"]
+
+
+def test_untrained_adapter_over_a_mean_resized_base_is_diagnosed_in_peft_terms(tmp_path):
+    """Trainable tokens saved before training: the rows are the base's mean-resized ones.
+    The verdict names transformers' option (from the numbers) and PEFT's remedy."""
+    base = _write_base(tmp_path, tied=True, resized=True)
+    model = transformers.AutoModelForCausalLM.from_pretrained(base)
+    pm = peft.get_peft_model(model, peft.TrainableTokensConfig(token_indices=NEW))
+    folder = tmp_path / "untrained"
+    pm.save_pretrained(folder)
+    res = _run("check", folder, "--permutations", 10)
+    assert res.exit_code == 1
+    assert "mean_resizing=True" in res.stdout and "get_peft_model" in res.stdout
+    assert "gti init --strategy gti" in res.stdout
