@@ -9,8 +9,10 @@ An adapter folder holds ``adapter_config.json`` and ``adapter_model.safetensors`
 - LoRA on the embedding, ``{module}.lora_embedding_A`` (r, V) and ``...B`` (d, r):
   ``E + (B @ A).T * scaling``, scaling = alpha / r (alpha / sqrt(r) with ``use_rslora``),
   r and alpha per module from ``rank_pattern`` / ``alpha_pattern``;
-- trainable tokens, ``{module}.token_adapter.trainable_tokens_delta`` (n, d): the new
-  *values* of rows ``token_indices`` (in that order), copied over ``E`` on merge.
+- trainable tokens, ``{module}.token_adapter.trainable_tokens_delta`` under a LoRA
+  config's ``trainable_token_indices``, ``{module}.trainable_tokens_delta`` in a
+  ``TRAINABLE_TOKENS`` adapter (n, d): the new *values* of the indexed rows (in the
+  order of the index list), copied over ``E`` on merge.
 
 Keys carry PEFT's ``base_model.model.`` prefix; the adapter name is already stripped
 on save. :class:`AdapterStore` answers the :class:`~geodiag.tensor_store.TensorStore`
@@ -210,6 +212,9 @@ def open_adapter(path: Path, base: Path | None) -> tuple[AdapterInfo, TensorStor
                     weights,
                     f"adapter changes '{module}', but the base {base_path} has no tensor '{tensor}'",
                 )
+        shape = base_store.shape(tensor) if tensor in base_names else adapter_store.shape(key)
+        if kind == "weight" and len(shape) != 2:
+            continue  # modules_to_save of a norm or a bias: not a token table
         p = patches.setdefault(tensor, ModulePatch(module))
         if kind in ("weight", "base_layer"):
             p.full, p.full_kind = key, "modules_to_save" if kind == "weight" else "base_layer"

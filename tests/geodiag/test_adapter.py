@@ -335,3 +335,14 @@ def test_untrained_adapter_over_a_mean_resized_base_is_diagnosed_in_peft_terms(t
     assert res.exit_code == 1
     assert "mean_resizing=True" in res.stdout and "get_peft_model" in res.stdout
     assert "gti init --strategy gti" in res.stdout
+
+
+def test_modules_to_save_of_other_layers_are_not_token_tables(tmp_path):
+    """A norm in modules_to_save (a 1-D weight) is saved like the embedding but is not read."""
+    base = _write_base(tmp_path, tied=True, resized=True)
+    cfg = peft.LoraConfig(r=4, target_modules=["q_proj"], trainable_token_indices=NEW,
+                          modules_to_save=["norm"])  # fmt: skip
+    folder, merged = _adapter(tmp_path, base, cfg, "norm")
+    ckpt = open_checkpoint(folder)
+    assert ckpt.adapter["embedding_changes"] == {"model.embed_tokens.weight": "trainable tokens"}
+    np.testing.assert_array_equal(_rows(folder, None, ALL)["input"], _merged(merged, ALL)["input"])
