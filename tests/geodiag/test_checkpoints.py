@@ -217,3 +217,28 @@ def test_tokenizer_merges_are_skipped_without_changing_anything(tmp_path):
     (tmp_path / "tokenizer.json").write_text(text)
     info = load_tokenizer(tmp_path / "tokenizer.json")
     assert info.token(0) == "merges" and info.token(2) == '"]' and info.token(4) == "<a_0>"
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16", None])
+def test_vocabulary_scan_blocks_are_exact_float32(make_ckpt, dtype):
+    """The neighbour scan reads float32 blocks (converted once from BF16/F16) that hold
+    the stored values exactly, and its nearest tokens equal a float64 brute force."""
+    from geodiag.analysis import AnalyzeOptions, analyze
+
+    path = make_ckpt("random", dtype=dtype)
+    ckpt = open_checkpoint(path)
+    m = ckpt.matrices[0]
+    blocks = list(ckpt.iter_original(m, chunk=64))
+    assert all(rows.dtype == np.float32 for _, rows in blocks)
+    ids = np.concatenate([i for i, _ in blocks])
+    scanned = np.concatenate([r for _, r in blocks]).astype(np.float64)
+    np.testing.assert_array_equal(ids, np.arange(ckpt.new.base_vocab_size))
+    np.testing.assert_array_equal(scanned, ckpt.read_rows(m, ids))  # exact, not close
+    report = analyze(path, opts=AnalyzeOptions(n_permutations=10, neighbors_k=3))
+    new = ckpt.read_rows(m, ckpt.new.ids)
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
+    cos = unit(new) @ unit(scanned).T  # (n, V) float64
+    for tn, row in zip(report.matrices[0].neighbors, cos, strict=True):
+        want = sorted(range(len(ids)), key=lambda j: (-row[j], j))[:3]
+        assert [n.id for n in tn.nearest] == want
+        np.testing.assert_allclose([n.cosine for n in tn.nearest], row[want], atol=1e-13)
