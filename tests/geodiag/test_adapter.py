@@ -346,3 +346,20 @@ def test_modules_to_save_of_other_layers_are_not_token_tables(tmp_path):
     ckpt = open_checkpoint(folder)
     assert ckpt.adapter["embedding_changes"] == {"model.embed_tokens.weight": "trainable tokens"}
     np.testing.assert_array_equal(_rows(folder, None, ALL)["input"], _merged(merged, ALL)["input"])
+
+
+def test_reading_an_adapter_imports_neither_torch_nor_transformers(tt_adapter):
+    import subprocess
+    import sys
+
+    folder, _ = tt_adapter
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from geodiag.cli import app\n"
+        f"res = CliRunner().invoke(app, ['check', {str(folder)!r}, '--permutations', '10'])\n"
+        "assert res.exit_code in (0, 1), res.output\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'peft')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
