@@ -217,6 +217,22 @@ def checkpoint_step(path: Path, provenance: dict) -> tuple[str, int] | None:
     return None
 
 
+def series_order(paths: list[Path], provenances: list[dict]) -> list[int]:
+    """A permutation of the inputs that puts each run's checkpoints in step order, in the
+    places they held (a shell glob gives checkpoint-10 before checkpoint-2)."""
+    groups: dict[str, list[tuple[int, int]]] = {}
+    for i, (path, prov) in enumerate(zip(paths, provenances, strict=True)):
+        key = checkpoint_step(path, prov)
+        if key is not None:
+            groups.setdefault(key[0], []).append((key[1], i))
+    order = list(range(len(paths)))
+    for members in groups.values():
+        slots = sorted(i for _, i in members)
+        for slot, (_, i) in zip(slots, sorted(members), strict=True):
+            order[slot] = i
+    return order
+
+
 def checkpoint_series(
     paths: list[Path], reports: list[CheckpointReport], labels: list[str]
 ) -> list[Trajectory]:
@@ -234,8 +250,9 @@ def checkpoint_series(
         members.sort()
         first = Path(paths[members[0][1]])
         name = first.parent.name if key.startswith("run ") else labels[members[0][1]].split(" ")[0]
+        name = f"{name or first.parent} (checkpoints)"
         out.append(from_structures(
-            name or str(first.parent), "checkpoints", [s for s, _ in members],
+            name, "checkpoints", [s for s, _ in members],
             [None] * len(members), [structure_of_report(reports[i]) for _, i in members],
             [str(paths[i]) for _, i in members],
         ))  # fmt: skip
