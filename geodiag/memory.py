@@ -190,6 +190,8 @@ def gathered(model):
     and no importable deepspeed it raises :class:`InputError`."""
     import contextlib
 
+    if not hasattr(model, "get_input_embeddings"):  # an array or a tensor: nothing to gather
+        return contextlib.nullcontext()
     params = partitioned_embeddings(model)
     if not params:
         return contextlib.nullcontext()
