@@ -325,12 +325,13 @@ class GeodiagCallback(TrainerCallback):
         except (InputError, ValueError) as e:
             logger.warning("geodiag gate on %s skipped: %s", folder, e)
             return
+        from geodiag.atomic import atomic_write
         from geodiag.jsonio import dumps
-        from geodiag.report.write import write_atomically
 
         if folder.is_dir():
-            write_atomically({folder / CHECK_FILENAME: dumps({"passed": result.passed, "measured": source,
-                                                             "gate_config": self.gate, "result": result}) + "\n"})  # fmt: skip
+            summary = {"passed": result.passed, "measured": source, "gate_config": self.gate,
+                       "result": result}  # fmt: skip
+            atomic_write(folder / CHECK_FILENAME, dumps(summary) + "\n")
         failed = [f"{c.name} ({c.matrix})" for c in result.checks if c.status == "fail"]
         if failed:
             logger.warning("geodiag gate FAILED on %s: %s", folder, ", ".join(failed))

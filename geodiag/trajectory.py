@@ -116,7 +116,7 @@ def truncate_after(path: Path, step: int) -> float | None:
     Returns the last kept ``elapsed_s``, to continue the clock from."""
     if not path.is_file():
         return None
-    from geodiag.report.write import write_atomically
+    from geodiag.atomic import atomic_write
 
     kept, last = [], None
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -129,7 +129,7 @@ def truncate_after(path: Path, step: int) -> float | None:
         kept.append(line + "\n")
         if isinstance(rec, dict) and _finite(rec.get("elapsed_s")) is not None:
             last = float(rec["elapsed_s"])
-    write_atomically({path: kept})
+    atomic_write(path, kept)
     return last
 
 
