@@ -225,3 +225,19 @@ def test_bad_arguments():
         GeodiagCallback(NEW, every_n_steps=0)
     with pytest.raises(ValueError, match="on_collapse"):
         GeodiagCallback(NEW, on_collapse="explode")
+
+
+def test_untied_head_is_its_own_matrix(tmp_path):
+    model = mean_init_model(tie=False)  # the head keeps its own (random) new rows
+    args = SimpleNamespace(output_dir=str(tmp_path), report_to=[])
+    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=1)
+    control = transformers.TrainerControl()
+    cb.on_step_end(args, _state(1), control, model=model)
+    line = json.loads((tmp_path / "geodiag_trajectory.jsonl").read_text())
+    assert line["structure"]["spread_ratio"] == 0.0  # input: the mean
+    assert line["structure_output"]["spread_ratio"] > 0.5  # head: untouched random rows
+    logs = {}
+    cb.on_log(args, _state(1), control, logs=logs)
+    assert logs["geodiag/spread_ratio"] == 0.0
+    assert logs["geodiag/output/spread_ratio"] == line["structure_output"]["spread_ratio"]
+    assert control.should_log
