@@ -181,7 +181,8 @@ def partitioned_embeddings(model) -> list:
     modules = [model.get_input_embeddings()]
     if hasattr(model, "get_output_embeddings") and model.get_output_embeddings() is not None:
         modules.append(model.get_output_embeddings())
-    return [p for m in modules for p in m.parameters() if hasattr(p, "ds_id")]
+    unique = {id(p): p for m in modules for p in m.parameters() if hasattr(p, "ds_id")}
+    return list(unique.values())  # a tied head shares the embedding's parameter
 
 
 def gathered(model):

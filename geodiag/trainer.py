@@ -225,6 +225,8 @@ class GeodiagCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._t0 = time.monotonic()
         if not state.is_world_process_zero:
+            if state.global_step == 0 and model is not None:
+                self._measure_on_this_rank(args, state, control, model, log=False)
             return
         path = self._path(args)
         if path is not None and path.is_file():
@@ -239,7 +241,7 @@ class GeodiagCallback(TrainerCallback):
                 self.trajectory_file,
             )
         if state.global_step == 0 and model is not None:
-            self._snapshot(args, state, control, model, log=False)  # the starting point
+            self._measure_on_this_rank(args, state, control, model, log=False)  # the start
 
     def _due(self, state) -> bool:
         step = state.global_step
@@ -248,13 +250,16 @@ class GeodiagCallback(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if model is None or not self._due(state):
             return control
-        measure_here = state.is_world_process_zero or self.on_collapse == "stop"
-        if not measure_here:
-            if _partitioned(model):  # the gather is collective: enter it with the others
-                self._enter_gather_only(model)
-            return control
-        self._snapshot(args, state, control, model, log=True)
+        self._measure_on_this_rank(args, state, control, model, log=True)
         return control
+
+    def _measure_on_this_rank(self, args, state, control, model, *, log: bool) -> None:
+        """The main process measures; the others too when they must decide a stop, and
+        otherwise only join the ZeRO-3 gather (a collective) without measuring."""
+        if state.is_world_process_zero or self.on_collapse == "stop":
+            self._snapshot(args, state, control, model, log=log)
+        elif _partitioned(model):
+            self._enter_gather_only(model)
 
     def _enter_gather_only(self, model) -> None:
         from geodiag.memory import gathered
@@ -317,9 +322,13 @@ class GeodiagCallback(TrainerCallback):
         self._pending, self._pending_step = {}, None
 
     def on_save(self, args, state, control, model=None, **kwargs):
-        if not self.gate_on_save or not state.is_world_process_zero:
+        if not self.gate_on_save:
             return
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if not state.is_world_process_zero:
+            if model is not None and _partitioned(model) and self._reads_memory(folder):
+                self._enter_gather_only(model)  # the main process gathers to measure
+            return
         try:
             result, report, source = self._gate(folder, model)
         except (InputError, ValueError) as e:
@@ -354,13 +363,13 @@ class GeodiagCallback(TrainerCallback):
                   base_vocab_size=self.base_vocab_size)  # fmt: skip
         from geodiag.analysis import analyze_checkpoint
 
-        source = str(folder)
-        if folder.is_dir() and not (folder / "adapter_config.json").is_file():
+        if not self._reads_memory(folder):
             try:
                 report = analyze_checkpoint(open_source(folder, **kw), opts)
-                return run_gate(report, self.gate), report, source
+                return run_gate(report, self.gate), report, str(folder)
             except InputError as e:
-                if model is None:
+                # In memory instead, unless that needs a gather the other ranks won't join.
+                if model is None or _partitioned(model):
                     raise
                 logger.warning("geodiag: reading %s failed (%s); measuring the model in memory",
                                folder, e)  # fmt: skip
@@ -371,6 +380,11 @@ class GeodiagCallback(TrainerCallback):
         with gathered(model):
             report = analyze_checkpoint(open_source(model, **kw), opts)
         return run_gate(report, self.gate), report, "model in memory"
+
+    @staticmethod
+    def _reads_memory(folder: Path) -> bool:
+        """An adapter folder (or no folder) is measured from the model in memory."""
+        return not folder.is_dir() or (folder / "adapter_config.json").is_file()
 
     def _write(self, args, rec: dict) -> None:
         path = self._path(args)

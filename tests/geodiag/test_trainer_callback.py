@@ -241,3 +241,33 @@ def test_untied_head_is_its_own_matrix(tmp_path):
     assert logs["geodiag/spread_ratio"] == 0.0
     assert logs["geodiag/output/spread_ratio"] == line["structure_output"]["spread_ratio"]
     assert control.should_log
+
+
+def test_zero3_every_rank_joins_the_gather(tmp_path, monkeypatch):
+    """With deepspeed present, each rank enters GatheredParameters (a collective) at each
+    snapshot; only the main process measures and writes. A stand-in records the calls."""
+    import contextlib
+    import sys
+    import types
+
+    entered = []
+
+    @contextlib.contextmanager
+    def gathered_parameters(params, modifier_rank=None):
+        entered.append((len(params), modifier_rank))
+        yield
+
+    fake = types.ModuleType("deepspeed")
+    fake.zero = types.SimpleNamespace(GatheredParameters=gathered_parameters)
+    monkeypatch.setitem(sys.modules, "deepspeed", fake)
+    model = mean_init_model()
+    model.get_input_embeddings().weight.ds_id = 7
+    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=1)
+    control = transformers.TrainerControl()
+    for rank, main in ((1, False), (0, True)):
+        out = tmp_path / f"rank{rank}"
+        cb.on_step_end(SimpleNamespace(output_dir=str(out), report_to=[]), _state(1, main=main),
+                       control, model=model)  # fmt: skip
+    assert entered == [(1, None), (1, None)]  # the tied embedding: one parameter, all ranks
+    assert not (tmp_path / "rank1").exists()
+    assert json.loads((tmp_path / "rank0" / "geodiag_trajectory.jsonl").read_text())["step"] == 1

@@ -101,8 +101,9 @@ def train_log(path, with_code_accuracy=True):
                      "mean_cosine": 1 - step / 60, "rsa": {"a": step / 500, "b": None},
                      "rsa_p": {"a": 0.5, "b": None}}  # fmt: skip
         if with_code_accuracy:
-            structure["code_accuracy"] = {"a": step / 60, "b": step / 120}
-            structure["code_accuracy_chance"] = {"a": 1 / 8, "b": 1 / 8}
+            # as gti grounding writes them (issue 11): level a and the full SID
+            structure["code_accuracy"] = {"a": step / 60, "sid": step / 120}
+            structure["code_accuracy_chance"] = {"a": 1 / 8, "sid": 1 / 512}
         lines.append({"step": step, "elapsed_s": 2.0 * step, "structure": structure, "extra": 1})
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path
@@ -116,7 +117,8 @@ def test_trajectory_jsonl_alone(tmp_path):
     (traj,) = data["trajectories"]
     assert traj["steps"] == [0, 10, 20, 30, 40] and traj["elapsed_s"] == [0, 20, 40, 60, 80]
     assert traj["rsa"] == {"a": [0, 0.02, 0.04, 0.06, 0.08], "b": [None] * 5}
-    assert traj["code_accuracy"]["b"][-1] == pytest.approx(40 / 120)
+    assert traj["code_accuracy"]["sid"][-1] == pytest.approx(40 / 120)
+    assert traj["code_accuracy_chance"]["sid"] == [1 / 512] * 5
     html = files.html.read_text()
     page = Page(html)
     assert "trajectory" in page.ids and "verdict" not in page.ids
