@@ -36,6 +36,7 @@ a warning and a ``"skipped"`` line; training goes on.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +46,11 @@ from transformers import TrainerCallback
 from transformers.utils import logging
 
 from geodiag.analysis import AnalyzeOptions, _reference_rows
+from geodiag.atomic import atomic_write
 from geodiag.errors import InputError
 from geodiag.gate import GateConfig
 from geodiag.metrics.snapshot import snapshot
+from geodiag.safetensors_file import save_file
 from geodiag.trajectory import (
     TRAJECTORY_FILENAME,
     append_record,
@@ -98,6 +101,9 @@ class GeodiagCallback(TrainerCallback):
         seed: seed of the reference sample and of the RSA sample/permutations.
         gate: thresholds, for the collapse test and the save-time gate.
         gate_on_save: run the full gate on each saved checkpoint.
+        describe_checkpoints: when ``levels`` are known, write ``semantic_ids.json`` (token
+            ids, levels, the step) and ``codebooks.safetensors`` into each saved checkpoint
+            that lacks them, so ``geodiag check|report run/checkpoint-*`` need no flags.
         collapse_after_steps: from this step on, a collapsed snapshot triggers ``on_collapse``.
         on_collapse: ``"warn"`` (once) or ``"stop"`` (``control.should_training_stop``).
         trajectory_file: file name in ``args.output_dir``; ``None`` writes nothing.
@@ -118,6 +124,7 @@ class GeodiagCallback(TrainerCallback):
         seed: int = 0,
         gate: GateConfig | None = None,
         gate_on_save: bool = True,
+        describe_checkpoints: bool = True,
         collapse_after_steps: int | None = None,
         on_collapse: str = "warn",
         trajectory_file: str | None = TRAJECTORY_FILENAME,
@@ -140,6 +147,7 @@ class GeodiagCallback(TrainerCallback):
         self.seed = seed
         self.gate = gate or GateConfig()
         self.gate_on_save = gate_on_save
+        self.describe_checkpoints = describe_checkpoints
         self.collapse_after_steps = collapse_after_steps
         self.on_collapse = on_collapse
         self.trajectory_file = trajectory_file
@@ -322,9 +330,14 @@ class GeodiagCallback(TrainerCallback):
         self._pending, self._pending_step = {}, None
 
     def on_save(self, args, state, control, model=None, **kwargs):
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and self.describe_checkpoints and folder.is_dir():
+            try:
+                self._describe(folder, state.global_step)
+            except (InputError, OSError) as e:
+                logger.warning("geodiag: could not describe %s: %s", folder, e)
         if not self.gate_on_save:
             return
-        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if not state.is_world_process_zero:
             if model is not None and _partitioned(model) and self._reads_memory(folder):
                 self._enter_gather_only(model)  # the main process gathers to measure
@@ -334,7 +347,6 @@ class GeodiagCallback(TrainerCallback):
         except (InputError, ValueError) as e:
             logger.warning("geodiag gate on %s skipped: %s", folder, e)
             return
-        from geodiag.atomic import atomic_write
         from geodiag.jsonio import dumps
 
         if folder.is_dir():
@@ -381,6 +393,32 @@ class GeodiagCallback(TrainerCallback):
             report = analyze_checkpoint(open_source(model, **kw), opts)
         return run_gate(report, self.gate), report, "model in memory"
 
+    def _describe(self, folder: Path, step: int) -> None:
+        """The sidecar and codebooks a reader of this folder needs (gti's contract)."""
+        from geodiag import sidecar
+        from geodiag.api import _levels
+
+        if self.levels is None or (folder / sidecar.FILENAME).exists():
+            return
+        by_level, side_path = _levels(self.levels)
+        ids = [int(i) for v in by_level.values() for i in v]
+        items = sidecar.load(side_path).items if side_path is not None else {}
+        levels = [sidecar.Level(name, len(v), [int(i) for i in v]) for name, v in by_level.items()]
+        base = self.base_vocab_size if self.base_vocab_size is not None else min(ids)
+        prov = {"step": step, "written_by": "geodiag.trainer.GeodiagCallback"}
+        books = self.codebooks
+        if books is None and side_path is not None:
+            beside = side_path.parent / sidecar.CODEBOOKS_FILENAME
+            books = beside if beside.is_file() else None
+        dest = folder / sidecar.CODEBOOKS_FILENAME
+        if books is not None and not dest.exists():
+            if isinstance(books, str | os.PathLike):
+                atomic_write(dest, Path(books).read_bytes())
+            else:
+                arrays = {str(k): np.asarray(_numpy(v), dtype=np.float32) for k, v in books.items()}
+                save_file(arrays, dest)
+        sidecar.save(sidecar.SemanticIds(base, levels, items, prov), folder)
+
     @staticmethod
     def _reads_memory(folder: Path) -> bool:
         """An adapter folder (or no folder) is measured from the model in memory."""
@@ -390,6 +428,10 @@ class GeodiagCallback(TrainerCallback):
         path = self._path(args)
         if path is not None:
             append_record(path, rec)
+
+
+def _numpy(x):
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else x
 
 
 def _empty() -> dict:

@@ -126,6 +126,23 @@ def test_logs_jsonl_and_save_time_gate(tmp_path):
     # ... and equals what geodiag.check says on that folder
     assert geodiag.check(out / "checkpoint-6", levels=LEVELS, codebooks=BOOKS).passed
 
+    # Each checkpoint describes itself (sidecar + codebooks): no flags needed afterwards.
+    from geodiag import sidecar
+    from geodiag.report import ReportOptions, write_report
+
+    side = sidecar.load(out / "checkpoint-3")
+    assert [(lv.name, lv.token_ids) for lv in side.levels] == list(LEVELS.items())
+    assert side.provenance["step"] == 3 and side.base_vocab_size == 100
+    bare = geodiag.measure(out / "checkpoint-6", n_permutations=50, neighbors=0)
+    assert [lv.name for lv in bare.matrices[0].levels] == ["a", "b"]
+    assert all(lv.rsa is not None for lv in bare.matrices[0].levels)
+    files = write_report(sorted(out.glob("checkpoint-*")) + [out / "geodiag_trajectory.jsonl"],
+                         tmp_path / "r.html", opts=ReportOptions(n_permutations=20))  # fmt: skip
+    trajs = json.loads(files.json.read_text())["trajectories"]
+    assert [(t["label"], t["steps"]) for t in trajs] == [
+        ("run/geodiag_trajectory.jsonl", [0, 2, 4, 6]), ("run (checkpoints)", [3, 6])]  # fmt: skip
+    assert set(trajs[1]["rsa"]) == {"a", "b"}
+
 
 def test_stop_when_still_collapsed(tmp_path, caplog):
     cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=2, collapse_after_steps=3,
