@@ -263,9 +263,27 @@ def is_trajectory_file(path: Path) -> bool:
     return Path(path).suffix == ".jsonl"
 
 
+def _run_folder(path: Path) -> list[Path] | None:
+    """A Trainer output folder without weights of its own: its checkpoint-N folders (by N)
+    and its trajectory file, else None."""
+    if (
+        not path.is_dir()
+        or any(path.glob("*.safetensors"))
+        or (path / "pytorch_model.bin").exists()
+    ):
+        return None
+    found = [p for p in path.iterdir() if p.is_dir() and CHECKPOINT_DIR.match(p.name)]
+    found.sort(key=lambda p: int(CHECKPOINT_DIR.match(p.name).group(1)))  # type: ignore[union-attr]
+    if (path / TRAJECTORY_FILENAME).is_file():
+        found.append(path / TRAJECTORY_FILENAME)
+    return found or None
+
+
 def split_inputs(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
-    """(checkpoints, trajectory JSONL files) among a report's inputs, order kept."""
+    """(checkpoints, trajectory JSONL files) among a report's inputs, order kept; a run
+    folder (``output_dir`` with ``checkpoint-N`` folders and no weights) stands for them."""
     ckpts, trajs = [], []
     for p in paths:
-        (trajs if is_trajectory_file(Path(p)) else ckpts).append(Path(p))
+        for q in _run_folder(Path(p)) or [Path(p)]:
+            (trajs if is_trajectory_file(q) else ckpts).append(q)
     return ckpts, trajs

@@ -161,3 +161,14 @@ def test_a_killed_runs_half_line_is_a_note(tmp_path):
     data = strict_json(files.json.read_text())
     assert data["trajectories"][0]["steps"][-1] == 40
     assert any("incomplete" in n for n in data["notes"])
+
+
+def test_a_run_folder_stands_for_its_checkpoints_and_trajectory(tmp_path):
+    hf_run(tmp_path)
+    train_log(tmp_path / "run" / "geodiag_trajectory.jsonl", with_code_accuracy=False)
+    data = strict_json(
+        write_report([tmp_path / "run"], tmp_path / "r.html", opts=OPTS).json.read_text()
+    )
+    assert [c["label"] for c in data["checkpoints"]] == ["checkpoint-2", "checkpoint-5", "checkpoint-10"]  # fmt: skip
+    assert [(t["label"], t["steps"]) for t in data["trajectories"]] == [
+        ("run/geodiag_trajectory.jsonl", [0, 10, 20, 30, 40]), ("run (checkpoints)", [2, 5, 10])]  # fmt: skip
