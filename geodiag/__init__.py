@@ -1,11 +1,16 @@
 """geodiag: geometry diagnostics for new-token embeddings.
 
-``import geodiag`` stays light (no numpy work, no torch, no transformers): ``measure``
-and ``check`` load :mod:`geodiag.api` on first use.
+``import geodiag`` stays light (no numpy, no torch, no transformers): ``measure`` and
+``check`` load :mod:`geodiag.api` on first use.
 """
+
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "check", "measure"]
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time they load lazily below
+    from geodiag.api import check, measure
 
 
 def __getattr__(name: str):
@@ -14,3 +19,7 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     raise AttributeError(f"module 'geodiag' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), "check", "measure"])
