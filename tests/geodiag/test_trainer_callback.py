@@ -288,3 +288,36 @@ def test_zero3_every_rank_joins_the_gather(tmp_path, monkeypatch):
     assert entered == [(1, None), (1, None)]  # the tied embedding: one parameter, all ranks
     assert not (tmp_path / "rank1").exists()
     assert json.loads((tmp_path / "rank0" / "geodiag_trajectory.jsonl").read_text())["step"] == 1
+
+
+def test_numbers_reach_tensorboard(tmp_path, monkeypatch):
+    """report_to=["tensorboard"]: the real TensorBoardCallback, placed before ours by the
+    Trainer; attach() puts ours first, and the event files hold geodiag/* per step."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=2, gate_on_save=False)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "run"), max_steps=4, per_device_train_batch_size=4,
+        logging_steps=100, save_strategy="no", learning_rate=1e-2, report_to=["tensorboard"],
+        use_cpu=True, disable_tqdm=True, seed=0,
+    )  # fmt: skip
+    trainer = transformers.Trainer(model=mean_init_model(), args=args, train_dataset=Sequences(),
+                                   callbacks=[cb])  # fmt: skip
+    names = [type(c).__name__ for c in trainer.callback_handler.callbacks]
+    assert names.index("TensorBoardCallback") < names.index("GeodiagCallback")
+    cb.attach(trainer)
+    assert trainer.callback_handler.callbacks[0] is cb
+    trainer.train()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    # transformers' TensorBoardCallback rewrites the train keys as train/<name>
+    tag = next(t for t in tags if t.endswith("geodiag/spread_ratio"))
+    points = [(e.step, e.value) for e in events.Scalars(tag)]
+    history = [(h["step"], h["geodiag/spread_ratio"]) for h in trainer.state.log_history
+               if "geodiag/spread_ratio" in h]  # fmt: skip
+    assert [s for s, _ in points] == [2, 4]
+    # TensorBoard stores float32: the logged float64 rounded to 24 significand bits.
+    assert [v for _, v in points] == pytest.approx([v for _, v in history], rel=1e-7)
