@@ -116,13 +116,18 @@ def _torch_rows(t) -> RowReader:
 
 
 def _weight_rows(head) -> RowReader:
-    """Rows of a head's active weight, re-read at each call (PEFT rebuilds it on demand)."""
+    """Rows of a head's active weight. PEFT may rebuild that weight (V, d) on each access,
+    so it is taken once per reader: a reader lives for one measurement."""
     import torch
+
+    cache: list = []
 
     def read(ids: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            w = _active_weight(head)
-            return w.detach()[torch.from_numpy(ids).to(w.device)].to(torch.float64).cpu().numpy()
+            if not cache:
+                cache.append(_active_weight(head).detach())
+            w = cache[0]
+            return w[torch.from_numpy(ids).to(w.device)].to(torch.float64).cpu().numpy()
 
     return read
 
