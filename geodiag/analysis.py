@@ -219,7 +219,11 @@ def analyze(
     """All geometry metrics of one checkpoint's new tokens, per matrix and per level."""
     read = read or ReadOptions()
     opts = opts or AnalyzeOptions(allow_nonfinite=read.allow_nonfinite)
-    ckpt = open_checkpoint(path, read)
+    return analyze_checkpoint(open_checkpoint(path, read), opts)
+
+
+def analyze_checkpoint(ckpt: Checkpoint, opts: AnalyzeOptions) -> CheckpointReport:
+    """:func:`analyze` on an opened checkpoint (a folder, or rows in memory)."""
     with blas_threads(1):
         matrices = [analyze_matrix(ckpt, m, opts) for m in ckpt.matrices]
     notes = list(ckpt.notes)
@@ -245,7 +249,7 @@ def analyze(
         )
     return CheckpointReport(
         geodiag_version=__version__,
-        path=str(path),
+        path=str(ckpt.path),
         store=ckpt.store.description,
         tied=ckpt.tied,
         n_new_tokens=len(ckpt.new.ids),

@@ -191,7 +191,8 @@ def report(
     ckpt: Annotated[
         list[Path],
         typer.Argument(
-            help="One or more checkpoints, compared side by side (e.g. init, then SFT)."
+            help="Checkpoints, compared side by side (e.g. init, then SFT); the checkpoint-N "
+            "folders of a run, and trajectory .jsonl files, add metric-vs-step plots."
         ),
     ],
     output: Annotated[

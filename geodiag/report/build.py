@@ -32,6 +32,13 @@ from geodiag.gate import GateConfig, GateResult, run_gate
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.geometry import cosine_matrix, level_cosine, row_norms
 from geodiag.report.verdict import Verdict, verdict
+from geodiag.trajectory import (
+    Trajectory,
+    checkpoint_series,
+    from_jsonl,
+    series_order,
+    split_inputs,
+)
 
 Progress = Callable[[str], None]
 
@@ -116,6 +123,9 @@ class Report:
     notes: list[str]
     format: str = "geodiag.report"
     format_version: int = 1
+    # Metric-vs-step series: trajectory JSONL files given as inputs, and ordered
+    # checkpoints of one run (checkpoint-N folders, or gti checkpoints with a step).
+    trajectories: list[Trajectory] = field(default_factory=list)
 
 
 def checkpoint_labels(paths: list[Path], provenances: list[dict]) -> list[str]:
@@ -241,6 +251,13 @@ def _build_report(
     say = progress or (lambda _msg: None)
     if not paths:
         raise InputError("CKPT", "give at least one checkpoint")
+    paths, trajectory_files = split_inputs(paths)
+    trajectories, traj_notes = [], []
+    for f in trajectory_files:
+        say(f"reading trajectory {f}")
+        traj, found = from_jsonl(f)
+        trajectories.append(traj)
+        traj_notes += found
     aopts = AnalyzeOptions(seed=opts.seed, n_permutations=opts.n_permutations, neighbors_k=opts.neighbors_k,
                            allow_nonfinite=opts.allow_nonfinite)  # fmt: skip
     reports, ckpts, norms, maps = [], [], [], []
@@ -252,7 +269,12 @@ def _build_report(
         rows = [new_rows(ckpt, m, opts.allow_nonfinite) for m in ckpt.matrices]
         norms.append([row_norms(r) for r, _ in rows])
         maps.append(cosine_map(str(path), ckpt, *rows[0], opts))  # input matrix; labelled below
+    order = series_order(list(paths), [r.provenance for r in reports])
+    paths = [paths[i] for i in order]
+    reports, ckpts = [reports[i] for i in order], [ckpts[i] for i in order]
+    norms, maps = [norms[i] for i in order], [maps[i] for i in order]
     labels = checkpoint_labels(list(paths), [r.provenance for r in reports])
+    trajectories += checkpoint_series(list(paths), reports, labels)
     for label, cmap in zip(labels, maps, strict=True):
         cmap.label = label
 
@@ -267,7 +289,7 @@ def _build_report(
         hists = [histogram(n, edges[m.role]) for m, n in zip(rep.matrices, ns, strict=True)]
         entries.append(CheckpointEntry(label, rep, gate, verdict(rep, gate), hists))
 
-    notes, pairs = [], []
+    notes, pairs = list(traj_notes), []
     cos_edges = np.linspace(-1.0, 1.0, opts.histogram_bins + 1)
     for a, b in _drift_groups(list(zip(labels, ckpts, strict=True))):
         say(f"drift {labels[a]} -> {labels[b]}")
@@ -293,4 +315,5 @@ def _build_report(
         cosine_maps=maps,
         drift=pairs,
         notes=notes,
+        trajectories=trajectories,
     )

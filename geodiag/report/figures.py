@@ -232,14 +232,70 @@ def row_norms(report: Report, style: FigureFormat) -> str:
         return _uri(fig, "svg", style)
 
 
+def _trajectory_panels(report: Report) -> list[tuple[str, str, str, float | None]]:
+    """(title, attribute, x axis, gate threshold) of each trajectory panel with data."""
+    g = report.gate_config
+    panels = [
+        ("effective-rank ratio (centered)", "effective_rank_ratio", "steps", g.min_effective_rank_ratio),
+        ("spread / vocabulary spread", "spread_ratio", "steps", g.min_spread_ratio),
+        ("mean pairwise cosine", "mean_cosine", "steps", g.max_mean_cosine),
+    ]  # fmt: skip
+    trajs = report.trajectories
+    if any(t.rsa for t in trajs):
+        panels.append(("RSA against the codebook, per level", "rsa", "steps", g.min_rsa))
+    if any(t.code_accuracy for t in trajs):
+        panels.append(("code accuracy, per level", "code_accuracy", "steps", None))
+        if any(e is not None for t in trajs if t.code_accuracy for e in t.elapsed_s):
+            panels.append(("code accuracy vs time", "code_accuracy", "elapsed_s", None))
+    return panels
+
+
+def trajectories(report: Report, style: FigureFormat) -> str:
+    """Metrics against training step (and code accuracy against seconds), one line per run;
+    per-level metrics have one line style per level; dashed grey: the gate's threshold."""
+    mpl, Figure = _mpl()
+    panels = _trajectory_panels(report)
+    rows, cols = _grid(len(panels))
+    palette = colors(len(report.trajectories))
+    styles = ["-", "--", ":", "-."]
+    with mpl.rc_context(_rc(style)):
+        fig = Figure(figsize=(3.8 * cols, 2.7 * rows + 0.4))
+        axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+        for ax, (title, attr, xkey, threshold) in zip(axes, panels, strict=False):
+            for color, t in zip(palette, report.trajectories, strict=True):
+                x = np.array([np.nan if v is None else v for v in getattr(t, xkey)], dtype=float)
+                series = getattr(t, attr)
+                lines = series.items() if isinstance(series, dict) else [(None, series)]
+                for k, (level, values) in enumerate(lines):
+                    y = np.array([np.nan if v is None else v for v in values], dtype=float)
+                    name = t.label if level is None else f"{t.label} {level}"
+                    ax.plot(x, y, color=color, ls=styles[k % len(styles)], marker="o", ms=2.5,
+                            lw=1.3, label=name)  # fmt: skip
+                    if attr == "code_accuracy" and level in t.code_accuracy_chance:
+                        chance = [v for v in t.code_accuracy_chance[level] if v is not None]
+                        if chance:
+                            ax.axhline(chance[-1], color=color, lw=0.8, ls=styles[k % 4], alpha=0.4)
+            if threshold is not None:
+                ax.axhline(threshold, color=REFERENCE_COLOR, lw=1, ls="--", label="gate threshold")
+            ax.set_title(title)
+            ax.set_xlabel("training step" if xkey == "steps" else "elapsed seconds")
+            ax.legend(loc="best", frameon=False, fontsize=6)
+        for ax in axes[len(panels) :]:
+            ax.set_visible(False)
+        fig.tight_layout()
+        return _uri(fig, "svg", style)
+
+
 def render_all(report: Report, style: FigureFormat | None = None) -> dict[str, str]:
     """Every figure of the report, keyed by section."""
     style = style or FigureFormat()
-    out = {
-        "spectra": spectra(report, style),
-        "cosine_maps": cosine_maps(report, style),
-        "row_norms": row_norms(report, style),
-    }
+    out = {}
+    if report.checkpoints:
+        out["spectra"] = spectra(report, style)
+        out["cosine_maps"] = cosine_maps(report, style)
+        out["row_norms"] = row_norms(report, style)
     if report.drift:
         out["drift"] = drift(report, style)
+    if report.trajectories:
+        out["trajectories"] = trajectories(report, style)
     return out

@@ -248,6 +248,36 @@ def neighbor_table(report: Report, p: _Ptr, shown: int, top: int = 3) -> list[di
     return rows
 
 
+TRAJECTORY_COLUMNS = [  # (header, attribute of Trajectory)
+    ("effective-rank ratio", "effective_rank_ratio"),
+    ("spread ratio", "spread_ratio"),
+    ("mean cosine", "mean_cosine"),
+]
+
+
+def trajectory_table(report: Report, p: _Ptr) -> tuple[list[str], list[list[Cell]]]:
+    """One row per run: its steps, and first and last value of each metric (all in the JSON)."""
+    levels: list[str] = []
+    for t in report.trajectories:
+        levels += [name for name in t.rsa if name not in levels]
+    header = ["run", "source", "points", "first step", "last step"]
+    for name, _ in TRAJECTORY_COLUMNS:
+        header += [f"{name}, first", "last"]
+    header += [f"RSA {name}, last" for name in levels]
+    rows = []
+    for ti, t in enumerate(report.trajectories):
+        last = len(t.steps) - 1
+        row = [Cell(t.label), Cell(t.source, cls="mono"), Cell(str(len(t.steps)))]
+        row += [p.num("trajectories", ti, "steps", 0), p.num("trajectories", ti, "steps", last)]
+        for _, attr in TRAJECTORY_COLUMNS:
+            row += [p.num("trajectories", ti, attr, 0), p.num("trajectories", ti, attr, last)]
+        for name in levels:
+            row.append(p.num("trajectories", ti, "rsa", name, last, digits=3)
+                       if name in t.rsa else Cell("-", None, "num"))  # fmt: skip
+        rows.append(row)
+    return header, rows
+
+
 def render_html(report: Report, style: FigureFormat | None = None, neighbors_shown: int = 6) -> str:
     """The report page: inline CSS, figures as data URIs, no script, no external reference."""
     import jinja2
@@ -265,7 +295,8 @@ def render_html(report: Report, style: FigureFormat | None = None, neighbors_sho
     data = to_jsonable(report)
     assert isinstance(data, dict)
     p = _Ptr(data)
-    header, metric_rows = metrics_table(report, p)
+    header, metric_rows = metrics_table(report, p) if report.checkpoints else ([], [])
+    traj_header, traj_rows = trajectory_table(report, p)
     rsa_levels, rsa_rows, rsa_notes = rsa_table(report, p)
     levels = drift_levels(report)
     return env.get_template("report.html.j2").render(
@@ -283,4 +314,6 @@ def render_html(report: Report, style: FigureFormat | None = None, neighbors_sho
         sampled=[e.label for e in report.checkpoints if e.report.matrices[0].neighbors_sampled],
         pointer=pointer,
         gate=data["gate_config"],
+        traj_header=traj_header,
+        traj_rows=traj_rows,
     )

@@ -1,0 +1,451 @@
+"""``GeodiagCallback``: watch the new rows' geometry while a ``transformers.Trainer`` trains.
+
+Every ``every_n_steps`` optimizer steps (and at the last step) the callback takes a
+cheap snapshot of the new rows (:mod:`geodiag.metrics.snapshot`: centered
+effective-rank ratio, spread against a seeded sample of original rows, mean cosine,
+RSA of the chosen levels on a seeded sample) and
+
+- logs it through the Trainer as ``geodiag/<metric>``: it asks for a log event at that
+  step (``control.should_log``) and adds its numbers to that event's ``logs`` and to
+  ``state.log_history``. TensorBoard, W&B and the other ``report_to`` integrations are
+  callbacks that the Trainer puts *before* yours; :meth:`GeodiagCallback.attach` moves
+  this one in front of them so they record ``geodiag/*`` like the loss;
+- appends one line to ``<output_dir>/geodiag_trajectory.jsonl`` (schema in
+  :mod:`geodiag.trajectory`; ``geodiag report`` plots it);
+- optionally warns, or stops training (``control.should_training_stop``), when the rows
+  are still collapsed (by the gate's thresholds) at or after ``collapse_after_steps``.
+
+At every save it runs the full gate (``geodiag check``) on the saved checkpoint folder,
+writes ``geodiag_check.json`` into it, logs ``geodiag/gate_passed`` and appends a line
+with ``"kind": "gate"`` to the trajectory. A PEFT adapter folder is not a full model: the
+gate then measures the model in memory (the rows just saved).
+
+Models: a plain ``PreTrainedModel`` or a PEFT model. Rows are read through the modules,
+so trainable tokens, ``modules_to_save`` and LoRA on the embedding give their effective
+rows (:mod:`geodiag.memory`). An untied output head is measured as its own matrix
+(``geodiag/output/<metric>``).
+
+Distributed: under DDP only the main process (``state.is_world_process_zero``) measures,
+logs and writes; with ``on_collapse="stop"`` every process measures (the weights are the
+same on every rank, so each reaches the same decision without communicating). Under
+DeepSpeed ZeRO-3 the embedding is partitioned: every process enters
+``deepspeed.zero.GatheredParameters`` for the embedding weights (a collective), the main
+process measures inside it. If deepspeed cannot be imported the snapshot is skipped with
+a warning and a ``"skipped"`` line; training goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from transformers import TrainerCallback
+from transformers.utils import logging
+
+from geodiag.analysis import AnalyzeOptions, _reference_rows
+from geodiag.atomic import atomic_write
+from geodiag.errors import InputError
+from geodiag.gate import GateConfig
+from geodiag.metrics.snapshot import snapshot
+from geodiag.safetensors_file import save_file
+from geodiag.trajectory import (
+    TRAJECTORY_FILENAME,
+    append_record,
+    record,
+    structure_of_report,
+    structure_of_snapshot,
+    truncate_after,
+)
+
+logger = logging.get_logger(__name__)
+CHECK_FILENAME = "geodiag_check.json"
+
+
+@dataclass
+class _Collapse:
+    collapsed: bool
+    why: list[str]
+
+
+def collapse_of(structure: dict, gate: GateConfig) -> _Collapse:
+    """Which of the gate's collapse thresholds a snapshot violates (undefined counts)."""
+    why = []
+    r, s, c = (structure.get(k) for k in ("effective_rank_ratio", "spread_ratio", "mean_cosine"))
+    if gate.min_effective_rank_ratio is not None and (
+        r is None or r < gate.min_effective_rank_ratio
+    ):
+        why.append(f"effective-rank ratio {r} < {gate.min_effective_rank_ratio:g}")
+    if gate.min_spread_ratio is not None and (s is None or s < gate.min_spread_ratio):
+        why.append(f"spread ratio {s} < {gate.min_spread_ratio:g}")
+    if gate.max_mean_cosine is not None and c is not None and c > gate.max_mean_cosine:
+        why.append(f"mean cosine {c} > {gate.max_mean_cosine:g}")
+    return _Collapse(bool(why), why)
+
+
+class GeodiagCallback(TrainerCallback):
+    """Measure the new-token rows every ``every_n_steps`` steps and gate each saved checkpoint.
+
+    Args:
+        new_token_ids: ids of the new rows (any order). Optional when ``levels`` is given.
+        every_n_steps: optimizer steps between snapshots (the last step is always measured).
+        levels: ``{level: token ids in code order}`` or a ``semantic_ids.json`` with token
+            ids; needed for RSA.
+        codebooks: ``{level: (codes, code_dim) array}`` or a ``.safetensors`` file
+            (default with a sidecar: its ``codebooks.safetensors``).
+        rsa_levels: levels whose RSA the snapshot computes (default: the first, coarsest).
+        rsa_sample, rsa_permutations: tokens per level and permutations for that RSA.
+        base_vocab_size: original rows are ``[0, N)`` (default: the smallest new id).
+        seed: seed of the reference sample and of the RSA sample/permutations.
+        gate: thresholds, for the collapse test and the save-time gate.
+        gate_on_save: run the full gate on each saved checkpoint.
+        describe_checkpoints: when ``levels`` are known, write ``semantic_ids.json`` (token
+            ids, levels, the step) and ``codebooks.safetensors`` into each saved checkpoint
+            that lacks them, so ``geodiag check|report run/checkpoint-*`` need no flags.
+        collapse_after_steps: from this step on, a collapsed snapshot triggers ``on_collapse``.
+        on_collapse: ``"warn"`` (once) or ``"stop"`` (``control.should_training_stop``).
+        trajectory_file: file name in ``args.output_dir``; ``None`` writes nothing.
+        prefix: of the logged metric names.
+    """
+
+    def __init__(
+        self,
+        new_token_ids=None,
+        *,
+        every_n_steps: int = 50,
+        levels=None,
+        codebooks=None,
+        rsa_levels: list[str] | None = None,
+        rsa_sample: int = 256,
+        rsa_permutations: int = 100,
+        base_vocab_size: int | None = None,
+        seed: int = 0,
+        gate: GateConfig | None = None,
+        gate_on_save: bool = True,
+        describe_checkpoints: bool = True,
+        collapse_after_steps: int | None = None,
+        on_collapse: str = "warn",
+        trajectory_file: str | None = TRAJECTORY_FILENAME,
+        prefix: str = "geodiag/",
+    ) -> None:
+        if new_token_ids is None and levels is None:
+            raise ValueError("GeodiagCallback needs new_token_ids=[...] or levels=...")
+        if every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
+        if on_collapse not in ("warn", "stop"):
+            raise ValueError(f"on_collapse must be 'warn' or 'stop', got {on_collapse!r}")
+        self.new_token_ids = None if new_token_ids is None else [int(i) for i in new_token_ids]
+        self.every_n_steps = every_n_steps
+        self.levels = levels
+        self.codebooks = codebooks
+        self.rsa_levels = rsa_levels
+        self.rsa_sample = rsa_sample
+        self.rsa_permutations = rsa_permutations
+        self.base_vocab_size = base_vocab_size
+        self.seed = seed
+        self.gate = gate or GateConfig()
+        self.gate_on_save = gate_on_save
+        self.describe_checkpoints = describe_checkpoints
+        self.collapse_after_steps = collapse_after_steps
+        self.on_collapse = on_collapse
+        self.trajectory_file = trajectory_file
+        self.prefix = prefix
+        self._attached = False
+        self._trainer = None
+        self._pending: dict[str, float] = {}
+        self._pending_step: int | None = None
+        self._t0 = time.monotonic()
+        self._elapsed_offset = 0.0
+        self._warned_collapse = False
+        self.last_structure: dict | None = None
+
+    # -- wiring -------------------------------------------------------------------------
+
+    def attach(self, trainer) -> GeodiagCallback:
+        """Put this callback first in ``trainer``'s list (adding it if missing), so the
+        ``report_to`` integrations (TensorBoard, W&B, ...) see ``geodiag/*`` in each log."""
+        callbacks = trainer.callback_handler.callbacks
+        if self in callbacks:
+            callbacks.remove(self)
+        callbacks.insert(0, self)
+        self._attached = True
+        self._trainer = trainer
+        return self
+
+    def _path(self, args) -> Path | None:
+        return (
+            None if self.trajectory_file is None else Path(args.output_dir) / self.trajectory_file
+        )
+
+    def _elapsed(self) -> float:
+        return self._elapsed_offset + time.monotonic() - self._t0
+
+    def _open(self, model):
+        from geodiag.api import open_source
+
+        return open_source(model, new_ids=self.new_token_ids, levels=self.levels,
+                           codebooks=self.codebooks, base_vocab_size=self.base_vocab_size)  # fmt: skip
+
+    # -- measuring ----------------------------------------------------------------------
+
+    def measure(self, model) -> dict[str, dict]:
+        """{matrix role: structure} of ``model`` now (cheap snapshot). Raises InputError."""
+        from geodiag.memory import gathered
+
+        with gathered(model):
+            ckpt = self._open(model)
+            opts = AnalyzeOptions(seed=self.seed)
+            out = {}
+            for matrix in ckpt.matrices:
+                rows = ckpt.read_rows(matrix, ckpt.new.ids)
+                if not np.isfinite(rows).all():
+                    raise InputError(
+                        "<model>", f"new rows of the {matrix.role} matrix hold NaN/Inf"
+                    )
+                reference = _reference_rows(ckpt, matrix, opts, len(rows))
+                levels = {}
+                names = self.rsa_levels if self.rsa_levels is not None else ckpt.new.level_names[:1]
+                for name in names:
+                    if name in ckpt.codebooks and ckpt.new.level_index is not None:
+                        li = ckpt.new.level_names.index(name)
+                        levels[name] = (rows[ckpt.new.level_index == li], ckpt.codebooks[name])
+                snap = snapshot(rows, reference, levels, rsa_max_items=self.rsa_sample,
+                                n_permutations=self.rsa_permutations, seed=self.seed)  # fmt: skip
+                out[matrix.role] = structure_of_snapshot(snap)
+            return out
+
+    def _logs_of(self, structures: dict[str, dict]) -> dict[str, float]:
+        logs = {}
+        for role, s in structures.items():
+            pre = self.prefix + ("" if role == "input" else f"{role}/")
+            for key in ("effective_rank_ratio", "spread_ratio", "mean_cosine"):
+                if s[key] is not None:
+                    logs[pre + key] = float(s[key])
+            for level, v in s["rsa"].items():
+                if v is not None:
+                    logs[f"{pre}rsa_{level}"] = float(v)
+        return logs
+
+    # -- TrainerCallback hooks ----------------------------------------------------------
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._t0 = time.monotonic()
+        if not state.is_world_process_zero:
+            if state.global_step == 0 and model is not None:
+                self._measure_on_this_rank(args, state, control, model, log=False)
+            return
+        path = self._path(args)
+        if path is not None and path.is_file():
+            # Resumed (or re-run) in the same folder: the records past this step are stale.
+            self._elapsed_offset = truncate_after(path, state.global_step) or 0.0
+        reporters = [r for r in (args.report_to or []) if r not in ("none", None)]
+        if reporters and not self._attached:
+            logger.warning(
+                "GeodiagCallback is not attached: %s run before it and will not see geodiag/* "
+                "(they reach state.log_history and %s). Call callback.attach(trainer).",
+                ", ".join(reporters),
+                self.trajectory_file,
+            )
+        if state.global_step == 0 and model is not None:
+            self._measure_on_this_rank(args, state, control, model, log=False)  # the start
+
+    def _due(self, state) -> bool:
+        step = state.global_step
+        return step > 0 and (step % self.every_n_steps == 0 or step == state.max_steps)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if model is None or not self._due(state):
+            return control
+        self._measure_on_this_rank(args, state, control, model, log=True)
+        return control
+
+    def _measure_on_this_rank(self, args, state, control, model, *, log: bool) -> None:
+        """The main process measures; the others too when they must decide a stop, and
+        otherwise only join the ZeRO-3 gather (a collective) without measuring."""
+        if state.is_world_process_zero or self.on_collapse == "stop":
+            self._snapshot(args, state, control, model, log=log)
+        elif _partitioned(model):
+            self._enter_gather_only(model)
+
+    def _enter_gather_only(self, model) -> None:
+        from geodiag.memory import gathered
+
+        try:
+            with gathered(model):
+                pass
+        except InputError:
+            pass
+
+    def _snapshot(self, args, state, control, model, *, log: bool) -> None:
+        main = state.is_world_process_zero
+        step = state.global_step
+        try:
+            structures = self.measure(model)
+        except (InputError, ValueError) as e:
+            if main:
+                logger.warning("geodiag snapshot at step %d skipped: %s", step, e)
+                self._write(args, record(step, self._elapsed(), _empty(), kind="skipped",
+                                         reason=str(e)))  # fmt: skip
+            return
+        s = structures["input"]
+        self.last_structure = s
+        collapse = collapse_of(s, self.gate)
+        due = self.collapse_after_steps is not None and step >= self.collapse_after_steps
+        if due and collapse.collapsed:
+            msg = (f"geodiag: the new-token rows are still collapsed at step {step} "
+                   f"({'; '.join(collapse.why)})")  # fmt: skip
+            if self.on_collapse == "stop":
+                control.should_training_stop = True
+                if main:
+                    logger.warning("%s: stopping training", msg)
+            elif main and not self._warned_collapse:
+                logger.warning("%s", msg)
+                self._warned_collapse = True
+        if not main:
+            return
+        extra = {k: v for k, v in structures.items() if k != "input"}
+        self._write(args, record(step, self._elapsed(), s, kind="snapshot", collapsed=collapse.collapsed,
+                                 **({"structure_output": extra["output"]} if extra else {})))  # fmt: skip
+        if log:
+            logs = self._logs_of(structures)
+            logs[self.prefix + "collapsed"] = float(collapse.collapsed)
+            self._queue(logs, step)
+            control.should_log = True
+
+    def _queue(self, logs: dict[str, float], step: int) -> None:
+        if self._pending_step is not None and self._pending_step != step:
+            self._pending = {}
+        self._pending.update(logs)
+        self._pending_step = step
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not self._pending or logs is None or not state.is_world_process_zero:
+            return
+        logs.update(self._pending)
+        last = state.log_history[-1] if state.log_history else None
+        if last is not None and last.get("step") == state.global_step:
+            last.update(self._pending)
+        self._pending, self._pending_step = {}, None
+
+    def on_save(self, args, state, control, model=None, **kwargs):
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and self.describe_checkpoints and folder.is_dir():
+            try:
+                self._describe(folder, state.global_step)
+            except (InputError, OSError) as e:
+                logger.warning("geodiag: could not describe %s: %s", folder, e)
+        if not self.gate_on_save:
+            return
+        if not state.is_world_process_zero:
+            if model is not None and _partitioned(model) and self._reads_memory(folder):
+                self._enter_gather_only(model)  # the main process gathers to measure
+            return
+        try:
+            result, report, source = self._gate(folder, model)
+        except (InputError, ValueError) as e:
+            logger.warning("geodiag gate on %s skipped: %s", folder, e)
+            return
+        from geodiag.jsonio import dumps
+
+        if folder.is_dir():
+            summary = {"passed": result.passed, "measured": source, "gate_config": self.gate,
+                       "result": result}  # fmt: skip
+            atomic_write(folder / CHECK_FILENAME, dumps(summary) + "\n")
+        failed = [f"{c.name} ({c.matrix})" for c in result.checks if c.status == "fail"]
+        if failed:
+            logger.warning("geodiag gate FAILED on %s: %s", folder, ", ".join(failed))
+        gate = {"passed": result.passed, "failed": failed, "measured": source}
+        self._write(args, record(state.global_step, self._elapsed(), structure_of_report(report),
+                                 kind="gate", checkpoint=str(folder), gate=gate))  # fmt: skip
+        logs = {self.prefix + "gate_passed": float(result.passed)}
+        if self._trainer is not None:
+            self._trainer.log(logs)  # on_save comes after this step's log event
+        else:
+            self._queue(logs, state.global_step)
+
+    def _gate(self, folder: Path, model):
+        """(GateResult, CheckpointReport, what was measured) for a saved checkpoint."""
+        from geodiag.api import open_source
+        from geodiag.gate import run_gate
+
+        opts = AnalyzeOptions(seed=self.seed, neighbors_max=0)
+        kw = dict(new_ids=self.new_token_ids, levels=self.levels, codebooks=self.codebooks,
+                  base_vocab_size=self.base_vocab_size)  # fmt: skip
+        from geodiag.analysis import analyze_checkpoint
+
+        if not self._reads_memory(folder):
+            try:
+                report = analyze_checkpoint(open_source(folder, **kw), opts)
+                return run_gate(report, self.gate), report, str(folder)
+            except InputError as e:
+                # In memory instead, unless that needs a gather the other ranks won't join.
+                if model is None or _partitioned(model):
+                    raise
+                logger.warning("geodiag: reading %s failed (%s); measuring the model in memory",
+                               folder, e)  # fmt: skip
+        if model is None:
+            raise InputError(folder, "no model to measure")
+        from geodiag.memory import gathered
+
+        with gathered(model):
+            report = analyze_checkpoint(open_source(model, **kw), opts)
+        return run_gate(report, self.gate), report, "model in memory"
+
+    def _describe(self, folder: Path, step: int) -> None:
+        """The sidecar and codebooks a reader of this folder needs (gti's contract)."""
+        from geodiag import sidecar
+        from geodiag.api import _levels
+
+        if self.levels is None or (folder / sidecar.FILENAME).exists():
+            return
+        by_level, side_path = _levels(self.levels)
+        ids = [int(i) for v in by_level.values() for i in v]
+        items = sidecar.load(side_path).items if side_path is not None else {}
+        levels = [sidecar.Level(name, len(v), [int(i) for i in v]) for name, v in by_level.items()]
+        base = self.base_vocab_size if self.base_vocab_size is not None else min(ids)
+        prov = {"step": step, "written_by": "geodiag.trainer.GeodiagCallback"}
+        books = self.codebooks
+        if books is None and side_path is not None:
+            beside = side_path.parent / sidecar.CODEBOOKS_FILENAME
+            books = beside if beside.is_file() else None
+        dest = folder / sidecar.CODEBOOKS_FILENAME
+        if books is not None and not dest.exists():
+            if isinstance(books, str | os.PathLike):
+                atomic_write(dest, Path(books).read_bytes())
+            else:
+                arrays = {str(k): np.asarray(_numpy(v), dtype=np.float32) for k, v in books.items()}
+                save_file(arrays, dest)
+        sidecar.save(sidecar.SemanticIds(base, levels, items, prov), folder)
+
+    @staticmethod
+    def _reads_memory(folder: Path) -> bool:
+        """An adapter folder (or no folder) is measured from the model in memory."""
+        return not folder.is_dir() or (folder / "adapter_config.json").is_file()
+
+    def _write(self, args, rec: dict) -> None:
+        path = self._path(args)
+        if path is not None:
+            append_record(path, rec)
+
+
+def _numpy(x):
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else x
+
+
+def _empty() -> dict:
+    return {"effective_rank_ratio": None, "spread_ratio": None, "mean_cosine": None,
+            "rsa": {}, "rsa_p": {}}  # fmt: skip
+
+
+def _partitioned(model) -> bool:
+    from geodiag.memory import partitioned_embeddings
+
+    try:
+        return bool(partitioned_embeddings(model))
+    except AttributeError:
+        return False
+
+
+__all__ = ["GeodiagCallback", "collapse_of"]

@@ -1,0 +1,132 @@
+"""geodiag.measure on transformers and PEFT models: the rows are those the model computes.
+
+Reference: the modules themselves. The input rows are ``embedding(ids)``; the head's
+rows are ``head(I_d).T`` (a linear head maps the identity to its weight's transpose),
+so every PEFT variant is checked against what its forward pass uses, and the input
+rows also against ``merge_and_unload()``.
+"""
+
+import copy
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+import geodiag  # noqa: E402
+from geodiag.api import open_source  # noqa: E402
+
+VOCAB, DIM, N_NEW = 120, 16, 20
+NEW = list(range(VOCAB - N_NEW, VOCAB))
+
+
+def tiny(tie: bool = True, seed: int = 0):
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=DIM, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=tie,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def perturb(model, seed=1):
+    """Move every trainable parameter, as training would (PEFT inits are no-ops)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn(p.shape, generator=g) * 0.5)
+
+
+def forward_rows(model):
+    """(input rows, head rows) of the new tokens as the forward pass uses them, float64."""
+    ids = torch.tensor(NEW)
+    with torch.no_grad():
+        x = model.get_input_embeddings()(ids).double().numpy()
+        head = model.get_output_embeddings()
+        h = head(torch.eye(DIM)).T[ids].double().numpy()
+    return x, h
+
+
+def rows_of(model):
+    ckpt = open_source(model, new_ids=NEW)
+    return [ckpt.read_rows(m, ckpt.new.ids) for m in ckpt.matrices], ckpt.tied
+
+
+def test_plain_model_tied_and_untied():
+    tied = tiny(tie=True)
+    rep = geodiag.measure(tied, new_ids=NEW, n_permutations=10)
+    assert [m.role for m in rep.matrices] == ["input"] and rep.tied
+    w = tied.get_input_embeddings().weight
+    assert geodiag.measure(w, new_ids=NEW, n_permutations=10).matrices[0].new == rep.matrices[0].new
+    untied = tiny(tie=False)
+    rep = geodiag.measure(untied, new_ids=NEW, n_permutations=10)
+    assert [m.role for m in rep.matrices] == ["input", "output"] and not rep.tied
+    (x, h), _ = rows_of(untied)
+    fx, fh = forward_rows(untied)
+    np.testing.assert_array_equal(x, fx)
+    # head(I).T is a matmul by 1 and 0s: exact in float32, so exactly the weight rows.
+    np.testing.assert_array_equal(h, fh)
+
+
+PEFT_CONFIGS = {
+    "trainable tokens": lambda: peft.TrainableTokensConfig(
+        target_modules=["embed_tokens"], token_indices=NEW
+    ),
+    "lora + trainable tokens": lambda: peft.LoraConfig(
+        r=4, target_modules=["q_proj"], trainable_token_indices={"embed_tokens": NEW}
+    ),
+    "modules_to_save": lambda: peft.LoraConfig(
+        r=4, target_modules=["q_proj"], modules_to_save=["embed_tokens", "lm_head"]
+    ),
+    "lora on the embedding": lambda: peft.LoraConfig(
+        r=4, lora_alpha=8, target_modules=["embed_tokens", "q_proj"]
+    ),
+}
+
+
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+@pytest.mark.parametrize("kind", list(PEFT_CONFIGS))
+def test_peft_model_rows_are_the_effective_rows(kind, tie):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = peft.get_peft_model(tiny(tie), PEFT_CONFIGS[kind]())
+    perturb(model)
+    rows, tied = rows_of(model)
+    fx, fh = forward_rows(model)
+    # The input embedding is called as the model calls it: identical values.
+    np.testing.assert_array_equal(rows[0], fx)
+    if tied:
+        np.testing.assert_array_equal(fx, fh)  # the head really uses the input rows
+    else:
+        # the head's weight rows against head(I): float32 sums of one product each,
+        # plus LoRA's B @ A (r = 4 terms): a few float32 ulps.
+        np.testing.assert_allclose(rows[1], fh, rtol=1e-5, atol=1e-6)
+        assert not np.array_equal(fx, fh)
+    rep = geodiag.measure(model, new_ids=NEW, n_permutations=10, neighbors=0)
+    assert len(rep.matrices) == (1 if tied else 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        merged = copy.deepcopy(model).merge_and_unload()
+    mx = merged.get_input_embeddings().weight[NEW].detach().double().numpy()
+    # merging adds B @ A * scaling into the float32 weight: rounding of one addition.
+    np.testing.assert_allclose(rows[0], mx, rtol=1e-6, atol=1e-7)
+
+
+def test_peft_tied_expectations():
+    """Which PEFT setups leave a tied model tied: the head must see the trained rows."""
+
+    def tied_after(kind):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = peft.get_peft_model(tiny(True), PEFT_CONFIGS[kind]())
+        perturb(model)
+        return rows_of(model)[1]
+
+    # trainable tokens tie the head's adapter to the embedding's
+    assert tied_after("trainable tokens") and tied_after("lora + trainable tokens")
+    # LoRA on the embedding changes the input rows only: the head still uses E
+    assert not tied_after("lora on the embedding")

@@ -1,0 +1,323 @@
+"""GeodiagCallback inside real transformers.Trainer runs on a tiny Llama (CPU, a few steps).
+
+Asserted: the logged keys (in state.log_history and as seen by a reporting callback
+that runs before it, as TensorBoard/W&B do), the JSONL records and their schema, the
+save-time gate on each checkpoint, the collapse warning and the stop option, a PEFT
+model, the non-main process of a DDP run, and a ZeRO-3 parameter without deepspeed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import geodiag  # noqa: E402
+from geodiag.trainer import GeodiagCallback  # noqa: E402
+from geodiag.trajectory import read_records, truncate_after  # noqa: E402
+
+VOCAB, DIM = 120, 16
+LEVELS = {"a": list(range(100, 110)), "b": list(range(110, 120))}
+NEW = [i for ids in LEVELS.values() for i in ids]
+BOOKS = {name: np.random.default_rng(i).normal(size=(10, 3)) for i, name in enumerate(LEVELS)}
+
+
+def mean_init_model(tie: bool = True):
+    """A tiny Llama whose new rows are all the mean of the original ones (collapsed)."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=DIM, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=tie,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        w = model.get_input_embeddings().weight
+        w[100:] = w[:100].mean(dim=0)
+    return model
+
+
+class Sequences(torch.utils.data.Dataset):
+    """Sequences that use the new tokens, so their rows get gradients."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        x = torch.cat(
+            [torch.randint(0, 100, (4,), generator=g), torch.randint(100, VOCAB, (4,), generator=g)]
+        )
+        return {"input_ids": x, "labels": x}
+
+
+class Recorder(transformers.TrainerCallback):
+    """Stands in for a report_to integration: records every log event it is shown."""
+
+    def __init__(self):
+        self.logs = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs.append({**logs, "_step": state.global_step})
+
+
+def train(tmp_path, callback, *, lr=1e-2, steps=6, save_steps=3, model=None, attach=True):
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "run"), max_steps=steps, per_device_train_batch_size=4,
+        logging_steps=100, save_steps=save_steps, save_strategy="steps", learning_rate=lr,
+        report_to="none", use_cpu=True, disable_tqdm=True, seed=0,
+    )  # fmt: skip
+    recorder = Recorder()
+    trainer = transformers.Trainer(model=model or mean_init_model(), args=args,
+                                   train_dataset=Sequences(), callbacks=[recorder, callback])  # fmt: skip
+    if attach:
+        callback.attach(trainer)
+    trainer.train()
+    return trainer, recorder
+
+
+def test_logs_jsonl_and_save_time_gate(tmp_path):
+    cb = GeodiagCallback(levels=LEVELS, codebooks=BOOKS, every_n_steps=2, rsa_sample=10)
+    trainer, recorder = train(tmp_path, cb)
+    keys = {"geodiag/effective_rank_ratio", "geodiag/spread_ratio", "geodiag/mean_cosine",
+            "geodiag/rsa_a", "geodiag/collapsed"}  # fmt: skip
+    history = {h["step"]: h for h in trainer.state.log_history if "geodiag/spread_ratio" in h}
+    assert sorted(history) == [2, 4, 6] and all(keys <= set(h) for h in history.values())
+    assert all("loss" in h for h in history.values())  # one event with the loss, same step
+    # A reporting callback listed before ours sees the same numbers at the same steps.
+    seen = {r["_step"]: r for r in recorder.logs if "geodiag/spread_ratio" in r}
+    assert {s: {k: seen[s][k] for k in keys} for s in seen} == {
+        s: {k: history[s][k] for k in keys} for s in history
+    }
+    gates = [h for h in trainer.state.log_history if "geodiag/gate_passed" in h]
+    assert [(h["step"], h["geodiag/gate_passed"]) for h in gates] == [(3, 1.0), (6, 1.0)]
+
+    out = tmp_path / "run"
+    records, notes = read_records(out / "geodiag_trajectory.jsonl")
+    assert notes == []
+    assert [(r["step"], r["kind"]) for r in records] == [
+        (0, "snapshot"), (2, "snapshot"), (3, "gate"), (4, "snapshot"), (6, "snapshot"), (6, "gate"),
+    ]  # fmt: skip
+    for r in records:
+        assert set(r) >= {"step", "elapsed_s", "structure"}
+        s = r["structure"]
+        assert set(s) >= {"effective_rank_ratio", "spread_ratio", "mean_cosine", "rsa", "rsa_p"}
+    assert records[0]["structure"]["effective_rank_ratio"] == 0.0  # the mean init, step 0
+    assert records[0]["collapsed"] is True
+    assert set(records[1]["structure"]["rsa"]) == {"a"}  # the snapshot: first level only
+    assert set(records[2]["structure"]["rsa"]) == {"a", "b"}  # the gate: every level
+    elapsed = [r["elapsed_s"] for r in records]
+    assert elapsed == sorted(elapsed)
+
+    # The gate read checkpoint-6 from disk; the last snapshot measured the same weights in
+    # memory: same rows, SVD vs Gram eigenvalues (agree to ~1e-12 relative here).
+    snap, gate = records[4]["structure"], records[5]["structure"]
+    for key in ("effective_rank_ratio", "spread_ratio", "mean_cosine"):
+        assert snap[key] == pytest.approx(gate[key], rel=1e-9)
+    check = json.loads((out / "checkpoint-3" / "geodiag_check.json").read_text())
+    assert check["passed"] is True and check["measured"].endswith("checkpoint-3")
+    assert {c["name"] for c in check["result"]["checks"]} >= {"spread_ratio", "rsa[a]", "rsa[b]"}
+    # ... and equals what geodiag.check says on that folder
+    assert geodiag.check(out / "checkpoint-6", levels=LEVELS, codebooks=BOOKS).passed
+
+    # Each checkpoint describes itself (sidecar + codebooks): no flags needed afterwards.
+    from geodiag import sidecar
+    from geodiag.report import ReportOptions, write_report
+
+    side = sidecar.load(out / "checkpoint-3")
+    assert [(lv.name, lv.token_ids) for lv in side.levels] == list(LEVELS.items())
+    assert side.provenance["step"] == 3 and side.base_vocab_size == 100
+    bare = geodiag.measure(out / "checkpoint-6", n_permutations=50, neighbors=0)
+    assert [lv.name for lv in bare.matrices[0].levels] == ["a", "b"]
+    assert all(lv.rsa is not None for lv in bare.matrices[0].levels)
+    files = write_report(sorted(out.glob("checkpoint-*")) + [out / "geodiag_trajectory.jsonl"],
+                         tmp_path / "r.html", opts=ReportOptions(n_permutations=20))  # fmt: skip
+    trajs = json.loads(files.json.read_text())["trajectories"]
+    assert [(t["label"], t["steps"]) for t in trajs] == [
+        ("run/geodiag_trajectory.jsonl", [0, 2, 4, 6]), ("run (checkpoints)", [3, 6])]  # fmt: skip
+    assert set(trajs[1]["rsa"]) == {"a", "b"}
+
+
+def test_stop_when_still_collapsed(tmp_path, caplog):
+    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=2, collapse_after_steps=3,
+                         on_collapse="stop", gate_on_save=False)  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="geodiag.trainer"):
+        trainer, _ = train(tmp_path, cb, lr=0.0, steps=10, save_steps=100)
+    # lr 0: the rows stay the mean. Step 2 is before K = 3; step 4 is the first check.
+    assert trainer.state.global_step == 4
+    assert "still collapsed at step 4" in caplog.text and "stopping training" in caplog.text
+    last = [h for h in trainer.state.log_history if "geodiag/collapsed" in h][-1]
+    assert last["geodiag/collapsed"] == 1.0 and last["step"] == 4
+
+
+def test_warn_once_and_keep_training(tmp_path, caplog):
+    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=1, collapse_after_steps=1,
+                         gate_on_save=False)  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="geodiag.trainer"):
+        trainer, _ = train(tmp_path, cb, lr=0.0, steps=3, save_steps=100, attach=False)
+    assert trainer.state.global_step == 3
+    assert caplog.text.count("still collapsed") == 1
+    # Not attached: the numbers still reach state.log_history and the JSONL.
+    assert sum("geodiag/mean_cosine" in h for h in trainer.state.log_history) == 3
+
+
+def test_peft_model_is_measured_through_its_modules(tmp_path):
+    peft = pytest.importorskip("peft")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = peft.get_peft_model(
+            mean_init_model(),
+            peft.LoraConfig(
+                r=2, target_modules=["q_proj"], trainable_token_indices={"embed_tokens": NEW}
+            ),
+        )
+    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=3)
+    trainer, _ = train(tmp_path, cb, model=model, steps=3, save_steps=3)
+    records, _ = read_records(tmp_path / "run" / "geodiag_trajectory.jsonl")
+    assert [(r["step"], r["kind"]) for r in records] == [
+        (0, "snapshot"),
+        (3, "snapshot"),
+        (3, "gate"),
+    ]
+    assert records[0]["structure"]["spread_ratio"] == 0.0
+    assert records[1]["structure"]["spread_ratio"] > 0.0  # the trainable tokens moved
+    # An adapter folder is not a model: the gate measured the model in memory.
+    assert records[2]["gate"]["measured"] == "model in memory"
+    now = geodiag.measure(trainer.model, new_ids=NEW, neighbors=0).matrices[0].new
+    assert records[1]["structure"]["spread_ratio"] == pytest.approx(now.spread_relative, rel=1e-12)
+
+
+def _state(step, main=True, max_steps=10):
+    return transformers.TrainerState(global_step=step, max_steps=max_steps,
+                                     is_world_process_zero=main)  # fmt: skip
+
+
+def test_only_the_main_process_measures_and_writes(tmp_path):
+    args = SimpleNamespace(output_dir=str(tmp_path), report_to=[])
+    model = mean_init_model()
+    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=2, collapse_after_steps=0)
+    control = transformers.TrainerControl()
+    cb.on_train_begin(args, _state(0, main=False), control, model=model)
+    cb.on_step_end(args, _state(2, main=False), control, model=model)
+    assert not (tmp_path / "geodiag_trajectory.jsonl").exists()
+    assert not control.should_log and not control.should_training_stop
+    # With the stop option every rank measures (same weights, same decision), none writes.
+    stop = GeodiagCallback(new_token_ids=NEW, every_n_steps=2, collapse_after_steps=0,
+                           on_collapse="stop")  # fmt: skip
+    stop.on_step_end(args, _state(2, main=False), control, model=model)
+    assert control.should_training_stop and not control.should_log
+    assert not (tmp_path / "geodiag_trajectory.jsonl").exists()
+
+
+def test_zero3_partitioned_without_deepspeed_skips_with_a_warning(tmp_path, caplog):
+    model = mean_init_model()
+    model.get_input_embeddings().weight.ds_id = 7  # what ZeRO-3 puts on its partitioned params
+    args = SimpleNamespace(output_dir=str(tmp_path), report_to=[])
+    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=1)
+    with caplog.at_level(logging.WARNING, logger="geodiag.trainer"):
+        cb.on_step_end(args, _state(1), transformers.TrainerControl(), model=model)
+    assert "deepspeed cannot be imported" in caplog.text
+    line = json.loads((tmp_path / "geodiag_trajectory.jsonl").read_text())
+    assert line["kind"] == "skipped" and line["structure"]["spread_ratio"] is None
+
+
+def test_resume_drops_records_past_the_checkpoint(tmp_path):
+    path = tmp_path / "t.jsonl"
+    lines = [{"step": s, "elapsed_s": float(s), "structure": {}} for s in (0, 2, 4, 6)]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 8, "elap')
+    assert truncate_after(path, 4) == 4.0
+    assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [0, 2, 4]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="new_token_ids"):
+        GeodiagCallback()
+    with pytest.raises(ValueError, match="every_n_steps"):
+        GeodiagCallback(NEW, every_n_steps=0)
+    with pytest.raises(ValueError, match="on_collapse"):
+        GeodiagCallback(NEW, on_collapse="explode")
+
+
+def test_untied_head_is_its_own_matrix(tmp_path):
+    model = mean_init_model(tie=False)  # the head keeps its own (random) new rows
+    args = SimpleNamespace(output_dir=str(tmp_path), report_to=[])
+    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=1)
+    control = transformers.TrainerControl()
+    cb.on_step_end(args, _state(1), control, model=model)
+    line = json.loads((tmp_path / "geodiag_trajectory.jsonl").read_text())
+    assert line["structure"]["spread_ratio"] == 0.0  # input: the mean
+    assert line["structure_output"]["spread_ratio"] > 0.5  # head: untouched random rows
+    logs = {}
+    cb.on_log(args, _state(1), control, logs=logs)
+    assert logs["geodiag/spread_ratio"] == 0.0
+    assert logs["geodiag/output/spread_ratio"] == line["structure_output"]["spread_ratio"]
+    assert control.should_log
+
+
+def test_zero3_every_rank_joins_the_gather(tmp_path, monkeypatch):
+    """With deepspeed present, each rank enters GatheredParameters (a collective) at each
+    snapshot; only the main process measures and writes. A stand-in records the calls."""
+    import contextlib
+    import sys
+    import types
+
+    entered = []
+
+    @contextlib.contextmanager
+    def gathered_parameters(params, modifier_rank=None):
+        entered.append((len(params), modifier_rank))
+        yield
+
+    fake = types.ModuleType("deepspeed")
+    fake.zero = types.SimpleNamespace(GatheredParameters=gathered_parameters)
+    monkeypatch.setitem(sys.modules, "deepspeed", fake)
+    model = mean_init_model()
+    model.get_input_embeddings().weight.ds_id = 7
+    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=1)
+    control = transformers.TrainerControl()
+    for rank, main in ((1, False), (0, True)):
+        out = tmp_path / f"rank{rank}"
+        cb.on_step_end(SimpleNamespace(output_dir=str(out), report_to=[]), _state(1, main=main),
+                       control, model=model)  # fmt: skip
+    assert entered == [(1, None), (1, None)]  # the tied embedding: one parameter, all ranks
+    assert not (tmp_path / "rank1").exists()
+    assert json.loads((tmp_path / "rank0" / "geodiag_trajectory.jsonl").read_text())["step"] == 1
+
+
+def test_numbers_reach_tensorboard(tmp_path, monkeypatch):
+    """report_to=["tensorboard"]: the real TensorBoardCallback, placed before ours by the
+    Trainer; attach() puts ours first, and the event files hold geodiag/* per step."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=2, gate_on_save=False)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "run"), max_steps=4, per_device_train_batch_size=4,
+        logging_steps=100, save_strategy="no", learning_rate=1e-2, report_to=["tensorboard"],
+        use_cpu=True, disable_tqdm=True, seed=0,
+    )  # fmt: skip
+    trainer = transformers.Trainer(model=mean_init_model(), args=args, train_dataset=Sequences(),
+                                   callbacks=[cb])  # fmt: skip
+    names = [type(c).__name__ for c in trainer.callback_handler.callbacks]
+    assert names.index("TensorBoardCallback") < names.index("GeodiagCallback")
+    cb.attach(trainer)
+    assert trainer.callback_handler.callbacks[0] is cb
+    trainer.train()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    # transformers' TensorBoardCallback rewrites the train keys as train/<name>
+    tag = next(t for t in tags if t.endswith("geodiag/spread_ratio"))
+    points = [(e.step, e.value) for e in events.Scalars(tag)]
+    history = [(h["step"], h["geodiag/spread_ratio"]) for h in trainer.state.log_history
+               if "geodiag/spread_ratio" in h]  # fmt: skip
+    assert [s for s, _ in points] == [2, 4]
+    # TensorBoard stores float32: the logged float64 rounded to 24 significand bits.
+    assert [v for _, v in points] == pytest.approx([v for _, v in history], rel=1e-7)
