@@ -81,8 +81,12 @@ class MemoryStore:
             )
         return m.read(rows)
 
-    def read_block(self, name: str, start: int, stop: int) -> np.ndarray:
-        return self.read_rows(name, np.arange(start, stop, dtype=np.int64))
+    def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
+        """Rows ``start:stop`` as float64, or float32 when asked and exact (as the file
+        stores do: only a float64 matrix would lose digits)."""
+        rows = self.read_rows(name, np.arange(start, stop, dtype=np.int64))
+        exact32 = float32 and self.dtype(name) != "F64"
+        return rows.astype(np.float32) if exact32 else rows
 
     def digests(self) -> dict[str, str]:
         return {}
