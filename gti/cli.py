@@ -17,6 +17,7 @@ import typer
 from geodiag.errors import InputError
 from geodiag.settings import options_from
 from gti.errors import exits_on_bad_input
+from gti.options import CACHE_HELP
 from gti.semantic_ids.config import SidsConfig
 
 app = typer.Typer(
@@ -29,7 +30,7 @@ app.add_typer(sids_app, name="sids")
 
 CacheDir = Annotated[
     Path | None,
-    typer.Option("--cache-dir", help="Cache root (default: $GTI_CACHE or ~/.cache/gti)."),
+    typer.Option("--cache-dir", help=CACHE_HELP),
 ]
 
 
