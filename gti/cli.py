@@ -83,11 +83,14 @@ def _register_pipeline_commands() -> None:
     from gti.experiment.cli import experiment
     from gti.init.cli import init
     from gti.sft.cli import sft
+    from gti.study.cli import baselines, study_app
 
     app.command("init")(init)
     app.command("sft")(sft)
     app.command("evaluate")(evaluate)
     app.command("experiment")(experiment)
+    app.command("baselines")(baselines)
+    app.add_typer(study_app, name="study")
 
 
 _register_pipeline_commands()

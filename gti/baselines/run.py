@@ -28,7 +28,7 @@ from gti.evaluate.stats import summarize_rankings
 
 log = logging.getLogger(__name__)
 COUNTING = {"most-popular": MostPopular, "transitions": LastItemTransitions}
-BASELINES = (*COUNTING, "sasrec")
+BASELINES = tuple(COUNTING)  # SASRec runs in its own venv: scripts/sasrec_recbole.py
 
 
 @dataclass
@@ -72,7 +72,6 @@ def run_baselines(
     ks: tuple[int, ...] = (5, 10, 20),
     n_resamples: int = 10_000,
     seed: int = 0,
-    sasrec: dict[str, object] | None = None,
     cache_dir: Path | None = None,
 ) -> dict[str, dict[str, object]]:
     """Fit and evaluate each baseline; returns ``{baseline: metrics.json contents}``."""
@@ -85,23 +84,18 @@ def run_baselines(
         t0 = time.perf_counter()
         source: dict[str, object] = {"model": name, "data": data, "k_core": k_core_min,
                                      "max_history": max_history}  # fmt: skip
-        if name in COUNTING:
-            model = COUNTING[name]().fit(sd.train_sequences, sd.catalog)
-            rankings = {
-                s: rank_split(s, getattr(sd.splits, s), model.rank, top, source)
-                for s in ("valid", "test")
-            }
-        else:
-            from gti.baselines.sasrec import rank_with_sasrec
-
-            rankings, info = rank_with_sasrec(sd, top=top, source=source, **(sasrec or {}))
-            source.update(info)
+        model = COUNTING[name]().fit(sd.train_sequences, sd.catalog)
+        rankings = {
+            s: rank_split(s, getattr(sd.splits, s), model.rank, top, source)
+            for s in ("valid", "test")
+        }
         seconds = time.perf_counter() - t0
         folder = Path(out) / name
         for split, r in rankings.items():
             save_rankings(folder / f"{split}.rankings.json", r)
         metrics = {
             "baseline": name,
+            "fit": "training sequences (every item but the last two of each user)",
             "source": source,
             "seconds": round(seconds, 2),
             "splits": {
@@ -109,7 +103,33 @@ def run_baselines(
                 for s, r in rankings.items()
             },
         }
-        write_text_atomic(folder / "metrics.json", json.dumps(metrics, indent=1) + "\n")
+        write_metrics(folder, metrics)
         log.info("%s: %s", name, {s: m["metrics"] for s, m in metrics["splits"].items()})
         results[name] = metrics
     return results
+
+
+def write_metrics(folder: Path, metrics: dict[str, object]) -> None:
+    write_text_atomic(Path(folder) / "metrics.json", json.dumps(metrics, indent=1) + "\n")
+
+
+def summarize_folder(
+    folder: Path, *, ks: tuple[int, ...] = (5, 10, 20), n_resamples: int = 10_000, seed: int = 0
+) -> dict[str, object]:
+    """metrics.json for a folder of rankings files written elsewhere (SASRec)."""
+    from gti.evaluate.rankings import load_rankings
+
+    folder = Path(folder)
+    splits = {}
+    source: dict[str, object] = {}
+    for split in ("valid", "test"):
+        path = folder / f"{split}.rankings.json"
+        if path.is_file():
+            r = load_rankings(path)
+            source = r.source
+            splits[split] = summarize_rankings(r, ks, n_resamples=n_resamples, seed=seed)
+    if not splits:
+        raise InputError(folder, "holds no valid.rankings.json or test.rankings.json")
+    metrics = {"baseline": folder.name, "source": source, "splits": splits}
+    write_metrics(folder, metrics)
+    return metrics
