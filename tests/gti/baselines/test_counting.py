@@ -65,3 +65,36 @@ def test_runner_writes_lists_and_metrics_for_every_leave_one_out_user(tmp_path):
             for metric, value in metric_means(r).items():
                 assert saved["splits"][split]["metrics"][metric]["estimate"] == pytest.approx(value)
         assert res[name]["baseline"] == name
+
+
+def test_cli_writes_baselines_export_and_summary(tmp_path):
+    from typer.testing import CliRunner
+
+    from gti.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "bl"
+    export = tmp_path / "recbole" / "syn"
+    args = ["baselines", "--data", "synthetic", "--k-core", "1", "-o", str(out),
+            "--resamples", "100", "--export-recbole", str(export)]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "transitions test:" in res.output
+    splits = leave_one_out(k_core(make_synthetic().interactions, 1), 20)
+    for split in ("train", "valid", "test"):
+        lines = (export / f"syn.{split}.inter").read_text().splitlines()
+        assert lines[0] == "user_id:token\titem_id_list:token_seq\titem_id:token"
+        want = [f"{e.user_id}\t{' '.join(e.history)}\t{e.target}" for e in getattr(splits, split)]
+        assert lines[1:] == want
+    # --summarize recomputes metrics.json from rankings files alone (as for SASRec).
+    (out / "most-popular" / "metrics.json").unlink()
+    res = runner.invoke(app, ["baselines", "-o", str(out), "--summarize",
+                              str(out / "most-popular"), "--resamples", "100"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    saved = json.loads((out / "most-popular" / "metrics.json").read_text())
+    r = load_rankings(out / "most-popular" / "test.rankings.json")
+    assert saved["splits"]["test"]["metrics"]["recall@10"]["estimate"] == pytest.approx(
+        metric_means(r)["recall@10"]
+    )
+    res = runner.invoke(app, ["baselines", "-o", str(out), "--summarize", str(tmp_path)])
+    assert res.exit_code == 2 and "holds no valid.rankings.json" in res.output
