@@ -53,10 +53,12 @@ def main():
     from recbole.model.sequential_recommender import SASRec
     from recbole.trainer import Trainer
 
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    data_dir = Path(args.data_dir).resolve()
+    os.chdir(out)  # RecBole writes log_tensorboard/ into the working directory
     cfg = {
-        "data_path": str(Path(args.data_dir).parent),
+        "data_path": str(data_dir.parent),
         "benchmark_filename": ["train", "valid", "test"],
         "alias_of_item_id": ["item_id_list"],
         "load_col": None,
@@ -99,7 +101,7 @@ def main():
     tokens = ds.field2id_token["item_id"]  # internal id -> item id ("[PAD]" at 0)
     ids = ds.field2token_id["item_id"]
     for split in ("valid", "test"):
-        rows = rows_of(Path(args.data_dir) / f"{args.name}.{split}.inter")
+        rows = rows_of(data_dir / f"{args.name}.{split}.inter")
         ranked_rows = []
         for start in range(0, len(rows), 256):
             chunk = rows[start : start + 256]
