@@ -24,7 +24,7 @@ Report folder (small, committed as soon as the run finishes),
     curve/step-<n>.<split>.rankings.json   per-user top-20 at each milestone
     final/<split>.rankings.json   the final splits at the last milestone
     train_log.jsonl               SFT loss per step
-    report.html, report.json      geodiag report, init vs final (first seed only)
+    report.html                   geodiag report, init vs final (first seed only)
 """
 
 from __future__ import annotations
@@ -278,8 +278,12 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
 
         opts = ReportOptions(title=f"{cfg.name}: {name}, init vs final SFT",
                              n_permutations=cfg.permutations, seed=seed)  # fmt: skip
-        stages.timed("report", lambda: write_report([init_dir, final], rdir / "report.html",
-                                                    opts=opts))  # fmt: skip
+        def report() -> None:
+            write_report([init_dir, final], rdir / "report.html", opts=opts)
+            # Every number of the HTML, ~1 MB per run: too large to commit for each run.
+            (rdir / "report.json").unlink(missing_ok=True)
+
+        stages.timed("report", report)
     write_run_json(cfg, arm, seed, rdir, task, command)
     return rdir
 

@@ -77,7 +77,7 @@ def expected_run_files(with_report: bool) -> list[str]:
     names = ["run.json", "timings.jsonl", "geometry.json", "train_log.jsonl",
              "final/test.rankings.json"]  # fmt: skip
     names += [curve_file(s, "valid") for s in (0, 2, 4)]
-    names += ["report.html", "report.json"] if with_report else []
+    names += ["report.html"] if with_report else []
     return sorted(names)
 
 
