@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from geodiag.atomic import atomic_write
 from gti.data.sequences import Splits
-from gti.evaluate.rankings import write_text_atomic
 
 HEADER = "user_id:token\titem_id_list:token_seq\titem_id:token\n"
 
@@ -27,6 +27,6 @@ def write_benchmark_files(splits: Splits, folder: Path, name: str) -> list[Path]
                 raise ValueError(f"item id with whitespace in user {e.user_id!r}: not exportable")
             rows.append(f"{e.user_id}\t{' '.join(e.history)}\t{e.target}\n")
         path = folder / f"{name}.{split}.inter"
-        write_text_atomic(path, HEADER + "".join(rows))
+        atomic_write(path, HEADER + "".join(rows))
         paths.append(path)
     return paths

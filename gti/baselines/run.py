@@ -19,11 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from geodiag.atomic import atomic_write
 from geodiag.errors import InputError
 from gti.baselines.counting import LastItemTransitions, MostPopular, training_sequences
 from gti.data.sequences import Splits, k_core, leave_one_out, user_sequences
 from gti.data.sources import load_dataset
-from gti.evaluate.rankings import Rankings, from_unsorted, save_rankings, write_text_atomic
+from gti.evaluate.rankings import Rankings, from_unsorted, save_rankings
 from gti.evaluate.stats import summarize_rankings
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ def run_baselines(
 
 
 def write_metrics(folder: Path, metrics: dict[str, object]) -> None:
-    write_text_atomic(Path(folder) / "metrics.json", json.dumps(metrics, indent=1) + "\n")
+    atomic_write(Path(folder) / "metrics.json", json.dumps(metrics, indent=1) + "\n")
 
 
 def summarize_folder(

@@ -14,13 +14,12 @@ placeholders). Users are sorted by id, so two files of the same split line up.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from geodiag.atomic import atomic_write
 from geodiag.errors import InputError
 
 FORMAT = "gti.rankings"
@@ -76,23 +75,8 @@ def to_json(r: Rankings) -> str:
     return head[:-1] + ', "users": [\n' + body + "\n]}\n"
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Temporary sibling + rename: a reader (or a kill) never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_rankings(path: Path, r: Rankings) -> Path:
-    write_text_atomic(Path(path), to_json(r))
+    atomic_write(Path(path), to_json(r))
     return Path(path)
 
 

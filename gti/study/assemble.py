@@ -320,12 +320,12 @@ def plot(res: dict, folder: Path) -> list[Path]:
 
 def assemble(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str, Path]:
     """Write results.json, results.md and the plots into ``root``; returns their paths."""
-    from gti.evaluate.rankings import write_text_atomic
+    from geodiag.atomic import atomic_write
 
     root = Path(root)
     res = collect(root, n_resamples=n_resamples, seed=seed)
     js, md = root / "results.json", root / "results.md"
-    write_text_atomic(js, json.dumps(res, indent=1, allow_nan=False) + "\n")
-    write_text_atomic(md, to_markdown(res))
+    atomic_write(js, json.dumps(res, indent=1, allow_nan=False) + "\n")
+    atomic_write(md, to_markdown(res))
     pngs = plot(res, root)
     return {"results.json": js, "results.md": md, **{p.name: p for p in pngs}}

@@ -2,7 +2,7 @@
 study commits (``gti.evaluate.rankings``).
 
 The same prompts, trie beam search and catalog as ``gti evaluate``
-(``gti.sft.prompts.prompt_ids``, ``gti.evaluate.decode.rank_items``): nothing is
+(``gti.prompts.prompt_ids``, ``gti.evaluate.decode.rank_items``): nothing is
 excluded from a ranking. Users are ranked in chunks; each finished chunk is appended
 (and fsynced) to ``<out>.partial.jsonl``, so a killed evaluation resumes at the
 first unranked user. A torn last line (a kill mid-write) is dropped and redone.
@@ -24,11 +24,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from geodiag.errors import InputError
 from geodiag.sidecar import load
 from gti.data.sequences import Example
+from gti.data.tasks import TaskData
 from gti.evaluate.decode import rank_items
 from gti.evaluate.rankings import Rankings, from_unsorted, save_rankings
 from gti.evaluate.trie import SidTrie
-from gti.sft.data import TaskData
-from gti.sft.prompts import prompt_ids
+from gti.prompts import pad_id_of, prompt_ids
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,7 @@ def rank_split(
             ckpt, dtype=torch.float32, local_files_only=True
         )
         model.to(torch.device(device)).eval()
-        pad = tokenizer.pad_token_id
-        pad_id = int(pad if pad is not None else tokenizer.eos_token_id or 0)
+        pad_id = pad_id_of(tokenizer)
         trie = SidTrie.build(sids)
         part.parent.mkdir(parents=True, exist_ok=True)
         with part.open("a", encoding="utf-8") as f, tqdm(

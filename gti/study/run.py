@@ -39,8 +39,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from geodiag.atomic import atomic_write
 from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
-from gti.evaluate.rankings import write_text_atomic
 from gti.experiment.arms import ARMS
 from gti.experiment.runner import Stages
 from gti.study.config import StudyConfig
@@ -125,20 +125,25 @@ def materialize(sft_cfg, snap: Path) -> Path:
     Loads it exactly as a resumed run does (``accelerator.load_state`` into the
     prepared model and optimizer), then writes the folder ``gti sft`` would.
     """
+    import torch
+
     from gti.checkpoint_files import partial_dir, write_checkpoint
     from gti.sft.checkpoint import CONFIG_FILENAME, TRAINER_STATE, quiet
     from gti.sft.loss import AnswerLoss
     from gti.sft.run import apply_freeze, load_checkpoint, make_accelerator, sft_sidecar
-    from gti.sft.trainer import make_optimizer
+    from gti.training import make_optimizer
 
     state_dir = partial_dir(Path(sft_cfg.out)) / "state"
     if not (state_dir / TRAINER_STATE).is_file():
         state_dir = state_dir.with_name("state.old")
     state = json.loads((state_dir / TRAINER_STATE).read_text())
     accelerator = make_accelerator(sft_cfg)
-    model, tokenizer, sids = load_checkpoint(Path(sft_cfg.init))
+    model, tokenizer, sids = load_checkpoint(Path(sft_cfg.init), getattr(torch, sft_cfg.dtype))
     apply_freeze(model, sft_cfg.freeze)
-    loss_fn, _opt = accelerator.prepare(AnswerLoss(model), make_optimizer(model, sft_cfg))
+    # Prepared as gti.sft.trainer prepares them: load_state fills them by position.
+    loss_fn, _opt = accelerator.prepare(
+        AnswerLoss(model), make_optimizer(model.parameters(), sft_cfg)
+    )
     with quiet("accelerate"):
         accelerator.load_state(str(state_dir))
     trained = accelerator.unwrap_model(loss_fn).model
@@ -157,8 +162,8 @@ def materialize(sft_cfg, snap: Path) -> Path:
 
 def sft_until(sft_cfg, step: int, snap: Path, stages: Stages) -> Path:
     """The checkpoint after ``step`` optimizer steps of ``sft_cfg``'s run."""
+    from gti.errors import Interrupted
     from gti.sft.run import run_sft
-    from gti.sft.trainer import SFTInterrupted
 
     if step >= sft_cfg.steps:
         done = Path(sft_cfg.out)
@@ -178,7 +183,7 @@ def sft_until(sft_cfg, step: int, snap: Path, stages: Stages) -> Path:
         if at != step:
             try:
                 run_sft(sft_cfg, should_stop=lambda s: s >= step)
-            except SFTInterrupted as e:
+            except Interrupted as e:
                 if e.step != step:
                     raise
         materialize(sft_cfg, snap)
@@ -189,9 +194,9 @@ def sft_until(sft_cfg, step: int, snap: Path, stages: Stages) -> Path:
 
 def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None) -> Path:
     """Run (or finish) one (arm, seed); returns its report folder."""
+    from gti.data.tasks import load_task_data
     from gti.init.config import InitConfig
     from gti.init.run import run_init
-    from gti.sft.data import load_task_data
     from gti.study.geometry import measure
     from gti.study.ranking import rank_split
 
@@ -249,7 +254,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
                 geo = _json(geo_path)
                 geo[str(step)] = figures
                 ordered = dict(sorted(geo.items(), key=lambda kv: int(kv[0])))
-                write_text_atomic(geo_path, json.dumps(ordered, indent=1, allow_nan=False) + "\n")
+                atomic_write(geo_path, json.dumps(ordered, indent=1, allow_nan=False) + "\n")
 
             stages.timed(f"geometry step {step}", geometry)
         splits = [cfg.curve_split] + (list(cfg.final_splits) if last else [])
@@ -278,6 +283,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
 
         opts = ReportOptions(title=f"{cfg.name}: {name}, init vs final SFT",
                              n_permutations=cfg.permutations, seed=seed)  # fmt: skip
+
         def report() -> None:
             write_report([init_dir, final], rdir / "report.html", opts=opts)
             # Every number of the HTML, ~1 MB per run: too large to commit for each run.
@@ -352,7 +358,7 @@ def write_run_json(cfg, arm, seed, rdir: Path, task, command) -> None:
         "sft_examples_per_s": round(n_examples / sft_s, 4) if sft_s > 0 else None,
         "tokens_per_example": tokens_per_example(cfg, task, init_dir, min(n_examples, 512)),
     }
-    write_text_atomic(rdir / "run.json", json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    atomic_write(rdir / "run.json", json.dumps(doc, indent=1, allow_nan=False) + "\n")
 
 
 def _config_json(cfg: StudyConfig) -> str:

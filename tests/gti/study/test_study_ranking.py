@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from geodiag.sidecar import load
+from gti.data.tasks import load_task_data
 from gti.evaluate.decode import rank_items
 from gti.evaluate.rankings import load_rankings
 from gti.evaluate.trie import SidTrie
-from gti.sft.data import load_task_data
-from gti.sft.prompts import prompt_ids
+from gti.prompts import prompt_ids
 from gti.study.ranking import partial_path, rank_split
 
 
