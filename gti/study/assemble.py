@@ -31,7 +31,10 @@ def _runs(root: Path) -> dict[str, list[dict]]:
     """arm -> run.json documents (complete runs), sorted by seed."""
     arms: dict[str, list[dict]] = {}
     for path in sorted((root / "runs").glob("*/run.json")):
-        doc = json.loads(path.read_text())
+        try:
+            doc = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise InputError(path, f"not valid JSON ({e}); truncated or corrupt?") from None
         if doc.get("status") != "complete":
             continue
         doc["_dir"] = path.parent
@@ -54,8 +57,8 @@ def _ci(x: np.ndarray, n_resamples: int, seed: int) -> dict[str, float]:
 def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str, object]:
     root = Path(root)
     runs = _runs(root)
-    if not runs:
-        raise InputError(root / "runs", "holds no complete run (runs/<arm>-seed<k>/run.json)")
+    if not runs and not (root / "baselines").is_dir():
+        raise InputError(root, "holds neither complete runs (runs/*/run.json) nor baselines/")
     out: dict[str, object] = {"format": FORMAT, "format_version": 1, "n_resamples": n_resamples,
                               "bootstrap_seed": seed, "ks": list(KS)}  # fmt: skip
 
@@ -171,6 +174,8 @@ def _fmt(ci: dict) -> str:
 
 def to_markdown(res: dict) -> str:
     lines = ["# ML-100k study: results", ""]
+    if not res["arms"]:
+        lines += ["No complete (arm, seed) run yet: baselines only.", ""]
     lines += [f"Intervals: 95% percentile bootstrap, {res['n_resamples']} resamples (seed "
               f"{res['bootstrap_seed']}), over seeds and users (two-way) for the arms, over "
               "users for the baselines. Every number is recomputed from the committed "
@@ -180,9 +185,9 @@ def to_markdown(res: dict) -> str:
         rows = []
         for arm, a in res["arms"].items():
             if split in a["final"]:
-                rows.append((f"{arm} ({len(a['seeds'])} seeds)", a["final"][split]))
+                rows.append((f"{arm} ({len(a['seeds'])} seed(s))", a["final"][split]))
             elif a["curve_split"] == split and a["curve"]:
-                rows.append((f"{arm} ({len(a['seeds'])} seeds)", a["curve"][-1]))
+                rows.append((f"{arm} ({len(a['seeds'])} seed(s))", a["curve"][-1]))
         for b, entry in res["baselines"].items():
             if split in entry:
                 rows.append((f"baseline: {b}", entry[split]))
@@ -251,7 +256,7 @@ def plot(res: dict, folder: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    written = []
+    written: list[Path] = []
     fig, axes = plt.subplots(1, len(CURVE_METRICS), figsize=(6 * len(CURVE_METRICS), 4.2))
     for ax, metric in zip(np.atleast_1d(axes), CURVE_METRICS, strict=True):
         for arm, a in res["arms"].items():
@@ -259,9 +264,9 @@ def plot(res: dict, folder: Path) -> list[Path]:
             y = [p["metrics"][metric]["estimate"] for p in a["curve"]]
             lo = [p["metrics"][metric]["low"] for p in a["curve"]]
             hi = [p["metrics"][metric]["high"] for p in a["curve"]]
-            (line,) = ax.plot(x, y, marker="o", label=f"{arm} ({len(a['seeds'])} seeds)")
+            (line,) = ax.plot(x, y, marker="o", label=f"{arm} ({len(a['seeds'])} seed(s))")
             ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
-        split = next(iter(res["arms"].values()))["curve_split"]
+        split = next(iter(res["arms"].values()))["curve_split"] if res["arms"] else "valid"
         for i, (b, entry) in enumerate(res["baselines"].items()):
             if split in entry:
                 ax.axhline(entry[split]["metrics"][metric]["estimate"], ls="--", lw=1,
@@ -275,6 +280,8 @@ def plot(res: dict, folder: Path) -> list[Path]:
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
 
+    if not res["arms"]:
+        return written
     keys = ("effective_rank", "spread_relative", "mean_cosine", "rsa")
     fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.8))
     for ax, key in zip(axes, keys, strict=True):

@@ -163,3 +163,18 @@ def test_bad_study_config_is_a_clear_error(tmp_path, tiny_model_dir):
     path.write_text(path.read_text().replace("fractions = [0.0, 0.5, 1.0]", "fractions = [0.5]"))
     result = runner.invoke(app, ["study", "run", str(path)])
     assert result.exit_code == 2 and "fractions must include 1" in result.output
+
+
+def test_assemble_with_baselines_only_and_with_nothing(tmp_path):
+    from gti.baselines.run import run_baselines
+
+    run_baselines("synthetic", tmp_path / "study" / "baselines", k_core_min=1, n_resamples=100)
+    result = runner.invoke(
+        app, ["study", "assemble", str(tmp_path / "study"), "--resamples", "100"]
+    )
+    assert result.exit_code == 0, result.output
+    md = (tmp_path / "study" / "results.md").read_text()
+    assert "No complete (arm, seed) run yet" in md and "| baseline: transitions |" in md
+    assert (tmp_path / "study" / "learning_curves.png").is_file()
+    result = runner.invoke(app, ["study", "assemble", str(tmp_path / "empty")])
+    assert result.exit_code == 2 and "neither complete runs" in result.output
