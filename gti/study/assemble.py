@@ -245,6 +245,9 @@ def to_markdown(res: dict) -> str:
             lines.append(f"- {arm}: `{c}`")
         for m in {json.dumps(x, sort_keys=True) for x in a["machines"]}:
             lines.append(f"- {arm} machine: {m}")
+    for b in res["baselines"]:
+        how = "scripts/sasrec-venv.sh" if b == "sasrec" else f"gti baselines --baseline {b}"
+        lines.append(f"- baseline {b}: `{how}` (fit on the training sequences)")
     lines.append("- tables and plots: `gti study assemble <this folder>`")
     return "\n".join(lines) + "\n"
 
