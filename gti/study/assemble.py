@@ -4,7 +4,8 @@ small files alone (``runs/*/`` and ``baselines/*/``): no weights, no model, no d
 Every number is recomputed from the per-user rankings (``gti.evaluate.rankings``)
 with the statistics of ``gti.evaluate.stats``: per arm and milestone, the mean over
 seeds and users with a two-way bootstrap interval; baselines with a bootstrap over
-users; paired differences (gti - each other arm) with interval and sign-flip test.
+users; paired differences (``PAIRS``: gti - mean, - random, - description-mean;
+gti+lcrec - lcrec; lcrec - mean) with interval and sign-flip test.
 Computed first (:func:`collect`, a strict-JSON dict), rendered second
 (:func:`to_markdown`, :func:`plot`).
 """
@@ -23,7 +24,10 @@ from gti.evaluate.stats import interval, paired_test
 FORMAT = "gti.study.results"
 KS = (5, 10, 20)
 CURVE_METRICS = ("recall@10", "recall@20")
-COMPARE_TO = ("mean", "random", "description-mean", "lcrec")  # gti - each, when present
+# (A, B) pairs reported as A - B when both arms ran: GTI against each other init with
+# plain SFT, and with the LC-Rec task mix on both sides (the paper's two comparisons).
+PAIRS = (("gti", "mean"), ("gti", "random"), ("gti", "description-mean"),
+         ("gti+lcrec", "lcrec"), ("lcrec", "mean"))  # fmt: skip
 GEOMETRY = ("effective_rank", "spread_relative", "mean_cosine", "rsa")
 
 
@@ -118,23 +122,20 @@ def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str
 
 
 def _paired(finals, runs, n_resamples, seed) -> dict[str, object]:
-    """gti - other arm on the final splits, over the seeds both arms have."""
+    """A - B on the final splits for each of PAIRS, over the seeds both arms have."""
     out: dict[str, object] = {}
-    if "gti" not in finals:
-        return out
-    for other in COMPARE_TO:
-        if other not in finals:
+    for arm_a, arm_b in PAIRS:
+        if arm_a not in finals or arm_b not in finals:
             continue
-        for split, gti_by_seed in finals["gti"].items():
-            if split not in finals[other]:
-                continue
-            seeds = sorted(set(gti_by_seed) & set(finals[other][split]))
+        for split, a_by_seed in finals[arm_a].items():
+            b_by_seed = finals[arm_b].get(split, {})
+            seeds = sorted(set(a_by_seed) & set(b_by_seed))
             if not seeds:
                 continue
-            a = _stack([gti_by_seed[s] for s in seeds])
-            b = _stack([finals[other][split][s] for s in seeds])
-            check_aligned(gti_by_seed[seeds[0]], finals[other][split][seeds[0]], "paired arms")
-            out[f"gti - {other} ({split})"] = {
+            check_aligned(a_by_seed[seeds[0]], b_by_seed[seeds[0]], "paired arms")
+            a = _stack([a_by_seed[s] for s in seeds])
+            b = _stack([b_by_seed[s] for s in seeds])
+            out[f"{arm_a} - {arm_b} ({split})"] = {
                 "seeds": seeds,
                 "metrics": {
                     k: paired_test(a[k], b[k], n_resamples=n_resamples, seed=seed).to_dict()
