@@ -41,6 +41,12 @@ if missing:
 print("gpu-study:", torch.cuda.get_device_name(0), "torch", torch.__version__)
 PY
 
+# The SID build embeds the catalog on the CPU (~1-3 min); reuse the CPU study's SIDs
+# when they came along (e.g. the device tool's carry: runs/ml100k-study/sids).
+if [ -f runs/ml100k-study/sids/semantic_ids.json ] && [ ! -e runs/ml100k-study-gpu/sids ]; then
+  mkdir -p runs/ml100k-study-gpu && cp -r runs/ml100k-study/sids runs/ml100k-study-gpu/sids
+fi
+
 start=$(date +%s)
 set +e
 timeout --signal=TERM --kill-after=30 "$BUDGET_S" \
