@@ -290,6 +290,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
             (rdir / "report.json").unlink(missing_ok=True)
 
         stages.timed("report", report)
+    (rdir / "report.json").unlink(missing_ok=True)  # left by a kill inside report()
     write_run_json(cfg, arm, seed, rdir, task, command)
     return rdir
 
