@@ -48,6 +48,7 @@ class Spec:
     lt: float | None = None
     tags: frozenset[str] = frozenset()
     argument: bool = False  # a positional argument instead of an option
+    nested: bool = False  # a dataclass whose options stand in this field's place
     typer_kwargs: tuple[tuple[str, Any], ...] = ()
 
     def flag(self, name: str) -> str:
@@ -70,12 +71,13 @@ def setting(
     lt: float | None = None,
     tags: Iterable[str] = (),
     argument: bool = False,
+    nested: bool = False,
     **typer_kwargs: Any,
 ) -> Any:
     """A dataclass field that describes its command-line option (``help`` None: none)."""
     spec = Spec(
         help=help, flags=tuple(flags), cli_type=cli_type, parse=parse, cli_default=cli_default,
-        ge=ge, gt=gt, le=le, lt=lt, tags=frozenset(tags), argument=argument,
+        ge=ge, gt=gt, le=le, lt=lt, tags=frozenset(tags), argument=argument, nested=nested,
         typer_kwargs=tuple(sorted(typer_kwargs.items())),
     )  # fmt: skip
     return field(default=default, default_factory=default_factory, metadata={KEY: spec})
@@ -132,6 +134,9 @@ def cli_parameters(cls: type, *, without: Iterable[str] = ()) -> list[inspect.Pa
     params = []
     for f in dataclasses.fields(cls):
         s = spec_of(f)
+        if s.nested and f.name not in skip:
+            params += cli_parameters(hints[f.name])
+            continue
         if s.help is None or f.name in skip:
             continue
         kind = s.cli_type if s.cli_type is not None else hints[f.name]
@@ -152,8 +157,17 @@ def cli_parameters(cls: type, *, without: Iterable[str] = ()) -> list[inspect.Pa
 
 def from_cli(cls: type, values: dict[str, Any], **fixed: Any) -> Any:
     """``cls`` from command-line values (parsed as the fields say) and fixed fields."""
+    hints = typing.get_type_hints(cls)
+    values = dict(values)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if spec_of(f).nested:
+            inner = {p.name for p in cli_parameters(hints[f.name])}
+            kwargs[f.name] = from_cli(
+                hints[f.name], {k: values.pop(k) for k in inner & set(values)}
+            )
     specs = {f.name: spec_of(f) for f in dataclasses.fields(cls)}
-    kwargs = {k: specs[k].parse(v) if specs[k].parse else v for k, v in values.items()}
+    kwargs |= {k: specs[k].parse(v) if specs[k].parse else v for k, v in values.items()}
     return cls(**kwargs, **fixed)
 
 

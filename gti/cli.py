@@ -15,8 +15,10 @@ from typing import Annotated
 import typer
 
 from geodiag.errors import InputError
+from geodiag.settings import options_from
 from gti.errors import exits_on_bad_input
-from gti.semantic_ids.config import RQVAEConfig, SidsConfig
+from gti.options import CACHE_HELP
+from gti.semantic_ids.config import SidsConfig
 
 app = typer.Typer(
     help="gti: semantic IDs, new-token initialization and training.", no_args_is_help=True
@@ -28,7 +30,7 @@ app.add_typer(sids_app, name="sids")
 
 CacheDir = Annotated[
     Path | None,
-    typer.Option("--cache-dir", help="Cache root (default: $GTI_CACHE or ~/.cache/gti)."),
+    typer.Option("--cache-dir", help=CACHE_HELP),
 ]
 
 
@@ -48,38 +50,8 @@ def data_fetch(
 
 @sids_app.command("build")
 @exits_on_bad_input
-def sids_build(
-    out: Annotated[Path, typer.Option("-o", "--out", help="Output folder (written atomically).")],
-    data: Annotated[
-        str,
-        typer.Option(
-            help="movielens-100k | synthetic | jsonl:CATALOG.jsonl,INTERACTIONS.csv "
-            "(JSONL lines: item_id + text fields; interactions: user_id,item_id,timestamp header; .tsv = tabs)."
-        ),
-    ] = SidsConfig.data,
-    model: Annotated[
-        str,
-        typer.Option(help="smollm2-135m | tiny | a local HF folder | a hub id (local cache only)."),
-    ] = SidsConfig.model,
-    encoder: Annotated[
-        str, typer.Option(help="lm (backbone mean-pool) | bow (hashed words, no model).")
-    ] = SidsConfig.encoder,
-    strategy: Annotated[
-        str, typer.Option(help="Collision handling: sinkhorn | dedup-level.")
-    ] = SidsConfig.strategy,
-    levels: Annotated[int, typer.Option(help="RQ-VAE levels.")] = RQVAEConfig.n_levels,
-    codebook_size: Annotated[
-        int, typer.Option(help="Codes per level.")
-    ] = RQVAEConfig.codebook_size,
-    epochs: Annotated[int, typer.Option(help="RQ-VAE training epochs.")] = RQVAEConfig.epochs,
-    batch_size: Annotated[int, typer.Option(help="RQ-VAE batch size.")] = RQVAEConfig.batch_size,
-    seed: Annotated[int, typer.Option(help="Seed for every random choice.")] = SidsConfig.seed,
-    allow_download: Annotated[
-        bool, typer.Option(help="Let a hub id download from the hub.")
-    ] = SidsConfig.allow_download,
-    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = SidsConfig.progress,
-    cache_dir: CacheDir = None,
-) -> None:
+@options_from("cfg", SidsConfig)
+def sids_build(cfg: SidsConfig = SidsConfig()) -> None:
     """Build collision-free semantic IDs from item text.
 
     Writes exactly semantic_ids.json (geodiag sidecar, token_ids empty),
@@ -91,20 +63,6 @@ def sids_build(
     """
     from gti.semantic_ids.build import build_sids
 
-    cfg = SidsConfig(
-        data=data,
-        model=model,
-        out=out,
-        encoder=encoder,
-        strategy=strategy,
-        rqvae=RQVAEConfig(
-            n_levels=levels, codebook_size=codebook_size, epochs=epochs, batch_size=batch_size
-        ),
-        seed=seed,
-        cache_dir=cache_dir,
-        allow_download=allow_download,
-        progress=progress,
-    )
     result = build_sids(cfg)
     summary = {
         "out": str(result.out),
@@ -125,11 +83,14 @@ def _register_pipeline_commands() -> None:
     from gti.experiment.cli import experiment
     from gti.init.cli import init
     from gti.sft.cli import sft
+    from gti.study.cli import baselines, study_app
 
     app.command("init")(init)
     app.command("sft")(sft)
     app.command("evaluate")(evaluate)
     app.command("experiment")(experiment)
+    app.command("baselines")(baselines)
+    app.add_typer(study_app, name="study")
 
 
 _register_pipeline_commands()

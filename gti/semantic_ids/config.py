@@ -3,12 +3,12 @@ can show their defaults in ``--help`` without paying for torch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from geodiag.errors import InputError
-from geodiag.settings import setting
-from gti.options import PATH, RUNNER, UI
+from geodiag.settings import REQUIRED, setting
+from gti.options import PATH, RUNNER, cache_dir_setting, progress_setting
 from gti.semantic_ids.collisions import COLLISION_STRATEGIES
 
 ENCODERS = ("lm", "bow")
@@ -29,14 +29,14 @@ class RQVAEConfig:
     Batch 1024 was no cheaper per epoch and less converged at 100 epochs.
     """
 
-    n_levels: int = 3
-    codebook_size: int = 256
+    n_levels: int = setting(3, help="RQ-VAE levels.", flags=("--levels",))
+    codebook_size: int = setting(256, help="Codes per level.")
     latent_dim: int = 32
     hidden_dims: tuple[int, ...] = (512, 256, 128)
     beta: float = 0.25  # commitment weight
     lr: float = 1e-3
-    epochs: int = 100
-    batch_size: int = 256
+    epochs: int = setting(100, help="RQ-VAE training epochs.")
+    batch_size: int = setting(256, help="RQ-VAE batch size.")
     kmeans_iters: int = 25
     # Dead codes are re-seeded at each epoch end during this fraction of training;
     # the rest lets the re-seeded codes settle before the codes are read off.
@@ -57,19 +57,35 @@ class RQVAEConfig:
 class SidsConfig:
     """One run of ``gti sids build``; defaults are the main experiment (ML-100k, SmolLM2)."""
 
-    data: str = "movielens-100k"
-    model: str = "smollm2-135m"
-    out: Path = setting(Path("runs/ml100k/sids"), tags=(RUNNER, PATH))
-    encoder: str = "lm"  # "lm" (backbone mean-pool) or "bow" (hashed words; offline tests)
-    strategy: str = "sinkhorn"  # keeps every SID at n_levels tokens, as LC-Rec
-    rqvae: RQVAEConfig = field(default_factory=RQVAEConfig)
-    seed: int = 0
+    out: Path = setting(
+        Path("runs/ml100k/sids"),
+        help="Output folder (written atomically).",
+        flags=("-o", "--out"),
+        cli_default=REQUIRED,
+        tags=(RUNNER, PATH),
+    )
+    data: str = setting(
+        "movielens-100k",
+        help="movielens-100k | synthetic | jsonl:CATALOG.jsonl,INTERACTIONS.csv "
+        "(JSONL lines: item_id + text fields; interactions: user_id,item_id,timestamp header; .tsv = tabs).",
+    )
+    model: str = setting(
+        "smollm2-135m",
+        help="smollm2-135m | tiny | a local HF folder | a hub id (local cache only).",
+    )
+    # "lm" (backbone mean-pool) or "bow" (hashed words; offline tests).
+    encoder: str = setting("lm", help="lm (backbone mean-pool) | bow (hashed words, no model).")
+    # sinkhorn keeps every SID at n_levels tokens, as LC-Rec.
+    strategy: str = setting("sinkhorn", help="Collision handling: sinkhorn | dedup-level.")
+    rqvae: RQVAEConfig = setting(default_factory=RQVAEConfig, nested=True)
+    seed: int = setting(0, help="Seed for every random choice.")
     embed_batch_size: int = 64  # fastest of 16/64/256 for SmolLM2 on 2 CPU cores
     max_length: int = 256  # tokens per item text; ML-100k texts are at most 35
     bow_dim: int = 512
-    cache_dir: Path | None = setting(None, tags=(RUNNER, UI))
-    allow_download: bool = False  # hub ids only: may transformers download?
-    progress: bool = setting(True, tags=(RUNNER, UI))
+    # Hub ids only: may transformers download?
+    allow_download: bool = setting(False, help="Let a hub id download from the hub.")
+    progress: bool = progress_setting("Show progress bars.")
+    cache_dir: Path | None = cache_dir_setting()
 
     def validate(self) -> None:
         if self.encoder not in ENCODERS:

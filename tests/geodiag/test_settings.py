@@ -68,3 +68,27 @@ def test_toml_values_are_checked_against_the_type_hints():
         with pytest.raises(InputError, match=rf"\[toy\] {key} must be (a )?{want}"):
             from_table(Toy, {key: value}, "f.toml", "toy")
     assert tagged(Toy, "pinned") == ("ratio", "out")
+
+
+@dataclass
+class Outer:
+    title: str = setting("a", help="Title.")
+    inner: Toy = setting(default_factory=Toy, nested=True)
+    seed: int = setting(0, help="Seed.")
+
+
+def test_a_nested_config_puts_its_options_in_its_place():
+    outer = typer.Typer()
+
+    @outer.command("run")
+    @options_from("cfg", Outer)
+    def run(cfg: Outer = Outer()) -> None:
+        typer.echo(repr(cfg))
+
+    outer.command("noop")(lambda: None)
+    res = CliRunner().invoke(outer, ["run", "--steps", "4", "--seed", "2", "--title", "b"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == repr(Outer(title="b", inner=Toy(steps=4), seed=2))
+    help_text = CliRunner().invoke(outer, ["run", "--help"], env={"COLUMNS": "200"}).stdout
+    order = [help_text.index(f) for f in ("--title", "--steps", "--cap", "--seed")]
+    assert order == sorted(order)

@@ -1,0 +1,1 @@
+"""Recommendation baselines on the project's split: most-popular, last-item transitions, SASRec."""

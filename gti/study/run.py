@@ -1,0 +1,387 @@
+"""One (arm, seed) of the study: init -> SFT with checkpoints at fixed fractions of the
+steps -> at each: geometry (geodiag) and the curve split's per-user lists -> at the
+last: the final splits' lists (and a geodiag report of init vs final).
+
+Self-contained and resumable at every level: the init and every measured milestone
+are skipped when their outputs exist; SFT stops at each milestone through its
+resume state (``gti.sft``: the same examples, the same updates as one straight
+run) and a killed SFT resumes from its last save; a killed ranking resumes at the
+first unranked user (``gti.study.ranking``).
+
+Work folder (weights; never committed), ``<work>/``::
+
+    sids/                         copied from sids_from, or built
+    init/<strategy>-seed<k>/      gti init (shared by arms with that init)
+    <arm>-seed<k>/sft/            the final SFT checkpoint; sft.partial/ while running
+    <arm>-seed<k>/step-<n>/       a milestone's checkpoint, deleted once measured
+
+Report folder (small, committed as soon as the run finishes),
+``<reports>/runs/<arm>-seed<k>/``::
+
+    run.json                      settings, milestones, machine, tokens/example, status
+    timings.jsonl                 one line per stage: name, seconds, finished
+    geometry.json                 {step: geodiag figures} (gti.study.geometry)
+    curve/step-<n>.<split>.rankings.json   per-user top-20 at each milestone
+    final/<split>.rankings.json   the final splits at the last milestone
+    train_log.jsonl               SFT loss per step
+    report.html                   geodiag report, init vs final (first seed only)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import shlex
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from geodiag.atomic import atomic_write
+from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
+from gti.experiment.arms import ARMS
+from gti.experiment.runner import Stages
+from gti.study.config import StudyConfig
+
+log = logging.getLogger(__name__)
+RUN_FORMAT = "gti.study.run"
+
+
+def run_name(arm: str, seed: int) -> str:
+    return f"{arm}-seed{seed}"
+
+
+def curve_file(step: int, split: str) -> str:
+    return f"curve/step-{step:06d}.{split}.rankings.json"
+
+
+def machine() -> dict[str, object]:
+    """What the timings were measured on (CPU name, cores, load, torch, device)."""
+    import torch
+
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info: dict[str, object] = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "load_avg_1_5_15": [round(v, 2) for v in os.getloadavg()],
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def prepare_sids(cfg: StudyConfig) -> Path:
+    """``<work>/sids``: a copy of ``sids_from`` (never written into), or built."""
+    out = Path(cfg.work) / "sids"
+    if (out / SIDECAR_FILENAME).is_file():
+        return out
+    if cfg.sids_from is not None:
+        src = Path(cfg.sids_from)
+        if not (src / SIDECAR_FILENAME).is_file():
+            from geodiag.errors import InputError
+
+            raise InputError(src, f"holds no {SIDECAR_FILENAME}; pass a `gti sids build` folder")
+        tmp = out.with_name("sids.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        tmp.rename(out)
+        return out
+    from gti.semantic_ids.build import build_sids
+
+    build_sids(replace(cfg.sids, out=out, cache_dir=cfg.cache_dir, progress=cfg.progress))
+    return out
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _resume_step(sft_out: Path) -> int | None:
+    from gti.checkpoint_files import partial_dir
+    from gti.sft.checkpoint import TRAINER_STATE
+
+    for name in ("state", "state.old"):
+        p = partial_dir(sft_out) / name / TRAINER_STATE
+        if p.is_file():
+            return int(json.loads(p.read_text())["step"])
+    return None
+
+
+def materialize(sft_cfg, snap: Path) -> Path:
+    """Write the SFT resume state as a contract checkpoint at ``snap`` (its step).
+
+    Loads it exactly as a resumed run does (``accelerator.load_state`` into the
+    prepared model and optimizer), then writes the folder ``gti sft`` would.
+    """
+    import torch
+
+    from gti.checkpoint_files import partial_dir, write_checkpoint
+    from gti.sft.checkpoint import CONFIG_FILENAME, TRAINER_STATE, quiet
+    from gti.sft.loss import AnswerLoss
+    from gti.sft.run import apply_freeze, load_checkpoint, make_accelerator, sft_sidecar
+    from gti.training import make_optimizer
+
+    state_dir = partial_dir(Path(sft_cfg.out)) / "state"
+    if not (state_dir / TRAINER_STATE).is_file():
+        state_dir = state_dir.with_name("state.old")
+    state = json.loads((state_dir / TRAINER_STATE).read_text())
+    accelerator = make_accelerator(sft_cfg)
+    model, tokenizer, sids = load_checkpoint(Path(sft_cfg.init), getattr(torch, sft_cfg.dtype))
+    apply_freeze(model, sft_cfg.freeze)
+    # Prepared as gti.sft.trainer prepares them: load_state fills them by position.
+    loss_fn, _opt = accelerator.prepare(
+        AnswerLoss(model), make_optimizer(model.parameters(), sft_cfg)
+    )
+    with quiet("accelerate"):
+        accelerator.load_state(str(state_dir))
+    trained = accelerator.unwrap_model(loss_fn).model
+    step = int(state["step"])
+    data = str(sids.provenance.get("data") or sft_cfg.data or "")
+    codebooks = Path(sft_cfg.init) / "codebooks.safetensors"
+    run_config = {"materialized_from": str(state_dir), "step": step, "arm": sft_cfg.arm,
+                  "seed": sft_cfg.seed, "max_history": sft_cfg.max_history,
+                  "k_core": sft_cfg.k_core, "titles": sft_cfg.titles}  # fmt: skip
+    write_checkpoint(
+        snap, trained, tokenizer, sft_sidecar(sids, sft_cfg, step, data),
+        codebooks if codebooks.is_file() else None, CONFIG_FILENAME, run_config, state["log"],
+    )  # fmt: skip
+    return snap
+
+
+def sft_until(sft_cfg, step: int, snap: Path, stages: Stages) -> Path:
+    """The checkpoint after ``step`` optimizer steps of ``sft_cfg``'s run."""
+    from gti.errors import Interrupted
+    from gti.sft.run import run_sft
+
+    if step >= sft_cfg.steps:
+        done = Path(sft_cfg.out)
+        stages.run(f"sft ->{step}", done / SIDECAR_FILENAME, lambda: run_sft(sft_cfg))
+        return done
+    if (snap / SIDECAR_FILENAME).is_file():
+        return snap
+    at = _resume_step(Path(sft_cfg.out))
+    if at is not None and at > step:
+        from geodiag.errors import InputError
+
+        raise InputError(
+            snap, f"the SFT resume state is at step {at}, past milestone {step}; delete it"
+        )
+
+    def segment() -> None:
+        if at != step:
+            try:
+                run_sft(sft_cfg, should_stop=lambda s: s >= step)
+            except Interrupted as e:
+                if e.step != step:
+                    raise
+        materialize(sft_cfg, snap)
+
+    stages.timed(f"sft ->{step}", segment)
+    return snap
+
+
+def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None) -> Path:
+    """Run (or finish) one (arm, seed); returns its report folder."""
+    from gti.data.tasks import load_task_data
+    from gti.init.config import InitConfig
+    from gti.init.run import run_init
+    from gti.study.geometry import measure
+    from gti.study.ranking import rank_split
+
+    cfg.validate()
+    spec = ARMS[arm]
+    name = run_name(arm, seed)
+    work, rdir = Path(cfg.work), Path(cfg.reports) / "runs" / name
+    rdir.mkdir(parents=True, exist_ok=True)
+    stages = Stages(rdir / "timings.jsonl")
+    sids_dir = prepare_sids(cfg)
+    common = {"cache_dir": cfg.cache_dir, "progress": cfg.progress}
+
+    init_dir = work / "init" / f"{spec.init}-seed{seed}"
+    init_cfg = InitConfig(
+        sids=sids_dir, out=init_dir, strategy=spec.init, seed=seed,
+        grounding=replace(cfg.grounding, seed=seed, progress=cfg.progress),
+        cache_dir=cfg.cache_dir, allow_download=cfg.sids.allow_download, device=cfg.device,
+    )  # fmt: skip
+    stages.run(f"init {spec.init}", init_dir / SIDECAR_FILENAME, lambda: run_init(init_cfg))
+
+    sft_cfg = replace(
+        cfg.sft, init=init_dir, out=work / name / "sft", seed=seed, tasks=spec.tasks, arm=arm,
+        device=cfg.device, **common,
+    )  # fmt: skip
+    from geodiag.sidecar import load
+
+    sids = load(init_dir)
+    data = str(sids.provenance.get("data") or cfg.sft.data or "")
+    task = load_task_data(
+        sids, data, k_core_min=cfg.sft.k_core, max_history=cfg.sft.max_history,
+        cache_dir=cfg.cache_dir,
+    )  # fmt: skip
+    device = _device(cfg.device)
+    rank_kw = {"beams": cfg.evaluate.beams, "batch_size": cfg.evaluate.batch_size,
+               "titles": cfg.sft.titles, "device": device, "progress": cfg.progress}  # fmt: skip
+    users = _users(cfg, task)
+
+    geo_path = rdir / "geometry.json"
+    milestones = cfg.milestones()
+    for step in milestones:
+        last = step == milestones[-1]
+        want = [rdir / curve_file(step, cfg.curve_split)]
+        if last:
+            want += [rdir / "final" / f"{s}.rankings.json" for s in cfg.final_splits]
+        if str(step) in _json(geo_path) and all(p.is_file() for p in want):
+            stages.skipped.append(f"step {step}")
+            continue
+        snap = work / name / f"step-{step}"
+        ckpt = init_dir if step == 0 else sft_until(sft_cfg, step, snap, stages)
+        if str(step) not in _json(geo_path):
+
+            def geometry(ckpt: Path = ckpt, step: int = step) -> None:
+                figures = measure(ckpt, permutations=cfg.permutations, seed=seed)
+                figures["examples"] = step * cfg.sft.batch_size
+                geo = _json(geo_path)
+                geo[str(step)] = figures
+                ordered = dict(sorted(geo.items(), key=lambda kv: int(kv[0])))
+                atomic_write(geo_path, json.dumps(ordered, indent=1, allow_nan=False) + "\n")
+
+            stages.timed(f"geometry step {step}", geometry)
+        splits = [cfg.curve_split] + (list(cfg.final_splits) if last else [])
+        for split, path in zip(splits, want, strict=True):
+            examples = [
+                e for e in getattr(task.splits, split) if users is None or e.user_id in users
+            ]
+            source = {"model": arm, "seed": seed, "step": step,
+                      "examples": step * cfg.sft.batch_size}  # fmt: skip
+            stages.run(
+                f"rank {split} step {step}",
+                path,
+                lambda c=ckpt, ex=examples, p=path, s=split, src=source: rank_split(
+                    c, task, ex, p, split=s, source=src, **rank_kw
+                ),
+            )
+        if 0 < step < sft_cfg.steps:
+            shutil.rmtree(snap, ignore_errors=True)
+
+    final = Path(sft_cfg.out) if milestones[-1] > 0 else init_dir
+    train_log = final / "train_log.jsonl"
+    if train_log.is_file():
+        shutil.copyfile(train_log, rdir / "train_log.jsonl")
+    if cfg.report_html and seed == cfg.seeds[0] and not (rdir / "report.html").is_file():
+        from geodiag.report import ReportOptions, write_report
+
+        opts = ReportOptions(title=f"{cfg.name}: {name}, init vs final SFT",
+                             n_permutations=cfg.permutations, seed=seed)  # fmt: skip
+
+        def report() -> None:
+            write_report([init_dir, final], rdir / "report.html", opts=opts)
+            # Every number of the HTML, ~1 MB per run: too large to commit for each run.
+            (rdir / "report.json").unlink(missing_ok=True)
+
+        stages.timed("report", report)
+    (rdir / "report.json").unlink(missing_ok=True)  # left by a kill inside report()
+    write_run_json(cfg, arm, seed, rdir, task, command)
+    return rdir
+
+
+def _device(spec: str) -> str:
+    import torch
+
+    if spec == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return spec
+
+
+def _users(cfg: StudyConfig, task) -> set[str] | None:
+    """A seeded sample of users (the same for every arm, seed and split), or all."""
+    import numpy as np
+
+    if cfg.evaluate.max_users is None:
+        return None
+    everyone = sorted(
+        {e.user_id for e in task.splits.test} | {e.user_id for e in task.splits.valid}
+    )
+    if cfg.evaluate.max_users >= len(everyone):
+        return None
+    rng = np.random.default_rng(cfg.evaluate.seed)
+    return set(rng.choice(everyone, cfg.evaluate.max_users, replace=False).tolist())
+
+
+def tokens_per_example(cfg: StudyConfig, task, init_dir: Path, n: int) -> dict[str, float]:
+    """Mean prompt and answer tokens of the first ``n`` SFT examples of the stream."""
+    from transformers import AutoTokenizer
+
+    from gti.sft.data import SFTStream
+
+    tok = AutoTokenizer.from_pretrained(init_dir, local_files_only=True)
+    stream = SFTStream(tok, task, tasks="next-item", align_ratio=0.0, titles=cfg.sft.titles,
+                       seed=0, max_text_chars=cfg.sft.max_text_chars)  # fmt: skip
+    lengths = [len(stream.example(i).input_ids) for i in range(n)]
+    answers = [len(e.input_ids) - e.answer_start for e in map(stream.example, range(n))]
+    return {"examples": n, "tokens": sum(lengths) / n, "answer_tokens": sum(answers) / n}
+
+
+def write_run_json(cfg, arm, seed, rdir: Path, task, command) -> None:
+    from gti.experiment.runner import stage_seconds
+
+    seconds = stage_seconds(rdir / "timings.jsonl")
+    sft_s = sum(v for k, v in seconds.items() if k.startswith("sft ->"))
+    n_examples = cfg.sft.steps * cfg.sft.batch_size
+    init_dir = Path(cfg.work) / "init" / f"{ARMS[arm].init}-seed{seed}"
+    doc = {
+        "format": RUN_FORMAT,
+        "format_version": 1,
+        "status": "complete",
+        "name": cfg.name,
+        "arm": arm,
+        "seed": seed,
+        "milestones": cfg.milestones(),
+        "examples_per_step": cfg.sft.batch_size,
+        "curve_split": cfg.curve_split,
+        "final_splits": list(cfg.final_splits),
+        "users": "all" if cfg.evaluate.max_users is None else cfg.evaluate.max_users,
+        "config": json.loads(_config_json(cfg)),
+        "command": command or " ".join(shlex.quote(a) for a in sys.argv),
+        "machine": machine(),
+        "stage_seconds": seconds,
+        "sft_seconds": round(sft_s, 1),
+        "sft_examples_per_s": round(n_examples / sft_s, 4) if sft_s > 0 else None,
+        "tokens_per_example": tokens_per_example(cfg, task, init_dir, min(n_examples, 512)),
+    }
+    atomic_write(rdir / "run.json", json.dumps(doc, indent=1, allow_nan=False) + "\n")
+
+
+def _config_json(cfg: StudyConfig) -> str:
+    from geodiag.jsonio import dumps
+
+    data = json.loads(dumps(cfg))
+    for section in ("sids", "sft", "evaluate"):
+        for key in ("progress", "cache_dir", "out", "init", "checkpoint"):
+            data[section].pop(key, None)
+    for key in ("progress", "cache_dir"):
+        data.pop(key, None)
+    return json.dumps(data)
+
+
+def run_all(cfg: StudyConfig, *, command: str | None = None) -> list[Path]:
+    """Every (arm, seed) in run order (mean and gti first); finished runs are skipped."""
+    out = []
+    for arm, seed in cfg.ordered_runs():
+        rdir = Path(cfg.reports) / "runs" / run_name(arm, seed)
+        if _json(rdir / "run.json").get("status") == "complete":
+            log.info("= %s: complete", rdir)
+            out.append(rdir)
+            continue
+        out.append(run_one(cfg, arm, seed, command=command))
+    return out

@@ -1,0 +1,125 @@
+"""Intervals and paired tests against independent references: scipy.stats.bootstrap,
+scipy.stats.permutation_test, hand-enumerated cases and planted differences."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from gti.evaluate.stats import bootstrap_means, interval, paired_test, sign_flip_p
+
+
+def test_bootstrap_of_two_users_matches_the_enumerated_distribution():
+    # Users with values 0 and 1: a resample's mean is 0, 0.5 or 1 with chances 1/4, 1/2, 1/4.
+    reps = bootstrap_means(np.array([0.0, 1.0]), n_resamples=40_000, seed=3)
+    freq = [np.mean(reps == v) for v in (0.0, 0.5, 1.0)]
+    # Binomial standard error of a frequency near 1/2 over 40,000 draws is 0.0025: 5 SE.
+    np.testing.assert_allclose(freq, [0.25, 0.5, 0.25], atol=0.0125)
+
+
+def test_one_seed_interval_matches_scipy_percentile_bootstrap():
+    rng = np.random.default_rng(0)
+    hits = (rng.random(500) < 0.1).astype(float)  # a Recall@K-like 0/1 vector
+    ours = interval(hits, n_resamples=20_000, seed=1)
+    ref = sps.bootstrap(
+        (hits,), np.mean, n_resamples=20_000, method="percentile", random_state=2
+    ).confidence_interval
+    # Two independent Monte Carlo quantile estimates. Bootstrap sd of the mean is
+    # sqrt(.09/500) = 0.0134; the 2.5% quantile's Monte Carlo SE is
+    # sqrt(.025 * .975 / 20000) / (phi(1.96) / 0.0134) = 0.00025; the means move on a
+    # 1/500 grid. Allow 5 SE of the difference plus one grid step.
+    tol = 5 * np.sqrt(2) * 0.00025 + 1 / 500
+    assert ours.estimate == pytest.approx(hits.mean())
+    assert ours.low == pytest.approx(ref.low, abs=tol)
+    assert ours.high == pytest.approx(ref.high, abs=tol)
+    assert (ours.n_seeds, ours.n_users, ours.n_resamples) == (1, 500, 20_000)
+
+
+def test_interval_is_reproducible_from_its_seed():
+    x = np.random.default_rng(1).random((3, 50))
+    assert interval(x, n_resamples=1000, seed=7) == interval(x, n_resamples=1000, seed=7)
+    assert interval(x, n_resamples=1000, seed=7) != interval(x, n_resamples=1000, seed=8)
+
+
+def test_two_way_bootstrap_is_wider_when_seeds_disagree():
+    # Same users, seeds shifted by +-0.1: the seed factor must widen the interval
+    # beyond the one-seed (users only) bootstrap of the pooled mean.
+    rng = np.random.default_rng(2)
+    base = rng.random(400) * 0.2
+    x = np.stack([base - 0.1, base, base + 0.1])
+    both = interval(x, n_resamples=4000, seed=0)
+    users_only = interval(x.mean(axis=0), n_resamples=4000, seed=0)
+    assert both.high - both.low > 3 * (users_only.high - users_only.low)
+    # Seed draw alone: the mean of 3 draws from {-.1, 0, .1} (+ the user mean) spans
+    # about +-0.1 at the extremes; the 95% interval lies inside +-0.1 and beyond +-0.03.
+    assert 0.03 < both.high - both.estimate < 0.1 + 1e-9
+
+
+def test_sign_flip_is_exact_against_enumeration_and_scipy():
+    d = np.array([0.0, 1.0, 1.0, -1.0, 1.0, 0.5, 0.0, 1.0])
+    p, exact, n = sign_flip_p(d, n_resamples=10_000)
+    nz = d[d != 0]
+    pats = np.array(list(itertools.product((1, -1), repeat=len(nz))))
+    by_hand = np.mean(np.abs(pats @ nz) >= abs(nz.sum()) - 1e-12)
+    ref = sps.permutation_test(
+        (d,), np.mean, permutation_type="samples", alternative="two-sided", n_resamples=np.inf
+    ).pvalue
+    assert exact and n == 2 ** len(nz)
+    assert p == pytest.approx(by_hand)
+    assert p == pytest.approx(ref)
+
+
+def test_sign_flip_monte_carlo_agrees_with_scipy_on_many_users():
+    rng = np.random.default_rng(4)
+    d = rng.choice([-1.0, 0.0, 1.0], p=[0.1, 0.78, 0.12], size=300)
+    p, exact, _ = sign_flip_p(d, n_resamples=20_000, seed=5)
+    ref = sps.permutation_test(
+        (d,), np.mean, permutation_type="samples", n_resamples=20_000, random_state=6
+    ).pvalue
+    assert not exact
+    # Two Monte Carlo p-values of 20,000 draws each: SE sqrt(p(1-p)/20000) <= 0.0036.
+    assert p == pytest.approx(ref, abs=5 * np.sqrt(2) * 0.0036)
+
+
+def test_planted_difference_is_found_and_covered():
+    # Arm A hits 8% more users than arm B on 3 seeds; the interval must cover +0.08
+    # and the test reject; the same data against itself is p = 1.
+    rng = np.random.default_rng(7)
+    n = 900
+    ease = rng.random(n)
+    a = np.stack([(ease + rng.normal(0, 0.05, n) > 0.72).astype(float) for _ in range(3)])
+    b = np.stack([(ease + rng.normal(0, 0.05, n) > 0.80).astype(float) for _ in range(3)])
+    res = paired_test(a, b, n_resamples=5000, seed=0)
+    assert res.difference.low < 0.08 < res.difference.high
+    assert res.difference.estimate == pytest.approx(a.mean() - b.mean())
+    assert res.p_value < 1e-3 and res.wins > res.losses
+    assert len(res.per_seed) == 3
+    assert paired_test(a, a, n_resamples=500).p_value == 1.0
+
+
+def test_null_coverage_is_near_nominal():
+    # 200 repetitions of a true difference of 0: about 95% of the intervals cover 0
+    # and about 5% of the tests reject at 0.05. Binomial sd of 200 draws at 0.95 is
+    # 0.015; allow 4 sd either way (and bootstrap percentile undercoverage at n=200).
+    covered = rejected = 0
+    for rep in range(200):
+        rng = np.random.default_rng(100 + rep)
+        a = (rng.random((1, 200)) < 0.3).astype(float)
+        b = (rng.random((1, 200)) < 0.3).astype(float)
+        res = paired_test(a, b, n_resamples=400, seed=rep)
+        covered += res.difference.low <= 0 <= res.difference.high
+        rejected += res.p_value < 0.05
+    assert 0.95 - 4 * 0.015 <= covered / 200 <= 1.0
+    assert rejected / 200 <= 0.05 + 4 * 0.015
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="NaN"):
+        interval(np.array([0.0, np.nan]))
+    with pytest.raises(ValueError, match="same"):
+        paired_test(np.zeros((2, 5)), np.zeros((3, 5)))
+    with pytest.raises(ValueError, match="level"):
+        interval(np.zeros(3), level=1.5)

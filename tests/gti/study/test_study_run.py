@@ -1,0 +1,180 @@
+"""The study runner and assemble end to end on the tiny world: the exact files one
+(arm, seed) run writes, a re-run that does nothing, and assemble's numbers equal to a
+recomputation from the per-user lists with gti.evaluate.metrics (an independent
+implementation over index arrays)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from gti.cli import app
+from gti.evaluate.metrics import topk_metrics
+from gti.evaluate.rankings import load_rankings
+from gti.study.assemble import collect
+from gti.study.config import load_study_config
+from gti.study.run import curve_file, run_all
+
+runner = CliRunner()
+
+
+def tiny_study(tmp_path: Path, model_dir: Path, *, arms=("mean", "gti"), seeds=(0, 1)) -> Path:
+    text = f"""
+    name = "tiny-study"
+    work = "{tmp_path / "work"}"
+    reports = "{tmp_path / "reports"}"
+    seeds = {list(seeds)}
+    arms = {json.dumps(list(arms))}
+    fractions = [0.0, 0.5, 1.0]
+    threads = 1
+    permutations = 20
+
+    [sids]
+    data = "synthetic"
+    model = "{model_dir}"
+    encoder = "bow"
+
+    [sids.rqvae]
+    n_levels = 3
+    codebook_size = 8
+    epochs = 5
+    batch_size = 64
+    hidden_dims = [64, 32]
+    latent_dim = 16
+
+    [grounding]
+    steps = 2
+    batch_size = 4
+
+    [sft]
+    steps = 4
+    batch_size = 4
+    micro_batch_size = 2
+    lr = 3e-3
+    warmup_steps = 1
+    k_core = 1
+    save_every = 1
+
+    [evaluate]
+    beams = 20
+    batch_size = 16
+    """
+    path = tmp_path / "study.toml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def expected_run_files(with_report: bool) -> list[str]:
+    names = ["run.json", "timings.jsonl", "geometry.json", "train_log.jsonl",
+             "final/test.rankings.json"]  # fmt: skip
+    names += [curve_file(s, "valid") for s in (0, 2, 4)]
+    names += ["report.html"] if with_report else []
+    return sorted(names)
+
+
+def test_study_runs_assembles_and_reruns_nothing(tmp_path, tiny_model_dir):
+    cfg = load_study_config(tiny_study(tmp_path, tiny_model_dir))
+    cfg.progress = False
+    assert cfg.milestones() == [0, 2, 4]
+    assert cfg.ordered_runs() == [("mean", 0), ("mean", 1), ("gti", 0), ("gti", 1)]
+    dirs = run_all(cfg, command="test")
+    reports = tmp_path / "reports"
+    for arm in ("mean", "gti"):
+        for seed in (0, 1):
+            got = files(reports / "runs" / f"{arm}-seed{seed}")
+            assert got == expected_run_files(with_report=seed == 0), (arm, seed)
+    # No weights in the report folder; intermediate milestone checkpoints are deleted.
+    assert not list(reports.rglob("*.safetensors"))
+    assert not (tmp_path / "work" / "mean-seed0" / "step-2").exists()
+    assert (tmp_path / "work" / "mean-seed0" / "sft" / "model.safetensors").is_file()
+
+    run = json.loads((dirs[0] / "run.json").read_text())
+    assert run["status"] == "complete" and run["milestones"] == [0, 2, 4]
+    assert run["tokens_per_example"]["tokens"] > run["tokens_per_example"]["answer_tokens"] > 0
+    geo = json.loads((dirs[0] / "geometry.json").read_text())
+    assert list(geo) == ["0", "2", "4"] and geo["4"]["examples"] == 16
+    # Mean init: every new row equal, so the figures say collapsed (spread 0) at step 0,
+    # and SFT moves the rows apart.
+    assert geo["0"]["spread_relative"] == pytest.approx(0, abs=1e-6)
+    assert geo["4"]["spread_relative"] > 0
+
+    # A re-run finds every run complete and writes nothing.
+    before = {p: p.stat().st_mtime_ns for p in reports.rglob("*") if p.is_file()}
+    run_all(cfg, command="test")
+    assert {p: p.stat().st_mtime_ns for p in reports.rglob("*") if p.is_file()} == before
+
+    result = runner.invoke(app, ["study", "assemble", str(reports), "--resamples", "200"])
+    assert result.exit_code == 0, result.output
+    assert {"results.md", "results.json", "learning_curves.png", "geometry.png",
+            "spectra.png"} <= set(files(reports))  # fmt: skip
+    res = json.loads((reports / "results.json").read_text())
+    assert res == collect(reports, n_resamples=200)  # deterministic, from the files alone
+
+    # Assemble's numbers = the mean over seeds of metrics recomputed independently.
+    for arm in ("mean", "gti"):
+        for pt in res["arms"][arm]["curve"]:
+            per_seed = []
+            for seed in (0, 1):
+                r = load_rankings(
+                    reports / "runs" / f"{arm}-seed{seed}" / curve_file(pt["step"], "valid")
+                )
+                per_seed.append(recompute(r))
+            for metric, ci in pt["metrics"].items():
+                want = np.mean([m[metric] for m in per_seed])
+                assert ci["estimate"] == pytest.approx(want, abs=1e-12)
+                assert ci["low"] <= ci["estimate"] <= ci["high"]
+        test = res["arms"][arm]["final"]["test"]["metrics"]["recall@20"]["estimate"]
+        want = np.mean([
+            recompute(load_rankings(reports / "runs" / f"{arm}-seed{s}" / "final/test.rankings.json"))["recall@20"]
+            for s in (0, 1)
+        ])  # fmt: skip
+        assert test == pytest.approx(want, abs=1e-12)
+    diff = res["paired"]["gti - mean (test)"]["metrics"]["recall@10"]["difference"]["estimate"]
+    assert diff == pytest.approx(
+        res["arms"]["gti"]["final"]["test"]["metrics"]["recall@10"]["estimate"]
+        - res["arms"]["mean"]["final"]["test"]["metrics"]["recall@10"]["estimate"],
+        abs=1e-12,
+    )
+    md = (reports / "results.md").read_text()
+    assert "| gti - mean (test) | 2 | recall@10 |" in md
+
+
+def recompute(r) -> dict[str, float]:
+    """Metrics via gti.evaluate.metrics on integer ids (-1 pads short lists)."""
+    index = {item: i for i, item in enumerate(sorted({*r.targets, *sum(r.ranked, [])}))}
+    ranked = np.full((len(r.users), r.top), -1)
+    for row, lst in enumerate(r.ranked):
+        ranked[row, : len(lst)] = [index[i] for i in lst]
+    targets = np.array([index[t] for t in r.targets])
+    return topk_metrics(ranked, targets, (5, 10, 20))
+
+
+def test_bad_study_config_is_a_clear_error(tmp_path, tiny_model_dir):
+    path = tiny_study(tmp_path, tiny_model_dir)
+    path.write_text(path.read_text().replace("fractions = [0.0, 0.5, 1.0]", "fractions = [0.5]"))
+    result = runner.invoke(app, ["study", "run", str(path)])
+    assert result.exit_code == 2 and "fractions must include 1" in result.output
+
+
+def test_assemble_with_baselines_only_and_with_nothing(tmp_path):
+    from gti.baselines.run import run_baselines
+
+    run_baselines("synthetic", tmp_path / "study" / "baselines", k_core_min=1, n_resamples=100)
+    result = runner.invoke(
+        app, ["study", "assemble", str(tmp_path / "study"), "--resamples", "100"]
+    )
+    assert result.exit_code == 0, result.output
+    md = (tmp_path / "study" / "results.md").read_text()
+    assert "No complete (arm, seed) run yet" in md and "| baseline: transitions |" in md
+    assert (tmp_path / "study" / "learning_curves.png").is_file()
+    result = runner.invoke(app, ["study", "assemble", str(tmp_path / "empty")])
+    assert result.exit_code == 2 and "neither complete runs" in result.output
