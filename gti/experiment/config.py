@@ -98,39 +98,62 @@ class ExperimentConfig:
         self.evaluate.validate()
 
 
+# The sections that configure one gti stage each, shared by ``gti experiment`` and ``gti study``.
+STAGE_SECTIONS = ("sids", "grounding", "sft", "evaluate")
+
+
 def load_config(path: Path, *, out: Path | None = None) -> ExperimentConfig:
     """Read ``path``; ``out`` overrides its ``out`` key. Relative ``out`` is taken from the
     current folder, as every other path of the CLI."""
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(path, f"not valid TOML ({e})") from None
+    data = read_toml(path)
     where = str(path)
-    sections = {"sids", "grounding", "sft", "evaluate", "report"}
-    top = {k: v for k, v in data.items() if k not in sections}
-    cfg = _fill(ExperimentConfig, top, where, "top level", forbidden=tuple(sections) + ("source",))
-    sids_table = dict(data.get("sids", {}))
-    rqvae = _fill(
-        RQVAEConfig, sids_table.pop("rqvae", {}), where, "sids.rqvae", RUNNER_KEYS["rqvae"]
-    )
-    cfg.sids = _fill(SidsConfig, sids_table, where, "sids", RUNNER_KEYS["sids"] + ("rqvae",))
-    cfg.sids.rqvae = rqvae
-    cfg.grounding = _fill(
-        GroundingConfig, data.get("grounding", {}), where, "grounding", RUNNER_KEYS["grounding"]
-    )
-    cfg.sft = _fill(SFTConfig, data.get("sft", {}), where, "sft", RUNNER_KEYS["sft"])
-    cfg.evaluate = _fill(
-        EvalConfig, data.get("evaluate", {}), where, "evaluate", RUNNER_KEYS["evaluate"]
-    )
+    top = {k: v for k, v in data.items() if k not in (*STAGE_SECTIONS, "report")}
+    forbidden = (*STAGE_SECTIONS, "report", "source")
+    cfg = _fill(ExperimentConfig, top, where, "top level", forbidden=forbidden)
+    cfg.sids, cfg.grounding, cfg.sft, cfg.evaluate = stage_configs(data, where)
     cfg.report = _fill(ReportSection, data.get("report", {}), where, "report", ())
     cfg.source = where
     if out is not None:
         cfg.out = Path(out)
     cfg.validate()
     return cfg
+
+
+def read_toml(path: Path) -> dict:
+    """The TOML table of ``path``; a missing or malformed file is bad input (exit 2)."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(path, "file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(path, f"not valid TOML ({e})") from None
+
+
+def stage_configs(
+    data: dict, where: str, *, evaluate_forbidden: tuple[str, ...] = ()
+) -> tuple[SidsConfig, GroundingConfig, SFTConfig, EvalConfig]:
+    """The ``[sids]`` (+ ``[sids.rqvae]``), ``[grounding]``, ``[sft]`` and ``[evaluate]``
+    sections of ``data`` as stage configs; keys the runner sets are refused, and so are
+    ``evaluate_forbidden`` (keys a caller sets itself)."""
+    sids_table = dict(data.get("sids", {}))
+    rqvae = _fill(
+        RQVAEConfig, sids_table.pop("rqvae", {}), where, "sids.rqvae", RUNNER_KEYS["rqvae"]
+    )
+    sids = _fill(SidsConfig, sids_table, where, "sids", RUNNER_KEYS["sids"] + ("rqvae",))
+    sids.rqvae = rqvae
+    grounding = _fill(
+        GroundingConfig, data.get("grounding", {}), where, "grounding", RUNNER_KEYS["grounding"]
+    )
+    sft = _fill(SFTConfig, data.get("sft", {}), where, "sft", RUNNER_KEYS["sft"])
+    evaluate = _fill(
+        EvalConfig,
+        data.get("evaluate", {}),
+        where,
+        "evaluate",
+        RUNNER_KEYS["evaluate"] + evaluate_forbidden,
+    )
+    return sids, grounding, sft, evaluate
 
 
 def _fill(cls: type, table: object, where: str, section: str, forbidden: tuple[str, ...]) -> object:

@@ -11,16 +11,15 @@ Sections as in ``gti experiment``: ``[sids]`` (+ ``[sids.rqvae]``), ``[grounding
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from geodiag.errors import InputError
 from gti.evaluate.config import SPLITS, EvalConfig
 from gti.experiment.arms import ARMS
-from gti.experiment.config import RUNNER_KEYS, _fill
+from gti.experiment.config import STAGE_SECTIONS, _fill, read_toml, stage_configs
 from gti.init.config import GroundingConfig
-from gti.semantic_ids.config import RQVAEConfig, SidsConfig
+from gti.semantic_ids.config import SidsConfig
 from gti.sft.config import SFTConfig
 
 # The four arms of the issue; ``lcrec`` and ``gti+lcrec`` may be added.
@@ -87,34 +86,13 @@ class StudyConfig:
 
 
 def load_study_config(path: Path) -> StudyConfig:
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(path, f"not valid TOML ({e})") from None
+    data = read_toml(path)
     where = str(path)
-    sections = {"sids", "grounding", "sft", "evaluate"}
-    top = {k: v for k, v in data.items() if k not in sections}
-    forbidden = (*sections, "source", "cache_dir", "progress")
+    top = {k: v for k, v in data.items() if k not in STAGE_SECTIONS}
+    forbidden = (*STAGE_SECTIONS, "source", "cache_dir", "progress")
     cfg = _fill(StudyConfig, top, where, "top level", forbidden)
-    sids_table = dict(data.get("sids", {}))
-    rqvae = _fill(
-        RQVAEConfig, sids_table.pop("rqvae", {}), where, "sids.rqvae", RUNNER_KEYS["rqvae"]
-    )
-    cfg.sids = _fill(SidsConfig, sids_table, where, "sids", RUNNER_KEYS["sids"] + ("rqvae",))
-    cfg.sids.rqvae = rqvae
-    cfg.grounding = _fill(
-        GroundingConfig, data.get("grounding", {}), where, "grounding", RUNNER_KEYS["grounding"]
-    )
-    cfg.sft = _fill(SFTConfig, data.get("sft", {}), where, "sft", RUNNER_KEYS["sft"])
-    cfg.evaluate = _fill(
-        EvalConfig,
-        data.get("evaluate", {}),
-        where,
-        "evaluate",
-        RUNNER_KEYS["evaluate"] + ("splits", "k_core", "max_history", "titles", "exact"),
+    cfg.sids, cfg.grounding, cfg.sft, cfg.evaluate = stage_configs(
+        data, where, evaluate_forbidden=("splits", "k_core", "max_history", "titles", "exact")
     )
     cfg.source = where
     cfg.validate()
