@@ -190,15 +190,17 @@ def open_source(
     """A :class:`Checkpoint` over a path, an array, a tensor or a model, with overrides."""
     from_file = isinstance(source, str | os.PathLike)
     explicit = new_ids is not None or levels is not None
+    given = None
+    if explicit:  # the ids the caller names, from new_ids or else from the levels
+        given = (
+            _ids(new_ids, "new_ids")
+            if new_ids is not None
+            else np.concatenate(list(_levels(levels)[0].values()))  # type: ignore[arg-type]
+        )
     if from_file:
         read = read or ReadOptions()
-        if explicit and read.new_tokens is None and read.base_vocab_size is None:
+        if given is not None and read.new_tokens is None and read.base_vocab_size is None:
             # The ids are given: do not make the reader guess (and fail) first.
-            given = (
-                _ids(new_ids, "new_ids")
-                if new_ids is not None
-                else np.concatenate(list(_levels(levels)[0].values()))
-            )
             read = dataclasses.replace(read, base_vocab_size=max(int(given.min()), 1))
         ckpt = open_checkpoint(source, read)
         if not explicit:
@@ -210,15 +212,10 @@ def open_source(
     else:
         if read is not None:
             raise InputError("read", "ReadOptions apply to files; give new_ids / levels instead")
-        if not explicit:
+        if given is None:
             raise InputError(
                 "new_ids", "which rows are new? pass new_ids=[...] (or levels={name: ids})"
             )
-        given = (
-            _ids(new_ids, "new_ids")
-            if new_ids is not None
-            else np.concatenate(list(_levels(levels)[0].values()))  # type: ignore[arg-type]
-        )
         ckpt = _memory_checkpoint(source, tokenizer, probe_ids=np.sort(given))
     ckpt.new, side_path = _new_tokens(ckpt, new_ids, base_vocab_size, levels)
     ckpt.sidecar = None
