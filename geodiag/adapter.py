@@ -24,7 +24,6 @@ unchanged. No torch: safetensors files go through geodiag's own reader.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag.checkpoints import OUTPUT_HEAD_NAMES
+from geodiag.checkpoints import OUTPUT_HEAD_NAMES, read_json_object
 from geodiag.errors import InputError
 from geodiag.tensor_store import TensorStore, open_store
 
@@ -88,16 +87,6 @@ class AdapterInfo:
                 name: ", ".join(p.kinds()) for name, p in self.patches.items() if p.kinds()
             },
         }
-
-
-def _read_config(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(path, f"not valid JSON ({e.__class__.__name__})") from None
-    if not isinstance(data, dict):
-        raise InputError(path, "expected a JSON object")
-    return data
 
 
 def resolve_base(adapter: Path, config: dict, base: Path | None) -> tuple[Path, str]:
@@ -165,7 +154,7 @@ def _parse_key(key: str) -> tuple[str, str] | None:
 def open_adapter(path: Path, base: Path | None) -> tuple[AdapterInfo, TensorStore]:
     """Parse the adapter, open its base, and return the store of effective tensors."""
     config_path = path / CONFIG_FILENAME
-    config = _read_config(config_path)
+    config = read_json_object(config_path)
     weights = next((path / n for n in WEIGHT_FILENAMES if (path / n).is_file()), None)
     if weights is None:
         raise InputError(

@@ -201,7 +201,8 @@ class Checkpoint:
         return d
 
 
-def _read_json(path: Path) -> dict:
+def read_json_object(path: Path) -> dict:
+    """A JSON object file (a config); anything else is bad input naming the file."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -454,7 +455,7 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
     def beside(name: str) -> Path:
         return next((r / name for r in roots if (r / name).is_file()), roots[0] / name)
 
-    config = _read_json(beside("config.json")) if beside("config.json").is_file() else {}
+    config = read_json_object(beside("config.json")) if beside("config.json").is_file() else {}
     tok_path = beside("tokenizer.json")
     tok = load_tokenizer(tok_path) if tok_path.is_file() else None
 
