@@ -106,6 +106,7 @@ def main() -> None:
     train_s, measure_s, step = 0.0, e["measure_s"], 0
     while step < args.steps and train_s < args.seconds:
         t0 = time.perf_counter()
+        c0 = time.process_time()
         batch = stream.batch(step)
         for gr in opt.param_groups:
             gr["lr"] = lr_at(step)
@@ -127,6 +128,7 @@ def main() -> None:
         dt = time.perf_counter() - t0
         train_s += dt
         rec = {"step": step, "loss": float(out.loss.detach()), "seconds": round(dt, 3),
+               "cpu_seconds": round(time.process_time() - c0, 3), "load1": os.getloadavg()[0],
                "answer_tokens": int(out.token_losses.numel()),
                "loss_t2s": float(out.token_losses[out.token_direction == 0].mean()) if (out.token_direction == 0).any() else None,
                "loss_s2t": float(out.token_losses[out.token_direction == 1].mean()) if (out.token_direction == 1).any() else None}

@@ -23,7 +23,7 @@ freeze(model)
 rows = NewRows(model, ext)
 stream = PairStream(tok, texts, sid_strings(sids, items), rows.slot, batch_size=16, seed=0)
 shared = SharedPrefix(model, stream.common_prefix())
-for threads in [int(x) for x in sys.argv[1].split(",")]:
+for threads, bf16 in [(int(x), b) for x in sys.argv[1].split(",") for b in (False, True)]:
     torch.set_num_threads(threads)
     for d in (0, 1):
         t0 = time.perf_counter(); c0 = time.process_time()
@@ -34,10 +34,11 @@ for threads in [int(x) for x in sys.argv[1].split(",")]:
             if keep.sum() == 0: continue
             import dataclasses
             bb = type(b)(**{f.name: getattr(b, f.name)[keep] for f in dataclasses.fields(b)})
-            out = fast_loss(model, rows, bb, shared=shared)
+            with torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
+                out = fast_loss(model, rows, bb, shared=shared)
             out.loss.backward(); rows.inp.grad = None
             n += int(keep.sum())
             if n >= 24: break
         dt = time.perf_counter() - t0
-        print(json.dumps({"threads": threads, "direction": d, "examples": n, "s_per_example": dt / n,
+        print(json.dumps({"threads": threads, "bf16": bf16, "direction": d, "examples": n, "s_per_example": dt / n,
                           "cpu_s_per_example": (time.process_time() - c0) / n, "load": os.getloadavg()}), flush=True)
