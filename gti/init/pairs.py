@@ -82,7 +82,12 @@ class PairStream(SeededStream):
         # holds (item, direction) ``self._pairs[j]`` (with (1, 1): j = 2 item + direction).
         self.repeats = tuple(int(r) for r in repeats)
         self._pairs = np.array(
-            [(i, d) for i in range(len(texts)) for d, r in enumerate(self.repeats) for _ in range(r)]
+            [
+                (i, d)
+                for i in range(len(texts))
+                for d, r in enumerate(self.repeats)
+                for _ in range(r)
+            ]
         )  # (n_pairs, 2)
         self.n_pairs = len(self._pairs)
         super().__init__(tokenizer, seed=seed, epoch_size=self.n_pairs)

@@ -202,18 +202,23 @@ class StructureProbe:
                 n_permutations=self.permutations,
                 seed=self.seed,
             )
-            r[name], p[name] = res.spearman, res.p_value
+            r[name], p[name] = _plain(res.spearman), _plain(res.p_value)
+        # Plain floats: the log is JSON and part of the resume state (weights_only load).
         return {
-            "effective_rank_ratio": g.centered.effective_rank_ratio,
-            "spread_ratio": g.spread_relative,
-            "mean_cosine": g.mean_pairwise_cosine,
+            "effective_rank_ratio": _plain(g.centered.effective_rank_ratio),
+            "spread_ratio": _plain(g.spread_relative),
+            "mean_cosine": _plain(g.mean_pairwise_cosine),
             "rsa": r,
             "rsa_p": p,
             "rsa_permutations": self.permutations,
             "code_accuracy": self.accuracy(),
-            "code_accuracy_chance": dict(self.chance),
+            "code_accuracy_chance": {k: float(v) for k, v in self.chance.items()},
             "probe_items": len(self.sample),
         }
+
+
+def _plain(x: float | None) -> float | None:
+    return None if x is None else float(x)
 
 
 def structure_entry(step: int, elapsed_s: float, probe: StructureProbe) -> dict[str, object]:

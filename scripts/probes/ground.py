@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from geodiag.sidecar import CODEBOOKS_FILENAME, load
 from geodiag.safetensors_file import SafetensorsFile
+from geodiag.sidecar import CODEBOOKS_FILENAME, load
 from gti.data.sources import load_dataset
 from gti.init import InitContext
 from gti.init.grounding import NewRows, SharedPrefix, fast_loss, freeze
@@ -77,16 +77,30 @@ def main() -> None:
     rows = NewRows(model, ext)
     rep = tuple(int(x) for x in args.repeats.split(","))
     stream = PairStream(
-        tok, texts, sid_strings(sids, items), rows.slot, batch_size=args.batch_size,
-        seed=args.seed, repeats=rep,
+        tok,
+        texts,
+        sid_strings(sids, items),
+        rows.slot,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        repeats=rep,
     )
     prefix = stream.common_prefix()
     shared = SharedPrefix(model, prefix) if prefix else None
     probe = StructureProbe(
-        model, tok, rows,
-        ProbeItems(texts, np.array([sids.items[i] for i in items]), [lv.name for lv in sids.levels],
-                   [lv.size for lv in sids.levels], books),
-        base_vocab_size=ext.base_vocab_size, permutations=args.permutations, seed=0,
+        model,
+        tok,
+        rows,
+        ProbeItems(
+            texts,
+            np.array([sids.items[i] for i in items]),
+            [lv.name for lv in sids.levels],
+            [lv.size for lv in sids.levels],
+            books,
+        ),
+        base_vocab_size=ext.base_vocab_size,
+        permutations=args.permutations,
+        seed=0,
     )
     emit({"probe_setup_s": probe.setup_s})
     opt = make_row_optimizer([rows.inp], args.optimizer, lr=args.lr, eps=args.eps)
@@ -127,22 +141,35 @@ def main() -> None:
         step += 1
         dt = time.perf_counter() - t0
         train_s += dt
-        rec = {"step": step, "loss": float(out.loss.detach()), "seconds": round(dt, 3),
-               "cpu_seconds": round(time.process_time() - c0, 3), "load1": os.getloadavg()[0],
-               "answer_tokens": int(out.token_losses.numel()),
-               "loss_t2s": float(out.token_losses[out.token_direction == 0].mean()) if (out.token_direction == 0).any() else None,
-               "loss_s2t": float(out.token_losses[out.token_direction == 1].mean()) if (out.token_direction == 1).any() else None}
+        rec = {
+            "step": step,
+            "loss": float(out.loss.detach()),
+            "seconds": round(dt, 3),
+            "cpu_seconds": round(time.process_time() - c0, 3),
+            "load1": os.getloadavg()[0],
+            "answer_tokens": int(out.token_losses.numel()),
+            "loss_t2s": float(out.token_losses[out.token_direction == 0].mean())
+            if (out.token_direction == 0).any()
+            else None,
+            "loss_s2t": float(out.token_losses[out.token_direction == 1].mean())
+            if (out.token_direction == 1).any()
+            else None,
+        }
         if args.diagnose:
-            upd = (rows.inp.detach() - before)
+            upd = rows.inp.detach() - before
             gn, un = g.norm(dim=1), upd.norm(dim=1)
             drift = rows.inp.detach() - rows0
             common = drift.mean(0)
             rec["diag"] = {
                 "n_present": int(mask.sum()),
-                "grad_present": float(gn[mask].mean()), "grad_absent": float(gn[~mask].mean()),
-                "upd_present": float(un[mask].mean()), "upd_absent": float(un[~mask].mean()),
+                "grad_present": float(gn[mask].mean()),
+                "grad_absent": float(gn[~mask].mean()),
+                "upd_present": float(un[mask].mean()),
+                "upd_absent": float(un[~mask].mean()),
                 "drift_rms": float(drift.pow(2).sum(1).mean().sqrt()),
-                "drift_common_share": float(len(drift) * common.pow(2).sum() / drift.pow(2).sum().clamp(min=1e-30)),
+                "drift_common_share": float(
+                    len(drift) * common.pow(2).sum() / drift.pow(2).sum().clamp(min=1e-30)
+                ),
             }
         emit(rec)
         if step % args.every == 0:
@@ -150,11 +177,27 @@ def main() -> None:
             measure_s += e["measure_s"]
             emit(e)
             s = e["structure"]
-            print(step, round(train_s), rec["loss"], s["rsa"], s["code_accuracy"], s["mean_cosine"], s["spread_ratio"], e["measure_s"], flush=True)
+            print(
+                step,
+                round(train_s),
+                rec["loss"],
+                s["rsa"],
+                s["code_accuracy"],
+                s["mean_cosine"],
+                s["spread_ratio"],
+                e["measure_s"],
+                flush=True,
+            )
     e = structure_entry(step, train_s, probe)
     measure_s += e["measure_s"]
     emit(e)
-    summ = {"steps": step, "train_s": train_s, "measure_s": measure_s, "final": e, "load_end": os.getloadavg()}
+    summ = {
+        "steps": step,
+        "train_s": train_s,
+        "measure_s": measure_s,
+        "final": e,
+        "load_end": os.getloadavg(),
+    }
     (args.out / "summary.json").write_text(json.dumps(summ, indent=1))
     torch.save(rows.inp.detach(), args.out / "rows.pt")
     print(json.dumps(summ), flush=True)

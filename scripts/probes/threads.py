@@ -1,9 +1,13 @@
 """Seconds per grounding step with 1 vs 2 torch threads, and per structure measurement part."""
-import os, sys, time, json
-from pathlib import Path
-import numpy as np, torch
-from geodiag.sidecar import CODEBOOKS_FILENAME, load
-from geodiag.safetensors_file import SafetensorsFile
+
+import json
+import os
+import sys
+import time
+
+import torch
+
+from geodiag.sidecar import load
 from gti.data.sources import load_dataset
 from gti.init import InitContext
 from gti.init.grounding import NewRows, SharedPrefix, fast_loss, freeze
@@ -26,19 +30,36 @@ shared = SharedPrefix(model, stream.common_prefix())
 for threads, bf16 in [(int(x), b) for x in sys.argv[1].split(",") for b in (False, True)]:
     torch.set_num_threads(threads)
     for d in (0, 1):
-        t0 = time.perf_counter(); c0 = time.process_time()
+        t0 = time.perf_counter()
+        c0 = time.process_time()
         n = 0
         for s in range(40):
             b = stream.batch(s)
             keep = b.direction == d
-            if keep.sum() == 0: continue
+            if keep.sum() == 0:
+                continue
             import dataclasses
+
             bb = type(b)(**{f.name: getattr(b, f.name)[keep] for f in dataclasses.fields(b)})
-            with torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 out = fast_loss(model, rows, bb, shared=shared)
-            out.loss.backward(); rows.inp.grad = None
+            out.loss.backward()
+            rows.inp.grad = None
             n += int(keep.sum())
-            if n >= 24: break
+            if n >= 24:
+                break
         dt = time.perf_counter() - t0
-        print(json.dumps({"threads": threads, "bf16": bf16, "direction": d, "examples": n, "s_per_example": dt / n,
-                          "cpu_s_per_example": (time.process_time() - c0) / n, "load": os.getloadavg()}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "threads": threads,
+                    "bf16": bf16,
+                    "direction": d,
+                    "examples": n,
+                    "s_per_example": dt / n,
+                    "cpu_s_per_example": (time.process_time() - c0) / n,
+                    "load": os.getloadavg(),
+                }
+            ),
+            flush=True,
+        )

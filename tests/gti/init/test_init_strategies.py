@@ -98,8 +98,18 @@ def test_description_mean_equals_a_hand_computation():
 
 
 def test_presets_and_explicit_flags():
-    from gti.init.config import PRESETS, apply_preset
+    from dataclasses import fields
 
-    assert PRESETS["paper"] == (8000, 128, 1e-3)  # the paper's grounding setting
+    from gti.init.config import PRESETS, GroundingConfig, apply_preset
+
+    # the paper's grounding setting, and the dataclass defaults
+    assert PRESETS["paper"] == {"steps": 8000, "batch_size": 128, "lr": 1e-3}
+    g = GroundingConfig()
+    assert (g.steps, g.batch_size, g.lr, g.optimizer) == (8000, 128, 1e-3, "adamw")
     assert apply_preset("cpu") == PRESETS["cpu"]
-    assert apply_preset("paper", steps=10, lr=5e-4) == (10, 128, 5e-4)
+    assert apply_preset("paper", steps=10, lr=5e-4, eps=None) == {
+        "steps": 10,
+        "batch_size": 128,
+        "lr": 5e-4,
+    }
+    assert all(set(v) <= {f.name for f in fields(GroundingConfig)} for v in PRESETS.values())

@@ -3,6 +3,8 @@ answers, chance, and the geometry figures against geodiag's own functions."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -133,3 +135,56 @@ def test_geometry_matches_geodiag_functions_and_schema():
     for li, (name, _) in enumerate(LEVELS):
         r = rsa(x[offsets[li] : offsets[li + 1]], BOOKS[name], n_permutations=50, seed=0)
         assert s["rsa"][name] == r.spearman and s["rsa_p"][name] == r.p_value
+
+
+STRUCTURE_KEYS = {
+    "effective_rank_ratio",
+    "spread_ratio",
+    "mean_cosine",
+    "rsa",
+    "rsa_p",
+    "rsa_permutations",
+    "code_accuracy",
+    "code_accuracy_chance",
+    "probe_items",
+}
+
+
+def test_run_init_logs_the_structure_curve(world):
+    from gti.init.config import GroundingConfig, InitConfig
+    from gti.init.run import run_init
+
+    g = GroundingConfig(steps=5, batch_size=4, progress=False, structure_every=2)
+    out = run_init(InitConfig(sids=world.sids_dir, out=world.root / "c", grounding=g))
+    lines = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    curve = [e for e in lines if "structure" in e]
+    assert [e["step"] for e in curve] == [0, 2, 4, 5]  # start, every 2, and the end
+    step_seconds = 0.0
+    for e in lines:
+        if "structure" in e:
+            assert set(e) == {"step", "elapsed_s", "measure_s", "structure"}
+            assert set(e["structure"]) == STRUCTURE_KEYS
+            # training seconds only: the sum of the steps' own (4-decimal) seconds
+            assert e["elapsed_s"] == pytest.approx(step_seconds, abs=1e-3)
+            assert set(e["structure"]["rsa"]) == {"a", "b", "c"}
+        else:
+            step_seconds += e["seconds"]
+    assert curve[0]["structure"]["rsa"]["a"] is None  # mean init: rows identical, undefined
+    assert curve[-1]["structure"]["rsa"]["a"] is not None
+    json.dumps(lines, allow_nan=False)  # strict JSON
+
+
+def test_curve_plot_reads_the_log_and_writes_a_png(tmp_path):
+    from gti.init.curve import plot_curves, read_curve
+
+    log = tmp_path / "train_log.jsonl"
+    lines = [{"step": 1, "loss": 3.0, "seconds": 0.5}]
+    for step, r in ((0, None), (2, 0.1), (4, 0.2)):
+        s = {"rsa": {"a": r, "b": r, "c": r}, "code_accuracy": {"a": 0.1, "sid": 0.0},
+             "code_accuracy_chance": {"a": 0.02, "sid": 0.004}}  # fmt: skip
+        lines.append({"step": step, "elapsed_s": step * 0.5, "measure_s": 0.1, "structure": s})
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    curve = read_curve(log)
+    assert [e["step"] for e in curve] == [0, 2, 4]  # step lines skipped
+    out = plot_curves({"run": curve}, tmp_path / "curve.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
