@@ -49,7 +49,8 @@ y = torch.from_numpy(codes[sample, 0]).long()
 n = len(y)
 
 
-def run(opt_kind, lr, examples=2000, batch=8, eps=1e-8, rowwise=False):
+def run(opt_kind, lr, examples=2000, batch=8, eps=1e-8, rowwise=False, warmup=0, cosine=False):
+    from gti.init.optim import get_lr
     W = mean.repeat(256, 1).clone().requires_grad_(True)  # level-a rows only
     if opt_kind == "sgd":
         opt = torch.optim.SGD([W], lr=lr)
@@ -64,6 +65,8 @@ def run(opt_kind, lr, examples=2000, batch=8, eps=1e-8, rowwise=False):
     out = []
     steps = examples // batch
     for s in range(steps):
+        for gr in opt.param_groups:
+            gr['lr'] = get_lr(s, lr, warmup, 'cosine' if cosine else 'none', steps)
         idx = torch.randint(0, n, (batch,), generator=g)
         logits = torch.cat([old_logits[idx], h[idx] @ W.T], 1)
         loss = torch.nn.functional.cross_entropy(logits, y[idx] + old.shape[0])
@@ -83,7 +86,7 @@ def run(opt_kind, lr, examples=2000, batch=8, eps=1e-8, rowwise=False):
     acc = float(((h @ W.T).argmax(1) == y).double().mean())
     xc = x - x.mean(0)
     cos = (x / np.linalg.norm(x, axis=1, keepdims=True)); mc = float((cos @ cos.T).mean())
-    return {"opt": opt_kind, "lr": lr, "eps": eps, "examples": examples, "rsa_all": r_all, "rsa_seen": r_seen, "train_acc": acc, "mean_cos": mc, "loss": float(loss)}
+    return {"opt": opt_kind, "lr": lr, "batch": batch, "warmup": warmup, "cosine": cosine, "rowwise": rowwise, "eps": eps, "examples": examples, "rsa_all": r_all, "rsa_seen": r_seen, "train_acc": acc, "mean_cos": mc, "loss": float(loss)}
 
 
 if __name__ == "__main__":
