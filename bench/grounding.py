@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from mfu import Shape, bf16_supported, matmul_peak
 
 from geodiag.sidecar import Level, SemanticIds, load
 from gti.data.sources import load_dataset
@@ -53,7 +54,6 @@ from gti.models.backbone import resolve_backbone
 from gti.prompts import sid_strings
 from gti.training import make_optimizer
 from gti.vocab import extend_vocabulary
-from mfu import Shape, bf16_supported, matmul_peak
 
 ROUTES = ("naive", "+new-rows", "+answer-logits", "+prefix-cache", "+shared-prefix")
 

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 import torch
+from mfu import Shape, bf16_supported, matmul_peak
 
 from gti.models.backbone import resolve_backbone
-from mfu import Shape, bf16_supported, matmul_peak
 
 
 def sft_seconds(model, batch: torch.Tensor, steps: int, bf16: bool) -> float:

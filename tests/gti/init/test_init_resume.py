@@ -3,9 +3,8 @@ as an uninterrupted one."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import json
+from dataclasses import replace
 
 import pytest
 from safetensors.torch import load_file
