@@ -7,11 +7,12 @@ the run for the hardware at hand; explicit ``--steps`` / ``--batch-size`` win.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from geodiag.errors import InputError
-from geodiag.settings import REQUIRED, check_bounds, setting
+from geodiag.settings import REQUIRED, check_bounds, setting, spec_of
 from gti.options import RESUMABLE, RUNNER, cache_dir_setting, check_device, progress_setting
 
 # Row strategies (one function each, gti.init.REGISTRY) plus the grounding stage.
@@ -210,8 +211,11 @@ class InitConfig:
 
 
 def preset_fields() -> tuple[str, ...]:
-    """GroundingConfig fields a preset may set (None on the command line: the preset's)."""
-    return tuple(dict.fromkeys(k for values in PRESETS.values() for k in values))
+    """GroundingConfig fields whose command-line default is None, meaning "the
+    preset's" (or the field's default where the preset leaves it out)."""
+    return tuple(
+        f.name for f in dataclasses.fields(GroundingConfig) if spec_of(f).cli_default is None
+    )
 
 
 def apply_preset(preset: str, **explicit: object) -> dict[str, object]:
