@@ -26,7 +26,7 @@ DECAYS = ("none", "cosine")
 # Grounding settings per preset (GroundingConfig fields); explicit flags win.
 # ``paper``: arXiv 2604.02324's grounding (AdamW, lr 1e-3, 8,000 x 128), with the
 # structure curve every 500 steps (cheap on a GPU).
-# ``cpu``: about 25 min of grounding on a 2-core CPU (measured under load); the
+# ``cpu``: 23.5 min of grounding measured on a shared 2-core CPU (load 2-6); the
 # README's "Grounding" section has the measurements behind each setting and what it
 # reaches. ``tiny``: tests and smoke runs.
 PRESETS: dict[str, dict[str, object]] = {
