@@ -71,7 +71,7 @@ def main() -> None:
     texts = [catalog.items[catalog.index(i)].text for i in items]
     model, tok = resolve_backbone("smollm2-135m").load()
     ext = extend_vocabulary(model, tok, sids)
-    ctx = InitContext(sids=sids, item_texts=dict(zip(items, texts)), tokenizer=tok)
+    ctx = InitContext(sids=sids, item_texts=dict(zip(items, texts, strict=False)), tokenizer=tok)
     apply_row_init(model, ext, args.start, torch.Generator().manual_seed(args.seed), ctx)
     freeze(model)
     rows = NewRows(model, ext)

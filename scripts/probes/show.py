@@ -9,7 +9,10 @@ for run in sys.argv[1:]:
         d = json.loads(l)
         if "structure" in d:
             s = d["structure"]
-            f = lambda x: "  none" if x is None else f"{x:6.3f}"
+
+            def f(x):
+                return "  none" if x is None else f"{x:6.3f}"
+
             rsa = " ".join(
                 f"{f(s['rsa'][k])}({s['rsa_p'][k] if s['rsa_p'][k] is None else round(s['rsa_p'][k], 3)})"
                 for k in "abc"
