@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from mfu import Shape, bf16_supported, matmul_peak
 
 from geodiag.sidecar import Level, SemanticIds, load
 from gti.data.sources import load_dataset
@@ -128,6 +129,84 @@ def time_route(
     return (time.perf_counter() - t0) / steps, grad
 
 
+def step_flops(shape: Shape, batch, shared: int) -> float:
+    """FLOPs of one fast-route step on ``batch`` (bench/mfu.py's counting): the frozen
+    prefix forward only; the suffix forward plus an activation-only backward (no weight
+    trains: 1x forward); the answer positions' head, forward and backward (2x)."""
+    split = torch.minimum(batch.first_new, batch.answer_start).double()  # (B,)
+    length = batch.lengths.double()
+    prefix = (split - shared).clamp(min=0)
+    suffix = length - 1 - split
+    answers = length - batch.answer_start.double()
+    flops = shape.forward_flops(float(prefix.sum()), float(((shared + split) / 2).mean()))
+    flops += 2 * shape.forward_flops(float(suffix.sum()), float(((split + length) / 2).mean()))
+    flops += 2 * shape.head_flops(float(answers.sum()))
+    return flops
+
+
+def fast_seconds(model, ext, stream: PairStream, steps: int, bf16: bool) -> float:
+    """Seconds per fast-route step (optimizer included), after one warm-up step."""
+    rows = NewRows(model, ext)
+    opt = make_optimizer(rows.parameters(), GroundingConfig(lr=1e-3))
+    shared = SharedPrefix(model, stream.common_prefix())
+    t0 = 0.0
+    for i in range(steps + 1):
+        if i == 1:
+            t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = fast_loss(model, rows, stream.batch(i), shared=shared)
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        opt.step()
+    return (time.perf_counter() - t0) / steps
+
+
+def bf16_check(model, ext, stream: PairStream) -> dict[str, float]:
+    """bf16 autocast against float32 on the same batch: loss and new-row gradient."""
+    shared = SharedPrefix(model, stream.common_prefix())
+    out = {}
+    for bf16 in (False, True):
+        rows = NewRows(model, ext)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            step = fast_loss(model, rows, stream.batch(0), shared=shared)
+        step.loss.backward()
+        out[bf16] = (float(step.loss), rows.inp.grad.clone())
+    (l32, g32), (l16, g16) = out[False], out[True]
+    cos = float(torch.nn.functional.cosine_similarity(g32.flatten(), g16.flatten(), dim=0))
+    return {
+        "loss_fp32": l32,
+        "loss_bf16": l16,
+        "loss_rel_diff": abs(l16 - l32) / abs(l32),
+        "grad_rel_diff": float((g16 - g32).norm() / g32.norm()),
+        "grad_cosine": cos,
+    }
+
+
+def mfu_report(model, ext, stream: PairStream, steps: int) -> dict[str, object]:
+    """Achieved FLOP/s of the fast route against the measured matmul peak, per dtype."""
+    shape = Shape.of(model)
+    shared = len(stream.common_prefix())
+    flops = sum(step_flops(shape, stream.batch(i), shared) for i in range(1, steps + 1)) / steps
+    result: dict[str, object] = {"flops_per_step": flops}
+    dtypes = [("fp32", torch.float32, False)]
+    if bf16_supported():
+        dtypes.append(("bf16", torch.bfloat16, True))
+    for name, dtype, bf16 in dtypes:
+        peak = matmul_peak(dtype)
+        seconds = fast_seconds(model, ext, stream, steps, bf16)
+        achieved = flops / seconds
+        result[name] = {"peak_flops": peak, "achieved_flops": achieved, "mfu": achieved / peak,
+                        "seconds_per_step": seconds}  # fmt: skip
+        print(
+            f"  {name}: {achieved / 1e9:6.1f} GFLOP/s achieved, matmul peak {peak / 1e9:6.1f} "
+            f"GFLOP/s -> MFU {achieved / peak:.1%} ({seconds:.2f} s/step)"
+        )
+    if bf16_supported():
+        result["bf16_check"] = bf16_check(model, ext, stream)
+        print(f"  bf16 vs fp32, first batch: {result['bf16_check']}")
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--sids", type=Path, default=None)
@@ -137,6 +216,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="timed steps per route")
     ap.add_argument("--cache-dir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument(
+        "--mfu-only", action="store_true", help="only the fast route's FLOP/s against the peak"
+    )
     args = ap.parse_args()
 
     catalog = load_dataset(args.data, args.cache_dir).catalog
@@ -162,6 +244,12 @@ def main() -> None:
         f"shared prefix {len(stream.common_prefix())} tokens; "
         f"threads {torch.get_num_threads()}, load average {load_avg:.1f}"
     )
+    print("model FLOPs utilisation of the fast route (FLOPs counted as in bench/mfu.py):")
+    mfu = mfu_report(model, ext, stream, args.steps)
+    if args.mfu_only:
+        if args.json:
+            args.json.write_text(json.dumps({"mfu": mfu, "load_average_at_start": load_avg}))
+        return
     seconds, grads = {}, {}
     for route in ROUTES:
         seconds[route], grads[route] = time_route(route, model, ext, stream, args.steps, lr=1e-3)
@@ -184,6 +272,7 @@ def main() -> None:
             "model": args.model,
             "threads": torch.get_num_threads(),
             "load_average_at_start": load_avg,
+            "mfu": mfu,
         }
         args.json.write_text(json.dumps(result, indent=1))
 

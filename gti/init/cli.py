@@ -14,7 +14,14 @@ import typer
 
 from geodiag.settings import options_from
 from gti.errors import exits_on_bad_input
-from gti.init.config import PRESETS, GroundingConfig, InitConfig, apply_preset
+from gti.init.config import (
+    PRESETS,
+    GroundingConfig,
+    InitConfig,
+    apply_preset,
+    describe_preset,
+    preset_fields,
+)
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +34,8 @@ def init(
     preset: Annotated[
         str,
         typer.Option(
-            help="Grounding size, steps x batch @ lr: "
-            + ", ".join(f"{k}={s}x{b}@{r:g}" for k, (s, b, r) in PRESETS.items())
+            help="Grounding settings, steps x batch @ lr (see configs/cpu.toml): "
+            + ", ".join(f"{k}={describe_preset(v)}" for k, v in PRESETS.items())
             + "; auto = paper on CUDA, cpu otherwise."
         ),
     ] = "auto",
@@ -50,8 +57,8 @@ def init(
         import torch
 
         preset = "paper" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu"
-    steps, batch, lr = apply_preset(preset, grounding.steps, grounding.batch_size, grounding.lr)
-    cfg.grounding = replace(grounding, steps=steps, batch_size=batch, lr=lr, seed=cfg.seed)
+    values = apply_preset(preset, **{k: getattr(grounding, k) for k in preset_fields()})
+    cfg.grounding = replace(grounding, **values, seed=cfg.seed)
     if cfg.strategy == "gti":
-        log.info("grounding: preset %s, %d steps x batch %d, lr %g", preset, steps, batch, lr)
+        log.info("grounding: preset %s, %s", preset, describe_preset(values))
     typer.echo(str(run_init(cfg)))

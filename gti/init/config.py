@@ -7,29 +7,32 @@ the run for the hardware at hand; explicit ``--steps`` / ``--batch-size`` win.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from geodiag.errors import InputError
-from geodiag.settings import REQUIRED, check_bounds, setting
+from geodiag.settings import REQUIRED, check_bounds, setting, spec_of
 from gti.options import RESUMABLE, RUNNER, cache_dir_setting, check_device, progress_setting
 
 # Row strategies (one function each, gti.init.REGISTRY) plus the grounding stage.
 ROW_STRATEGIES = ("mean", "mean-noise", "random", "description-mean")
 STRATEGIES = (*ROW_STRATEGIES, "gti")
 
-# (steps, batch, lr) per preset; explicit --steps/--batch-size/--lr win.
-# ``cpu``: 4,000 examples, about 1.2 passes over the 3,364 (item, direction) pairs of
-# MovieLens-100k; measured ~35 min for SmolLM2-135M on an idle 2-core machine (8.2 to
-# 8.9 s/step). With 30x fewer steps than the paper, lr 1e-3 barely moves the rows
-# (measured on ML-100k after 25 steps: mean shift 0.17 in norm against a vocabulary
-# spread of 2.4, mean cosine 0.997), so this preset uses 1e-2. Measured RSA of level a
-# against its codebook: 0.017 (p = 0.06) after 100 steps, 0.039 (p = 3e-4) after 250;
-# levels b and c show none yet. ``tiny``: tests and smoke runs.
-PRESETS: dict[str, tuple[int, int, float]] = {
-    "paper": (8000, 128, 1e-3),
-    "cpu": (250, 16, 1e-2),
-    "tiny": (4, 4, 1e-3),
+# Optimizers of the new rows (gti.init.optim) and learning-rate decays.
+OPTIMIZERS = ("adamw", "lazy-adam", "sgd", "adagrad")
+DECAYS = ("none", "cosine")
+
+# Grounding settings per preset (GroundingConfig fields); explicit flags win.
+# ``paper``: arXiv 2604.02324's grounding (AdamW, lr 1e-3, 8,000 x 128), with the
+# structure curve every 500 steps (cheap on a GPU).
+# ``cpu``: 8 min of grounding measured on a shared 2-core CPU (load 0.3-1.9); the
+# README's "Grounding" section has the measurements behind each setting and what it
+# reaches. ``tiny``: tests and smoke runs.
+PRESETS: dict[str, dict[str, object]] = {
+    "paper": {"steps": 8000, "batch_size": 128, "lr": 1e-3, "structure_every": 500},
+    "cpu": {"steps": 74, "batch_size": 32, "lr": 5e-3, "structure_every": 5},
+    "tiny": {"steps": 4, "batch_size": 4, "lr": 1e-3},
 }
 
 
@@ -43,7 +46,7 @@ class GroundingConfig:
     """
 
     steps: int = setting(
-        PRESETS["paper"][0],
+        8000,
         help="Grounding steps (overrides the preset).",
         cli_type=int | None,
         cli_default=None,
@@ -51,15 +54,15 @@ class GroundingConfig:
         tags=(RESUMABLE,),
     )
     batch_size: int = setting(
-        PRESETS["paper"][1],
+        128,
         help="Grounding batch size (overrides the preset).",
         cli_type=int | None,
         cli_default=None,
         ge=1,
     )
     lr: float = setting(
-        PRESETS["paper"][2],
-        help="AdamW learning rate (overrides the preset; paper: 1e-3).",
+        1e-3,
+        help="Learning rate (overrides the preset; paper: 1e-3).",
         cli_type=float | None,
         cli_default=None,
         gt=0,
@@ -75,9 +78,77 @@ class GroundingConfig:
     # descriptions would otherwise blow up the sequence length; ML-100k texts are < 120.
     max_text_chars: int = 400
     progress: bool = progress_setting()
+    # adamw (the paper) moves every new row every step: with a tied head each row gets
+    # a tiny gradient through the softmax normaliser at every answer position, and
+    # Adam rescales it to a full step. lazy-adam updates only the rows present in the
+    # batch; sgd steps in proportion to the gradient (gti.init.optim; what each does:
+    # README, "Grounding").
+    optimizer: str = setting(
+        "adamw",
+        help=f"Optimizer of the new rows: {' | '.join(OPTIMIZERS)} (overrides the preset).",
+        cli_type=str | None,
+        cli_default=None,
+    )
+    eps: float = setting(1e-8, help="Adam/Adagrad epsilon (a floor under the gradient RMS).", gt=0)
+    warmup_steps: int = setting(
+        0,
+        help="Linear learning-rate warm-up steps (overrides the preset).",
+        cli_type=int | None,
+        cli_default=None,
+        ge=0,
+    )
+    decay: str = setting(
+        "none",
+        help=f"Learning-rate decay after warm-up: {' | '.join(DECAYS)} (to 0 at the last step).",
+        cli_type=str | None,
+        cli_default=None,
+    )
+    # Per epoch, each item is shown this many times as text -> SID and as SID -> text
+    # (paper: once each). A text -> SID example costs ~0.65 of a SID -> text one here.
+    text_to_sid_repeats: int = setting(
+        1,
+        help="text->SID examples per item and epoch (overrides the preset).",
+        cli_type=int | None,
+        cli_default=None,
+        ge=0,
+    )
+    sid_to_text_repeats: int = setting(
+        1,
+        help="SID->text examples per item and epoch (overrides the preset).",
+        cli_type=int | None,
+        cli_default=None,
+        ge=0,
+    )
+    bf16: bool = setting(False, help="bfloat16 autocast for the frozen model's matmuls.")
+    # The structure curve (gti.init.structure): at step 0, every N steps and at the
+    # end, geometry, RSA per level against the codebooks and held-out code accuracy of
+    # the live rows, into train_log.jsonl. It changes what is logged, never the rows.
+    structure_every: int = setting(
+        0,
+        help="Log the structure curve every N steps (0: off; overrides the preset).",
+        cli_type=int | None,
+        cli_default=None,
+        ge=0,
+        tags=(RESUMABLE,),
+    )
+    structure_permutations: int = setting(
+        200, help="RSA permutations per in-loop measurement.", ge=0, tags=(RESUMABLE,)
+    )
+    probe_items: int = setting(
+        256, help="Items (seeded sample) of the held-out accuracy probe.", ge=1, tags=(RESUMABLE,)
+    )
 
     def validate(self) -> None:
         check_bounds(self)
+        if self.optimizer not in OPTIMIZERS:
+            raise InputError(
+                "--optimizer",
+                f"unknown optimizer {self.optimizer!r}; choose from {', '.join(OPTIMIZERS)}",
+            )
+        if self.decay not in DECAYS:
+            raise InputError("--decay", f"expected {' or '.join(DECAYS)}, got {self.decay!r}")
+        if self.text_to_sid_repeats + self.sid_to_text_repeats < 1:
+            raise InputError("--text-to-sid-repeats", "an epoch needs at least one example")
 
 
 @dataclass
@@ -130,15 +201,25 @@ class InitConfig:
             self.grounding.validate()
 
 
-def apply_preset(
-    preset: str, steps: int | None = None, batch_size: int | None = None, lr: float | None = None
-) -> tuple[int, int, float]:
-    """(steps, batch, lr) of ``preset``, explicit values taking precedence."""
+def preset_fields() -> tuple[str, ...]:
+    """GroundingConfig fields whose command-line default is None, meaning "the
+    preset's" (or the field's default where the preset leaves it out)."""
+    return tuple(
+        f.name for f in dataclasses.fields(GroundingConfig) if spec_of(f).cli_default is None
+    )
+
+
+def apply_preset(preset: str, **explicit: object) -> dict[str, object]:
+    """The preset's fields, over GroundingConfig's defaults for the fields of any
+    preset it leaves out, the non-None ``explicit`` values winning."""
     if preset not in PRESETS:
         raise InputError("--preset", f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
-    p_steps, p_batch, p_lr = PRESETS[preset]
-    return (
-        p_steps if steps is None else steps,
-        p_batch if batch_size is None else batch_size,
-        p_lr if lr is None else lr,
-    )
+    defaults = GroundingConfig()
+    values = {k: getattr(defaults, k) for k in preset_fields()}
+    return {**values, **PRESETS[preset], **{k: v for k, v in explicit.items() if v is not None}}
+
+
+def describe_preset(values: dict[str, object]) -> str:
+    """``360x8@0.02 adamw`` for help texts and logs."""
+    text = f"{values['steps']}x{values['batch_size']}@{values['lr']:g}"
+    return text + (f" {values['optimizer']}" if "optimizer" in values else "")

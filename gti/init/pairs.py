@@ -72,10 +72,24 @@ class PairStream(SeededStream):
         batch_size: int,
         seed: int,
         max_text_chars: int = 400,
+        repeats: tuple[int, int] = (1, 1),
     ) -> None:
         if len(texts) != len(sid_strings) or not texts:
             raise ValueError("need one SID string per item text, and at least one item")
-        self.n_pairs = len(texts) * len(DIRECTIONS)
+        if len(repeats) != len(DIRECTIONS) or min(repeats) < 0 or sum(repeats) < 1:
+            raise ValueError(f"repeats needs one count >= 0 per direction, got {repeats}")
+        # One epoch shows every item ``repeats[d]`` times in direction d; epoch slot j
+        # holds (item, direction) ``self._pairs[j]`` (with (1, 1): j = 2 item + direction).
+        self.repeats = tuple(int(r) for r in repeats)
+        self._pairs = np.array(
+            [
+                (i, d)
+                for i in range(len(texts))
+                for d, r in enumerate(self.repeats)
+                for _ in range(r)
+            ]
+        )  # (n_pairs, 2)
+        self.n_pairs = len(self._pairs)
         super().__init__(tokenizer, seed=seed, epoch_size=self.n_pairs)
         self.texts = [t if len(t) <= max_text_chars else t[:max_text_chars] for t in texts]
         self.sid_strings = sid_strings
@@ -88,7 +102,7 @@ class PairStream(SeededStream):
     def key(self, index: int) -> tuple[int, int, int]:
         """(item, direction, template) of example ``index`` of the stream."""
         slot, pos, template = self.slot(index)
-        item, direction = divmod(slot, len(DIRECTIONS))
+        item, direction = (int(v) for v in self._pairs[slot])
         return item, direction, int(template[pos]) % len(TEMPLATES[direction])
 
     def example(self, key: tuple[int, int, int]) -> Example:

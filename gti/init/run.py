@@ -12,10 +12,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel
 
 from geodiag.errors import InputError
+from geodiag.safetensors_file import SafetensorsFile
 from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
 from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
 from gti.data.sources import load_dataset
@@ -25,6 +27,7 @@ from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.grounding import NewRows, freeze
 from gti.init.pairs import PairStream
+from gti.init.structure import ProbeItems, StructureProbe
 from gti.init.trainer import train_grounding
 from gti.models.backbone import resolve_backbone
 from gti.options import fingerprinted
@@ -63,6 +66,42 @@ def _item_texts(sids: SemanticIds, data: str, cache_dir: Path | None) -> dict[st
             "pass the --data the sids were built from",
         )
     return {i: catalog.items[catalog.index(i)].text for i in sids.items}
+
+
+def structure_probe(
+    model: PreTrainedModel,
+    tokenizer: object,
+    rows: NewRows,
+    sids: SemanticIds,
+    items: list[str],
+    item_texts: dict[str, str],
+    codebooks: Path,
+    ext: VocabExtension,
+    g: GroundingConfig,
+) -> StructureProbe:
+    """The structure-curve probe of a grounding run (codebooks: the yardstick only)."""
+    book_file = SafetensorsFile(codebooks)
+    books = {}
+    for lv in sids.levels:
+        if lv.name not in book_file.tensors:
+            raise InputError(codebooks, f"no codebook for level '{lv.name}'")
+        books[lv.name] = book_file.read(lv.name).astype(np.float64)
+    return StructureProbe(
+        model,
+        tokenizer,  # type: ignore[arg-type]
+        rows,
+        ProbeItems(
+            texts=[item_texts[i] for i in items],
+            codes=np.array([sids.items[i] for i in items]),
+            level_names=[lv.name for lv in sids.levels],
+            level_sizes=[lv.size for lv in sids.levels],
+            codebooks=books,
+        ),
+        base_vocab_size=ext.base_vocab_size,
+        permutations=g.structure_permutations,
+        n_probe_items=g.probe_items,
+        seed=g.seed,
+    )
 
 
 def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = None) -> Path:
@@ -118,6 +157,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
             batch_size=g.batch_size,
             seed=g.seed,
             max_text_chars=g.max_text_chars,
+            repeats=(g.text_to_sid_repeats, g.sid_to_text_repeats),
         )
         fingerprint = {
             **{k: v for k, v in run_config.items() if k not in ("grounding", "sids")},
@@ -127,7 +167,14 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
             **{k: v for k, v in asdict(g).items() if k in fingerprinted(GroundingConfig)},
         }
         resume = GroundingState(partial_dir(out), fingerprint)
-        result = train_grounding(model, rows, stream, g, resume=resume, should_stop=should_stop)
+        probe = None
+        if g.structure_every:
+            probe = structure_probe(
+                model, tokenizer, rows, sids, items, item_texts, codebooks, ext, g
+            )
+        result = train_grounding(
+            model, rows, stream, g, resume=resume, should_stop=should_stop, probe=probe
+        )
         if not result.completed:
             raise Interrupted(result.step, str(resume.folder))
         rows.write_back(model)

@@ -1,7 +1,9 @@
 """The grounding loop: fast steps on the new rows, progress, periodic resume state.
 
 Readable top to bottom: restore (if a previous run left state), then per step:
-batch by step index -> fast loss -> AdamW on the new rows -> log -> maybe save.
+batch by step index -> fast loss -> optimizer step on the new rows (all of them, or
+with ``lazy-adam`` only those present in the batch) -> log -> maybe measure the
+structure curve -> maybe save.
 SIGINT/SIGTERM finish the current step, save, and stop: no step is lost. A hard
 kill loses at most ``save_every`` steps.
 """
@@ -11,24 +13,43 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from gti.init.checkpoint import GroundingState
 from gti.init.config import GroundingConfig
 from gti.init.grounding import NewRows, SharedPrefix, StepLoss, fast_loss
+from gti.init.optim import LazyAdam, get_lr, make_row_optimizer, present_rows
 from gti.init.pairs import PairStream
+from gti.init.structure import StructureProbe, structure_entry
 from gti.prompts import DIRECTIONS
-from gti.training import StopOnSignal, TrainResult, log_entry, make_optimizer
+from gti.training import StopOnSignal, TrainResult, log_entry
 
 
-def step_log(step: int, out: StepLoss, seconds: float) -> dict[str, object]:
+def step_log(step: int, out: StepLoss, seconds: float, **extra: object) -> dict[str, object]:
     """The train-log line of a grounding step: loss overall and per direction."""
     sums = [
         out.token_losses[out.token_direction == d].double().sum() for d in range(len(DIRECTIONS))
     ]
     counts = [int((out.token_direction == d).sum()) for d in range(len(DIRECTIONS))]
-    return log_entry(step, DIRECTIONS, sums, counts, seconds, every_task=True)
+    return log_entry(step, DIRECTIONS, sums, counts, seconds, every_task=True, **extra)
+
+
+def make_optimizer(rows: NewRows, cfg: GroundingConfig) -> torch.optim.Optimizer:
+    return make_row_optimizer(
+        list(rows.parameters()),
+        cfg.optimizer,
+        lr=cfg.lr,
+        betas=cfg.betas,
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
+    )
+
+
+def training_seconds(log: list[dict[str, object]]) -> float:
+    """Seconds spent in steps so far (structure measurements excluded)."""
+    return sum(float(e["seconds"]) for e in log if "loss" in e)  # type: ignore[arg-type]
 
 
 def train_grounding(
@@ -39,13 +60,16 @@ def train_grounding(
     *,
     resume: GroundingState | None = None,
     should_stop: Callable[[int], bool] | None = None,
+    probe: StructureProbe | None = None,
 ) -> TrainResult:
     """Run (or finish) ``cfg.steps`` grounding steps on ``rows``; the model is frozen.
 
     ``should_stop(step)`` is checked after every step (tests use it to simulate a
-    kill); stopping saves the resume state first.
+    kill); stopping saves the resume state first. With ``probe`` and
+    ``cfg.structure_every``, the structure curve goes into the log (step 0, every
+    ``structure_every`` steps, and the last step).
     """
-    optimizer = make_optimizer(rows.parameters(), cfg)
+    optimizer = make_optimizer(rows, cfg)
     step, log = 0, []
     restored = resume.load(rows, optimizer) if resume is not None else None
     if restored is not None:
@@ -54,20 +78,38 @@ def train_grounding(
             raise ValueError(f"resume state is at step {step}, past --steps {cfg.steps}")
     prefix = stream.common_prefix()
     shared = SharedPrefix(model, prefix) if prefix else None
+    measure = probe is not None and cfg.structure_every > 0
+    elapsed = training_seconds(log)
+    if measure and step == 0:
+        log.append(structure_entry(0, 0.0, probe))  # type: ignore[arg-type]
+    device_type = rows.ids.device.type
     bar = tqdm(
         total=cfg.steps, initial=step, desc="grounding", unit="step", disable=not cfg.progress
     )
     with StopOnSignal() as signals, bar:
         while step < cfg.steps:
             t0 = time.perf_counter()
-            out = fast_loss(model, rows, stream.batch(step), shared=shared)
+            batch = stream.batch(step)
+            lr = get_lr(step, cfg.lr, cfg.warmup_steps, cfg.decay, cfg.steps)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            with torch.autocast(device_type, dtype=torch.bfloat16, enabled=cfg.bf16):
+                out = fast_loss(model, rows, batch, shared=shared)
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
-            optimizer.step()
+            if isinstance(optimizer, LazyAdam):
+                optimizer.step(present_rows(batch.input_ids.to(rows.slot.device), rows.slot))
+            else:
+                optimizer.step()
             step += 1
-            log.append(step_log(step, out, time.perf_counter() - t0))
+            seconds = time.perf_counter() - t0
+            elapsed += seconds
+            entry = step_log(step, out, seconds, lr=lr)
+            log.append(entry)
+            if measure and (step % cfg.structure_every == 0 or step == cfg.steps):
+                log.append(structure_entry(step, elapsed, probe))  # type: ignore[arg-type]
             bar.update(1)
-            bar.set_postfix(loss=f"{log[-1]['loss']:.3f}")
+            bar.set_postfix(loss=f"{entry['loss']:.3f}")
             halt = signals.requested or (should_stop is not None and should_stop(step))
             if resume is not None and step < cfg.steps and (halt or step % cfg.save_every == 0):
                 resume.save(step, rows, optimizer, log)

@@ -11,6 +11,7 @@ from tinyworld import TEXTS, make_sids, write_catalog, write_sids_dir
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from geodiag.sidecar import SemanticIds
+from gti.init.structure import HELD_OUT_TEXT_TO_SID
 from gti.models.tiny import build_tiny_tokenizer, tiny_config
 from gti.prompts import SID_TO_TEXT, TEXT_TO_SID
 
@@ -35,7 +36,13 @@ class World:
 
 def make_tokenizer(chat: bool = False) -> PreTrainedTokenizerFast:
     tok = build_tiny_tokenizer(
-        [*TEXTS, *TEXT_TO_SID, *SID_TO_TEXT, "user assistant system you are a helpful"]
+        [
+            *TEXTS,
+            *TEXT_TO_SID,
+            *SID_TO_TEXT,
+            HELD_OUT_TEXT_TO_SID,
+            "user assistant system you are a helpful",
+        ]
     )
     if chat:
         tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})

@@ -148,3 +148,29 @@ def test_grounding_moves_only_the_new_rows(tied):
             assert not torch.equal(v[new], before[k][new]), k
         else:
             assert torch.equal(v, before[k]), k
+
+
+def test_bf16_autocast_stays_within_its_rounding_bound():
+    """bf16 autocast against float32 on the same batch. Autocast rounds each matmul's
+    inputs to bfloat16 (8-bit significand: unit roundoff u = 2^-8) and accumulates in
+    float32, so each matmul adds a relative error of at most ~2u. The tiny model's
+    logits pass through n = 2 layers x 7 matmuls + the head = 15 matmuls in series;
+    to first order the relative errors add: |d logits| <= 2 n u max|logits|, and the
+    cross-entropy moves by at most max |d logits|. The gradient passes the same
+    matmuls twice (forward and backward): relative error <= 4 n u."""
+    tok, model, ext, rows, stream = setup(True, True)
+    batch = stream.batch(0)
+    u, n = 2.0**-8, 15
+    results = {}
+    for bf16 in (False, True):
+        rows.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = fast_loss(model, rows, batch, shared=None)
+        out.loss.backward()
+        results[bf16] = (out.loss.detach(), rows.inp.grad.clone())
+    (l32, g32), (l16, g16) = results[False], results[True]
+    with torch.no_grad():
+        max_logit = float((model(input_ids=batch.input_ids).logits).abs().max())
+    assert l16 != l32  # autocast really ran in bfloat16
+    assert abs(float(l16 - l32)) <= 2 * n * u * max_logit
+    assert float((g16 - g32).norm() / g32.norm()) <= 4 * n * u

@@ -98,8 +98,18 @@ def test_description_mean_equals_a_hand_computation():
 
 
 def test_presets_and_explicit_flags():
-    from gti.init.config import PRESETS, apply_preset
+    from gti.init.config import PRESETS, GroundingConfig, apply_preset, preset_fields
 
-    assert PRESETS["paper"] == (8000, 128, 1e-3)  # the paper's grounding setting
-    assert apply_preset("cpu") == PRESETS["cpu"]
-    assert apply_preset("paper", steps=10, lr=5e-4) == (10, 128, 5e-4)
+    # the paper's grounding setting, and the dataclass defaults
+    paper = PRESETS["paper"]
+    assert (paper["steps"], paper["batch_size"], paper["lr"]) == (8000, 128, 1e-3)
+    g = GroundingConfig()
+    assert (g.steps, g.batch_size, g.lr, g.optimizer, g.decay) == (8000, 128, 1e-3, "adamw", "none")
+    assert all(set(v) <= set(preset_fields()) for v in PRESETS.values())
+    cpu = apply_preset("cpu")
+    assert set(cpu) == set(preset_fields()) and cpu.items() >= PRESETS["cpu"].items()
+    values = apply_preset("paper", steps=10, lr=5e-4, warmup_steps=None)
+    assert (values["steps"], values["batch_size"], values["lr"]) == (10, 128, 5e-4)
+    # a field the preset leaves out: the dataclass default, not None
+    assert values["optimizer"] == "adamw" and values["warmup_steps"] == 0
+    GroundingConfig(**values).validate()
