@@ -172,8 +172,9 @@ def _rsa_checks(m: MatrixReport, cfg: GateConfig) -> list[CheckResult]:
             msg = f"RSA {r:.3f} (p={_fmt(p)}) {'>=' if r >= cfg.min_rsa else '<'} {cfg.min_rsa:g}"
         elif p is not None and p >= 0.05:
             status = "warn"
-            msg = (f"RSA {r:.3f} (p={p:.3g}): the rows carry no trace of the codebook's structure "
-                   "(random init? ground them with `gti init --strategy gti`)")  # fmt: skip
+            # The remedy depends on how the rows were made: the verdict gives it (verdict.py).
+            msg = (f"RSA {r:.3f} (p={p:.3g}): the rows carry no trace of the codebook's "
+                   f"structure at level {lv.name!r}")  # fmt: skip
         else:
             status, msg = "pass", f"RSA {r:.3f} (p={_fmt(p)})"
         out.append(CheckResult(name, m.role, status, r, cfg.min_rsa, msg))

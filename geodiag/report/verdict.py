@@ -272,7 +272,7 @@ def _structure(report: CheckpointReport, m: MatrixReport, checks: list[CheckResu
     if warned:
         return (
             f"{healthy}; level(s) {', '.join(warned)} carry no trace of the codebook's structure, "
-            f"the others do; {GROUND} if those levels matter."
+            f"the others do; if those levels matter: {_likely_cause(report, m)}."
         )
     if measured and len(measured) == len(m.levels):
         return (

@@ -258,3 +258,24 @@ def test_report_renders_nested_provenance_readably(tmp_path):
     html = out.read_text()
     assert "stage init, step 250" in html and "encoder lm" in html
     assert "{&#39;stage&#39;" not in html and "{'stage'" not in html
+
+
+def test_gti_init_with_some_levels_unstructured_gets_the_gti_remedy_not_a_random_init_guess(
+    tmp_path,
+):
+    from geodiag_fixtures import LEVELS
+
+    prov = {"stage": "init", "init_strategy": "gti", "step": 74, "seed": 0, "data": "movielens-100k",
+            "sids_provenance": {"encoder": "lm"}}  # fmt: skip
+    n_first = LEVELS[0][1]
+    rows = planted_new_rows("random", base_rows())
+    rows[:n_first] = planted_new_rows("grounded", base_rows())[:n_first]  # only level 1 grounded
+    ckpt = write_checkpoint(tmp_path / "gti", rows, provenance=prov)
+    report, v = diagnose(ckpt, AnalyzeOptions(n_permutations=1000, neighbors_max=0))
+    gate = run_gate(report, GateConfig())
+    warned = [c for c in gate.checks if c.status == "warn"]
+    assert warned and all(c.name.startswith("rsa[") for c in warned)
+    assert f"rsa[{LEVELS[0][0]}]" not in {c.name for c in warned}
+    for c in warned:  # the gate names the level and leaves the remedy to the verdict
+        assert f"at level {c.name[4:-1]!r}" in c.message and "random init" not in c.message
+    assert "the others do" in v.sentence and "grounded for 74 steps" in v.sentence
