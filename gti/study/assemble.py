@@ -279,10 +279,7 @@ def plot(res: dict, folder: Path) -> list[Path]:
         ax.set_ylabel(f"{split} {metric}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    written.append(folder / "learning_curves.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    written.append(_save(fig, folder / "learning_curves.png"))
 
     if not res["arms"]:
         return written
@@ -304,10 +301,7 @@ def plot(res: dict, folder: Path) -> list[Path]:
         ax.set_xlabel("SFT examples")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    written.append(folder / "geometry.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    written.append(_save(fig, folder / "geometry.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4.2))
     for i, (arm, docs) in enumerate(_runs(folder).items()):
@@ -322,11 +316,18 @@ def plot(res: dict, folder: Path) -> list[Path]:
     ax.set_ylabel("singular value / largest (final checkpoint, first seed)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    written.append(folder / "spectra.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    written.append(_save(fig, folder / "spectra.png"))
     return written
+
+
+def _save(fig, path: Path) -> Path:
+    """Lay out, write and close one figure; returns its path."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def assemble(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str, Path]:
