@@ -32,7 +32,17 @@ DTYPES = ("float32", "float64")
 # Sequences as TIGER / LC-Rec: 5-core, chronological leave-one-out, last 20 items,
 # history written as SIDs only. SFT's defaults, and evaluation's when a checkpoint
 # does not record its own.
-PROMPT_DEFAULTS: dict[str, object] = {"k_core": 5, "max_history": 20, "titles": False}
+# ``system_prompt`` "template": the chat template's own system turn (SmolLM2's default).
+PROMPT_DEFAULTS: dict[str, object] = {
+    "k_core": 5,
+    "max_history": 20,
+    "titles": False,
+    "system_prompt": "template",
+}
+SYSTEM_PROMPT_HELP = (
+    "System turn of every prompt: 'template' (the chat template's default), '' (an empty "
+    "system turn: 16 fewer tokens per example with SmolLM2), or the text to send."
+)
 CACHE_HELP = "Cache root (default: $GTI_CACHE or ~/.cache/gti)."
 
 

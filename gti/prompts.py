@@ -41,6 +41,8 @@ SID_TO_TEXT = (
     "Which item is {sid}",
 )
 DIRECTIONS = ("text->sid", "sid->text")
+# The system turn as the chat template writes it when none is given (render's default).
+TEMPLATE_SYSTEM = "template"
 TEMPLATES = (TEXT_TO_SID, SID_TO_TEXT)
 
 
@@ -82,10 +84,15 @@ def render_next_item(
     history_sids: Sequence[str],
     target_sid: str,
     titles: Sequence[str] | None = None,
+    system: str = TEMPLATE_SYSTEM,
 ) -> Example:
     """Token ids of one training sequence; the loss covers the answer (SID + end of turn)."""
     return render(
-        tokenizer, next_item_instruction(history_sids, titles), target_sid, TASK_NEXT_ITEM
+        tokenizer,
+        next_item_instruction(history_sids, titles),
+        target_sid,
+        TASK_NEXT_ITEM,
+        system=system,
     )
 
 
@@ -93,9 +100,12 @@ def prompt_ids(
     tokenizer: PreTrainedTokenizerBase,
     history_sids: Sequence[str],
     titles: Sequence[str] | None = None,
+    system: str = TEMPLATE_SYSTEM,
 ) -> list[int]:
     """The prompt the model continues at evaluation: everything before the answer."""
-    example = render(tokenizer, next_item_instruction(history_sids, titles), "", TASK_NEXT_ITEM)
+    example = render(
+        tokenizer, next_item_instruction(history_sids, titles), "", TASK_NEXT_ITEM, system=system
+    )
     return list(example.input_ids[: example.answer_start])
 
 
@@ -118,11 +128,24 @@ def sid_strings(sids: SemanticIds, items: list[str]) -> list[str]:
 
 
 def render(
-    tokenizer: PreTrainedTokenizerBase, instruction: str, answer: str, direction: int
+    tokenizer: PreTrainedTokenizerBase,
+    instruction: str,
+    answer: str,
+    direction: int,
+    *,
+    system: str = TEMPLATE_SYSTEM,
 ) -> Example:
-    """Token ids of one user/assistant exchange and where the answer starts."""
+    """Token ids of one user/assistant exchange and where the answer starts.
+
+    ``system``: :data:`TEMPLATE_SYSTEM` leaves the system turn to the chat template
+    (SmolLM2's adds its default one, 21 tokens); any other string is sent as the
+    system message, ``""`` giving an empty system turn (5 tokens with SmolLM2's
+    template). Ignored without a chat template.
+    """
     if tokenizer.chat_template:
         user = [{"role": "user", "content": instruction}]
+        if system != TEMPLATE_SYSTEM:
+            user = [{"role": "system", "content": system}, *user]
         prompt = _ids(tokenizer.apply_chat_template(user, add_generation_prompt=True))
         full = _ids(
             tokenizer.apply_chat_template(user + [{"role": "assistant", "content": answer}])

@@ -25,7 +25,7 @@ DEFAULT_KS = (1, 5, 10, 20)
 class EvalConfig:
     """Recall@K / NDCG@K of a checkpoint on the leave-one-out validation and test users.
 
-    The prompt settings (k-core, history length, titles) default to what the
+    The prompt settings (k-core, history length, titles, system prompt) default to what the
     checkpoint was fine-tuned with (its ``sft_config.json``), else to SFT's defaults.
     """
 
@@ -79,6 +79,7 @@ class EvalConfig:
     titles: bool | None = setting(
         None, help="Default: as trained.", flags=("--titles/--no-titles",)
     )
+    system_prompt: str | None = setting(None, help="Default: as trained.")
     device: str = setting("auto", help="auto | cpu | cuda.", tags=(RUNNER,))
     dtype: str = dtype_setting()  # of the model's weights and arithmetic; float64 for checks
     progress: bool = progress_setting()

@@ -57,13 +57,13 @@ class EvalResult:
 
 
 def prompt_settings(cfg: EvalConfig) -> dict[str, object]:
-    """k_core / max_history / titles: flags, else the checkpoint's SFT run, else SFT defaults."""
+    """k_core / max_history / titles / system_prompt: flags, else the checkpoint's SFT run, else SFT defaults."""
     trained: dict[str, object] = {}
     path = Path(cfg.checkpoint) / SFT_CONFIG_FILENAME
     if path.is_file():
         trained = json.loads(path.read_text())
     out: dict[str, object] = {}
-    for name in ("k_core", "max_history", "titles"):
+    for name in PROMPT_DEFAULTS:
         given = getattr(cfg, name)
         out[name] = given if given is not None else trained.get(name, PROMPT_DEFAULTS[name])
     return out
@@ -112,6 +112,7 @@ def run_evaluate(cfg: EvalConfig) -> EvalResult:
                 tokenizer,
                 [task.sid_of[i] for i in e.history],
                 [task.title_of.get(i, "") for i in e.history] if prompt["titles"] else None,
+                system=str(prompt["system_prompt"]),
             )
             for e in examples
         ]

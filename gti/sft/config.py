@@ -17,6 +17,7 @@ from gti.options import (
     PROMPT_DEFAULTS,
     RESUMABLE,
     RUNNER,
+    SYSTEM_PROMPT_HELP,
     cache_dir_setting,
     check_device,
     check_dtype,
@@ -95,6 +96,7 @@ class SFTConfig:
     )
     # Write each history item as "<a_1><b_2><c_3> (title)".
     titles: bool = setting(PROMPT_DEFAULTS["titles"], help="Write titles beside history SIDs.")
+    system_prompt: str = setting(PROMPT_DEFAULTS["system_prompt"], help=SYSTEM_PROMPT_HELP)
     max_text_chars: int = 400  # item texts of the alignment tasks are cut here
     # A subset of FREEZABLE; the paper trains everything.
     freeze: tuple[str, ...] = setting(

@@ -19,6 +19,7 @@ from transformers import PreTrainedTokenizerBase
 from gti.data.tasks import TaskData
 from gti.prompts import (
     TASK_NEXT_ITEM,
+    TEMPLATE_SYSTEM,
     TEMPLATES,
     Example,
     SeededStream,
@@ -68,8 +69,10 @@ class SFTStream(SeededStream):
         titles: bool,
         seed: int,
         max_text_chars: int = 400,
+        system: str = TEMPLATE_SYSTEM,
     ) -> None:
         self.data = data
+        self.system = system
         self.next_items = data.splits.train
         self.align_items = sorted(data.text_of)
         self.titles = titles
@@ -110,7 +113,11 @@ class SFTStream(SeededStream):
             ex = self.next_items[subject]
             titles = [d.title_of.get(i, "") for i in ex.history] if self.titles else None
             out = render_next_item(
-                self.tokenizer, [d.sid_of[i] for i in ex.history], d.sid_of[ex.target], titles
+                self.tokenizer,
+                [d.sid_of[i] for i in ex.history],
+                d.sid_of[ex.target],
+                titles,
+                system=self.system,
             )
             want = d.tokens_of[ex.target]
             got = out.input_ids[out.answer_start : out.answer_start + len(want)]
@@ -123,4 +130,4 @@ class SFTStream(SeededStream):
         item = self.align_items[subject]
         text = d.text_of[item][: self.max_text_chars]
         instruction, answer = instruction_and_answer(task - 1, template, text, d.sid_of[item])
-        return render(self.tokenizer, instruction, answer, task)
+        return render(self.tokenizer, instruction, answer, task, system=self.system)

@@ -96,6 +96,7 @@ def run_sft(cfg: SFTConfig, *, should_stop: Callable[[int], bool] | None = None)
         tasks=cfg.tasks,
         align_ratio=cfg.align_ratio,
         titles=cfg.titles,
+        system=cfg.system_prompt,
         seed=cfg.seed,
         max_text_chars=cfg.max_text_chars,
     )

@@ -92,7 +92,9 @@ def load_study_config(path: Path) -> StudyConfig:
     forbidden = (*STAGE_SECTIONS, "source", "cache_dir", "progress")
     cfg = _fill(StudyConfig, top, where, "top level", forbidden)
     cfg.sids, cfg.grounding, cfg.sft, cfg.evaluate = stage_configs(
-        data, where, evaluate_forbidden=("splits", "k_core", "max_history", "titles", "exact")
+        data,
+        where,
+        evaluate_forbidden=("splits", "k_core", "max_history", "titles", "system_prompt", "exact"),
     )
     cfg.source = where
     cfg.validate()

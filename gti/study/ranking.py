@@ -28,7 +28,7 @@ from gti.data.tasks import TaskData
 from gti.evaluate.decode import rank_items
 from gti.evaluate.rankings import Rankings, from_unsorted, save_rankings
 from gti.evaluate.trie import SidTrie
-from gti.prompts import pad_id_of, prompt_ids
+from gti.prompts import TEMPLATE_SYSTEM, pad_id_of, prompt_ids
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ def rank_split(
     beams: int = 20,
     batch_size: int = 8,
     titles: bool = False,
+    system: str = TEMPLATE_SYSTEM,
     device: str = "cpu",
     chunk: int = 32,
     source: dict[str, object] | None = None,
@@ -103,6 +104,7 @@ def rank_split(
                         tokenizer,
                         [task.sid_of[i] for i in e.history],
                         [task.title_of.get(i, "") for i in e.history] if titles else None,
+                        system=system,
                     )
                     for e in batch
                 ]

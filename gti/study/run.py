@@ -152,7 +152,8 @@ def materialize(sft_cfg, snap: Path) -> Path:
     codebooks = Path(sft_cfg.init) / "codebooks.safetensors"
     run_config = {"materialized_from": str(state_dir), "step": step, "arm": sft_cfg.arm,
                   "seed": sft_cfg.seed, "max_history": sft_cfg.max_history,
-                  "k_core": sft_cfg.k_core, "titles": sft_cfg.titles}  # fmt: skip
+                  "k_core": sft_cfg.k_core, "titles": sft_cfg.titles,
+                  "system_prompt": sft_cfg.system_prompt}  # fmt: skip
     write_checkpoint(
         snap, trained, tokenizer, sft_sidecar(sids, sft_cfg, step, data),
         codebooks if codebooks.is_file() else None, CONFIG_FILENAME, run_config, state["log"],
@@ -231,7 +232,8 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     )  # fmt: skip
     device = _device(cfg.device)
     rank_kw = {"beams": cfg.evaluate.beams, "batch_size": cfg.evaluate.batch_size,
-               "titles": cfg.sft.titles, "device": device, "progress": cfg.progress}  # fmt: skip
+               "titles": cfg.sft.titles, "system": cfg.sft.system_prompt, "device": device,
+               "progress": cfg.progress}  # fmt: skip
     users = _users(cfg, task)
 
     geo_path = rdir / "geometry.json"
@@ -326,7 +328,8 @@ def tokens_per_example(cfg: StudyConfig, task, init_dir: Path, n: int) -> dict[s
 
     tok = AutoTokenizer.from_pretrained(init_dir, local_files_only=True)
     stream = SFTStream(tok, task, tasks="next-item", align_ratio=0.0, titles=cfg.sft.titles,
-                       seed=0, max_text_chars=cfg.sft.max_text_chars)  # fmt: skip
+                       seed=0, max_text_chars=cfg.sft.max_text_chars,
+                       system=cfg.sft.system_prompt)  # fmt: skip
     lengths = [len(stream.example(i).input_ids) for i in range(n)]
     answers = [len(e.input_ids) - e.answer_start for e in map(stream.example, range(n))]
     return {"examples": n, "tokens": sum(lengths) / n, "answer_tokens": sum(answers) / n}

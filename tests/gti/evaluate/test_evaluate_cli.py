@@ -61,3 +61,17 @@ def test_bad_input_exits_2(synthetic_checkpoint, tmp_path):
     assert res.exit_code == 2 and "--beams" in res.output
     res = runner.invoke(app, ["evaluate", str(tmp_path)])
     assert res.exit_code == 2 and "semantic_ids.json" in res.output
+
+
+def test_prompt_settings_follow_the_checkpoint_then_the_flags(tmp_path):
+    from gti.checkpoint_files import SFT_CONFIG_FILENAME
+    from gti.evaluate.config import EvalConfig
+    from gti.evaluate.run import prompt_settings
+    from gti.options import PROMPT_DEFAULTS
+
+    assert prompt_settings(EvalConfig(checkpoint=tmp_path)) == PROMPT_DEFAULTS
+    trained = {"k_core": 3, "max_history": 7, "titles": True, "system_prompt": ""}
+    (tmp_path / SFT_CONFIG_FILENAME).write_text(json.dumps(trained))
+    assert prompt_settings(EvalConfig(checkpoint=tmp_path)) == trained
+    given = EvalConfig(checkpoint=tmp_path, max_history=2, system_prompt="template")
+    assert prompt_settings(given) == {**trained, "max_history": 2, "system_prompt": "template"}

@@ -3,13 +3,15 @@ LC-Rec mix at its ratio, answers that are exactly the SID (+ end of turn)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from sftworld import ORDERS
 from transformers import AutoTokenizer
 
 from geodiag.sidecar import load
 from gti.data.tasks import load_task_data
-from gti.prompts import TASK_NEXT_ITEM, prompt_ids
+from gti.prompts import TASK_NEXT_ITEM, TEMPLATE_SYSTEM, next_item_instruction, prompt_ids
 from gti.sft.config import SFTConfig
 from gti.sft.data import SFTStream
 from gti.sft.trainer import get_lr, micro_batches
@@ -88,3 +90,54 @@ def test_lr_schedule_golden_values():
     assert lrs[2] == pytest.approx(1.0) and lrs[-1] == pytest.approx(0.1)
     assert lrs[6] == pytest.approx(0.55)  # halfway through the cosine: (1 + 0.1) / 2
     assert all(a >= b for a, b in zip(lrs[1:], lrs[2:], strict=False))
+
+
+# SmolLM2-135M-Instruct's chat template, reduced to its system-turn logic: a default
+# system turn when the conversation does not start with one.
+CHAT = (
+    "{% for m in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture
+def chat_task(task):
+    tok, data = task
+    chat = copy.deepcopy(tok)
+    chat.chat_template = CHAT
+    return chat, data
+
+
+@pytest.mark.parametrize(
+    ("system", "head"),
+    [
+        (TEMPLATE_SYSTEM, "<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n"),
+        ("", "<|im_start|>system\n<|im_end|>\n"),
+        ("be brief", "<|im_start|>system\nbe brief<|im_end|>\n"),
+    ],
+)
+def test_system_prompt_option_renders_the_system_turn_it_names(chat_task, system, head):
+    tok, data = chat_task
+    s = SFTStream(tok, data, tasks="next-item", align_ratio=0, titles=False, seed=0, system=system)
+    ex = data.splits.train[s.key(0)[1]]
+    history = [data.sid_of[i] for i in ex.history]
+    want = head + "<|im_start|>user\n" + next_item_instruction(history) + "<|im_end|>\n"
+    want += "<|im_start|>assistant\n"
+    prompt = prompt_ids(tok, history, system=system)
+    # (the word-level test tokenizer spells unknown words [UNK]: compare ids, not text)
+    assert prompt == tok(want, add_special_tokens=False)["input_ids"]
+    # the training example starts with exactly the evaluation prompt, then the SID
+    out = s.example(0)
+    assert list(out.input_ids[: out.answer_start]) == prompt
+    assert tuple(out.input_ids[out.answer_start :][:3]) == data.tokens_of[ex.target]
+
+
+def test_an_empty_system_turn_is_shorter_than_the_templates(chat_task):
+    tok, data = chat_task
+    history = [data.sid_of[i] for i in data.splits.train[0].history]
+    default = prompt_ids(tok, history)
+    empty = prompt_ids(tok, history, system="")
+    assert len(empty) < len(default)
+    assert default[-len(empty) + 4 :] == empty[4:]  # same user turn after the system turn
