@@ -2,7 +2,9 @@
 
 ``lcrec`` is LC-Rec (mean init, then SFT on next item + text <-> SID alignment);
 ``gti+lcrec`` puts GTI's grounding before the same mix, the paper's best arm.
-Arms with the same init share one init checkpoint per seed.
+``gti-from-description`` grounds from description-mean rows instead of the paper's
+mean (``gti init --start-from description-mean``).
+Arms with the same init (strategy and start) share one init checkpoint per seed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,14 @@ from dataclasses import dataclass
 class Arm:
     init: str  # a `gti init --strategy`
     tasks: str  # a `gti sft --tasks`
+    start_from: str = "mean"  # a `gti init --start-from` (gti only)
+
+    @property
+    def init_name(self) -> str:
+        """The init's folder and stage name: its strategy, and its start when not the mean."""
+        if self.init != "gti" or self.start_from == "mean":
+            return self.init
+        return f"{self.init}-from-{self.start_from}"
 
 
 ARMS: dict[str, Arm] = {
@@ -24,5 +34,6 @@ ARMS: dict[str, Arm] = {
     "gti": Arm("gti", "next-item"),
     "lcrec": Arm("mean", "lcrec"),
     "gti+lcrec": Arm("gti", "lcrec"),
+    "gti-from-description": Arm("gti", "next-item", "description-mean"),
 }
 DEFAULT_ARMS = ("mean", "random", "description-mean", "gti", "lcrec", "gti+lcrec")

@@ -180,11 +180,12 @@ def _run_stages(cfg: ExperimentConfig, out: Path) -> ExperimentResult:
         root = out / f"seed-{seed}"
         for arm in cfg.arms:
             spec = ARMS[arm]
-            init_dir = root / "init" / spec.init
+            init_dir = root / "init" / spec.init_name
             init_cfg = InitConfig(
                 sids=sids_dir,
                 out=init_dir,
                 strategy=spec.init,
+                start_from=spec.start_from,
                 seed=seed,
                 grounding=replace(cfg.grounding, seed=seed, progress=cfg.progress),
                 cache_dir=cfg.cache_dir,
@@ -192,7 +193,7 @@ def _run_stages(cfg: ExperimentConfig, out: Path) -> ExperimentResult:
                 device=cfg.device,
             )
             stages.run(
-                f"seed {seed} init {spec.init}",
+                f"seed {seed} init {spec.init_name}",
                 init_dir / SIDECAR_FILENAME,
                 lambda c=init_cfg: run_init(c),
             )
@@ -261,7 +262,7 @@ def time_table(cfg: ExperimentConfig, seconds: dict[str, float]) -> str:
              "| arm | seed | init | sft | eval | total |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for seed in cfg.seeds:
         for arm in cfg.trained_arms:
-            parts = [seconds.get(f"seed {seed} init {ARMS[arm].init}"),
+            parts = [seconds.get(f"seed {seed} init {ARMS[arm].init_name}"),
                      seconds.get(f"seed {seed} sft {arm}"),
                      seconds.get(f"seed {seed} eval {arm}")]  # fmt: skip
             cells = ["-" if p is None else f"{p:.0f}" for p in parts]
@@ -275,7 +276,7 @@ def time_table(cfg: ExperimentConfig, seconds: dict[str, float]) -> str:
 def report_inputs(cfg: ExperimentConfig) -> list[Path]:
     """Init checkpoints (one per init strategy, arm order), then the SFT checkpoints."""
     root = Path(cfg.out) / f"seed-{cfg.seeds[0]}"
-    inits = list(dict.fromkeys(ARMS[a].init for a in cfg.arms))
+    inits = list(dict.fromkeys(ARMS[a].init_name for a in cfg.arms))
     paths = [root / "init" / s for s in inits]
     return paths + [root / "sft" / a for a in cfg.arms if a in cfg.trained_arms]
 

@@ -210,13 +210,13 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     sids_dir = prepare_sids(cfg)
     common = {"cache_dir": cfg.cache_dir, "progress": cfg.progress}
 
-    init_dir = work / "init" / f"{spec.init}-seed{seed}"
+    init_dir = work / "init" / f"{spec.init_name}-seed{seed}"
     init_cfg = InitConfig(
-        sids=sids_dir, out=init_dir, strategy=spec.init, seed=seed,
+        sids=sids_dir, out=init_dir, strategy=spec.init, start_from=spec.start_from, seed=seed,
         grounding=replace(cfg.grounding, seed=seed, progress=cfg.progress),
         cache_dir=cfg.cache_dir, allow_download=cfg.sids.allow_download, device=cfg.device,
     )  # fmt: skip
-    stages.run(f"init {spec.init}", init_dir / SIDECAR_FILENAME, lambda: run_init(init_cfg))
+    stages.run(f"init {spec.init_name}", init_dir / SIDECAR_FILENAME, lambda: run_init(init_cfg))
 
     sft_cfg = replace(
         cfg.sft, init=init_dir, out=work / name / "sft", seed=seed, tasks=spec.tasks, arm=arm,
