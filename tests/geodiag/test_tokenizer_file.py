@@ -1,0 +1,110 @@
+"""tokenizer.json reader: the fast path (merges never parsed) against json.loads of the whole file."""
+
+import json
+
+import pytest
+
+from geodiag.errors import InputError
+from geodiag.tokenizer_file import _read_hf_layout, load_tokenizer
+
+# Token strings that trip a hand-rolled scanner: quotes, backslashes, brackets and braces,
+# the key names the reader looks for, unicode escapes (json.dumps writes \u0120 for "Ġ").
+TRICKY = ['"', "\\", '\\"', "[", "]", "{", "}", '"}]}', "merges", '"merges": [', "model", "Ġthe", "é", "😀"]  # fmt: skip
+
+
+def hf_like(*, merges_first=False, with_merges=True, decoder_after_model=False) -> dict:
+    vocab = {t: i for i, t in enumerate(["a", "b", *TRICKY])}
+    model = {"type": "BPE", "dropout": None, "unk_token": None}
+    merges = [["a", "b"], ['"', "}"], ["merges", "["], ["\\", '"merges": [']]
+    if with_merges and merges_first:
+        model["merges"] = merges
+    model["vocab"] = vocab
+    if with_merges and not merges_first:
+        model["merges"] = merges
+    added = [
+        {"id": len(vocab), "content": "<|endoftext|>", "special": True},
+        {"id": len(vocab) + 1, "content": '<a_"0">', "special": False},
+        {"id": len(vocab) + 2, "content": "<b_}]>", "special": False},
+    ]
+    tok = {"version": "1.0", "truncation": None, "added_tokens": added, "normalizer": None}
+    decoder = {"type": "Sequence", "decoders": [{"type": "ByteLevel"}]}
+    if decoder_after_model:
+        return {**tok, "model": model, "decoder": decoder}
+    return {**tok, "decoder": decoder, "model": model}
+
+
+def reference(text: str) -> tuple:
+    """What the reader must return: json.loads of the whole text, read directly."""
+    data = json.loads(text)
+    vocab = data["model"]["vocab"]
+    by_id = {i: s for s, i in vocab.items()} if isinstance(vocab, dict) else dict(enumerate(p[0] for p in vocab))  # fmt: skip
+    added = [(t["id"], t["content"], t["special"]) for t in data["added_tokens"]]
+    kinds = {data["decoder"]["type"]} | {d["type"] for d in data["decoder"].get("decoders", [])}
+    return by_id, added, "ByteLevel" in kinds
+
+
+def read(path) -> tuple:
+    info = load_tokenizer(path)
+    return info.vocab, [(t.id, t.content, t.special) for t in info.added], info.byte_level
+
+
+DUMPS = {
+    "hf indent 2": lambda d: json.dumps(d, indent=2, ensure_ascii=False),
+    "compact ascii": lambda d: json.dumps(d, separators=(",", ":")),  # \uXXXX escapes
+    "spaced": lambda d: json.dumps(d, indent="\t") + "\r\n\n",
+}
+
+
+@pytest.mark.parametrize("dump", DUMPS)
+def test_hf_layout_is_read_without_merges_and_equals_a_full_parse(tmp_path, dump):
+    text = DUMPS[dump](hf_like())
+    assert _read_hf_layout(text) is not None  # the fast path took it
+    (tmp_path / "tokenizer.json").write_text(text, encoding="utf-8")
+    assert read(tmp_path / "tokenizer.json") == reference(text)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [dict(merges_first=True), dict(with_merges=False), dict(decoder_after_model=True)],
+    ids=["merges first", "no merges", "decoder after model"],
+)
+def test_other_layouts_are_parsed_whole_with_the_same_result(tmp_path, layout):
+    text = json.dumps(hf_like(**layout), indent=2)
+    assert _read_hf_layout(text) is None  # not the layout the fast path vouches for
+    (tmp_path / "tokenizer.json").write_text(text)
+    assert read(tmp_path / "tokenizer.json") == reference(text)
+
+
+def test_unigram_vocabulary_list(tmp_path):
+    tok = hf_like(with_merges=False)
+    tok["model"] = {"type": "Unigram", "unk_id": 0, "vocab": [["a", 0.0], ['"]}', -1.5]]}
+    text = json.dumps(tok)
+    (tmp_path / "tokenizer.json").write_text(text)
+    assert read(tmp_path / "tokenizer.json") == reference(text)
+
+
+@pytest.mark.parametrize("cut", [0.3, 0.7, 0.95])
+def test_a_file_cut_short_is_an_error_naming_it(tmp_path, cut):
+    """Cut inside added_tokens, vocab, and merges (the part the fast path never parses)."""
+    text = json.dumps(hf_like(), indent=2)
+    path = tmp_path / "tokenizer.json"
+    path.write_text(text[: int(len(text) * cut)])
+    with pytest.raises(InputError, match="tokenizer.json.*not valid JSON"):
+        load_tokenizer(path)
+
+
+def test_a_tokenizer_written_by_hf_tokenizers_takes_the_fast_path(tmp_path):
+    """The layout the fast path assumes is the one the tokenizers library writes."""
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab = {t: i for i, t in enumerate(["a", "b", "ab", "Ġ", '"', "}", "]"])}
+    bpe = tokenizers.models.BPE(vocab=vocab, merges=[("a", "b")])
+    tok = tokenizers.Tokenizer(bpe)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    tok.add_tokens(["<a_0>", '<b_"1">'])
+    tok.add_special_tokens(["<|endoftext|>"])
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    text = path.read_text(encoding="utf-8")
+    assert _read_hf_layout(text) is not None
+    assert read(path) == reference(text)
+    assert load_tokenizer(path).token(3) == " "  # byte-level "Ġ"
