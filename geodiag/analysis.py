@@ -190,10 +190,19 @@ def _neighbors(
 
 
 def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:
+    from concurrent.futures import ThreadPoolExecutor
+
     rows, keep = new_rows(ckpt, matrix, opts.allow_nonfinite)
     reference = _reference_rows(ckpt, matrix, opts, len(rows)) if ckpt.has_vocabulary else None
-    levels, lcos = _levels(ckpt, rows, keep, reference, opts)
-    neighbors, sampled = _neighbors(ckpt, matrix, rows, ckpt.new.ids[keep], opts)
+    # The neighbour scan (reading and hashing the whole vocabulary) runs beside the
+    # metrics, which read nothing more: the store's reads, and so its digest, keep
+    # their order. numpy, BLAS and hashlib release the GIL for their work.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        scan = pool.submit(_neighbors, ckpt, matrix, rows, ckpt.new.ids[keep], opts)
+        levels, lcos = _levels(ckpt, rows, keep, reference, opts)
+        new = summarize(rows, reference)
+        reference_summary = None if reference is None else summarize(reference)
+        neighbors, sampled = scan.result()
     return MatrixReport(
         role=matrix.role,
         tensor=matrix.tensor,
@@ -202,8 +211,8 @@ def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> Ma
         dim=matrix.dim,
         n_new=len(rows),
         nonfinite_rows_dropped=int((~keep).sum()),
-        new=summarize(rows, reference),
-        reference=None if reference is None else summarize(reference),
+        new=new,
+        reference=reference_summary,
         reference_size=0 if reference is None else len(reference),
         levels=levels,
         level_cosine=lcos,
