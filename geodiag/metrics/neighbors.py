@@ -183,7 +183,7 @@ def nearest_rows(
             cand_score = np.take_along_axis(merged_score, order, axis=1)
         # Rows of the current candidates only (exact values: float32 blocks hold the
         # stored weights exactly): newcomers from this block, leavers dropped.
-        wanted = set(np.unique(cand_ids).tolist())
+        wanted = set(cand_ids.ravel().tolist())  # (np.unique would import numpy.ma)
         for gone in pool.keys() - wanted:
             del pool[gone]
         new_ids = np.array(sorted(wanted - pool.keys()), dtype=np.int64)
