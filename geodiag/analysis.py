@@ -195,6 +195,10 @@ def _neighbors(
 def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:
     from concurrent.futures import ThreadPoolExecutor
 
+    if opts.neighbors_k > 0 and opts.neighbors_max > 0 and ckpt.has_vocabulary:
+        # tokenizer.json's vocabulary is decoded on first use (the gate never needs it):
+        # here, before the rows are read, its transients did not raise the run's peak.
+        getattr(ckpt.tokenizer, "vocab", None)
     rows, keep = new_rows(ckpt, matrix, opts.allow_nonfinite)
     reference = _reference_rows(ckpt, matrix, opts, len(rows)) if ckpt.has_vocabulary else None
     # The neighbour scan (reading and hashing the whole vocabulary) runs beside the

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 from geodiag.errors import InputError
@@ -41,12 +42,22 @@ class AddedToken:
 @dataclass
 class TokenizerInfo:
     path: Path
-    vocab: dict[int, str] = field(default_factory=dict)  # id -> raw token string
     added: list[AddedToken] = field(default_factory=list)
     byte_level: bool = False
+    _vocab: dict[int, str] | None = field(default=None, repr=False)
+    _load_vocab: Callable[[], dict[int, str]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._added_by_id: dict[int, str] | None = None
+
+    @property
+    def vocab(self) -> dict[int, str]:
+        """id -> raw token string; decoded from the file on first use (the gate never
+        needs it: added tokens name the new rows)."""
+        if self._vocab is None:
+            load, self._load_vocab = self._load_vocab, None
+            self._vocab = load() if load is not None else {}
+        return self._vocab
 
     def __len__(self) -> int:
         ids = list(self.vocab) + [t.id for t in self.added]
@@ -105,7 +116,8 @@ def _without_merges(text: str) -> str:
 
 _DECODER = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
-_MERGES_MODEL_TOP = re.compile(r"\][ \t\n\r]*\}[ \t\n\r]*\}[ \t\n\r]*\Z")
+_TAIL = re.compile(rb"\][ \t\n\r]*\}[ \t\n\r]*\}[ \t\n\r]*\Z")  # merges, model, top
+_THEN_MERGES = re.compile(rb'[ \t\n\r]*,[ \t\n\r]*"merges"[ \t\n\r]*:[ \t\n\r]*\[')
 
 
 class _Unexpected(Exception):
@@ -139,64 +151,104 @@ def _object_until(text: str, i: int, stop: str) -> tuple[dict, int, bool]:
         i = _WS.match(text, i + 1).end()
 
 
-def _ends_merges_model_top(text: str, merges_at: int) -> bool:
-    """Whether the text ends ``] } }`` after an array opened at ``merges_at``; looks at
-    the last KB only (a copy of the whole text would cost more than the parse saved)."""
-    tail = _MERGES_MODEL_TOP.search(text, max(merges_at, len(text) - 1024))
-    return text[merges_at : merges_at + 1] == "[" and tail is not None
+def _read_hf_layout(raw: bytes) -> tuple[dict, int] | None:
+    """(the tokenizer.json object up to the model's ``vocab``, the byte offset of the
+    vocab's value), or None when the file is not in the layout HF tokenizers writes
+    (then the caller parses it whole).
 
-
-def _read_hf_layout(text: str) -> dict | None:
-    """The tokenizer.json object without parsing BPE ``merges``, or None when the file is
-    not in the layout HF tokenizers writes (then the caller parses it whole).
-
-    HF tokenizers writes ``added_tokens`` and ``decoder`` before ``model``, and ``merges``
-    as the model's last member with ``model`` the last top-level one; the merges are
-    half of SmolLM2's 3.5 MB and geodiag never uses them. Everything before them is
-    decoded member by member as ``json.loads`` would. The file must then end in
-    ``] } }``, else it is parsed whole (so a file cut inside the merges is still an
-    error in all but freak cases). Not checked, as nothing after the merges is read: the
-    merges themselves, and a duplicate key after them (which no writer produces).
+    HF tokenizers writes ``added_tokens`` and ``decoder`` before ``model``, ``vocab``
+    and ``merges`` as the model's last members and ``model`` as the last top-level one.
+    Only the bytes before the vocabulary are decoded here, member by member as
+    ``json.loads`` would; the vocabulary waits for :func:`_hf_vocab` (its first use) and
+    the merges (half of SmolLM2's 3.5 MB) are never decoded. The file must end in
+    ``] } }``, else it is parsed whole (so a file cut short is still an error, but for
+    freak cuts inside the merges). Not checked, as nothing after the vocabulary is read:
+    the merges themselves, and a duplicate key after them (which no writer produces).
     """
+    brace = raw.find(b"{", raw.find(b'"vocab"') + 1)  # the first "vocab": { is the model's?
+    if brace < 1 or _TAIL.search(raw, max(brace, len(raw) - 1024)) is None:
+        return None
     try:
+        text = raw[: brace + 1].decode("utf-8")  # cut at an ASCII byte: a whole character
         top, i, at_model = _object_until(text, _WS.match(text).end(), "model")
         if not at_model or not {"added_tokens", "decoder"} <= top.keys():
             return None
-        model, i, at_merges = _object_until(text, i, "merges")
-        if not at_merges or not _ends_merges_model_top(text, i):
-            return None
-    except (_Unexpected, json.JSONDecodeError, RecursionError):
+        model, i, at_vocab = _object_until(text, i, "vocab")
+    except (_Unexpected, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return None  # (a walk past the cut: that "vocab" was a token's or a pattern's)
+    if not at_vocab or i != len(text) - 1:
         return None
     top["model"] = model
-    return top
+    return top, brace
 
 
-def _inverse_vocab(vocab: dict) -> dict[int, str]:
-    """id -> token string of a ``{token: id}`` vocabulary."""
-    inverse = dict(zip(vocab.values(), vocab.keys(), strict=True))
-    if all(type(i) is int for i in inverse):  # the usual case: no conversion needed
-        return inverse
-    return {int(i): str(s) for s, i in vocab.items()}
+def _vocab_by_id(vocab: object) -> dict[int, str]:
+    """id -> token string of a model's ``vocab``: ``{token: id}`` or Unigram's
+    ``[[piece, score], ...]``."""
+    if isinstance(vocab, dict):  # BPE, WordPiece, WordLevel
+        inverse = dict(zip(vocab.values(), vocab.keys(), strict=True))
+        if all(type(i) is int for i in inverse):  # the usual case: no conversion needed
+            return inverse
+        return {int(i): str(s) for s, i in vocab.items()}
+    if isinstance(vocab, list):
+        return {i: str(entry[0]) for i, entry in enumerate(vocab)}
+    return {}
+
+
+def _decode(path: Path, raw: bytes) -> str:
+    try:  # bytes, then one decode: text mode's newline translation cost 15 ms on SmolLM2
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(path, f"not valid UTF-8 ({e.reason})") from None
+
+
+def _parse_whole(path: Path, text: str) -> dict:
+    try:
+        data = json.loads(_without_merges(text))
+    except json.JSONDecodeError:
+        try:  # the shortcut must never turn a valid file into an error
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InputError(path, f"not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict):
+        raise InputError(path, "not a tokenizer.json object")
+    return data
+
+
+def _hf_vocab(path: Path, raw: bytes, at: int) -> dict[int, str]:
+    """The vocabulary whose value starts at byte ``at``, where ``merges`` must follow it
+    as the model's last member; else the whole file's vocabulary, parsed as
+    :func:`load_tokenizer` parses other layouts. Decodes the bytes up to the first
+    ``"merges"`` first (a third of SmolLM2's file), then, should a token be named so,
+    the rest."""
+    cut = raw.find(b'"merges"', at)
+    for stop in (cut, len(raw)) if cut > at else (len(raw),):
+        try:
+            text = str(memoryview(raw)[at:stop], "utf-8")  # no copy of the bytes
+            vocab, i = _DECODER.raw_decode(text, 0)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            continue
+        end = stop - len(text[i:].encode("utf-8"))  # past the vocabulary, in bytes
+        merges = _THEN_MERGES.match(raw, end)
+        if isinstance(vocab, dict) and merges is not None:
+            if _TAIL.search(raw, max(merges.end() - 1, len(raw) - 1024)) is not None:
+                return _vocab_by_id(vocab)
+        break  # decoded, but not followed as HF writes it
+    model = _parse_whole(path, _decode(path, raw)).get("model")
+    return _vocab_by_id(model.get("vocab") if isinstance(model, dict) else None)
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> TokenizerInfo:
     p = Path(path)
-    try:  # bytes, then one decode: text mode's newline translation cost 15 ms on SmolLM2
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(p, f"not valid UTF-8 ({e.reason})") from None
-    data = _read_hf_layout(text)
-    if data is None:
-        try:
-            data = json.loads(_without_merges(text))
-        except json.JSONDecodeError:
-            try:  # the shortcut must never turn a valid file into an error
-                data = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise InputError(p, f"not valid JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(data, dict):
-        raise InputError(p, "not a tokenizer.json object")
+    raw = p.read_bytes()
     info = TokenizerInfo(path=p)
+    fast = _read_hf_layout(raw)
+    if fast is not None:
+        data, at = fast
+        info._load_vocab = partial(_hf_vocab, p, raw, at)
+    else:
+        data = _parse_whole(p, _decode(p, raw))
+        info._vocab = _vocab_by_id((data.get("model") or {}).get("vocab"))
     for entry in data.get("added_tokens") or []:
         try:
             info.added.append(
@@ -204,12 +256,6 @@ def load_tokenizer(path: str | os.PathLike[str]) -> TokenizerInfo:
             )
         except (KeyError, TypeError, ValueError):
             raise InputError(p, f"malformed added_tokens entry {entry!r}") from None
-    model = data.get("model") or {}
-    vocab = model.get("vocab")
-    if isinstance(vocab, dict):  # BPE, WordPiece, WordLevel
-        info.vocab = _inverse_vocab(vocab)
-    elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
-        info.vocab = {i: str(entry[0]) for i, entry in enumerate(vocab)}
     decoder = data.get("decoder") or {}
     kinds = {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders") or []}
     info.byte_level = "ByteLevel" in kinds

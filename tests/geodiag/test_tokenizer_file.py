@@ -58,7 +58,7 @@ DUMPS = {
 @pytest.mark.parametrize("dump", DUMPS)
 def test_hf_layout_is_read_without_merges_and_equals_a_full_parse(tmp_path, dump):
     text = DUMPS[dump](hf_like())
-    assert _read_hf_layout(text) is not None  # the fast path took it
+    assert _read_hf_layout(text.encode()) is not None  # the fast path took it
     (tmp_path / "tokenizer.json").write_text(text, encoding="utf-8")
     assert read(tmp_path / "tokenizer.json") == reference(text)
 
@@ -70,7 +70,7 @@ def test_hf_layout_is_read_without_merges_and_equals_a_full_parse(tmp_path, dump
 )
 def test_other_layouts_are_parsed_whole_with_the_same_result(tmp_path, layout):
     text = json.dumps(hf_like(**layout), indent=2)
-    assert _read_hf_layout(text) is None  # not the layout the fast path vouches for
+    assert _read_hf_layout(text.encode()) is None  # not the layout the fast path vouches for
     (tmp_path / "tokenizer.json").write_text(text)
     assert read(tmp_path / "tokenizer.json") == reference(text)
 
@@ -105,6 +105,56 @@ def test_a_tokenizer_written_by_hf_tokenizers_takes_the_fast_path(tmp_path):
     path = tmp_path / "tokenizer.json"
     tok.save(str(path))
     text = path.read_text(encoding="utf-8")
-    assert _read_hf_layout(text) is not None
+    assert _read_hf_layout(text.encode()) is not None
     assert read(path) == reference(text)
     assert load_tokenizer(path).token(3) == " "  # byte-level "Ġ"
+
+
+def test_the_vocabulary_is_decoded_on_first_use_only(tmp_path):
+    text = json.dumps(hf_like(), indent=2)
+    (tmp_path / "tokenizer.json").write_text(text)
+    info = load_tokenizer(tmp_path / "tokenizer.json")
+    assert info._vocab is None  # the gate names new rows from added tokens alone
+    assert info.token(len(TRICKY) + 3) == '<a_"0">' and info._vocab is None
+    assert info.token(2) == TRICKY[0] and info.vocab == reference(text)[0]
+
+
+HEAD = '{"added_tokens": [], "decoder": null, "model": {"type": "BPE", '
+AFTER_VOCAB = {
+    "ends like merges without them": HEAD + '"vocab": {"a": 0, "b": 1}, "extra": [1, 2]}}',
+    "duplicate vocab": HEAD
+    + '"vocab": {"a": 0}, "vocab": {"b": 0, "c": 1}, "merges": [["b", "c"]]}}',
+    "a member between": HEAD
+    + '"vocab": {"a": 0, "b": 1}, "dropout": null, "merges": [["a", "b"]]}}',
+}
+
+
+@pytest.mark.parametrize("case", AFTER_VOCAB)
+def test_what_follows_the_vocabulary_is_checked_when_it_is_decoded(tmp_path, case):
+    """The end of the file looked right at load; the lazy decode of the vocabulary finds
+    out the rest, and falls back to a full parse (json.loads: the last duplicate wins)."""
+    text = AFTER_VOCAB[case]
+    (tmp_path / "tokenizer.json").write_text(text)
+    assert _read_hf_layout(text.encode()) is not None
+    want = {i: s for s, i in json.loads(text)["model"]["vocab"].items()}
+    assert load_tokenizer(tmp_path / "tokenizer.json").vocab == want
+
+
+def test_a_token_named_vocab_before_the_model_is_parsed_whole(tmp_path):
+    tok = hf_like()
+    tok["added_tokens"].append({"id": 99, "content": "vocab", "special": False})
+    text = json.dumps(tok, indent=2)
+    assert _read_hf_layout(text.encode()) is None  # the first "vocab" is not the model's
+    (tmp_path / "tokenizer.json").write_text(text)
+    assert read(tmp_path / "tokenizer.json") == reference(text)
+
+
+def test_bad_utf8_in_the_vocabulary_is_an_error_naming_the_file_when_read(tmp_path):
+    raw = json.dumps(hf_like(), indent=2, ensure_ascii=False).encode()
+    raw = raw.replace("é".encode(), b"\xff")  # "é" is a vocabulary token
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(raw)
+    info = load_tokenizer(path)  # added tokens and decoder come before the vocabulary
+    assert [t.content for t in info.added_non_special()] == ['<a_"0">', "<b_}]>"]
+    with pytest.raises(InputError, match="tokenizer.json.*not valid UTF-8"):
+        _ = info.vocab
