@@ -193,10 +193,6 @@ def _neighbors(
 
 
 def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:
-    if opts.neighbors_k > 0 and opts.neighbors_max > 0 and ckpt.has_vocabulary:
-        # tokenizer.json's vocabulary is decoded on first use (the gate never needs it):
-        # here, before the rows are read; decoded after the scan it raised the peak 4 MB.
-        getattr(ckpt.tokenizer, "vocab", None)
     rows, keep = new_rows(ckpt, matrix, opts.allow_nonfinite)
     reference = _reference_rows(ckpt, matrix, opts, len(rows)) if ckpt.has_vocabulary else None
     levels, lcos = _levels(ckpt, rows, keep, reference, opts)

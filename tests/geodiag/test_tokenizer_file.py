@@ -158,3 +158,24 @@ def test_bad_utf8_in_the_vocabulary_is_an_error_naming_the_file_when_read(tmp_pa
     assert [t.content for t in info.added_non_special()] == ['<a_"0">', "<b_}]>"]
     with pytest.raises(InputError, match="tokenizer.json.*not valid UTF-8"):
         _ = info.vocab
+
+
+@pytest.mark.parametrize("dump", [*DUMPS, "hf, ids out of order", "hf, crlf"])
+def test_single_tokens_read_line_by_line_equal_the_full_vocabulary(tmp_path, dump):
+    """Neighbour display reads single entries straight from the file where each line holds
+    one, in id order (what tokenizers writes); anything else decodes the vocabulary."""
+    tok = hf_like()
+    if dump == "hf, ids out of order":
+        tok["model"]["vocab"] = dict(reversed(tok["model"]["vocab"].items()))
+    text = DUMPS.get(dump, DUMPS["hf indent 2"])(tok)
+    if dump == "hf, crlf":
+        text = text.replace("\n", "\r\n")
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(text.encode())
+    info = load_tokenizer(path)
+    want = reference(text)[0]
+    assert [info._entry(i) for i in sorted(want)] == [want[i] for i in sorted(want)]
+    per_line = dump in ("hf indent 2", "spaced", "hf, crlf")
+    assert (info._vocab is None) == per_line  # the shortcut held, or it gave way
+    for i in (-1, len(want), len(want) + 7):  # past the vocabulary: None, as from the dict
+        assert info._entry(i) is None
