@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,10 +17,12 @@ from geodiag import __version__
 from geodiag.checkpoints import Checkpoint, Matrix, ReadOptions, check_rows, open_checkpoint
 from geodiag.errors import InputError
 from geodiag.metrics.blas import blas_threads
-from geodiag.metrics.drift import DriftResult, drift
 from geodiag.metrics.geometry import GeometrySummary, LevelCosine, level_cosine, summarize
 from geodiag.metrics.neighbors import nearest_rows
 from geodiag.metrics.rsa import RSAResult, rsa
+
+if TYPE_CHECKING:  # drift is loaded by the commands that measure it, not by every gate
+    from geodiag.metrics.drift import DriftResult
 
 
 @dataclass(frozen=True)
@@ -300,6 +303,8 @@ def analyze_drift(
 def _drift_matrix(
     a: Checkpoint, b: Checkpoint, ma: Matrix, mb: Matrix, before, after, opts: AnalyzeOptions
 ) -> DriftReport:
+    from geodiag.metrics.drift import drift
+
     if ma.dim != mb.dim:
         raise InputError(after, f"'{mb.tensor}' has {mb.dim} dims, '{before}' has {ma.dim}")
     ra, ka = new_rows(a, ma, opts.allow_nonfinite)

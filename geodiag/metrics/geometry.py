@@ -212,12 +212,22 @@ def row_norm_stats(x: np.ndarray) -> NormStats:
     return _norm_stats(row_norms(as_matrix(x)))
 
 
+def _median(r: np.ndarray) -> float:
+    """np.median of a 1-D array, bit for bit (a partition, then the mean of the middle
+    two), without np.median's import of numpy.ma (~9 ms of the gate's start-up)."""
+    n = len(r)
+    if n == 0 or np.isnan(r).any():
+        return float(np.median(r))  # its warning and its NaN
+    part = np.partition(r, [(n - 1) // 2, n // 2])
+    return float((part[(n - 1) // 2] + part[n // 2]) / 2)
+
+
 def _norm_stats(r: np.ndarray) -> NormStats:
     return NormStats(
         mean=float(r.mean()),
         std=float(r.std()),
         min=float(r.min()),
-        median=float(np.median(r)),
+        median=_median(r),
         max=float(r.max()),
     )
 

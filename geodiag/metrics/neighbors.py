@@ -9,6 +9,34 @@ import numpy as np
 from geodiag.metrics.geometry import as_matrix, row_norms
 
 _MARGIN = 8  # extra float32 candidates per query and block, re-ranked in float64
+# With the centre bound few rows reach the product, so a wider margin costs ~nothing; it
+# matters where the bound makes the product's shape vary from block to block, and with it
+# the last bits of float32 scores: identical rows in two blocks can then score apart, and
+# a group of them larger than the margin, tied at the cut, could lose its lowest id.
+_MARGIN_PRUNED = 64
+_PRUNE_BELOW = 0.5  # a query spread (radius) past which the centre bound skips ~nothing
+
+
+def _score_error(d: int) -> float:
+    """A bound on |float32 cosine - exact cosine| for unit-scale vectors of d dims.
+
+    Float32 dot product and sum of squares: gamma_d = d u each (u = 2**-24), the
+    norm's square root and the division a few u more, rounding the centre to float32
+    one u: (1.5 d + 6) u in all; doubled for safety. 1e-12 covers the float64
+    re-scoring, which must rank a pruned row strictly below its witnesses too.
+    """
+    return 2.0 * (d + 4) * 2.0**-24 + 1e-12
+
+
+def _spread(units: np.ndarray) -> tuple[np.ndarray | None, float]:
+    """(unit centre (d,), max distance of a unit query to it), or (None, inf) when the
+    queries have no common direction."""
+    centre = units.mean(axis=0)
+    norm = float(np.linalg.norm(centre))
+    if not norm > 0:
+        return None, np.inf
+    centre /= norm
+    return centre, float(row_norms(units - centre).max())
 
 
 def _order(cos: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -73,6 +101,15 @@ def nearest_rows(
     float64 from the stored values (a float32 block holds float32, bfloat16 or float16
     weights exactly). A true top-k row is lost only if float32 rounding (~1e-6 in cosine)
     moved more than the margin's worth of other rows past it.
+
+    Queries that lie close together (a collapsed init: every new row at the mean plus
+    noise) skip most of the product, exactly: with c their unit centre and r the largest
+    distance of a unit query from it, cos(q, x) is within r of cos(c, x) for every row
+    x. One float32 product per block with c alone (1/q of the full one) ranks the rows
+    against c; a row whose score s_x falls more than 2 (r + e) below the k-th best score
+    seen so far (e: the float32 error bound) has k rows certainly closer to every query,
+    and is dropped before the product with the queries. Spread queries (r >= 0.5) skip
+    the bound.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -84,6 +121,12 @@ def nearest_rows(
         raise ValueError(f"query row {first} has zero norm: its nearest rows are undefined")
     units = queries / qn[:, None]  # (q, d)
     units32 = units.astype(np.float32)
+    centre, radius = _spread(units) if q else (None, np.inf)
+    prune = centre is not None and radius < _PRUNE_BELOW
+    if prune:
+        centre32 = centre.astype(np.float32)
+        slack = 2.0 * (radius + _score_error(d))  # below the k-th best centre score
+        best = np.full(k, -np.inf, dtype=np.float32)  # the k best centre scores so far
     # Running candidates per query, by float32 score: ids (q, c) and their scores; the
     # row of every current candidate, kept once per id and dropped when no query holds
     # it (a dict of rows, so a block adds its few newcomers without copying the rest).
@@ -110,12 +153,22 @@ def nearest_rows(
             ids, rows, rows32, rn32 = ids[keep], rows[keep], rows32[keep], rn32[keep]
         if not len(ids) or not q:
             continue
+        if prune:
+            s = rows32 @ centre32  # (m,)
+            s /= rn32
+            top = s if len(s) <= k else np.partition(s, len(s) - k)[-k:]
+            best = np.sort(np.concatenate([best, top]))[-k:]
+            near = s >= best[0] - slack  # best[0]: the k-th best; -inf until k rows seen
+            if not near.all():
+                ids, rows, rows32, rn32 = ids[near], rows[near], rows32[near], rn32[near]
+            if not len(ids):
+                continue
         if np.any(np.diff(ids) <= 0):  # position order must be id order for tie-breaking
             o = np.argsort(ids, kind="stable")
             ids, rows, rows32, rn32 = ids[o], rows[o], rows32[o], rn32[o]
         approx = units32 @ rows32.T  # (q, m) float32: the scan's one large product
         approx /= rn32
-        c = k + _MARGIN
+        c = k + (_MARGIN_PRUNED if prune else _MARGIN)
         if cand_ids.shape[1] == c:
             # Only scores reaching a query's current c-th best can enter: one comparison
             # pass finds the few, where a partition of every row would cost ~10x more.
@@ -130,7 +183,7 @@ def nearest_rows(
             cand_score = np.take_along_axis(merged_score, order, axis=1)
         # Rows of the current candidates only (exact values: float32 blocks hold the
         # stored weights exactly): newcomers from this block, leavers dropped.
-        wanted = set(np.unique(cand_ids).tolist())
+        wanted = set(cand_ids.ravel().tolist())  # (np.unique would import numpy.ma)
         for gone in pool.keys() - wanted:
             del pool[gone]
         new_ids = np.array(sorted(wanted - pool.keys()), dtype=np.int64)

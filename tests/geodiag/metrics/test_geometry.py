@@ -327,3 +327,14 @@ def test_summarize_gram_route_matches_direct_svd_even_for_tiny_spread(shape, mon
     np.testing.assert_allclose(
         got_y.uncentered.singular_values, np.linalg.svd(y, compute_uv=False), rtol=1e-8
     )
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 101, 1000])
+def test_median_is_numpy_median_bit_for_bit(n):
+    rng = np.random.default_rng(n)
+    for scale in (1e-300, 1e-3, 1.0, 1e300):  # tiny to huge values
+        r = rng.random(n) * scale
+        assert geometry._median(r) == float(np.median(r))
+    r = np.ones(n)
+    r[-1] = np.nan
+    assert math.isnan(geometry._median(r))

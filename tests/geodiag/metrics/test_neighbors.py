@@ -22,7 +22,7 @@ def brute_force(queries, ids, rows, k):
     cos = (queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ rows.T / norms
     out_ids, out_cos = [], []
     for row in cos:
-        order = sorted(range(len(ids)), key=lambda j: (-row[j], ids[j]))[:k]
+        order = np.lexsort((ids, -row))[:k]  # cosine descending, then id ascending
         out_ids.append(ids[order])
         out_cos.append(row[order])
     return np.array(out_ids), np.array(out_cos)
@@ -88,3 +88,49 @@ def test_near_identical_queries_in_float32_blocks_match_float64_brute_force():
     np.testing.assert_array_equal(got_ids, want_ids)
     # Both sides are float64 dot products of the same values, summed in different orders.
     np.testing.assert_allclose(got_cos, want_cos, atol=64 * np.finfo(np.float64).eps)
+
+
+@pytest.mark.parametrize("noise", [1e-6, 1e-3, 0.05, 0.2])
+@pytest.mark.parametrize("chunk", [3, 100, 4096])
+def test_queries_around_one_point_skip_rows_without_changing_the_answer(noise, chunk):
+    """The centre bound drops rows only when k others are certainly closer: queries from
+    one point (collapsed) to a radius of ~0.4 around it, a crowd of rows near that point
+    and exact ties, against the float64 brute force. (The crowd is no tighter than 0.05:
+    finer than float32 can rank, the shortlist itself, bound or not, loses rows.)"""
+    from geodiag.metrics.neighbors import _spread
+
+    rng = np.random.default_rng(int(noise * 1e6) + chunk)
+    d = 32
+    centre = rng.normal(size=d)
+    vocab = rng.normal(size=(3000, d))
+    vocab[:200] = centre + rng.normal(size=(200, d)) * 0.05  # crowd around the queries
+    vocab[200:210] = vocab[0]  # exact ties, under other ids
+    vocab = vocab.astype(np.float32)
+    queries = centre + rng.normal(size=(25, d)) * noise * np.linalg.norm(centre) / np.sqrt(d)
+    _, radius = _spread(queries / np.linalg.norm(queries, axis=1, keepdims=True))
+    assert radius < 0.5  # the bound is in use
+    ids = np.arange(3000, dtype=np.int64)
+    for k in (1, 5, 20):
+        got_ids, got_cos = nearest_rows(queries, blocks(ids, vocab, chunk), k=k)
+        want_ids, want_cos = brute_force(queries, ids, vocab.astype(np.float64), k)
+        np.testing.assert_array_equal(got_ids, want_ids)
+        # Both sides are float64 dot products of the same values, summed in different orders.
+        np.testing.assert_allclose(got_cos, want_cos, atol=64 * np.finfo(np.float64).eps)
+
+
+def test_centre_bound_error_term_covers_float32_scores():
+    """The bound's float32 error term against measured errors of the scores it bounds."""
+    from geodiag.metrics.neighbors import _score_error
+
+    rng = np.random.default_rng(5)
+    for d in (8, 576, 4096):
+        rows = rng.normal(size=(2000, d)) * rng.uniform(1e-3, 1e3, size=(2000, 1))
+        centre = rng.normal(size=d)
+        centre /= np.linalg.norm(centre)
+        rows32 = rows.astype(np.float32)
+        exact = (
+            rows32.astype(np.float64) @ centre / np.linalg.norm(rows32.astype(np.float64), axis=1)
+        )
+        c32 = centre.astype(np.float32)
+        approx = (rows32 @ c32) / np.sqrt(np.einsum("ij,ij->i", rows32, rows32))
+        assert np.abs(approx - exact).max() < _score_error(d)
