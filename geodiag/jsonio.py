@@ -33,5 +33,18 @@ def to_jsonable(obj: object) -> object:
     return obj
 
 
+def read_json(path: Path) -> object:
+    """The document in a JSON file; a missing, undecodable or invalid file is an
+    :class:`~geodiag.errors.InputError` naming it."""
+    from geodiag.errors import InputError
+
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(path, "file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(path, f"not valid JSON ({e}); truncated or corrupt?") from None
+
+
 def dumps(obj: object, *, indent: int | None = 1) -> str:
     return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False, ensure_ascii=False)

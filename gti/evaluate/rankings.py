@@ -21,6 +21,7 @@ import numpy as np
 
 from geodiag.atomic import atomic_write
 from geodiag.errors import InputError
+from geodiag.jsonio import read_json
 
 FORMAT = "gti.rankings"
 FORMAT_VERSION = 1
@@ -83,12 +84,7 @@ def save_rankings(path: Path, r: Rankings) -> Path:
 def load_rankings(path: Path) -> Rankings:
     """Read and check a rankings file; any defect is an InputError naming the file."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(path, f"not valid JSON ({e}); truncated or corrupt?") from None
+    data = read_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InputError(path, f"not a {FORMAT} file")
     if data.get("format_version") != FORMAT_VERSION:

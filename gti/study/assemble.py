@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError
+from geodiag.jsonio import read_json
 from gti.evaluate.rankings import Rankings, check_aligned, load_rankings, per_user_metrics
 from gti.evaluate.stats import interval, paired_test
 
@@ -35,10 +36,7 @@ def _runs(root: Path) -> dict[str, list[dict]]:
     """arm -> run.json documents (complete runs), sorted by seed."""
     arms: dict[str, list[dict]] = {}
     for path in sorted((root / "runs").glob("*/run.json")):
-        try:
-            doc = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise InputError(path, f"not valid JSON ({e}); truncated or corrupt?") from None
+        doc = read_json(path)
         if doc.get("status") != "complete":
             continue
         doc["_dir"] = path.parent
