@@ -32,12 +32,13 @@ DTYPES = ("float32", "float64")
 # Sequences as TIGER / LC-Rec: 5-core, chronological leave-one-out, last 20 items,
 # history written as SIDs only. SFT's defaults, and evaluation's when a checkpoint
 # does not record its own.
-# ``system_prompt`` "template": the chat template's own system turn (SmolLM2's default).
+# The system turn as the chat template writes it when none is given (SmolLM2's default).
+TEMPLATE_SYSTEM = "template"
 PROMPT_DEFAULTS: dict[str, object] = {
     "k_core": 5,
     "max_history": 20,
     "titles": False,
-    "system_prompt": "template",
+    "system_prompt": TEMPLATE_SYSTEM,
 }
 SYSTEM_PROMPT_HELP = (
     "System turn of every prompt: 'template' (the chat template's default), '' (an empty "

@@ -25,6 +25,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from geodiag.sidecar import SemanticIds, token_string
+from gti.options import TEMPLATE_SYSTEM
 
 TEXT_TO_SID = (
     "Which semantic ID identifies this item? {text}",
@@ -41,8 +42,6 @@ SID_TO_TEXT = (
     "Which item is {sid}",
 )
 DIRECTIONS = ("text->sid", "sid->text")
-# The system turn as the chat template writes it when none is given (render's default).
-TEMPLATE_SYSTEM = "template"
 TEMPLATES = (TEXT_TO_SID, SID_TO_TEXT)
 
 
