@@ -5,7 +5,9 @@ Every number is recomputed from the per-user rankings (``gti.evaluate.rankings``
 with the statistics of ``gti.evaluate.stats``: per arm and milestone, the mean over
 seeds and users with a two-way bootstrap interval; baselines with a bootstrap over
 users; paired differences (``PAIRS``: gti - mean, - random, - description-mean;
-gti+lcrec - lcrec; lcrec - mean) with interval and sign-flip test.
+gti+lcrec - lcrec; lcrec - mean) with interval and sign-flip test, on the final splits
+and at every milestone of the learning curve; every arm against every baseline on
+the same users, with a verdict (above / below / not distinguishable) from the interval.
 Computed first (:func:`collect`, a strict-JSON dict), rendered second
 (:func:`to_markdown`, :func:`plot`).
 """
@@ -65,12 +67,14 @@ def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str
                               "bootstrap_seed": seed, "ks": list(KS)}  # fmt: skip
 
     baselines: dict[str, dict] = {}
+    baseline_lists: dict[tuple[str, str], Rankings] = {}  # (baseline, split) -> lists
     for folder in sorted((root / "baselines").glob("*/")):
         entry = {}
         for split in ("valid", "test"):
             p = folder / f"{split}.rankings.json"
             if p.is_file():
                 r = load_rankings(p)
+                baseline_lists[(folder.name, split)] = r
                 m = _stack([r])
                 entry[split] = {"n_users": len(r.users),
                                 "metrics": {k: _ci(v, n_resamples, seed) for k, v in m.items()}}  # fmt: skip
@@ -79,17 +83,20 @@ def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str
     out["baselines"] = baselines
 
     arms: dict[str, dict] = {}
-    finals: dict[str, dict[str, dict[int, Rankings]]] = {}
+    finals: dict[str, dict[str, dict[int, Rankings]]] = {}  # arm -> split -> seed -> lists
+    curves: dict[str, dict[int, dict[int, Rankings]]] = {}  # arm -> step -> seed -> lists
     for arm, docs in runs.items():
         seeds = [d["seed"] for d in docs]
         steps = docs[0]["milestones"]
         per_step = docs[0]["examples_per_step"]
         split = docs[0]["curve_split"]
         curve = []
+        curves[arm] = {}
         for step in steps:
-            lists = [load_rankings(d["_dir"] / f"curve/step-{step:06d}.{split}.rankings.json")
-                     for d in docs]  # fmt: skip
-            m = _stack(lists)
+            by_seed = {d["seed"]: load_rankings(d["_dir"] / f"curve/step-{step:06d}.{split}.rankings.json")
+                       for d in docs}  # fmt: skip
+            curves[arm][step] = by_seed
+            m = _stack(list(by_seed.values()))
             curve.append({"step": step, "examples": step * per_step, "n_users": m["recall@10"].shape[1],
                           "metrics": {k: _ci(v, n_resamples, seed) for k, v in m.items()}})  # fmt: skip
         final = {}
@@ -116,7 +123,80 @@ def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str
         }
     out["arms"] = arms
     out["paired"] = _paired(finals, runs, n_resamples, seed)
+    out["paired_curve"] = _paired_curve(curves, arms, n_resamples, seed)
+    out["versus_baselines"] = _versus_baselines(curves, finals, arms, baseline_lists,
+                                                n_resamples, seed)  # fmt: skip
     return out
+
+
+def _paired_curve(curves, arms, n_resamples, seed) -> dict[str, list[dict]]:
+    """A - B at every milestone of the learning curve (``CURVE_METRICS``), for each of
+    PAIRS, over the seeds both arms have: does one init learn faster from the same
+    SFT examples."""
+    out: dict[str, list[dict]] = {}
+    for arm_a, arm_b in PAIRS:
+        if arm_a not in curves or arm_b not in curves:
+            continue
+        if arms[arm_a]["curve_split"] != arms[arm_b]["curve_split"]:
+            continue
+        examples = {p["step"]: p["examples"] for p in arms[arm_a]["curve"]}
+        rows = []
+        for step in sorted(set(curves[arm_a]) & set(curves[arm_b])):
+            a_by_seed, b_by_seed = curves[arm_a][step], curves[arm_b][step]
+            seeds = sorted(set(a_by_seed) & set(b_by_seed))
+            if not seeds:
+                continue
+            a = _stack([a_by_seed[s] for s in seeds], ks=(10, 20))
+            b = _stack([b_by_seed[s] for s in seeds], ks=(10, 20))
+            check_aligned(a_by_seed[seeds[0]], b_by_seed[seeds[0]], "paired arms")
+            rows.append({
+                "step": step, "examples": examples[step], "seeds": seeds,
+                "metrics": {k: paired_test(a[k], b[k], n_resamples=n_resamples, seed=seed).to_dict()
+                            for k in CURVE_METRICS},
+            })  # fmt: skip
+        if rows:
+            out[f"{arm_a} - {arm_b}"] = rows
+    return out
+
+
+def _verdict(diff: dict[str, float]) -> str:
+    """Where an arm stands against a baseline, from the 95% interval of arm - baseline."""
+    if diff["low"] > 0:
+        return "above"
+    if diff["high"] < 0:
+        return "below"
+    return "not distinguishable"
+
+
+def _versus_baselines(curves, finals, arms, baseline_lists, n_resamples, seed) -> list[dict]:
+    """Arm - baseline on the same users (the baseline's list paired with every seed of
+    the arm), at every milestone of the curve and on the final splits: whether, and
+    where, an arm crosses a baseline."""
+    rows: list[dict] = []
+    for arm, a in arms.items():
+        points = [(a["curve_split"], p["step"], p["examples"], curves[arm][p["step"]])
+                  for p in a["curve"]]  # fmt: skip
+        last = a["curve"][-1] if a["curve"] else None
+        for split, by_seed in finals.get(arm, {}).items():
+            if last is not None:
+                points.append((split, last["step"], last["examples"], by_seed))
+        for split, step, examples, by_seed in points:
+            seeds = sorted(by_seed)
+            x = _stack([by_seed[s] for s in seeds], ks=(10, 20))
+            for (name, b_split), r in sorted(baseline_lists.items()):
+                if b_split != split:
+                    continue
+                check_aligned(by_seed[seeds[0]], r, f"{arm} against baseline {name}")
+                y = per_user_metrics(r, (10, 20))
+                tests = {k: paired_test(x[k], np.broadcast_to(y[k], x[k].shape),
+                                        n_resamples=n_resamples, seed=seed).to_dict()
+                         for k in CURVE_METRICS}  # fmt: skip
+                rows.append({
+                    "arm": arm, "baseline": name, "split": split, "step": step,
+                    "examples": examples, "seeds": seeds, "metrics": tests,
+                    "verdict": {k: _verdict(t["difference"]) for k, t in tests.items()},
+                })  # fmt: skip
+    return rows
 
 
 def _paired(finals, runs, n_resamples, seed) -> dict[str, object]:
@@ -217,6 +297,31 @@ def to_markdown(res: dict) -> str:
                 lines.append(f"| {name} | {len(entry['seeds'])} | {metric} | "
                              f"{_fmt(t['difference'])} | {t['p_value']:.4g} | "
                              f"{t['wins']}/{t['losses']} |")  # fmt: skip
+        lines.append("")
+    if res.get("paired_curve"):
+        lines += ["## learning curves, paired (A - B, same users and seeds)", "",
+                  "| comparison | step | examples | seeds | "
+                  + " | ".join(f"{m} difference [95%] | p" for m in CURVE_METRICS) + " |",
+                  "|---|---:|---:|---:|" + "---:|---:|" * len(CURVE_METRICS)]  # fmt: skip
+        for name, rows in res["paired_curve"].items():
+            for row in rows:
+                cells = [f"{_fmt(row['metrics'][m]['difference'])} | {row['metrics'][m]['p_value']:.4g}"
+                         for m in CURVE_METRICS]  # fmt: skip
+                lines.append(f"| {name} | {row['step']} | {row['examples']} | "
+                             f"{len(row['seeds'])} | " + " | ".join(cells) + " |")  # fmt: skip
+        lines.append("")
+    if res.get("versus_baselines"):
+        lines += ["## arms against the baselines (arm - baseline, same users)", "",
+                  "Verdict from the 95% interval of the difference: above / below / not "
+                  "distinguishable.", "",
+                  "| arm | split | examples | baseline | "
+                  + " | ".join(f"{m} difference [95%] | verdict" for m in CURVE_METRICS) + " |",
+                  "|---|---|---:|---|" + "---:|---|" * len(CURVE_METRICS)]  # fmt: skip
+        for row in res["versus_baselines"]:
+            cells = [f"{_fmt(row['metrics'][m]['difference'])} | {row['verdict'][m]}"
+                     for m in CURVE_METRICS]  # fmt: skip
+            lines.append(f"| {row['arm']} ({len(row['seeds'])} seed(s)) | {row['split']} | "
+                         f"{row['examples']} | {row['baseline']} | " + " | ".join(cells) + " |")  # fmt: skip
         lines.append("")
     lines += ["## geometry through SFT (mean over seeds)", "",
               "| arm | step | eff. rank | spread rel. | mean cos | RSA per level |",

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from gti.cli import app
 from gti.evaluate.metrics import topk_metrics
-from gti.evaluate.rankings import load_rankings
-from gti.study.assemble import collect
+from gti.evaluate.rankings import Rankings, load_rankings
+from gti.study.assemble import _paired_curve, _versus_baselines, collect
 from gti.study.config import load_study_config
 from gti.study.run import curve_file, run_all
 
@@ -144,8 +144,21 @@ def test_study_runs_assembles_and_reruns_nothing(tmp_path, tiny_model_dir):
         - res["arms"]["mean"]["final"]["test"]["metrics"]["recall@10"]["estimate"],
         abs=1e-12,
     )
+    # Along the curve: the paired difference at each milestone is the difference of the
+    # two arms' curve estimates (same users, same seeds).
+    rows = res["paired_curve"]["gti - mean"]
+    assert [r["step"] for r in rows] == [0, 2, 4]
+    for row, pg, pm in zip(
+        rows, res["arms"]["gti"]["curve"], res["arms"]["mean"]["curve"], strict=True
+    ):
+        for metric in ("recall@10", "recall@20"):
+            got = row["metrics"][metric]["difference"]["estimate"]
+            want = pg["metrics"][metric]["estimate"] - pm["metrics"][metric]["estimate"]
+            assert got == pytest.approx(want, abs=1e-12)
+    assert res["versus_baselines"] == []  # this study folder has no baselines/
     md = (reports / "results.md").read_text()
     assert "| gti - mean (test) | 2 | recall@10 |" in md
+    assert "| gti - mean | 4 | 16 | 2 |" in md
 
 
 def recompute(r) -> dict[str, float]:
@@ -178,3 +191,58 @@ def test_assemble_with_baselines_only_and_with_nothing(tmp_path):
     assert (tmp_path / "study" / "learning_curves.png").is_file()
     result = runner.invoke(app, ["study", "assemble", str(tmp_path / "empty")])
     assert result.exit_code == 2 and "neither complete runs" in result.output
+
+
+def planted(hits: list[bool], split: str = "valid") -> Rankings:
+    """Users u000, u001, ...; user i's target is ranked first where hits[i], else absent."""
+    users = [f"u{i:03d}" for i in range(len(hits))]
+    targets = [f"t{i}" for i in range(len(hits))]
+    ranked = [[t if h else "x", "y"] for t, h in zip(targets, hits, strict=True)]
+    return Rankings(split=split, users=users, targets=targets, ranked=ranked, top=20)
+
+
+def test_curve_pairs_and_baseline_verdicts_on_planted_hits():
+    # gti hits 8 of 10 users in both seeds at step 4, mean 2 of 10 (all of gti's misses
+    # are also mean's); at step 0 both hit the same 3. Baseline "pop" hits 5 of 10.
+    n = 10
+    g4, m4 = [i < 8 for i in range(n)], [i < 2 for i in range(n)]
+    same = [i < 3 for i in range(n)]
+    curves = {"gti": {0: {0: planted(same), 1: planted(same)}, 4: {0: planted(g4), 1: planted(g4)}},
+              "mean": {0: {0: planted(same), 1: planted(same)}, 4: {0: planted(m4), 1: planted(m4)}}}  # fmt: skip
+    arms = {a: {"curve_split": "valid", "curve": [{"step": 0, "examples": 0}, {"step": 4, "examples": 16}]}
+            for a in curves}  # fmt: skip
+    rows = _paired_curve(curves, arms, 2000, 0)["gti - mean"]
+    assert [r["step"] for r in rows] == [0, 4] and rows[1]["seeds"] == [0, 1]
+    step0, step4 = rows[0]["metrics"]["recall@20"], rows[1]["metrics"]["recall@20"]
+    assert step0["difference"]["estimate"] == 0 and step0["p_value"] == 1.0
+    assert step4["difference"]["estimate"] == pytest.approx(0.6)
+    # 6 users, each +1 for gti and none against: the exact sign-flip p is 2 / 2^6.
+    assert (step4["wins"], step4["losses"]) == (6, 0)
+    assert step4["p_value"] == pytest.approx(2 / 64) and step4["exact"]
+
+    base = {("pop", "valid"): planted([i % 2 == 0 for i in range(n)])}
+    got = _versus_baselines(curves, {a: {} for a in curves}, arms, base, 2000, 0)
+    by = {(r["arm"], r["step"]): r for r in got}
+    assert len(got) == 4 and all(r["baseline"] == "pop" for r in got)
+    # gti at step 4 (users 0-7) against pop (users 0, 2, 4, 6, 8): users 1, 3, 5, 7 won,
+    # user 8 lost.
+    d = by[("gti", 4)]["metrics"]["recall@20"]
+    assert d["difference"]["estimate"] == pytest.approx(0.3)
+    assert (d["wins"], d["losses"]) == (4, 1)
+
+
+@pytest.mark.parametrize(("arm_hits", "base_hits", "verdict"),
+                         [(True, False, "above"), (False, True, "below"), (True, True, "not distinguishable")])  # fmt: skip
+def test_baseline_verdicts_follow_the_interval(arm_hits, base_hits, verdict):
+    n = 50
+    curves = {"gti": {4: {0: planted([arm_hits] * n)}}}
+    arms = {"gti": {"curve_split": "valid", "curve": [{"step": 4, "examples": 16}]}}
+    finals = {"gti": {"test": {0: planted([arm_hits] * n, "test")}}}
+    base = {
+        ("pop", "valid"): planted([base_hits] * n),
+        ("pop", "test"): planted([base_hits] * n, "test"),
+    }
+    rows = _versus_baselines(curves, finals, arms, base, 500, 0)
+    assert [(r["split"], r["step"]) for r in rows] == [("valid", 4), ("test", 4)]
+    for r in rows:
+        assert r["verdict"] == {"recall@10": verdict, "recall@20": verdict}
