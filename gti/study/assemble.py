@@ -357,7 +357,8 @@ def to_markdown(res: dict) -> str:
 
 
 def plot(res: dict, folder: Path) -> list[Path]:
-    """learning_curves.png, geometry.png, spectra.png (from ``res`` and the runs' files)."""
+    """learning_curves.png, learning_curves_paired.png (when two arms of PAIRS ran),
+    geometry.png, spectra.png (from ``res`` and the runs' files)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -383,6 +384,23 @@ def plot(res: dict, folder: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     written.append(_save(fig, folder / "learning_curves.png"))
+
+    if res.get("paired_curve"):
+        fig, axes = plt.subplots(1, len(CURVE_METRICS), figsize=(6 * len(CURVE_METRICS), 4.2))
+        for ax, metric in zip(np.atleast_1d(axes), CURVE_METRICS, strict=True):
+            for name, rows in res["paired_curve"].items():
+                x = [r["examples"] for r in rows]
+                d = [r["metrics"][metric]["difference"] for r in rows]
+                (line,) = ax.plot(x, [c["estimate"] for c in d], marker="o",
+                                  label=f"{name} ({len(rows[-1]['seeds'])} seed(s))")  # fmt: skip
+                ax.fill_between(x, [c["low"] for c in d], [c["high"] for c in d],
+                                color=line.get_color(), alpha=0.15)  # fmt: skip
+            ax.axhline(0, color="k", lw=0.8)
+            ax.set_xlabel("SFT examples")
+            ax.set_ylabel(f"paired difference in {metric} (95% interval)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        written.append(_save(fig, folder / "learning_curves_paired.png"))
 
     if not res["arms"]:
         return written

@@ -115,7 +115,7 @@ def test_study_runs_assembles_and_reruns_nothing(tmp_path, tiny_model_dir):
     result = runner.invoke(app, ["study", "assemble", str(reports), "--resamples", "200"])
     assert result.exit_code == 0, result.output
     assert {"results.md", "results.json", "learning_curves.png", "geometry.png",
-            "spectra.png"} <= set(files(reports))  # fmt: skip
+            "spectra.png", "learning_curves_paired.png"} <= set(files(reports))  # fmt: skip
     res = json.loads((reports / "results.json").read_text())
     assert res == collect(reports, n_resamples=200)  # deterministic, from the files alone
 
