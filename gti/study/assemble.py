@@ -116,7 +116,7 @@ def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str
             "final": final,
             "geometry": geometry,
             "stage_seconds": {str(d["seed"]): d["stage_seconds"] for d in docs},
-            "sft_examples_per_s": [d.get("sft_examples_per_s") for d in docs],
+            "sft_examples_per_s": [_examples_per_s(d) for d in docs],
             "tokens_per_example": docs[0].get("tokens_per_example"),
             "commands": sorted({d["command"] for d in docs}),
             "machines": [d["machine"] for d in docs],
@@ -197,6 +197,18 @@ def _versus_baselines(curves, finals, arms, baseline_lists, n_resamples, seed) -
                     "verdict": {k: _verdict(t["difference"]) for k, t in tests.items()},
                 })  # fmt: skip
     return rows
+
+
+def _examples_per_s(doc: dict) -> float | None:
+    """SFT examples per second of training steps, from the committed train log (each
+    step once; see ``gti.study.run.sft_step_seconds``), else run.json's figure."""
+    from gti.study.run import sft_step_seconds
+
+    steps = doc["milestones"][-1]
+    step_s = sft_step_seconds(doc["_dir"] / "train_log.jsonl", steps)
+    if step_s:
+        return round(steps * doc["examples_per_step"] / step_s, 4)
+    return doc.get("sft_examples_per_s")
 
 
 def _paired(finals, runs, n_resamples, seed) -> dict[str, object]:
@@ -341,7 +353,7 @@ def to_markdown(res: dict) -> str:
             parts = ", ".join(f"{k} {v:.0f}" for k, v in secs.items())
             lines.append(f"- {arm} seed {seed}: {parts}")
         tpe = a["tokens_per_example"] or {}
-        lines.append(f"- {arm}: SFT examples/s {a['sft_examples_per_s']}, tokens/example "
+        lines.append(f"- {arm}: SFT examples/s per seed (training steps only) {a['sft_examples_per_s']}, tokens/example "
                      f"{tpe.get('tokens', 0):.1f} (answer {tpe.get('answer_tokens', 0):.1f})")  # fmt: skip
     lines += ["", "## commands and machines", ""]
     for arm, a in res["arms"].items():

@@ -335,12 +335,27 @@ def tokens_per_example(cfg: StudyConfig, task, init_dir: Path, n: int) -> dict[s
     return {"examples": n, "tokens": sum(lengths) / n, "answer_tokens": sum(answers) / n}
 
 
+def sft_step_seconds(train_log: Path, steps: int) -> float | None:
+    """Training time of SFT from its per-step log: each of the ``steps`` steps counted
+    once, checkpoint saves, milestone rankings and work lost to a kill left out (a
+    resumed stage's wall time covers only its last attempt). None without a complete
+    log."""
+    if not train_log.is_file():
+        return None
+    rows = [json.loads(line) for line in train_log.read_text().splitlines() if line.strip()]
+    by_step = {r["step"]: r.get("seconds") for r in rows}
+    if sorted(by_step) != list(range(1, steps + 1)) or None in by_step.values():
+        return None
+    return float(sum(by_step.values()))
+
+
 def write_run_json(cfg, arm, seed, rdir: Path, task, command) -> None:
     from gti.experiment.runner import stage_seconds
 
     seconds = stage_seconds(rdir / "timings.jsonl")
-    sft_s = sum(v for k, v in seconds.items() if k.startswith("sft ->"))
     n_examples = cfg.sft.steps * cfg.sft.batch_size
+    step_s = sft_step_seconds(rdir / "train_log.jsonl", cfg.sft.steps)
+    sft_s = step_s or sum(v for k, v in seconds.items() if k.startswith("sft ->"))
     init_dir = Path(cfg.work) / "init" / f"{ARMS[arm].init}-seed{seed}"
     doc = {
         "format": RUN_FORMAT,
@@ -358,7 +373,8 @@ def write_run_json(cfg, arm, seed, rdir: Path, task, command) -> None:
         "command": command or " ".join(shlex.quote(a) for a in sys.argv),
         "machine": machine(),
         "stage_seconds": seconds,
-        "sft_seconds": round(sft_s, 1),
+        "sft_seconds": round(sum(v for k, v in seconds.items() if k.startswith("sft ->")), 1),
+        "sft_step_seconds": None if step_s is None else round(step_s, 1),
         "sft_examples_per_s": round(n_examples / sft_s, 4) if sft_s > 0 else None,
         "tokens_per_example": tokens_per_example(cfg, task, init_dir, min(n_examples, 512)),
     }

@@ -18,7 +18,7 @@ from gti.evaluate.metrics import topk_metrics
 from gti.evaluate.rankings import Rankings, load_rankings
 from gti.study.assemble import _paired_curve, _versus_baselines, collect
 from gti.study.config import load_study_config
-from gti.study.run import curve_file, run_all
+from gti.study.run import curve_file, run_all, sft_step_seconds
 
 runner = CliRunner()
 
@@ -100,6 +100,11 @@ def test_study_runs_assembles_and_reruns_nothing(tmp_path, tiny_model_dir):
     run = json.loads((dirs[0] / "run.json").read_text())
     assert run["status"] == "complete" and run["milestones"] == [0, 2, 4]
     assert run["tokens_per_example"]["tokens"] > run["tokens_per_example"]["answer_tokens"] > 0
+    steps = [json.loads(line) for line in (dirs[0] / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert run["sft_step_seconds"] == pytest.approx(sum(r["seconds"] for r in steps), abs=0.05)
+    want = 16 / sum(r["seconds"] for r in steps)  # 4 steps x 4 examples
+    assert run["sft_examples_per_s"] == pytest.approx(want, rel=1e-3)
     geo = json.loads((dirs[0] / "geometry.json").read_text())
     assert list(geo) == ["0", "2", "4"] and geo["4"]["examples"] == 16
     # Mean init: every new row equal, so the figures say collapsed (spread 0) at step 0,
@@ -246,3 +251,12 @@ def test_baseline_verdicts_follow_the_interval(arm_hits, base_hits, verdict):
     assert [(r["split"], r["step"]) for r in rows] == [("valid", 4), ("test", 4)]
     for r in rows:
         assert r["verdict"] == {"recall@10": verdict, "recall@20": verdict}
+
+
+def test_sft_step_seconds_counts_each_step_once_or_says_none(tmp_path):
+    log = tmp_path / "train_log.jsonl"
+    rows = [{"step": k, "seconds": 1.5 * k} for k in (1, 2, 3)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert sft_step_seconds(log, 3) == pytest.approx(9.0)
+    assert sft_step_seconds(log, 4) is None  # a step missing
+    assert sft_step_seconds(tmp_path / "absent.jsonl", 3) is None
