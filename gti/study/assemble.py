@@ -54,6 +54,11 @@ def _stack(lists: list[Rankings], ks=KS) -> dict[str, np.ndarray]:
     return {m: np.stack([p[m] for p in per]) for m in per[0]}
 
 
+def _means(m: dict[str, np.ndarray], row: int) -> dict[str, float]:
+    """Point estimates of one seed (row ``row`` of ``_stack``'s arrays) over its users."""
+    return {k: float(v[row].mean()) for k, v in m.items()}
+
+
 def _ci(x: np.ndarray, n_resamples: int, seed: int) -> dict[str, float]:
     return interval(x, n_resamples=n_resamples, seed=seed).to_dict()
 
@@ -92,6 +97,7 @@ def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str
         split = docs[0]["curve_split"]
         curve = []
         curves[arm] = {}
+        per_seed: dict[str, dict] = {str(s): {"curve": [], "final": {}} for s in seeds}
         for step in steps:
             by_seed = {d["seed"]: load_rankings(d["_dir"] / f"curve/step-{step:06d}.{split}.rankings.json")
                        for d in docs}  # fmt: skip
@@ -99,6 +105,8 @@ def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str
             m = _stack(list(by_seed.values()))
             curve.append({"step": step, "examples": step * per_step, "n_users": m["recall@10"].shape[1],
                           "metrics": {k: _ci(v, n_resamples, seed) for k, v in m.items()}})  # fmt: skip
+            for i, s in enumerate(seeds):
+                per_seed[str(s)]["curve"].append({"step": step, **_means(m, i)})
         final = {}
         finals[arm] = {}
         for fs in docs[0]["final_splits"]:
@@ -108,12 +116,15 @@ def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str
             m = _stack(list(by_seed.values()))
             final[fs] = {"n_users": m["recall@10"].shape[1],
                          "metrics": {k: _ci(v, n_resamples, seed) for k, v in m.items()}}  # fmt: skip
+            for i, s in enumerate(seeds):
+                per_seed[str(s)]["final"][fs] = _means(m, i)
         geometry = _geometry(docs)
         arms[arm] = {
             "seeds": seeds,
             "curve_split": split,
             "curve": curve,
             "final": final,
+            "per_seed": per_seed,
             "geometry": geometry,
             "stage_seconds": {str(d["seed"]): d["stage_seconds"] for d in docs},
             "sft_examples_per_s": [_examples_per_s(d) for d in docs],
@@ -263,6 +274,27 @@ def _fmt(ci: dict) -> str:
     return f"{ci['estimate']:.4f} [{ci['low']:.4f}, {ci['high']:.4f}]"
 
 
+def _per_seed_markdown(res: dict) -> list[str]:
+    """One row per (arm, seed): recall@10 / recall@20 at every curve milestone and on
+    each final split (point estimates over users), so the seed-to-seed spread shows."""
+    if not res["arms"]:
+        return []
+    lines = ["## per seed (recall@10 / recall@20, point estimates over users)", ""]
+    for arm, a in res["arms"].items():
+        steps = [pt["step"] for pt in a["curve"]]
+        splits = list(a["final"])
+        lines += [f"{arm}:", "",
+                  "| seed | " + " | ".join(f"{a['curve_split']} step {s}" for s in steps)
+                  + "".join(f" | {fs} final" for fs in splits) + " |",
+                  "|---:|" + "---:|" * (len(steps) + len(splits))]  # fmt: skip
+        for seed, ps in a["per_seed"].items():
+            cells = [pt for pt in ps["curve"]] + [ps["final"][fs] for fs in splits]
+            lines.append(f"| {seed} | " + " | ".join(
+                f"{c['recall@10']:.4f} / {c['recall@20']:.4f}" for c in cells) + " |")  # fmt: skip
+        lines.append("")
+    return lines
+
+
 def to_markdown(res: dict) -> str:
     lines = ["# ML-100k study: results", ""]
     if not res["arms"]:
@@ -299,6 +331,7 @@ def to_markdown(res: dict) -> str:
             lines.append(f"| {arm} | {pt['step']} | {pt['examples']} | {pt['n_users']} | "
                          + " | ".join(cells) + " |")  # fmt: skip
     lines.append("")
+    lines += _per_seed_markdown(res)
     if res["paired"]:
         lines += ["## paired differences (final budget)", "",
                   "| comparison | seeds | metric | difference [95%] | p (sign-flip) | users +/- |",

@@ -133,6 +133,10 @@ def test_study_runs_assembles_and_reruns_nothing(tmp_path, tiny_model_dir):
                     reports / "runs" / f"{arm}-seed{seed}" / curve_file(pt["step"], "valid")
                 )
                 per_seed.append(recompute(r))
+                got = res["arms"][arm]["per_seed"][str(seed)]["curve"]
+                got = next(row for row in got if row["step"] == pt["step"])
+                for metric in ("recall@10", "recall@20", "ndcg@10"):
+                    assert got[metric] == pytest.approx(per_seed[-1][metric], abs=1e-12)
             for metric, ci in pt["metrics"].items():
                 want = np.mean([m[metric] for m in per_seed])
                 assert ci["estimate"] == pytest.approx(want, abs=1e-12)
@@ -164,6 +168,10 @@ def test_study_runs_assembles_and_reruns_nothing(tmp_path, tiny_model_dir):
     md = (reports / "results.md").read_text()
     assert "| gti - mean (test) | 2 | recall@10 |" in md
     assert "| gti - mean | 4 | 16 | 2 |" in md
+    seed1 = res["arms"]["gti"]["per_seed"]["1"]
+    cells = [f"{c['recall@10']:.4f} / {c['recall@20']:.4f}"
+             for c in [*seed1["curve"], seed1["final"]["test"]]]  # fmt: skip
+    assert "| 1 | " + " | ".join(cells) + " |" in md
 
 
 def recompute(r) -> dict[str, float]:
