@@ -270,6 +270,14 @@ def _spread(values: list) -> dict[str, float | int] | None:
     return {"mean": float(np.mean(v)), "min": min(v), "max": max(v), "n": len(v)}
 
 
+def _significant(ps: list) -> str:
+    """' (k/n)': seeds whose RSA permutation p is below 0.05, of those where RSA is defined."""
+    defined = [p for p in ps if p is not None]
+    if not defined:
+        return ""
+    return f" ({sum(p < 0.05 for p in defined)}/{len(defined)})"
+
+
 def _fmt(ci: dict) -> str:
     return f"{ci['estimate']:.4f} [{ci['low']:.4f}, {ci['high']:.4f}]"
 
@@ -369,16 +377,21 @@ def to_markdown(res: dict) -> str:
                          f"{row['examples']} | {row['baseline']} | " + " | ".join(cells) + " |")  # fmt: skip
         lines.append("")
     lines += ["## geometry through SFT (mean over seeds)", "",
-              "| arm | step | eff. rank | spread rel. | mean cos | RSA per level |",
-              "|---|---:|---:|---:|---:|---|"]  # fmt: skip
+              "RSA per level: mean over seeds (seeds with permutation p < 0.05 / seeds with "
+              "RSA defined).", "",
+              "| arm | step | eff. rank | centered eff. rank | spread rel. | mean cos | "
+              "RSA per level |",
+              "|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
     for arm, a in res["arms"].items():
         for g in a["geometry"]:
 
             def f(x):
                 return "-" if x is None else f"{x['mean']:.3f}"
 
-            rsa = ", ".join(f"{lv} {f(v)}" for lv, v in g["rsa"].items())
+            rsa = ", ".join(f"{lv} {f(v)}{_significant(g['rsa_p'][lv])}"
+                            for lv, v in g["rsa"].items())  # fmt: skip
             lines.append(f"| {arm} | {g['step']} | {f(g['effective_rank'])} | "
+                         f"{f(g.get('centered_effective_rank'))} | "
                          f"{f(g['spread_relative'])} | {f(g['mean_cosine'])} | {rsa} |")  # fmt: skip
     lines += ["", "## wall time per stage (seconds) and throughput", ""]
     for arm, a in res["arms"].items():

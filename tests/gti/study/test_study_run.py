@@ -172,6 +172,34 @@ def test_study_runs_assembles_and_reruns_nothing(tmp_path, tiny_model_dir):
     cells = [f"{c['recall@10']:.4f} / {c['recall@20']:.4f}"
              for c in [*seed1["curve"], seed1["final"]["test"]]]  # fmt: skip
     assert "| 1 | " + " | ".join(cells) + " |" in md
+    # Geometry rows: the mean over seeds of each run's geometry.json, with the count of
+    # seeds whose RSA permutation p is below 0.05 (recomputed here from the files).
+    geos = [json.loads((reports / "runs" / f"gti-seed{s}" / "geometry.json").read_text())
+            for s in (0, 1)]  # fmt: skip
+    last = geos[0]["4"]
+    rsa = []
+    for lv in last["levels"]:
+        vals = [
+            g["4"]["levels"][lv]["rsa"] for g in geos if g["4"]["levels"][lv]["rsa"] is not None
+        ]
+        ps = [
+            g["4"]["levels"][lv]["rsa_p"] for g in geos if g["4"]["levels"][lv]["rsa_p"] is not None
+        ]
+        if not vals:
+            rsa.append(f"{lv} -")
+            continue
+        rsa.append(f"{lv} {np.mean(vals):.3f} ({sum(p < 0.05 for p in ps)}/{len(ps)})")
+    row = " | ".join(
+        f"{np.mean([g['4'][k] for g in geos]):.3f}"
+        for k in ("effective_rank", "centered_effective_rank", "spread_relative", "mean_cosine")
+    )
+    assert f"| gti | 4 | {row} | " + ", ".join(rsa) + " |" in md
+    # The mean init is one point: centered rank and spread 0, RSA undefined ("-", no count).
+    geometry_md = md.split("## geometry through SFT")[1].split("\n## ")[0]
+    (row,) = [line for line in geometry_md.splitlines() if line.startswith("| mean | 0 | ")]
+    cells = row.strip("| ").split(" | ")
+    assert cells[2:6] == ["1.000", "0.000", "0.000", "1.000"], row
+    assert all(part.endswith(" -") for part in cells[6].split(", ")), row
 
 
 def recompute(r) -> dict[str, float]:
