@@ -405,7 +405,7 @@ def to_markdown(res: dict) -> str:
     for arm, a in res["arms"].items():
         for c in a["commands"]:
             lines.append(f"- {arm}: `{c}`")
-        for m in {json.dumps(x, sort_keys=True) for x in a["machines"]}:
+        for m in sorted({json.dumps(x, sort_keys=True) for x in a["machines"]}):
             lines.append(f"- {arm} machine: {m}")
     for b in res["baselines"]:
         how = "scripts/sasrec-venv.sh" if b == "sasrec" else f"gti baselines --baseline {b}"
@@ -462,7 +462,7 @@ def plot(res: dict, folder: Path) -> list[Path]:
 
     if not res["arms"]:
         return written
-    keys = ("effective_rank", "spread_relative", "mean_cosine", "rsa")
+    keys = ("effective_rank", "centered_effective_rank", "spread_relative", "mean_cosine", "rsa")
     fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.8))
     for ax, key in zip(axes, keys, strict=True):
         for i, (arm, a) in enumerate(res["arms"].items()):
@@ -474,7 +474,7 @@ def plot(res: dict, folder: Path) -> list[Path]:
                     ax.plot(x, y, marker="o", color=f"C{i}", ls=("-", "--", ":")[j % 3],
                             label=f"{arm} {lv}")  # fmt: skip
             else:
-                y = [np.nan if r[key] is None else r[key]["mean"] for r in g]
+                y = [np.nan if r.get(key) is None else r[key]["mean"] for r in g]
                 ax.plot(x, y, marker="o", color=f"C{i}", label=arm)
         ax.set_title(key.replace("_", " ") + (" (per level)" if key == "rsa" else ""))
         ax.set_xlabel("SFT examples")
