@@ -391,7 +391,7 @@ def to_markdown(res: dict) -> str:
             rsa = ", ".join(f"{lv} {f(v)}{_significant(g['rsa_p'][lv])}"
                             for lv, v in g["rsa"].items())  # fmt: skip
             lines.append(f"| {arm} | {g['step']} | {f(g['effective_rank'])} | "
-                         f"{f(g.get('centered_effective_rank'))} | "
+                         f"{f(g['centered_effective_rank'])} | "
                          f"{f(g['spread_relative'])} | {f(g['mean_cosine'])} | {rsa} |")  # fmt: skip
     lines += ["", "## wall time per stage (seconds) and throughput", ""]
     for arm, a in res["arms"].items():
@@ -474,7 +474,7 @@ def plot(res: dict, folder: Path) -> list[Path]:
                     ax.plot(x, y, marker="o", color=f"C{i}", ls=("-", "--", ":")[j % 3],
                             label=f"{arm} {lv}")  # fmt: skip
             else:
-                y = [np.nan if r.get(key) is None else r[key]["mean"] for r in g]
+                y = [np.nan if r[key] is None else r[key]["mean"] for r in g]
                 ax.plot(x, y, marker="o", color=f"C{i}", label=arm)
         ax.set_title(key.replace("_", " ") + (" (per level)" if key == "rsa" else ""))
         ax.set_xlabel("SFT examples")
