@@ -137,7 +137,29 @@ def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str
     out["paired_curve"] = _paired_curve(curves, arms, n_resamples, seed)
     out["versus_baselines"] = _versus_baselines(curves, finals, arms, baseline_lists,
                                                 n_resamples, seed)  # fmt: skip
+    out["geometry_intervals"] = _geometry_intervals(root, runs)
     return out
+
+
+def _geometry_intervals(root: Path, runs: dict[str, list[dict]]) -> dict | None:
+    """geometry_intervals.json (``gti study geometry-intervals``, made where the weights
+    are) with what no longer matches the committed runs: per-seed RSA values that
+    differ from a run's geometry.json, complete runs it does not cover."""
+    from gti.study.geometry_intervals import FORMAT as GI_FORMAT
+    from gti.study.geometry_intervals import check_against_runs
+
+    path = root / "geometry_intervals.json"
+    if not path.is_file():
+        return None
+    doc = read_json(path)
+    if doc.get("format") != GI_FORMAT:
+        raise InputError(path, f"not a {GI_FORMAT} document (format {doc.get('format')!r})")
+    problems = check_against_runs(doc, root / "runs")
+    covered = {(c["arm"], c["seed"]) for c in doc.get("checkpoints", [])}
+    problems += [f"{d['arm']} seed {d['seed']}: a complete run the file does not cover"
+                 for docs in runs.values() for d in docs
+                 if (d["arm"], d["seed"]) not in covered]  # fmt: skip
+    return {"document": doc, "problems": problems}
 
 
 def _paired_curve(curves, arms, n_resamples, seed) -> dict[str, list[dict]]:
@@ -393,7 +415,13 @@ def to_markdown(res: dict) -> str:
             lines.append(f"| {arm} | {g['step']} | {f(g['effective_rank'])} | "
                          f"{f(g['centered_effective_rank'])} | "
                          f"{f(g['spread_relative'])} | {f(g['mean_cosine'])} | {rsa} |")  # fmt: skip
-    lines += ["", "## wall time per stage (seconds) and throughput", ""]
+    lines.append("")
+    if res.get("geometry_intervals"):
+        from gti.study.geometry_intervals import to_markdown as intervals_markdown
+
+        gi = res["geometry_intervals"]
+        lines += intervals_markdown(gi["document"], gi["problems"])
+    lines += ["## wall time per stage (seconds) and throughput", ""]
     for arm, a in res["arms"].items():
         for seed, secs in a["stage_seconds"].items():
             parts = ", ".join(f"{k} {v:.0f}" for k, v in secs.items())

@@ -68,6 +68,51 @@ def study_assemble(
         typer.echo(f"{name}: {path}")
 
 
+@study_app.command("geometry-intervals")
+@exits_on_bad_input
+def study_geometry_intervals(
+    config: Annotated[Path, typer.Argument(help="Study TOML, e.g. configs/study.toml.")],
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 2_000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """RSA per level with 95% intervals over seeds and codes (gti - other arm, final -
+    init), from the weights of the complete runs in the study's work folder; writes
+    <reports>/geometry_intervals.json (commit it; assemble adds its table)."""
+    import json
+
+    from geodiag.atomic import atomic_write
+    from geodiag.errors import InputError
+    from gti.study.config import load_study_config
+    from gti.study.geometry_intervals import (
+        check_against_runs,
+        intervals,
+        study_checkpoints,
+        to_markdown,
+    )
+
+    cfg = load_study_config(config)
+    checkpoints, notes = study_checkpoints(cfg)
+    for note in notes:
+        typer.echo(f"left out: {note}", err=True)
+    if not checkpoints:
+        raise InputError(cfg.work, "no complete run has its weights here: nothing to measure")
+    doc = intervals(checkpoints, n_resamples=resamples, seed=seed, progress=progress)
+    doc["left_out"] = notes
+    problems = check_against_runs(doc, Path(cfg.reports) / "runs")
+    if problems:
+        raise InputError(
+            Path(cfg.reports) / "runs",
+            "RSA recomputed from the weights differs from the runs' geometry.json ("
+            + "; ".join(problems[:3])
+            + "): are these the weights of the committed runs?",
+        )
+    out = Path(cfg.reports) / "geometry_intervals.json"
+    atomic_write(out, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    typer.echo("\n".join(to_markdown(doc, [])))
+    typer.echo(f"wrote {out} ({doc['seconds']} s)")
+
+
 @exits_on_bad_input
 def baselines(
     out: Annotated[Path, typer.Option("-o", "--out", help="Output folder.")],

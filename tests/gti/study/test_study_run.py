@@ -201,6 +201,79 @@ def test_study_runs_assembles_and_reruns_nothing(tmp_path, tiny_model_dir):
     assert cells[2:6] == ["1.000", "0.000", "0.000", "1.000"], row
     assert all(part.endswith(" -") for part in cells[6].split(", ")), row
 
+    check_geometry_intervals(tmp_path, reports)
+
+
+def check_geometry_intervals(tmp_path: Path, reports: Path) -> None:
+    """`gti study geometry-intervals` on the tiny study's weights: its full-sample RSA is
+    each run's geometry.json value (init = step 0, final = step 4), the mean init (all
+    rows equal) has none, and assemble renders the table or says what no longer
+    matches."""
+    study = tmp_path / "study.toml"
+    args = ["study", "geometry-intervals", str(study), "--resamples", "50", "--no-progress"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads((reports / "geometry_intervals.json").read_text())
+    got = {(r["arm"], r["stage"], r["level"]): r for r in doc["rsa"]}
+    for arm in ("mean", "gti"):
+        geos = [json.loads((reports / "runs" / f"{arm}-seed{s}" / "geometry.json").read_text())
+                for s in (0, 1)]  # fmt: skip
+        for stage, step in (("init", "0"), ("final", "4")):
+            for lv in geos[0][step]["levels"]:
+                want = [g[step]["levels"][lv]["rsa"] for g in geos]
+                if None in want:  # mean init (rows equal), or a level without codebook
+                    assert want == [None, None] and (arm, stage, lv) not in got
+                    continue
+                row = got[(arm, stage, lv)]
+                assert row["seeds"] == [0, 1]
+                assert row["per_seed"] == pytest.approx(want, abs=1e-12)
+                assert row["estimate"] == pytest.approx(np.mean(want), abs=1e-12)
+    assert ("gti", "final", "a") in got and ("mean", "final", "a") in got
+    assert not [k for k in got if k[0] == "mean" and k[1] == "init"]
+    (diff,) = [r for r in doc["paired"] if r["comparison"] == "gti - mean" and r["level"] == "a"]
+    assert diff["estimate"] == pytest.approx(
+        got[("gti", "final", "a")]["estimate"] - got[("mean", "final", "a")]["estimate"], abs=1e-12
+    )
+    assert {r["arm"] for r in doc["through_sft"]} == {"gti"}  # mean's init has no RSA
+
+    runner.invoke(app, ["study", "assemble", str(reports), "--resamples", "50"])
+    md = (reports / "results.md").read_text()
+    assert "## RSA with intervals" in md and "Does not match" not in md
+    # A value that no longer matches its run (or a run it does not cover) is flagged.
+    doc["rsa"][0]["per_seed"][0] += 0.01
+    doc["checkpoints"] = [c for c in doc["checkpoints"] if c["seed"] == 0]
+    (reports / "geometry_intervals.json").write_text(json.dumps(doc))
+    runner.invoke(app, ["study", "assemble", str(reports), "--resamples", "50"])
+    md = (reports / "results.md").read_text()
+    assert "Does not match the runs' geometry.json" in md
+    assert "mean seed 1: a complete run the file does not cover" in md
+
+    # Weights that are not those of the committed runs: exit 2, nothing written.
+    geo_path = reports / "runs" / "gti-seed0" / "geometry.json"
+    original = geo_path.read_text()
+    geo = json.loads(original)
+    geo["4"]["levels"]["a"]["rsa"] += 0.01
+    geo_path.write_text(json.dumps(geo))
+    before = (reports / "geometry_intervals.json").read_text()
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "differs from the runs' geometry.json" in result.output
+    assert (reports / "geometry_intervals.json").read_text() == before
+    geo_path.write_text(original)
+
+    # Weights gone for one run: it is left out by name; gone for all: exit 2.
+    (tmp_path / "work" / "gti-seed1" / "sft" / "model.safetensors").unlink()
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "left out: gti-seed1: complete, but no weights" in result.output
+    doc = json.loads((reports / "geometry_intervals.json").read_text())
+    assert got[("gti", "final", "a")]["per_seed"][0] == pytest.approx(
+        next(r for r in doc["rsa"] if r["arm"] == "gti" and r["stage"] == "final"
+             and r["level"] == "a")["per_seed"][0], abs=1e-12)  # fmt: skip
+    for p in (tmp_path / "work").glob("*-seed*/sft/model.safetensors"):
+        p.unlink()
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "no complete run has its weights" in result.output
+
 
 def recompute(r) -> dict[str, float]:
     """Metrics via gti.evaluate.metrics on integer ids (-1 pads short lists)."""
