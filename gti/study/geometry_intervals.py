@@ -395,9 +395,11 @@ def to_markdown(doc: dict, problems: list[str]) -> list[str]:
 
     lines = ["## RSA with intervals (two-way bootstrap over seeds and codes)", "",
              f"From `geometry_intervals.json` (`gti study geometry-intervals`, "
-             f"{doc['n_resamples']} resamples, seed {doc['bootstrap_seed']}, codes per level "
-             f"{doc['codes_per_level']}): {doc['interval']}. Seeds are paired across arms "
-             "and stages.", ""]  # fmt: skip
+             f"{doc['n_resamples']} resamples, seed {doc['bootstrap_seed']}; codes per level: "
+             + ", ".join(f"{lv} {n}" for lv, n in doc["codes_per_level"].items())
+             + f"): {doc['interval']}. Seeds are paired across arms and stages. The interval "
+             "is conservative (on null data it covered 0 in 60 of 60 sets; "
+             "gti/study/geometry_intervals.py).", ""]  # fmt: skip
     if problems:
         lines += ["**Does not match the runs' geometry.json** (rerun the command):", ""]
         lines += [f"- {p}" for p in problems] + [""]
