@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -279,13 +280,15 @@ def summarize_cells(
     point, reps = replicates(cells, books, sizes, n_resamples=n_resamples, seed=seed,
                              progress=progress)  # fmt: skip
     index = {(c.arm, c.seed, c.stage): j for j, c in enumerate(cells)}
-    seed_rng = np.random.default_rng([seed, 1])  # seed draws, separate from code draws
 
-    def summary(cols_a: list[int], cols_b: list[int] | None, lv: str) -> dict:
+    def summary(cols_a: list[int], cols_b: list[int] | None, lv: str, label: str) -> dict:
         p, r = point[lv][cols_a], reps[lv][:, cols_a]
         if cols_b is not None:
             p, r = p - point[lv][cols_b], r - reps[lv][:, cols_b]
-        draws = seed_rng.integers(0, len(cols_a), size=(n_resamples, len(cols_a)))
+        # Seed draws from a stream of their own per entry: an entry's interval does not
+        # depend on which other runs are present (the code draws never do).
+        rng = np.random.default_rng([seed, 1, zlib.crc32(f"{label} {lv}".encode())])
+        draws = rng.integers(0, len(cols_a), size=(n_resamples, len(cols_a)))
         out = _summary(p, r, draws, level)
         out["per_seed"] = [None if not np.isfinite(x) else float(x) for x in p]
         return out
@@ -300,7 +303,7 @@ def summarize_cells(
                 if not cols or not np.isfinite(point[lv][cols]).all():
                     continue  # no checkpoint, or RSA undefined (mean init)
                 rsa.append({"arm": arm, "stage": stage, "level": lv, "seeds": seeds,
-                            **summary(cols, None, lv)})  # fmt: skip
+                            **summary(cols, None, lv, f"{arm} {stage}")})  # fmt: skip
         seeds = sorted(s for (a, s, st) in index if a == arm and st == "init"
                        and (a, s, "final") in index)  # fmt: skip
         for lv in sizes:
@@ -308,7 +311,7 @@ def summarize_cells(
             ini = [index[(arm, s, "init")] for s in seeds]
             if seeds and np.isfinite(point[lv][fin + ini]).all():
                 through.append({"arm": arm, "comparison": "final - init", "level": lv,
-                                "seeds": seeds, **summary(fin, ini, lv)})  # fmt: skip
+                                "seeds": seeds, **summary(fin, ini, lv, f"{arm} final - init")})  # fmt: skip
     for other in COMPARISONS:
         seeds = sorted(s for (a, s, st) in index if a == "gti" and st == "final"
                        and (other, s, "final") in index)  # fmt: skip
@@ -317,7 +320,7 @@ def summarize_cells(
             b = [index[(other, s, "final")] for s in seeds]
             if seeds and np.isfinite(point[lv][a + b]).all():
                 paired.append({"comparison": f"gti - {other}", "stage": "final", "level": lv,
-                               "seeds": seeds, **summary(a, b, lv)})  # fmt: skip
+                               "seeds": seeds, **summary(a, b, lv, f"gti - {other}")})  # fmt: skip
     return {
         "format": FORMAT,
         "format_version": 1,
