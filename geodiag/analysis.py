@@ -20,6 +20,14 @@ from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.geometry import GeometrySummary, LevelCosine, level_cosine, summarize
 from geodiag.metrics.neighbors import nearest_rows
 from geodiag.metrics.rsa import RSAResult, rsa
+from geodiag.metrics.untrained import (
+    TOLERANCE,
+    TOLERANCE_RULE,
+    VocabularyStats,
+    identical_groups,
+    near_point,
+    vocabulary_stats,
+)
 
 if TYPE_CHECKING:  # drift is loaded by the commands that measure it, not by every gate
     from geodiag.metrics.drift import DriftResult
@@ -60,6 +68,45 @@ class TokenNeighbors:
     nearest: list[Neighbor]
 
 
+# How many tokens of a group, or of a finding, are named in reports (the count is exact).
+SHOWN_TOKENS = 8
+SHOWN_GROUPS = 10
+
+
+@dataclass
+class TokenGroup:
+    """Some new tokens, named: a group of identical rows, or the rows of one finding."""
+
+    size: int
+    ids: list[int]  # the first SHOWN_TOKENS, ascending
+    tokens: list[str]
+
+
+@dataclass
+class UntrainedRows:
+    """New rows that never left their init, found row by row (geodiag.metrics.untrained).
+
+    Untrained: in a group of numerically identical rows, at the vocabulary's mean, or
+    unchanged from the base's padding row of the same id. ``tolerance`` is the distance
+    under which two rows (or a row and the mean) count as one point.
+    """
+
+    n_untrained: int
+    n_trained: int  # the other measured rows
+    tolerance: float
+    tolerance_rule: str
+    n_groups: int
+    groups: list[TokenGroup]  # the first SHOWN_GROUPS groups of identical rows
+    at_vocabulary_mean: TokenGroup | None
+    unchanged_padding: TokenGroup | None
+    untrained: TokenGroup | None  # all of them, for the verdict
+
+    @property
+    def two_populations(self) -> bool:
+        """Some rows untrained beside rows that are not: e.g. a base's own added tokens."""
+        return self.n_untrained > 0 and self.n_trained > 0
+
+
 @dataclass
 class MatrixReport:
     role: str  # "input" | "output" (an untied head is its own matrix)
@@ -78,6 +125,10 @@ class MatrixReport:
     neighbors_sampled: bool
     # Why the vocabulary-relative figures (spread ratio, nearest original tokens) are null.
     reference_undefined_reason: str | None = None
+    untrained: UntrainedRows | None = None
+    # Largest new-row norm / largest original-row norm (all original rows); None without
+    # a vocabulary. Rows far longer than any known token dominate every softmax.
+    norm_ratio: float | None = None
 
 
 @dataclass
@@ -120,6 +171,10 @@ def _reference_rows(
             "(all zero or non-finite): nothing to compare the new tokens with",
         )
     return rows[ok]
+
+
+# An equal-size sample of fewer rows than this has no spread to compare with.
+MIN_REFERENCE_ROWS = 2
 
 
 def new_rows(
@@ -192,11 +247,73 @@ def _neighbors(
     return out, sampled
 
 
+def _token_group(ckpt: Checkpoint, ids: np.ndarray) -> TokenGroup:
+    shown = np.sort(ids)[:SHOWN_TOKENS]
+    return TokenGroup(int(len(ids)), [int(i) for i in shown], [ckpt.token(int(i)) for i in shown])
+
+
+def _untrained(
+    ckpt: Checkpoint,
+    matrix: Matrix,
+    rows: np.ndarray,
+    ids: np.ndarray,
+    vocab: VocabularyStats | None,
+    opts: AnalyzeOptions,
+) -> UntrainedRows:
+    """Rows at one point with others, at the vocabulary mean, or left as base padding."""
+    from geodiag.metrics.geometry import spread
+
+    scale = vocab.spread if vocab is not None and vocab.n_rows >= MIN_REFERENCE_ROWS else 0.0
+    rule = TOLERANCE_RULE
+    if scale <= 0:  # no vocabulary to measure by: the new rows' own spread
+        scale, rule = spread(rows), f"{TOLERANCE:g} x the new rows' own spread (no vocabulary)"
+    tol = TOLERANCE * scale
+    groups = identical_groups(rows, tol, seed=opts.seed)
+    flagged = np.zeros(len(rows), bool)
+    for g in groups:
+        flagged[g] = True
+    at_mean = near_point(rows, vocab.mean, tol) if vocab is not None else np.zeros(len(rows), bool)
+    padding = np.zeros(len(rows), bool)
+    base_rows = ckpt.base_padding_rows(matrix, ids)
+    if base_rows is not None:
+        mask, values = base_rows
+        padding[mask] = np.all(rows[mask] == values, axis=1)
+    untrained = flagged | at_mean | padding
+    return UntrainedRows(
+        n_untrained=int(untrained.sum()),
+        n_trained=int((~untrained).sum()),
+        tolerance=float(tol),
+        tolerance_rule=rule,
+        n_groups=len(groups),
+        groups=[_token_group(ckpt, ids[g]) for g in groups[:SHOWN_GROUPS]],
+        at_vocabulary_mean=_token_group(ckpt, ids[at_mean]) if at_mean.any() else None,
+        unchanged_padding=_token_group(ckpt, ids[padding]) if padding.any() else None,
+        untrained=_token_group(ckpt, ids[untrained]) if untrained.any() else None,
+    )
+
+
 def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:
     rows, keep = new_rows(ckpt, matrix, opts.allow_nonfinite)
-    reference = _reference_rows(ckpt, matrix, opts, len(rows)) if ckpt.has_vocabulary else None
+    ids = ckpt.new.ids[keep]
+    reference, undefined = None, NO_VOCABULARY
+    vocab = None
+    if ckpt.has_vocabulary:
+        vocab = vocabulary_stats(block for _, block in ckpt.iter_original(matrix))
+        reference = _reference_rows(ckpt, matrix, opts, len(rows))
+        if len(reference) < MIN_REFERENCE_ROWS or len(rows) < 2:
+            undefined = (
+                f"only {len(reference)} original row(s) below id {ckpt.new.base_vocab_size}: "
+                "too few to compare the new rows' spread with"
+                if len(reference) < MIN_REFERENCE_ROWS
+                else "a single new row has no spread around its mean"
+            )
+            reference = None
     levels, lcos = _levels(ckpt, rows, keep, reference, opts)
-    neighbors, sampled = _neighbors(ckpt, matrix, rows, ckpt.new.ids[keep], opts)
+    neighbors, sampled = _neighbors(ckpt, matrix, rows, ids, opts)
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    norm_ratio = (
+        float(norms.max()) / vocab.max_norm if vocab is not None and vocab.max_norm > 0 else None
+    )
     return MatrixReport(
         role=matrix.role,
         tensor=matrix.tensor,
@@ -212,7 +329,9 @@ def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> Ma
         level_cosine=lcos,
         neighbors=neighbors,
         neighbors_sampled=sampled,
-        reference_undefined_reason=None if reference is not None else NO_VOCABULARY,
+        reference_undefined_reason=None if reference is not None else undefined,
+        untrained=_untrained(ckpt, matrix, rows, ids, vocab, opts),
+        norm_ratio=norm_ratio,
     )
 
 
@@ -223,6 +342,24 @@ def analyze(
     read = read or ReadOptions()
     opts = opts or AnalyzeOptions(allow_nonfinite=read.allow_nonfinite)
     return analyze_checkpoint(open_checkpoint(path, read), opts)
+
+
+def _populations_note(ckpt: Checkpoint, m: MatrixReport) -> str | None:
+    """Say so when the new rows look like two populations: trained ones beside untrained."""
+    u = m.untrained
+    if u is None or not u.two_populations:
+        return None
+    hint = ""
+    if ckpt.new.source == "tokenizer":
+        hint = (
+            ": the base may ship added tokens of its own (Qwen2.5 and Qwen3 do); pass "
+            "--base BASE to measure only the tokens absent from the base's tokenizer"
+        )
+    where = "output head" if m.role == "output" else "input embedding"
+    return (
+        f"{where}: the {m.n_new} new rows look like two populations, {u.n_trained} distinct "
+        f"and {u.n_untrained} untrained{hint}"
+    )
 
 
 def analyze_checkpoint(ckpt: Checkpoint, opts: AnalyzeOptions) -> CheckpointReport:
@@ -242,14 +379,16 @@ def analyze_checkpoint(ckpt: Checkpoint, opts: AnalyzeOptions) -> CheckpointRepo
             f"RSA computed on a seeded sample of {opts.rsa_max_items} tokens per level where larger"
         )
     if m0.reference is None:
+        what = "spread ratio" if ckpt.has_vocabulary else "spread ratio and nearest original tokens"
         notes.append(
-            f"spread ratio and nearest original tokens undefined: {NO_VOCABULARY}; the gate "
-            "skips the spread-ratio check"
+            f"{what} undefined: {m0.reference_undefined_reason}; the gate skips the "
+            "spread-ratio check"
         )
     elif m0.reference_size < m0.n_new:
         notes.append(
             f"vocabulary reference: {m0.reference_size} original rows (fewer than the new rows)"
         )
+    notes += [_populations_note(ckpt, m) for m in matrices if _populations_note(ckpt, m)]
     return CheckpointReport(
         geodiag_version=__version__,
         path=str(ckpt.path),

@@ -281,6 +281,8 @@ def check(
     max_mean_cosine: float | None = None,
     min_spread_ratio: float | None = None,
     min_rsa: float | None = None,
+    max_untrained_tokens: float | None = None,
+    max_norm_ratio: float | None = None,
     **measure_kwargs,
 ) -> GateResult:
     """The CI gate (``geodiag check``) on ``source``; ``result.passed`` says pass / fail.
@@ -297,7 +299,8 @@ def check(
     else:
         cfg = dataclasses.replace(GateConfig(), **load_config(Path(config)))
     overrides = dict(min_effective_rank_ratio=min_effective_rank_ratio, min_effective_rank=min_effective_rank,
-                     max_mean_cosine=max_mean_cosine, min_spread_ratio=min_spread_ratio, min_rsa=min_rsa)  # fmt: skip
+                     max_mean_cosine=max_mean_cosine, min_spread_ratio=min_spread_ratio, min_rsa=min_rsa,
+                     max_untrained_tokens=max_untrained_tokens, max_norm_ratio=max_norm_ratio)  # fmt: skip
     cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
     measure_kwargs.setdefault("neighbors", 0)
     return run_gate(measure(source, **measure_kwargs), cfg)

@@ -27,7 +27,7 @@ from geodiag.safetensors_file import SafetensorsFile
 from geodiag.settings import setting
 from geodiag.stack import detect_stack
 from geodiag.tensor_store import TensorStore, is_float, open_store
-from geodiag.tokenizer_file import TokenizerInfo, load_tokenizer
+from geodiag.tokenizer_file import AddedToken, TokenizerInfo, load_tokenizer
 
 DEFAULT_LEVEL_PATTERN = r"^<(?P<level>[A-Za-z]+)_(?P<code>\d+)>$"
 
@@ -88,8 +88,9 @@ class ReadOptions:
     )
     base: Path | None = setting(
         None,
-        help="Base checkpoint of a PEFT adapter folder (default: its base_model_name_or_path, "
-        "when a local folder).",
+        help="The base checkpoint folder: the new tokens are those absent from its "
+        "tokenizer (special or not); for a PEFT adapter, the model it is read over "
+        "(default: its base_model_name_or_path, when a local folder).",
         flags=("--base",),
     )
     all_rows_new: bool = setting(
@@ -134,6 +135,42 @@ class NewTokens:
 
 
 @dataclass
+class BaseCheckpoint:
+    """The base a checkpoint was extended from (``--base``): its tokenizer says which
+    tokens are new, its weights (when present) which new ids landed on padding rows."""
+
+    path: Path
+    tokenizer: TokenizerInfo
+    store: TensorStore | None
+
+    def padding_mask(self, tensor: str, ids: np.ndarray) -> np.ndarray | None:
+        """(n,) bool: ids past the base's tokenizer but inside its matrix ``tensor``."""
+        if self.store is None or tensor not in self.store.names():
+            return None
+        n_rows = self.store.shape(tensor)[0]
+        return (ids >= len(self.tokenizer)) & (ids < n_rows)
+
+
+def open_base(base: Path) -> BaseCheckpoint:
+    """``--base`` for a checkpoint that is not an adapter: its tokenizer, and its weights."""
+    root = base if base.is_dir() else base.parent
+    tok_path = root / "tokenizer.json"
+    if not base.exists():
+        raise InputError("--base", f"{base}: no such file or folder")
+    if not tok_path.is_file():
+        raise InputError(
+            "--base",
+            f"{base}: no tokenizer.json, so the tokens added since cannot be told apart "
+            "(pass the base's save_pretrained folder, or --new-tokens START:END)",
+        )
+    try:
+        store = open_store(base)
+    except InputError:
+        store = None  # a tokenizer-only folder still says which tokens are new
+    return BaseCheckpoint(base, load_tokenizer(tok_path), store)
+
+
+@dataclass
 class Checkpoint:
     path: Path
     store: TensorStore
@@ -149,7 +186,20 @@ class Checkpoint:
     notes: list[str] = field(default_factory=list)
     adapter: dict = field(default_factory=dict)  # a PEFT adapter's provenance, when one was read
     stack: dict = field(default_factory=dict)  # which training stack wrote it (stack.py)
+    base: BaseCheckpoint | None = None  # --base on a checkpoint that is not an adapter
     _codebook_digest: str | None = None
+
+    def base_padding_rows(
+        self, matrix: Matrix, ids: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(mask over ``ids``, the base's rows at those ids) for new ids that were padding
+        rows in the base: past its tokenizer, inside its matrix. None without a base."""
+        if self.base is None:
+            return None
+        mask = self.base.padding_mask(matrix.tensor, ids)
+        if mask is None or not mask.any():
+            return None
+        return mask, self.base.store.read_rows(matrix.tensor, ids[mask])
 
     @property
     def has_vocabulary(self) -> bool:
@@ -293,10 +343,12 @@ def _new_tokens(
     side: sidecar_mod.SemanticIds | None,
     side_path: Path | None,
     trainable: np.ndarray | None = None,
+    base_tok: TokenizerInfo | None = None,
 ) -> NewTokens:
     """Which rows are new: flags, else the sidecar, else an adapter's trainable tokens, else
-    the tokenizer's added tokens. ``trainable``: a PEFT adapter's trainable-token indices;
-    a sidecar naming the same rows still gives their levels."""
+    the added tokens absent from ``base_tok`` (``--base``, special or not), else the
+    tokenizer's added non-special tokens. ``trainable``: a PEFT adapter's trainable-token
+    indices; a sidecar naming the same rows still gives their levels."""
 
     def name_of(i: int) -> str:
         t = tok.token(i) if tok is not None else None
@@ -374,16 +426,36 @@ def _new_tokens(
     elif trainable is not None:
         ids = np.array(list(dict.fromkeys(trainable.tolist())), dtype=np.int64)
         source, base = "adapter", int(ids.min())
+    elif base_tok is not None:
+        added = absent_from(tok, base_tok) if tok is not None else []
+        if not added:
+            raise InputError(
+                "--base",
+                f"every token of {tok.path if tok else root / 'tokenizer.json'} is in the "
+                f"base's tokenizer ({base_tok.path}): no new tokens to measure",
+            )
+        ids = np.array([t.id for t in added], dtype=np.int64)
+        _check_id_range(ids, n_rows, tok.path, "added tokens disagree with the tensors")
+        source, base = "base", int(ids.min())
     elif tok is not None and tok.added_non_special():
         added = tok.added_non_special()
         ids = np.array([t.id for t in added], dtype=np.int64)
         _check_id_range(ids, n_rows, tok.path, "added tokens disagree with the tensors")
         source, base = "tokenizer", int(ids.min())
     else:
+        special = [t for t in tok.added if t.special] if tok is not None else []
+        has = (
+            f"tokenizer.json's {len(special)} added tokens are all special "
+            f"({', '.join(t.content for t in special[:4])}{', ...' if len(special) > 4 else ''}), "
+            "and special tokens are measured only when --base says they are new"
+            if special
+            else "no added tokens in tokenizer.json"
+        )
         raise InputError(
             root,
-            "cannot tell which rows are new: no semantic_ids.json with token ids, no added "
-            "non-special tokens in tokenizer.json; pass --new-tokens START:END or --base-vocab-size N",
+            f"cannot tell which rows are new: no semantic_ids.json with token ids; {has}; pass "
+            "--base BASE (the tokens absent from its tokenizer), --new-tokens START:END or "
+            "--base-vocab-size N",
         )
     tokens = [name_of(int(i)) for i in ids]
     new = NewTokens(ids, tokens, source, base)
@@ -395,6 +467,27 @@ def _new_tokens(
         new.level_names, new.level_index, new.codes = names, index[order], codes[order]
         new.levels_source = "token names"
     return new
+
+
+def absent_from(tok: TokenizerInfo, base: TokenizerInfo) -> list[AddedToken]:
+    """The added tokens of ``tok`` (special or not) that ``base`` does not know, by id."""
+    known = {t.content for t in base.added} | set(base.vocab.values())
+    return sorted((t for t in tok.added if t.content not in known), key=lambda t: t.id)
+
+
+def special_note(tok: TokenizerInfo | None, new: NewTokens) -> str | None:
+    """Name the added special tokens left out of the measurement, if any."""
+    if tok is None or new.source != "tokenizer":
+        return None
+    special = [t for t in tok.added if t.special]
+    if not special:
+        return None
+    names = ", ".join(t.content for t in special[:4]) + (", ..." if len(special) > 4 else "")
+    return (
+        f"{len(special)} added special token(s) not measured ({names}): special tokens "
+        "cannot be told from the base's own without --base BASE, which measures every token "
+        "absent from the base, special or not"
+    )
 
 
 def _load_codebooks(path: Path, new: NewTokens) -> tuple[dict[str, np.ndarray], str | None, str]:
@@ -451,6 +544,7 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
     else:
         store = open_store(path)
         roots = [path if path.is_dir() else path.parent]
+    base_ckpt = open_base(Path(opts.base)) if adapter is None and opts.base is not None else None
 
     def beside(name: str) -> Path:
         return next((r / name for r in roots if (r / name).is_file()), roots[0] / name)
@@ -508,9 +602,23 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
     n_rows = matrices[0].n_rows
     patch = adapter.patches.get(input_name) if adapter is not None else None
     trainable = patch.token_indices if patch is not None else None
-    new = _new_tokens(path, opts, n_rows, tok, side, side_path if side else None, trainable)
+    base_tok = base_ckpt.tokenizer if base_ckpt is not None else None
+    if adapter is not None and tok is not None and tok.path.parent == path:
+        # The adapter saved a tokenizer of its own: tokens its base lacks are the new ones
+        # (when there are none, the base was resized before PEFT: read as before).
+        base_tok_path = roots[1] / "tokenizer.json"
+        if base_tok_path.is_file():
+            base_tok = load_tokenizer(base_tok_path)
+            base_tok = base_tok if absent_from(tok, base_tok) else None
+    new = _new_tokens(
+        path, opts, n_rows, tok, side, side_path if side else None, trainable, base_tok
+    )
 
     notes = [*(adapter.notes if adapter is not None else []), *head_notes]
+    if (note := special_note(tok, new)) is not None:
+        notes.append(note)
+    if new.source == "base":
+        notes.append(f"new rows: the {len(new.ids)} tokens absent from the base's tokenizer")
     if untied_by_adapter and config.get("tie_word_embeddings"):
         notes.append(
             "the adapter saves its own copy of the output head (modules_to_save): the merged "
@@ -557,6 +665,7 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
             side.provenance if side else None,
             adapter.provenance() if adapter is not None else None,
         ),  # fmt: skip
+        base=base_ckpt,
         _codebook_digest=book_digest,
     )
 
@@ -577,6 +686,12 @@ def check_rows(
                 where,
                 f"{bad.size} new-token rows of '{matrix.tensor}' hold NaN/Inf (ids {bad[:5].tolist()}); "
                 "pass --allow-nonfinite to measure the rest",
+            )
+        if not finite.any():
+            raise InputError(
+                where,
+                f"all {bad.size} new-token rows of '{matrix.tensor}' hold NaN/Inf (ids "
+                f"{bad[:5].tolist()}): nothing left to measure with --allow-nonfinite",
             )
     zero = finite & ~np.any(rows != 0, axis=1)
     if zero.any():

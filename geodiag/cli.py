@@ -103,6 +103,14 @@ def check(
     min_rsa: Annotated[
         float | None, typer.Option(help="Spearman RSA vs codebooks, every level [off].")
     ] = None,
+    max_untrained_tokens: Annotated[
+        float | None,
+        typer.Option(help="New rows still at their init (identical, at the mean) [0]."),
+    ] = None,
+    max_norm_ratio: Annotated[
+        float | None,
+        typer.Option(help="Longest new row / longest original row [10]."),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option("--config", help="TOML with thresholds ([tool.geodiag] or top level)."),
@@ -127,7 +135,8 @@ def check(
     from geodiag.jsonio import dumps
 
     overrides = dict(min_effective_rank=min_effective_rank, min_effective_rank_ratio=min_effective_rank_ratio,
-                     max_mean_cosine=max_mean_cosine, min_spread_ratio=min_spread_ratio, min_rsa=min_rsa)  # fmt: skip
+                     max_mean_cosine=max_mean_cosine, min_spread_ratio=min_spread_ratio, min_rsa=min_rsa,
+                     max_untrained_tokens=max_untrained_tokens, max_norm_ratio=max_norm_ratio)  # fmt: skip
     cfg = resolve_config(config, overrides)
     opts = AnalyzeOptions(seed=seed, n_permutations=permutations, neighbors_max=0,
                           allow_nonfinite=read.allow_nonfinite)  # fmt: skip

@@ -40,6 +40,13 @@ class GateConfig:
     # Spearman RSA against the codebooks, every level (off by default: a random
     # init has no structure but is not collapsed; the report says so as a warning).
     min_rsa: float | None = None
+    # New rows still at their init, found row by row: in a group of identical rows, at
+    # the vocabulary mean, or the base's padding row unchanged (geodiag.metrics.untrained).
+    # The block-level checks miss them when trained rows sit beside them.
+    max_untrained_tokens: float | None = 0
+    # Largest new-row norm / largest original-row norm. Logits scale with the norm: a row
+    # 10x longer than any token the model knows wins every softmax it enters.
+    max_norm_ratio: float | None = 10.0
 
 
 @dataclass
@@ -117,7 +124,56 @@ def _min_check(name, m: MatrixReport, value, threshold, why) -> CheckResult:
                        f"{name} {_fmt(value)} {rel} {threshold:g}" + ("" if ok else f": {why}"))  # fmt: skip
 
 
+def _max_check(name, m: MatrixReport, value, threshold, shown: str, why) -> CheckResult:
+    if threshold is None:
+        return CheckResult(name, m.role, "skip", value, None, "check disabled")
+    if value is None:
+        return CheckResult(name, m.role, "skip", None, threshold, f"{name} undefined: {why}")
+    ok = value <= threshold
+    return CheckResult(name, m.role, "pass" if ok else "fail", value, threshold,
+                       f"{name} {shown} {'<=' if ok else '>'} {threshold:g}" + ("" if ok else f": {why}"))  # fmt: skip
+
+
+def _untrained_check(m: MatrixReport, cfg: GateConfig) -> CheckResult:
+    u = m.untrained
+    if u is None:
+        return _max_check("untrained_tokens", m, None, cfg.max_untrained_tokens, "",
+                          "rows not measured one by one")  # fmt: skip
+    why = ""
+    if u.untrained is not None:
+        names = ", ".join(u.untrained.tokens) + (
+            ", ..." if u.untrained.size > len(u.untrained.tokens) else ""
+        )
+        kinds = [f"{u.n_groups} group(s) of identical rows" if u.n_groups else "",
+                 "at the vocabulary mean" if u.at_vocabulary_mean else "",
+                 "unchanged padding rows of the base" if u.unchanged_padding else ""]  # fmt: skip
+        why = (f"{u.n_untrained} of {m.n_new} new rows never left their init "
+               f"({'; '.join(k for k in kinds if k)}): {names}")  # fmt: skip
+    return _max_check("untrained_tokens", m, u.n_untrained, cfg.max_untrained_tokens,
+                      f"{u.n_untrained}", why)  # fmt: skip
+
+
+def _norm_check(m: MatrixReport, cfg: GateConfig) -> CheckResult:
+    r = m.norm_ratio
+    return _max_check("norm_ratio", m, r, cfg.max_norm_ratio, _fmt(r),
+                      "the longest new row is far longer than any original row: the model "
+                      "will emit it everywhere" if r is not None else
+                      "no original vocabulary to compare the new rows' norms with")  # fmt: skip
+
+
+# Geometry of a block needs two rows: one row has no spread, no pairs, no rank around its mean.
+SINGLE_ROW = "undefined for a single new row (no spread, no pairs around its mean)"
+
+
 def check_matrix(m: MatrixReport, cfg: GateConfig) -> list[CheckResult]:
+    if m.n_new < 2:
+        out = [CheckResult(name, m.role, "skip", None, t,
+                           "check disabled" if t is None else f"{name} {SINGLE_ROW}")
+               for name, t in (("effective_rank_ratio", cfg.min_effective_rank_ratio),
+                               ("effective_rank", cfg.min_effective_rank),
+                               ("spread_ratio", cfg.min_spread_ratio),
+                               ("mean_cosine", cfg.max_mean_cosine))]  # fmt: skip
+        return [*out, _untrained_check(m, cfg), _norm_check(m, cfg), *_rsa_checks(m, cfg)]
     g = m.new
     n = m.n_new
     spread = _min_check("spread_ratio", m, g.spread_relative, cfg.min_spread_ratio,
@@ -147,6 +203,7 @@ def check_matrix(m: MatrixReport, cfg: GateConfig) -> list[CheckResult]:
         if not ok:
             msg += f": the {n} new rows all point the same way (mean initialization?)"
         out.append(CheckResult("mean_cosine", m.role, "pass" if ok else "fail", cos, c, msg))
+    out += [_untrained_check(m, cfg), _norm_check(m, cfg)]
     out.extend(_rsa_checks(m, cfg))
     return out
 

@@ -171,6 +171,19 @@ def check_sentence(c: CheckResult, m: MatrixReport, remedy: str = GROUND) -> str
             f"spread only {v:.2g}x the vocabulary's (< {t:g}): one point, as after mean init; "
             f"{remedy}."
         )
+    if c.name == "untrained_tokens":
+        u = m.untrained
+        if ok or u is None or u.untrained is None:
+            return f"no new row is still at its init (none within {_g(u.tolerance if u else None)} of another row or of the vocabulary mean)."
+        return f"{_untrained_phrase(m)}; {remedy}."
+    if c.name == "norm_ratio":
+        if ok:
+            return f"the longest new row is {v:.3g}x the longest original row (<= {t:g})."
+        return (
+            f"the longest new row is {v:.3g}x the longest original row (> {t:g}): logits scale "
+            "with the norm, so the model will emit it everywhere; rescale the new rows to the "
+            "vocabulary's norms."
+        )
     if c.name == "mean_cosine":
         if ok:
             return (
@@ -178,6 +191,24 @@ def check_sentence(c: CheckResult, m: MatrixReport, remedy: str = GROUND) -> str
             )
         return f"mean pairwise cosine {v:.3g} (> {t:g}): all point the same way, as after mean init; {remedy}."
     return c.message
+
+
+def _untrained_phrase(m: MatrixReport) -> str:
+    """ "k of n new tokens never left their init (how): names", from the row findings."""
+    u = m.untrained
+    assert u is not None and u.untrained is not None
+    how = [
+        f"{u.n_groups} group(s) of identical rows" if u.n_groups else "",
+        "at the vocabulary mean" if u.at_vocabulary_mean else "",
+        "the base's padding rows, unchanged" if u.unchanged_padding else "",
+    ]
+    names = ", ".join(u.untrained.tokens) + (
+        ", ..." if u.untrained.size > len(u.untrained.tokens) else ""
+    )
+    return (
+        f"{u.n_untrained} of {m.n_new} new tokens never left their init "
+        f"({'; '.join(h for h in how if h)}): {names}"
+    )
 
 
 def _collapse(m: MatrixReport, failed: set[str], remedy: str) -> str | None:
@@ -206,6 +237,18 @@ def _collapse(m: MatrixReport, failed: set[str], remedy: str) -> str | None:
             f"the {n} new tokens span only {g.centered.effective_rank:.2g} effective direction(s) "
             "around their mean: they lie on a line or in a thin subspace (e.g. multiples of one "
             f"vector); give each token its own starting point, or {GROUND}."
+        )
+    if "untrained_tokens" in failed and m.untrained is not None and m.untrained.untrained:
+        rest = ""
+        if m.untrained.two_populations:
+            rest = (
+                f" (the other {m.untrained.n_trained} rows are distinct: trained before, or by you)"
+            )
+        return f"{_untrained_phrase(m)}{rest}; {remedy}."
+    if "norm_ratio" in failed:
+        return (
+            f"the longest new row is {_g(m.norm_ratio)}x the longest original row: the model "
+            "will emit it everywhere; rescale the new rows to the vocabulary's norms."
         )
     rsa_failed = sorted(name[4:-1] for name in failed if name.startswith("rsa["))
     if rsa_failed:

@@ -155,7 +155,7 @@ def test_all_rows_new_gate_uses_only_defined_checks(tmp_path):
     assert res.exit_code == 1
     assert "[skip] spread_ratio undefined, check skipped" in res.stdout
     assert "[fail] effective_rank_ratio" in res.stdout and "[fail] mean_cosine" in res.stdout
-    assert "Skipped as undefined: spread_ratio." in res.stdout
+    assert "Skipped as undefined: norm_ratio, spread_ratio." in res.stdout
     rng = np.random.default_rng(0)
     healthy = _tiger(tmp_path / "h", rng.normal(size=(16, DIM)))
     res = run("check", healthy, *args, "--json")
