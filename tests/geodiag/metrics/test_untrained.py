@@ -1,0 +1,141 @@
+"""Row-by-row findings: identical groups against a brute-force reference, exact
+vocabulary statistics against numpy, and the gate cases they decide."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from geodiag_fixtures import BASE_VOCAB, DIM, base_rows
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial.distance import pdist, squareform
+from typer.testing import CliRunner
+
+from geodiag.cli import app
+from geodiag.metrics.untrained import identical_groups, near_point, vocabulary_stats
+
+
+def run(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def _reference_groups(x: np.ndarray, tol: float) -> list[list[int]]:
+    """Single linkage at ``tol`` by scipy: every pair's distance, connected components."""
+    adjacency = squareform(pdist(x)) <= tol
+    _, label = connected_components(adjacency, directed=False)
+    groups = [np.flatnonzero(label == k).tolist() for k in np.unique(label)]
+    return sorted((g for g in groups if len(g) >= 2), key=lambda g: g[0])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_identical_groups_equal_brute_force_on_planted_clusters(seed):
+    rng = np.random.default_rng(seed)
+    healthy = rng.normal(size=(300, 48))
+    centers = rng.normal(size=(6, 48))
+    sizes = rng.integers(2, 30, size=6)
+    tight = [c + 1e-6 * rng.normal(size=(k, 48)) for c, k in zip(centers, sizes, strict=True)]
+    x = np.concatenate([healthy, *tight])
+    x = x[rng.permutation(len(x))]
+    got = [g.tolist() for g in identical_groups(x, 1e-3, seed=seed)]
+    assert got == _reference_groups(x, 1e-3)
+    assert sorted(len(g) for g in got) == sorted(sizes.tolist())
+
+
+def test_identical_groups_exact_duplicates_and_edge_cases():
+    x = np.array([[1.0, 2], [3, 4], [1, 2], [3, 4], [5, 6]])
+    assert [g.tolist() for g in identical_groups(x, 0.0)] == [[0, 2], [1, 3]]
+    assert [g.tolist() for g in identical_groups(x, 1e-9)] == [[0, 2], [1, 3]]
+    assert identical_groups(x[:1], 1.0) == []
+    huge = np.full((3, 4), 1e37)
+    assert [g.tolist() for g in identical_groups(huge, 1e-3)] == [[0, 1, 2]]
+
+
+def test_identical_groups_scale_to_a_large_collapsed_block():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(size=(2000, 64)), np.tile(rng.normal(size=64), (5000, 1))])
+    (group,) = identical_groups(x, 1e-3)
+    assert group.tolist() == list(range(2000, 7000))
+
+
+def test_vocabulary_stats_equal_numpy_over_blocks():
+    rng = np.random.default_rng(1)
+    v = rng.normal(size=(1000, 16)) * 0.01 + 50.0  # small spread around a large mean
+    v[17] = np.nan
+    blocks = [v[i : i + 128] for i in range(0, 1000, 128)]
+    stats = vocabulary_stats(blocks)
+    ok = np.delete(v, 17, axis=0)
+    assert stats.n_rows == 999 and stats.n_nonfinite == 1
+    np.testing.assert_allclose(stats.mean, ok.mean(axis=0), rtol=1e-13)
+    spread = np.sqrt(((ok - ok.mean(axis=0)) ** 2).sum(axis=1).mean())
+    assert stats.spread == pytest.approx(spread, rel=1e-9)
+    assert stats.max_norm == pytest.approx(np.linalg.norm(ok, axis=1).max(), rel=1e-15)
+    assert vocabulary_stats([]) is None
+    assert near_point(ok[:3], ok[0], 0.0).tolist() == [True, False, False]
+
+
+# ---- the gate on the cases the block checks got wrong --------------------------------
+
+
+ONE = ("--base-vocab-size", BASE_VOCAB)
+
+
+def _one_new(make_ckpt, row, name):
+    return make_ckpt(np.asarray(row)[None, :], name=name, with_sidecar=False,
+                     with_codebooks=False, with_tokenizer=False)  # fmt: skip
+
+
+def test_one_new_token_is_not_called_collapsed(make_ckpt):
+    """Before: "All 1 new tokens are the same vector: mean initialization" and exit 1."""
+    rng = np.random.default_rng(0)
+    ckpt = _one_new(make_ckpt, rng.normal(size=DIM) * 0.1, "one")
+    res = run("check", ckpt, *ONE, "--json")
+    assert res.exit_code == 0, res.output
+    checks = {c["name"]: c for c in json.loads(res.stdout)["results"][0]["checks"]}
+    for name in ("effective_rank_ratio", "spread_ratio", "mean_cosine"):
+        assert checks[name]["status"] == "skip" and "single new row" in checks[name]["message"]
+    assert checks["untrained_tokens"]["status"] == "pass"
+    res = run("check", ckpt, *ONE)
+    assert "same vector" not in res.stdout and "Skipped as undefined" in res.stdout
+
+
+def test_one_new_token_at_the_vocabulary_mean_fails(make_ckpt):
+    base = base_rows()
+    ckpt = _one_new(make_ckpt, base.mean(axis=0), "one-mean")
+    res = run("check", ckpt, *ONE)
+    assert res.exit_code == 1
+    assert "[fail] untrained_tokens 1 > 0" in res.stdout and "vocabulary mean" in res.stdout
+
+
+def test_new_tokens_over_most_of_the_vocabulary_are_not_called_mean_init(make_ckpt):
+    """--new-tokens 1:N: one original row is no vocabulary to compare with."""
+    ckpt = make_ckpt("random", name="wide", with_sidecar=False, with_codebooks=False)
+    n = BASE_VOCAB + 24
+    res = run("check", ckpt, "--new-tokens", f"1:{n}", "--json")
+    assert res.exit_code == 0, res.output
+    checks = {c["name"]: c for c in json.loads(res.stdout)["results"][0]["checks"]}
+    assert checks["spread_ratio"]["status"] == "skip"
+    assert "only 1 original row(s) below id 1" in checks["spread_ratio"]["message"]
+    out = run("check", ckpt, "--new-tokens", f"1:{n}").stdout
+    assert "mean init" not in out and "same way" not in out
+
+
+def test_rows_far_longer_than_the_vocabulary_fail(make_ckpt):
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(24, DIM))
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    ckpt = make_ckpt(rows * 1e37, name="huge", with_sidecar=False, with_codebooks=False)
+    res = run("check", ckpt)
+    assert res.exit_code == 1, res.output
+    assert "[fail] norm_ratio" in res.stdout and "emit it everywhere" in res.stdout
+    ok = make_ckpt(rows * np.linalg.norm(base_rows(), axis=1).max(), name="ok",
+                   with_sidecar=False, with_codebooks=False)  # fmt: skip
+    assert "[pass] norm_ratio 1 <= 10" in run("check", ok).stdout
+
+
+def test_allow_nonfinite_with_every_new_row_nonfinite_blames_the_new_rows(make_ckpt):
+    ckpt = make_ckpt(np.full((24, DIM), np.nan), name="nan", with_sidecar=False,
+                     with_codebooks=False)  # fmt: skip
+    res = run("check", ckpt, "--allow-nonfinite")
+    assert res.exit_code == 2
+    assert "all 24 new-token rows" in res.stderr and "original rows" not in res.stderr
