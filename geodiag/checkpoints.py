@@ -26,7 +26,7 @@ from geodiag.errors import InputError
 from geodiag.safetensors_file import SafetensorsFile
 from geodiag.settings import setting
 from geodiag.stack import detect_stack
-from geodiag.tensor_store import TensorStore, is_float, open_store
+from geodiag.tensor_store import FLOAT_DTYPES, TensorStore, is_float, open_store
 from geodiag.tokenizer_file import TokenizerInfo, load_tokenizer
 
 DEFAULT_LEVEL_PATTERN = r"^<(?P<level>[A-Za-z]+)_(?P<code>\d+)>$"
@@ -487,7 +487,7 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
             )
         if not is_float(dtype):
             raise InputError(
-                where, f"tensor '{name}' has dtype {dtype}; expected F32, F16, BF16 or F64"
+                where, f"tensor '{name}' has dtype {dtype}; expected {', '.join(FLOAT_DTYPES)}"
             )
         hidden = config.get("hidden_size", config.get("n_embd"))
         if isinstance(hidden, int) and shape[1] != hidden:

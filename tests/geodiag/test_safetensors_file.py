@@ -314,3 +314,15 @@ def test_fp8_embedding_in_a_torch_pickle(tmp_path):
     assert store.dtype("model.embed_tokens.weight") == "F8_E5M2"
     got = store.read_rows("model.embed_tokens.weight", np.array([9, 2]))
     np.testing.assert_array_equal(got, x[[9, 2]].to(torch.float64).numpy())
+
+
+def test_an_embedding_geodiag_cannot_measure_names_the_dtypes_it_can(make_ckpt):
+    from typer.testing import CliRunner
+
+    from geodiag.cli import app
+
+    root = make_ckpt("random")
+    _with_tensors(root, {}, embedding_dtype=torch.uint32)
+    res = CliRunner().invoke(app, ["metrics", str(root)])
+    assert res.exit_code == 2
+    assert "has dtype U32; expected F64, F32, F16, BF16, F8_E4M3, F8_E5M2" in res.output
