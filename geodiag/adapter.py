@@ -5,7 +5,8 @@ An adapter folder holds ``adapter_config.json`` and ``adapter_model.safetensors`
 ``module`` the embedding's module path (``model.embed_tokens``):
 
 - ``modules_to_save``: the whole trained matrix, key ``{module}.weight``;
-- the resized base matrix (``save_embedding_layers``), key ``{module}.base_layer.weight``;
+- the resized base matrix (``save_embedding_layers``), key ``{module}.base_layer.weight``
+  (``{module}.token_adapter.base_layer.weight`` under a LoRA config's trainable tokens);
 - LoRA on the embedding, ``{module}.lora_embedding_A`` (r, V) and ``...B`` (d, r):
   ``E + (B @ A).T * scaling``, scaling = alpha / r (alpha / sqrt(r) with ``use_rslora``),
   r and alpha per module from ``rank_pattern`` / ``alpha_pattern``;
@@ -139,6 +140,7 @@ def _parse_key(key: str) -> tuple[str, str] | None:
     k = key[len(PREFIX) :] if key.startswith(PREFIX) else key
     for suffix, kind in (
         (".token_adapter.trainable_tokens_delta", "tokens"),  # under a LoRA config
+        (".token_adapter.base_layer.weight", "base_layer"),  # its resized base, same wrapper
         (".trainable_tokens_delta", "tokens"),  # a TRAINABLE_TOKENS adapter
         (".lora_embedding_A", "lora_a"),
         (".lora_embedding_B", "lora_b"),
@@ -179,6 +181,7 @@ def open_adapter(path: Path, base: Path | None) -> tuple[AdapterInfo, TensorStor
 
     patches: dict[str, ModulePatch] = {}
     notes: list[str] = []
+    tied_heads: list[str] = []  # heads whose trainable tokens are taken as the embedding's
     for key in adapter_store.names():
         parsed = _parse_key(key)
         if parsed is None:
@@ -195,6 +198,7 @@ def open_adapter(path: Path, base: Path | None) -> tuple[AdapterInfo, TensorStor
                 # stores no head, so it is tied and merges to the same rows.
                 note = f"'{module}' is tied to the embedding: its copy in the adapter is not read"
                 notes += [] if note in notes else [note]
+                tied_heads += [module] if kind == "tokens" else []
                 continue
             else:
                 raise InputError(
@@ -216,6 +220,7 @@ def open_adapter(path: Path, base: Path | None) -> tuple[AdapterInfo, TensorStor
 
     for tensor, p in patches.items():
         _check_patch(tensor, p, config, config_path, weights, base_store, adapter_store)
+    _check_tied_heads(tied_heads, patches, config, config_path)
     info = AdapterInfo(path, config_path, weights, peft_type, base_path, base_source, patches)
     info.notes = notes
     if config.get("use_dora") and any(p.lora_a for p in patches.values()):
@@ -298,6 +303,24 @@ def _check_patch(tensor, p: ModulePatch, config, config_path, weights, base, ada
         p.token_indices = ids
     elif p.full is None and p.lora_a is None:
         return
+
+
+def _check_tied_heads(heads: list[str], patches, config: dict, config_path: Path) -> None:
+    """A tied head's token adapter is read as the embedding's only when it trains the same
+    indices: PEFT then ties it to the embedding's delta. Given other indices in
+    ``trainable_token_indices`` it trains its own delta, and merging writes both deltas into
+    the one shared matrix, in an order geodiag does not rebuild."""
+    embedding = [p.token_indices.tolist() for p in patches.values() if p.token_indices is not None]
+    for head in heads:
+        own = _token_indices(config, head, config_path)
+        if own is not None and own not in embedding:
+            shown = f"{own[:5]}{'...' if len(own) > 5 else ''}"
+            raise InputError(
+                config_path,
+                f"trainable_token_indices gives the tied head '{head}' its own indices "
+                f"{shown}, not the embedding's: PEFT merges both into the one shared matrix, "
+                "which geodiag does not rebuild; train the same indices, or untie the head",
+            )
 
 
 class AdapterStore:

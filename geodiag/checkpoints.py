@@ -26,7 +26,7 @@ from geodiag.errors import InputError
 from geodiag.safetensors_file import SafetensorsFile
 from geodiag.settings import setting
 from geodiag.stack import detect_stack
-from geodiag.tensor_store import TensorStore, is_float, open_store
+from geodiag.tensor_store import FLOAT_DTYPES, TensorStore, is_float, open_store
 from geodiag.tokenizer_file import AddedToken, TokenizerInfo, load_tokenizer
 
 DEFAULT_LEVEL_PATTERN = r"^<(?P<level>[A-Za-z]+)_(?P<code>\d+)>$"
@@ -40,6 +40,8 @@ INPUT_EMBEDDING_NAMES = (
     "gpt_neox.embed_in.weight",  # Pythia
     "model.decoder.embed_tokens.weight",  # OPT
     "transformer.word_embeddings.weight",  # BLOOM
+    "shared.weight",  # T5 (encoder./decoder.embed_tokens.weight, when stored, are copies)
+    "model.shared.weight",  # BART, mBART, Pegasus
     "embed_tokens.weight",
     "wte.weight",
 )
@@ -281,7 +283,9 @@ def _find_input_tensor(store: TensorStore, where: Path, override: str | None) ->
     two_d = [n for n in names if len(store.shape(n)) == 2][:6]
     raise InputError(
         where,
-        f"no recognizable input embedding among {len(names)} tensors; pass --tensor NAME "
+        f"no recognizable input embedding among {len(names)} tensors (known names: "
+        f"{', '.join(INPUT_EMBEDDING_NAMES)}; or one name ending in "
+        f"{', '.join(INPUT_EMBEDDING_SUFFIXES)}); pass --tensor NAME "
         f"(2-D tensors include: {', '.join(two_d) or 'none'})",
     )
 
@@ -297,6 +301,10 @@ def _find_output_head(
     names = set(store.names())
     head = next((n for n in OUTPUT_HEAD_NAMES if n in names), None)
     tie = config.get("tie_word_embeddings")
+    if config.get("scale_decoder_outputs") is False:
+        # T5 v1.1 as transformers 5 saves it: the config always says tied, this field keeps
+        # the original tie_word_embeddings=false, and reloading unties a stored head.
+        tie = False
     if head is None or head == input_name:
         return None, True
     if tie is True and not untied_by_adapter:
@@ -573,7 +581,7 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
             )
         if not is_float(dtype):
             raise InputError(
-                where, f"tensor '{name}' has dtype {dtype}; expected F32, F16, BF16 or F64"
+                where, f"tensor '{name}' has dtype {dtype}; expected {', '.join(FLOAT_DTYPES)}"
             )
         hidden = config.get("hidden_size", config.get("n_embd"))
         if isinstance(hidden, int) and shape[1] != hidden:

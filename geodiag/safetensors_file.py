@@ -9,6 +9,11 @@ problem raises :class:`InputError` naming the file.
 Format: 8-byte little-endian header length N, N bytes of JSON header
 (``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``),
 then the data buffer; offsets are relative to the buffer's start.
+
+What is checked where: the whole header's structure at open (one object per name, no
+name twice, shapes and offsets well-formed, sizes right for every dtype the format
+defines, inside the file, no two tensors sharing bytes); a tensor's dtype only when it
+is read, so one FP8 or U32 layer elsewhere in a checkpoint does not reject it.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import numpy as np
 from geodiag.atomic import atomic_path
 from geodiag.errors import InputError
 
-# dtype name -> (numpy dtype of the stored bytes, bytes per element)
+# dtype name -> numpy dtype of the stored bytes, for the dtypes geodiag decodes
 _DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype("<f8"),
     "F32": np.dtype("<f4"),
@@ -39,7 +44,24 @@ _DTYPES: dict[str, np.dtype] = {
     "U8": np.dtype("u1"),
     "BOOL": np.dtype("?"),
 }
-FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+# FP8 dtypes decoded through ml_dtypes (an optional dependency): safetensors name ->
+# ml_dtypes name. Both are exact in float32.
+_FP8_DTYPES = {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+# Bits per element of every dtype the format defines (safetensors' ``Dtype``), so a
+# tensor's byte size is checked even when geodiag cannot decode it.
+_FORMAT_BITS = {
+    name: bits
+    for bits, names in (
+        (4, ("F4",)),
+        (6, ("F6_E2M3", "F6_E3M2")),
+        (8, ("BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ")),
+        (16, ("I16", "U16", "F16", "BF16")),
+        (32, ("I32", "U32", "F32")),
+        (64, ("I64", "U64", "F64", "C64")),
+    )
+    for name in names
+}
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16", *_FP8_DTYPES)
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the reference implementation's own limit
 
 
@@ -50,6 +72,20 @@ class TensorInfo:
     shape: tuple[int, ...]
     begin: int  # absolute byte offset in the file
     end: int
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """``json.loads`` hook: an object, refusing a key given twice."""
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
 
 
 def bf16_to_float32(raw: np.ndarray) -> np.ndarray:
@@ -94,10 +130,17 @@ class SafetensorsFile:
             raw_header = f.read(n)
         self.digest = hashlib.sha256(raw_header)
         try:
-            header = json.loads(raw_header.decode("utf-8"))
+            header = json.loads(raw_header.decode("utf-8"), object_pairs_hook=_unique_keys)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise InputError(
                 self.path, f"corrupt header: not valid JSON ({e.__class__.__name__})"
+            ) from None
+        except _DuplicateKey as e:
+            # Which entry counts depends on the reader (the last, in Python's json and in
+            # safetensors 0.8): the same bytes could pass with one tool, fail with another.
+            raise InputError(
+                self.path,
+                f"corrupt header: the name '{e.args[0]}' appears twice in the JSON header",
             ) from None
         if not isinstance(header, dict):
             raise InputError(self.path, "corrupt header: not a JSON object")
@@ -107,6 +150,7 @@ class SafetensorsFile:
         self.tensors: dict[str, TensorInfo] = {}
         for name, entry in header.items():
             self.tensors[name] = self._check_entry(name, entry, data_len)
+        self._check_no_overlap()
 
     def _check_entry(self, name: str, entry: object, data_len: int) -> TensorInfo:
         if not isinstance(entry, dict):
@@ -114,8 +158,8 @@ class SafetensorsFile:
                 self.path, f"corrupt header: entry for tensor '{name}' is not an object"
             )
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        if dtype not in _DTYPES:
-            raise InputError(self.path, f"tensor '{name}': unsupported dtype {dtype!r}")
+        if not isinstance(dtype, str):
+            raise InputError(self.path, f"tensor '{name}': bad dtype {dtype!r}")
         if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
             raise InputError(self.path, f"tensor '{name}': bad shape {shape!r}")
         if not (
@@ -126,12 +170,12 @@ class SafetensorsFile:
         ):
             raise InputError(self.path, f"tensor '{name}': bad data_offsets {offsets!r}")
         begin, end = offsets
-        expected = math.prod(shape) * _DTYPES[dtype].itemsize
-        if end - begin != expected:
+        bits = _FORMAT_BITS.get(dtype)  # a dtype newer than this table: size unchecked
+        if bits is not None and (end - begin) * 8 != math.prod(shape) * bits:
             raise InputError(
                 self.path,
-                f"header lies about tensor '{name}': shape {shape} {dtype} needs {expected} bytes, "
-                f"data_offsets span {end - begin}",
+                f"header lies about tensor '{name}': shape {shape} {dtype} needs "
+                f"{math.prod(shape) * bits / 8:g} bytes, data_offsets span {end - begin}",
             )
         if end > data_len:
             raise InputError(
@@ -141,6 +185,37 @@ class SafetensorsFile:
             )
         return TensorInfo(
             name, dtype, tuple(shape), self._data_start + begin, self._data_start + end
+        )
+
+    def _check_no_overlap(self) -> None:
+        """No two tensors share bytes: the header would be describing one range twice."""
+        spans = sorted((t.begin, t.end, t.name) for t in self.tensors.values() if t.end > t.begin)
+        for (_, end_a, a), (begin_b, _, b) in zip(spans, spans[1:], strict=False):
+            if begin_b < end_a:
+                raise InputError(
+                    self.path,
+                    f"corrupt header: tensors '{a}' and '{b}' overlap in the data buffer",
+                )
+
+    def _numpy_dtype(self, info: TensorInfo) -> np.dtype:
+        """The numpy dtype of a tensor's stored bytes; checked here, when the tensor is read."""
+        if info.dtype in _DTYPES:
+            return _DTYPES[info.dtype]
+        if info.dtype in _FP8_DTYPES:
+            try:
+                import ml_dtypes
+            except ImportError:
+                raise InputError(
+                    self.path,
+                    f"tensor '{info.name}' is {info.dtype}: reading float8 needs ml_dtypes "
+                    "(pip install ml_dtypes, or geodiag[fp8])",
+                ) from None
+            return np.dtype(getattr(ml_dtypes, _FP8_DTYPES[info.dtype]))
+        readable = ", ".join([*_DTYPES, *_FP8_DTYPES])
+        raise InputError(
+            self.path,
+            f"tensor '{info.name}' has dtype {info.dtype}, which geodiag cannot read "
+            f"(it reads {readable})",
         )
 
     def keys(self) -> list[str]:
@@ -169,7 +244,7 @@ class SafetensorsFile:
         readahead (~128-256 KB) around every scattered row and all of it counts as the
         process's memory; reading 384 rows of SmolLM2 that way cost 92 MB.
         """
-        dt = _DTYPES[info.dtype]
+        dt = self._numpy_dtype(info)
         width = math.prod(info.shape[1:])
         row_bytes = width * dt.itemsize
         out = np.empty((len(rows), width), dtype=dt)
@@ -193,8 +268,8 @@ class SafetensorsFile:
 
     def _decode(self, info: TensorInfo, raw: np.ndarray, float32: bool = False) -> np.ndarray:
         """Stored values as float64, or with ``float32`` as float32 when that is exact
-        (F32, F16, BF16; F64 stays float64)."""
-        self.digest.update(np.ascontiguousarray(raw).data)  # hashes the buffer, no copy
+        (F32, F16, BF16, FP8; F64 stays float64)."""
+        self.digest.update(np.ascontiguousarray(raw).reshape(-1).view(np.uint8).data)  # no copy
         if info.dtype == "BF16":
             raw = bf16_to_float32(raw)
         exact32 = float32 and info.dtype != "F64"
@@ -203,9 +278,8 @@ class SafetensorsFile:
     def read(self, name: str) -> np.ndarray:
         """The whole tensor as float64 (small tensors: codebooks, tests)."""
         info = self.info(name)
-        raw = np.frombuffer(
-            self._pread(info.begin, info.end - info.begin), dtype=_DTYPES[info.dtype]
-        )
+        dt = self._numpy_dtype(info)
+        raw = np.frombuffer(self._pread(info.begin, info.end - info.begin), dtype=dt)
         return self._decode(info, raw.reshape(info.shape))
 
     def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
@@ -230,7 +304,7 @@ class SafetensorsFile:
         info = self.info(name)
         stop = min(stop, info.shape[0])
         width = math.prod(info.shape[1:])
-        dt = _DTYPES[info.dtype]
+        dt = self._numpy_dtype(info)
         n = max(stop - start, 0)
         data = self._pread(info.begin + start * width * dt.itemsize, n * width * dt.itemsize)
         raw = np.frombuffer(data, dtype=dt).reshape(n, width)

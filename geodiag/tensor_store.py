@@ -157,6 +157,8 @@ class TorchStore:
             self._torch.float16: "F16",
             self._torch.bfloat16: "BF16",
             self._torch.float64: "F64",
+            self._torch.float8_e4m3fn: "F8_E4M3",  # torch converts these itself
+            self._torch.float8_e5m2: "F8_E5M2",
         }.get(t.dtype, str(t.dtype))
 
     def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:

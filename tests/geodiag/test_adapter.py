@@ -122,6 +122,59 @@ def test_untied_trainable_tokens_with_their_own_head_rows(tmp_path):
     assert not np.allclose(got["input"][NEW], got["output"][NEW])
 
 
+@pytest.mark.parametrize(
+    "indices",
+    [NEW, {"embed_tokens": NEW}, {"embed_tokens": NEW, "lm_head": NEW}],
+    ids=["list", "dict", "head-too"],
+)
+@pytest.mark.parametrize("tied", [True, False])
+def test_lora_trainable_tokens_over_a_base_resized_in_memory(tmp_path, tied, indices):
+    """Tokens added after loading the base: PEFT saves the resized matrix under the
+    wrapper, ``model.embed_tokens.token_adapter.base_layer.weight``, and for a tied head
+    its own ``lm_head.token_adapter.*`` copy (the untied head: ``lm_head.weight``). The
+    tied copy shares the embedding's delta and indices, and merging writes them into the
+    one shared matrix: the merged head is the merged embedding. Before: exit 2 ("the base
+    has no tensor 'lm_head.token_adapter.weight'")."""
+    from safetensors import safe_open
+
+    base = _write_base(tmp_path, tied, resized=False)
+    cfg = peft.LoraConfig(r=4, target_modules=["q_proj"], trainable_token_indices=indices)
+    folder, merged = _adapter(tmp_path, base, cfg, "tt-mem", resize_to=V0 + N_NEW)
+    with safe_open(str(folder / "adapter_model.safetensors"), "np") as f:
+        keys = set(f.keys())
+    prefix = "base_model.model."
+    assert prefix + "model.embed_tokens.token_adapter.base_layer.weight" in keys
+    head_too = isinstance(indices, dict) and "lm_head" in indices
+    assert (prefix + "lm_head.token_adapter.trainable_tokens_delta" in keys) == (tied or head_too)
+    got, want = _rows(folder, None, ALL), _merged(merged, ALL)
+    assert set(got) == set(want) == ({"input"} if tied else {"input", "output"})
+    for role in got:
+        np.testing.assert_array_equal(got[role], want[role])
+    assert not np.allclose(got["input"][NEW], got["input"][NEW].mean(axis=0))  # trained rows
+    ckpt = open_checkpoint(folder)
+    assert ckpt.new.source == "adapter" and ckpt.new.ids.tolist() == NEW
+    assert ckpt.matrices[0].n_rows == V0 + N_NEW and ckpt.new.base_vocab_size == V0
+    changes = ckpt.adapter["embedding_changes"]
+    assert changes["model.embed_tokens.weight"] == "base_layer, trainable tokens"
+    res = _run("check", folder, "--base", base, "--permutations", 10)
+    assert res.exit_code in (0, 1), res.output
+
+
+@pytest.mark.parametrize("resized", [True, False], ids=["on-disk", "in-memory"])
+def test_tied_head_with_its_own_token_indices_exits_2(tmp_path, resized):
+    """Other indices for a tied head: PEFT trains a second delta and merges both into the
+    shared matrix. Before: over a base resized on disk, exit 0/1 on input rows that were
+    not the merged ones; resized in memory, exit 2 for the key name."""
+    base = _write_base(tmp_path, tied=True, resized=resized)
+    indices = {"embed_tokens": NEW, "lm_head": NEW[:3]}
+    cfg = peft.LoraConfig(r=4, target_modules=["q_proj"], trainable_token_indices=indices)
+    resize_to = None if resized else V0 + N_NEW
+    folder, _ = _adapter(tmp_path, base, cfg, "tt-own-head", resize_to=resize_to)
+    res = _run("check", folder, "--permutations", 10)
+    assert res.exit_code == 2, res.output
+    assert "adapter_config.json" in res.output and "tied head 'lm_head'" in res.output
+
+
 @pytest.mark.parametrize("tied", [True, False])
 def test_trainable_tokens_adapter_over_the_unresized_base(tmp_path, tied):
     """The common route: base on disk has V0 rows; tokens added in memory; only the delta

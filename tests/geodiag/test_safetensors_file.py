@@ -122,3 +122,207 @@ def test_written_files_are_not_private(tmp_path):
         os.umask(umask)
     for f in (p, s):
         assert stat.S_IMODE(f.stat().st_mode) == 0o644
+
+
+# ---- issue 21 (5): duplicate names, dtypes geodiag does not read -------------------------
+
+
+def _raw_file(path, header_text: str, data: bytes) -> None:
+    """A file with exactly this header text: duplicate keys cannot pass through a dict."""
+    raw = header_text.encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+
+
+def test_duplicate_tensor_name_is_rejected_naming_it(tmp_path):
+    """Last-one-wins would make the verdict depend on key order (safetensors 0.8 itself
+    keeps the last entry), so a name given twice is bad input."""
+    p = tmp_path / "dup.safetensors"
+    entry = '{"dtype":"F32","shape":[2,2],"data_offsets":[%d,%d]}'
+    header = '{"emb":' + entry % (0, 16) + ',"emb":' + entry % (16, 32) + "}"
+    _raw_file(p, header, np.arange(8, dtype=np.float32).tobytes())
+    with pytest.raises(InputError, match="the name 'emb' appears twice") as e:
+        SafetensorsFile(p)
+    assert str(p) in str(e.value)
+
+
+def test_cli_exits_2_on_a_duplicated_embedding_name(make_ckpt):
+    """The same bytes, two readings: the first 'model.embed_tokens.weight' entry points at
+    a collapsed copy, the second at the healthy rows. Before: last one won, exit 0."""
+    from typer.testing import CliRunner
+
+    from geodiag.cli import app
+
+    root = make_ckpt("random")
+    path = root / "model.safetensors"
+    f = SafetensorsFile(path)
+    name = "model.embed_tokens.weight"
+    info = f.info(name)
+    emb = f.read(name).astype(np.float32)
+    collapsed = np.tile(emb.mean(axis=0), (len(emb), 1)).astype(np.float32)
+    data = path.read_bytes()[f._data_start :]
+    entries = {
+        n: {
+            "dtype": t.dtype,
+            "shape": list(t.shape),
+            "data_offsets": [t.begin - f._data_start, t.end - f._data_start],
+        }
+        for n, t in f.tensors.items()
+    }
+    fake = {**entries[name], "data_offsets": [len(data), len(data) + info.end - info.begin]}
+    header = "{" + f'"{name}":{json.dumps(fake)},'
+    header += ",".join(f'"{n}":{json.dumps(e)}' for n, e in entries.items()) + "}"
+    _raw_file(path, header, data + collapsed.tobytes())
+    res = CliRunner().invoke(app, ["check", str(root), "--permutations", "10"])
+    assert res.exit_code == 2, res.output
+    assert str(path) in res.output and f"'{name}' appears twice" in res.output
+
+
+def test_unread_tensors_of_other_dtypes_do_not_reject_the_file(tmp_path):
+    """An FP8-quantized layer with its U32/F8_E8M0 side tensors, written by safetensors:
+    the F32 embedding is read; the others are only read on request, and then refused."""
+    x = torch.randn(12, 4)
+    reference_save_torch(
+        {
+            "emb": x,
+            "layer.weight": torch.randn(4, 4).to(torch.float8_e4m3fn),
+            "layer.weight_scale": torch.tensor([1, 2, 3], dtype=torch.uint32),
+            "layer.scale_e8m0": torch.ones(2, 2).to(torch.float8_e8m0fnu),
+            "layer.u64": torch.tensor([7], dtype=torch.uint64),
+        },
+        str(tmp_path / "q.safetensors"),
+    )
+    f = SafetensorsFile(tmp_path / "q.safetensors")
+    np.testing.assert_array_equal(f.read_rows("emb", np.array([3, 1])), x[[3, 1]].double().numpy())
+    for name, dtype in (("layer.weight_scale", "U32"), ("layer.scale_e8m0", "F8_E8M0")):
+        with pytest.raises(InputError, match=f"'{name}' has dtype {dtype}, which geodiag cannot"):
+            f.read(name)
+
+
+def test_structure_of_unread_tensors_is_still_checked(tmp_path):
+    p = tmp_path / "s.safetensors"
+    ok = '"emb":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}'
+    data = bytes(32)
+    # A dtype the format defines: its size is checked, read or not.
+    _raw_file(p, "{" + ok + ',"q":{"dtype":"U32","shape":[3],"data_offsets":[16,32]}}', data)
+    with pytest.raises(InputError, match="header lies about tensor 'q'.*needs 12 bytes"):
+        SafetensorsFile(p)
+    # A dtype newer than geodiag's table: size unknown, offsets still inside the file.
+    _raw_file(p, "{" + ok + ',"q":{"dtype":"F2_NEW","shape":[3],"data_offsets":[16,40]}}', data)
+    with pytest.raises(InputError, match="truncated: tensor 'q'"):
+        SafetensorsFile(p)
+    _raw_file(p, "{" + ok + ',"q":{"dtype":"F2_NEW","shape":[3],"data_offsets":[16,17]}}', data)
+    assert SafetensorsFile(p).info("q").dtype == "F2_NEW"
+    # Two tensors claiming the same bytes.
+    _raw_file(p, "{" + ok + ',"q":{"dtype":"U8","shape":[4],"data_offsets":[12,16]}}', data)
+    with pytest.raises(InputError, match="tensors 'emb' and 'q' overlap"):
+        SafetensorsFile(p)
+    _raw_file(p, "{" + ok + ',"q":{"dtype":7,"shape":[4],"data_offsets":[16,20]}}', data)
+    with pytest.raises(InputError, match="tensor 'q': bad dtype 7"):
+        SafetensorsFile(p)
+
+
+@pytest.mark.parametrize(
+    "dtype,name", [(torch.float8_e4m3fn, "F8_E4M3"), (torch.float8_e5m2, "F8_E5M2")]
+)
+def test_fp8_rows_match_torch(tmp_path, dtype, name):
+    """FP8 decoded through ml_dtypes; torch's own float8 -> float64 is the reference."""
+    pytest.importorskip("ml_dtypes")
+    x = (torch.randn(40, 6) * 3).to(dtype)
+    reference_save_torch({"emb": x}, str(tmp_path / "f8.safetensors"))
+    f = SafetensorsFile(tmp_path / "f8.safetensors")
+    assert f.info("emb").dtype == name
+    want = x.to(torch.float64).numpy()
+    np.testing.assert_array_equal(f.read("emb"), want)
+    rows = np.array([39, 0, 5, 5])
+    np.testing.assert_array_equal(f.read_rows("emb", rows), want[rows])
+    block = f.read_block("emb", 10, 20, float32=True)
+    assert block.dtype == np.float32
+    np.testing.assert_array_equal(block, want[10:20])
+
+
+def test_fp8_without_ml_dtypes_is_bad_input_saying_what_to_install(tmp_path, monkeypatch):
+    import sys
+
+    reference_save_torch(
+        {"emb": torch.randn(4, 2).to(torch.float8_e4m3fn)}, str(tmp_path / "f8.safetensors")
+    )
+    f = SafetensorsFile(tmp_path / "f8.safetensors")  # opening needs no ml_dtypes
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # import ml_dtypes -> ImportError
+    with pytest.raises(InputError, match="F8_E4M3: reading float8 needs ml_dtypes.*pip install"):
+        f.read_rows("emb", np.array([0]))
+
+
+def _with_tensors(root, extra: dict, embedding_dtype=None) -> None:
+    """Rewrite a checkpoint's model.safetensors with safetensors.torch, adding ``extra``."""
+    from safetensors.torch import load_file
+
+    path = str(root / "model.safetensors")
+    tensors = load_file(path)
+    if embedding_dtype is not None:
+        name = "model.embed_tokens.weight"
+        tensors[name] = tensors[name].to(embedding_dtype)
+    reference_save_torch({**tensors, **extra}, path, metadata={"format": "pt"})
+
+
+def test_checkpoint_with_an_fp8_layer_elsewhere_is_checked(make_ckpt):
+    """Before: exit 2 (unsupported dtype 'F8_E4M3' of a layer geodiag never reads)."""
+    from typer.testing import CliRunner
+
+    from geodiag.cli import app
+
+    root = make_ckpt("random")
+    _with_tensors(
+        root,
+        {
+            "model.layers.0.mlp.down_proj.weight": torch.randn(8, 8).to(torch.float8_e4m3fn),
+            "model.layers.0.mlp.down_proj.weight_scale_inv": torch.ones(1, dtype=torch.uint32),
+        },
+    )
+    res = CliRunner().invoke(app, ["check", str(root), "--permutations", "10"])
+    assert res.exit_code == 0, res.output
+
+
+def test_checkpoint_with_an_fp8_embedding(make_ckpt):
+    pytest.importorskip("ml_dtypes")
+    from safetensors.torch import load_file
+    from typer.testing import CliRunner
+
+    from geodiag.checkpoints import open_checkpoint
+    from geodiag.cli import app
+
+    root = make_ckpt("random")
+    _with_tensors(root, {}, embedding_dtype=torch.float8_e4m3fn)
+    ckpt = open_checkpoint(root)
+    assert ckpt.matrices[0].dtype == "F8_E4M3"
+    want = load_file(str(root / "model.safetensors"))["model.embed_tokens.weight"]
+    ids = ckpt.new.ids
+    got = ckpt.read_rows(ckpt.matrices[0], ids)
+    np.testing.assert_array_equal(got, want[torch.from_numpy(ids)].to(torch.float64).numpy())
+    res = CliRunner().invoke(app, ["metrics", str(root), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["matrices"][0]["dtype"] == "F8_E4M3"
+
+
+def test_fp8_embedding_in_a_torch_pickle(tmp_path):
+    """torch converts its own float8 (no ml_dtypes needed on that path)."""
+    from geodiag.tensor_store import open_store
+
+    x = torch.randn(10, 4).to(torch.float8_e5m2)
+    torch.save({"model.embed_tokens.weight": x}, tmp_path / "pytorch_model.bin")
+    store = open_store(tmp_path / "pytorch_model.bin")
+    assert store.dtype("model.embed_tokens.weight") == "F8_E5M2"
+    got = store.read_rows("model.embed_tokens.weight", np.array([9, 2]))
+    np.testing.assert_array_equal(got, x[[9, 2]].to(torch.float64).numpy())
+
+
+def test_an_embedding_geodiag_cannot_measure_names_the_dtypes_it_can(make_ckpt):
+    from typer.testing import CliRunner
+
+    from geodiag.cli import app
+
+    root = make_ckpt("random")
+    _with_tensors(root, {}, embedding_dtype=torch.uint32)
+    res = CliRunner().invoke(app, ["metrics", str(root)])
+    assert res.exit_code == 2
+    assert "has dtype U32; expected F64, F32, F16, BF16, F8_E4M3, F8_E5M2" in res.output
