@@ -1,7 +1,7 @@
 """``geodiag`` command line: thin wrappers that build options and call one library function.
 
 Exit codes: 0 ok, 1 a gate check failed, 2 bad input or usage, or anything else that
-stops a run (an unwritable output, a bug: see ``geodiag.errors.exits_on_bad_input``).
+stops a run (an unwritable output, a bug: see ``geodiag.errors.exits_2_on_any_error``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import typer
 
 from geodiag import __version__
 from geodiag.checkpoints import ReadOptions
-from geodiag.errors import InputError, exits_on_bad_input, os_reason, print_unexpected
+from geodiag.errors import InputError, exits_2_on_any_error, os_reason, print_unexpected
 from geodiag.settings import options_from
 
 app = typer.Typer(
@@ -76,7 +76,7 @@ def _main(
 
 
 @app.command()
-@exits_on_bad_input
+@exits_2_on_any_error
 @reads_checkpoints()
 def metrics(
     ckpt: Annotated[Path, typer.Argument(help="Checkpoint folder or weights file.")],
@@ -102,7 +102,7 @@ def metrics(
 
 
 @app.command()
-@exits_on_bad_input
+@exits_2_on_any_error
 @reads_checkpoints()
 def check(
     ckpt: Annotated[list[Path], typer.Argument(help="One or more checkpoints to gate.")],
@@ -187,7 +187,7 @@ def _append_step_summary(path: Path, text: str) -> None:
 
 
 @app.command()
-@exits_on_bad_input
+@exits_2_on_any_error
 @reads_checkpoints(without=("sidecar", "codebooks", "allow_nonfinite"))
 def drift(
     before: Annotated[Path, typer.Argument(help="Earlier checkpoint (e.g. after init).")],
@@ -211,7 +211,7 @@ def drift(
 
 
 @app.command()
-@exits_on_bad_input
+@exits_2_on_any_error
 @reads_checkpoints()
 def report(
     ckpt: Annotated[
@@ -254,7 +254,7 @@ def report(
 
 
 @app.command("export-projector")
-@exits_on_bad_input
+@exits_2_on_any_error
 @reads_checkpoints(without=("codebooks",))
 def export_projector(
     ckpt: Annotated[Path, typer.Argument(help="Checkpoint folder or weights file.")],
@@ -271,7 +271,7 @@ def export_projector(
 
 def main() -> None:
     # click reports usage errors with exit 2 already; each command's errors are mapped by
-    # exits_on_bad_input. What escapes both (an error in typer's own machinery or an
+    # exits_2_on_any_error. What escapes both (an error in typer's own machinery or an
     # option callback) is still a stopped run, never a failed gate: exit 2, one line.
     try:
         app()

@@ -3,17 +3,12 @@ into exit code 2 (``exits_on_bad_input``)."""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable
 from functools import wraps
 from os import PathLike
 from typing import TypeVar
 
 F = TypeVar("F", bound=Callable[..., object])
-
-# Set (to anything but "" or "0") to get the traceback of an unexpected error.
-DEBUG_ENV = "GEODIAG_DEBUG"
 
 
 class InputError(Exception):
@@ -28,6 +23,56 @@ class InputError(Exception):
         super().__init__(f"{self.where}: {problem}")
 
 
+def exits_on_bad_input(fn: F) -> F:
+    """Wrap a typer command: InputError -> one ``error: <where>: <problem>`` line on
+    stderr and exit code 2. typer is imported when the command runs, not before."""
+
+    @wraps(fn)
+    def wrapper(*args: object, **kwargs: object) -> object:
+        import typer
+
+        try:
+            return fn(*args, **kwargs)
+        except InputError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def exits_2_on_any_error(fn: F) -> F:
+    """:func:`exits_on_bad_input`, for geodiag's commands, whose exit 1 means "the gate
+    failed" and nothing else: an OSError left unconverted by the code that opened the
+    file (it names the file) exits 2 with one line too, and so does any other exception,
+    as a bug, with a hint to rerun with ``GEODIAG_DEBUG=1`` for its traceback. typer's
+    and click's own exceptions (an exit code, a usage error) pass through. (gti's
+    commands keep Python's traceback and exit 1 for a crash: gti has no gate whose code
+    a crash could pass for.)"""
+    inner = exits_on_bad_input(fn)
+
+    @wraps(fn)
+    def wrapper(*args: object, **kwargs: object) -> object:
+        import click
+        import typer
+
+        try:
+            return inner(*args, **kwargs)
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except OSError as e:
+            where = "" if e.filename is None else f"{e.filename}: "
+            typer.echo(f"error: {where}{os_reason(e)}", err=True)
+        except Exception as e:
+            print_unexpected(e)
+        raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+# Set (to anything but "" or "0") to get the traceback of an unexpected error.
+DEBUG_ENV = "GEODIAG_DEBUG"
+
+
 def os_reason(e: OSError) -> str:
     """What an OSError says went wrong, without the path it names ("Is a directory")."""
     return e.strerror or str(e) or type(e).__name__
@@ -40,13 +85,16 @@ def cannot_read(path: str | PathLike[str], e: OSError) -> InputError:
 
 
 def nested_too_deeply(path: str | PathLike[str], what: str = "JSON") -> InputError:
-    """The InputError for JSON that nests deeper than the parser's recursion limit."""
+    """The InputError for JSON (or TOML) nested deeper than its parser's recursion limit."""
     return InputError(path, f"{what} nested too deeply to parse; truncated or corrupt?")
 
 
 def print_unexpected(e: BaseException) -> None:
     """Report an error that is a bug in geodiag, not the user's input, on stderr: one
     line, after its traceback when ``GEODIAG_DEBUG`` is set."""
+    import os
+    import sys
+
     if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
         import traceback
 
@@ -55,34 +103,3 @@ def print_unexpected(e: BaseException) -> None:
     what = f"{type(e).__name__}: {text}" if text else type(e).__name__
     hint = f"a bug in geodiag; rerun with {DEBUG_ENV}=1 for the traceback"
     print(f"error: unexpected {what} ({hint})", file=sys.stderr)
-
-
-def exits_on_bad_input(fn: F) -> F:
-    """Wrap a typer command so nothing but a failed gate exits 1.
-
-    InputError, and an OSError from reading or writing a file the command was given
-    (named by the error), print one ``error: <where>: <problem>`` line on stderr and
-    exit 2; so does any other exception, as a bug, with a hint to rerun with
-    ``GEODIAG_DEBUG=1`` for its traceback. typer's and click's own exceptions (exit,
-    usage errors) pass through. typer is imported when the command runs, not before.
-    """
-
-    @wraps(fn)
-    def wrapper(*args: object, **kwargs: object) -> object:
-        import click
-        import typer
-
-        try:
-            return fn(*args, **kwargs)
-        except InputError as e:
-            typer.echo(f"error: {e}", err=True)
-        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.Abort):
-            raise  # the command's own exit code, or click's usage error (2)
-        except OSError as e:
-            where = "" if e.filename is None else f"{e.filename}: "
-            typer.echo(f"error: {where}{os_reason(e)}", err=True)
-        except Exception as e:
-            print_unexpected(e)
-        raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
