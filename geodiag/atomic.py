@@ -11,12 +11,15 @@ reports and caches stay readable to the other users of a shared machine.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+
+from geodiag.errors import os_reason
 
 Text = str | bytes | Iterable[str]
 
@@ -38,17 +41,34 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary sibling file of ``path`` (created empty) to write by any means;
     on success it gets the publish mode and replaces ``path``; on error it is removed."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as e:
+        raise unwritable(target, e) from e
     os.close(fd)
     tmp = Path(name)
     try:
         yield tmp
-        os.chmod(tmp, publish_mode())
-        os.replace(tmp, target)
+        try:
+            os.chmod(tmp, publish_mode())
+            os.replace(tmp, target)
+        except OSError as e:
+            raise unwritable(target, e) from e
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def unwritable(target: Path, e: OSError) -> OSError:
+    """The error of a failed publish as the user sees it: naming ``target``, not its
+    temporary sibling or the parent folder that could not be made, and saying why."""
+    blocker = next((p for p in target.parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        reason = f"cannot write: {blocker} is a file, not a folder"
+    else:
+        reason = f"cannot write ({os_reason(e)})"
+    return OSError(e.errno, reason, str(target))  # the errno's subclass, as open() raises
 
 
 def _write(tmp: Path, data: Text) -> None:
@@ -70,6 +90,9 @@ def atomic_write(path: str | os.PathLike[str], data: Text) -> Path:
 def atomic_write_many(files: dict[Path, Text]) -> None:
     """Write several files that belong together: all are written to temporary siblings
     first, then renamed one after the other, so a failure while writing leaves none."""
+    for path in files:  # checked first: a failed rename after another must not happen
+        if Path(path).is_dir():
+            raise unwritable(Path(path), IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
     with ExitStack() as stack:
         for path, data in files.items():
             _write(stack.enter_context(atomic_path(path)), data)
@@ -84,8 +107,11 @@ def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
     as it was.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    except OSError as e:
+        raise unwritable(target, e) from e
     try:
         yield tmp
         _publish_dir(tmp, target)

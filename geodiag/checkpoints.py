@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag import sidecar as sidecar_mod
-from geodiag.errors import InputError
+from geodiag.errors import InputError, cannot_read, nested_too_deeply
 from geodiag.safetensors_file import SafetensorsFile
 from geodiag.settings import setting
 from geodiag.stack import detect_stack
@@ -259,6 +259,10 @@ def read_json_object(path: Path) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(path, f"not valid JSON ({e.__class__.__name__})") from None
+    except RecursionError:
+        raise nested_too_deeply(path) from None
+    except OSError as e:
+        raise cannot_read(path, e) from None
     if not isinstance(data, dict):
         raise InputError(path, "expected a JSON object")
     return data

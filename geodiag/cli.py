@@ -1,6 +1,7 @@
 """``geodiag`` command line: thin wrappers that build options and call one library function.
 
-Exit codes: 0 ok, 1 a gate check failed, 2 bad input or usage.
+Exit codes: 0 ok, 1 a gate check failed, 2 bad input or usage, or anything else that
+stops a run (an unwritable output, a bug: see ``geodiag.errors.exits_2_on_any_error``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import typer
 
 from geodiag import __version__
 from geodiag.checkpoints import ReadOptions
-from geodiag.errors import exits_on_bad_input
+from geodiag.errors import InputError, exits_2_on_any_error, os_reason, print_unexpected
 from geodiag.settings import options_from
 
 app = typer.Typer(
@@ -22,6 +23,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: rich markup would eat the bracketed defaults ("[0.1]", "[off]") and
+    # "[tool.geodiag]" in the option texts.
+    rich_markup_mode=None,
 )
 
 # The options that say how to read a checkpoint are the fields of ReadOptions: a
@@ -44,9 +48,23 @@ SeedOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (strict: no NaN/Infinity).")]
 
 
+def _say(text: str) -> None:
+    """Print to stdout, where a reader that stops early (``geodiag check ... | head -1``)
+    is not an error: the rest goes to /dev/null, as the Python docs recommend for
+    SIGPIPE, and the command runs on to its own exit code (0 pass, 1 a check failed),
+    since the verdict does not depend on who read the report. Files it writes after
+    printing (none today) and GitHub annotations on stderr still happen."""
+    try:
+        typer.echo(text)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"geodiag {__version__}")
+        _say(f"geodiag {__version__}")
         raise typer.Exit(0)
 
 
@@ -58,7 +76,7 @@ def _main(
 
 
 @app.command()
-@exits_on_bad_input
+@exits_2_on_any_error
 @reads_checkpoints()
 def metrics(
     ckpt: Annotated[Path, typer.Argument(help="Checkpoint folder or weights file.")],
@@ -80,11 +98,11 @@ def metrics(
     report = analyze(ckpt, read, opts)
     # Compact JSON: the C encoder; indenting goes through json's pure-Python one, which took
     # a tenth of the run on SmolLM2 (pipe through `jq` to read it).
-    typer.echo(dumps(report, indent=None) if json_out else metrics_table(report))
+    _say(dumps(report, indent=None) if json_out else metrics_table(report))
 
 
 @app.command()
-@exits_on_bad_input
+@exits_2_on_any_error
 @reads_checkpoints()
 def check(
     ckpt: Annotated[list[Path], typer.Argument(help="One or more checkpoints to gate.")],
@@ -145,18 +163,15 @@ def check(
     if junit is not None:
         write_junit(results, junit)
     if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(summary, "a", encoding="utf-8") as f:
-            f.write(markdown_summary(results))
+        _append_step_summary(Path(summary), markdown_summary(results))
     if json_out:
-        typer.echo(
-            dumps({"config": cfg, "results": results, "passed": all(r.passed for r in results)})
-        )
+        _say(dumps({"config": cfg, "results": results, "passed": all(r.passed for r in results)}))
     else:
         from geodiag.report.verdict import verdict
 
         for rep, res in zip(reports, results, strict=True):
-            typer.echo(text_summary(res))
-            typer.echo(f"  verdict: {verdict(rep, res).sentence}")
+            _say(text_summary(res))
+            _say(f"  verdict: {verdict(rep, res).sentence}")
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for res in results:
             for c in res.checks:
@@ -169,8 +184,19 @@ def check(
     raise typer.Exit(0 if all(r.passed for r in results) else 1)
 
 
+def _append_step_summary(path: Path, text: str) -> None:
+    """Append to GitHub's job summary; a path that cannot take it stops the run (exit 2)."""
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise InputError(
+            path, f"cannot append the step summary ($GITHUB_STEP_SUMMARY): {os_reason(e)}"
+        ) from None
+
+
 @app.command()
-@exits_on_bad_input
+@exits_2_on_any_error
 @reads_checkpoints(without=("sidecar", "codebooks", "allow_nonfinite"))
 def drift(
     before: Annotated[Path, typer.Argument(help="Earlier checkpoint (e.g. after init).")],
@@ -190,11 +216,11 @@ def drift(
     reports = analyze_drift(
         before, after, read, AnalyzeOptions(seed=seed, n_permutations=permutations)
     )
-    typer.echo(dumps(reports) if json_out else drift_table(reports))
+    _say(dumps(reports) if json_out else drift_table(reports))
 
 
 @app.command()
-@exits_on_bad_input
+@exits_2_on_any_error
 @reads_checkpoints()
 def report(
     ckpt: Annotated[
@@ -233,11 +259,11 @@ def report(
                          heatmap_max_tokens=heatmap_max_tokens, allow_nonfinite=read.allow_nonfinite,
                          command_line=shlex.join(["geodiag", *sys.argv[1:]]))  # fmt: skip
     files = write_report(ckpt, output, read, opts, progress=lambda msg: typer.echo(msg, err=True))
-    typer.echo(f"wrote {files.html} ({files.html_bytes / 1e6:.2f} MB) and {files.json}")
+    _say(f"wrote {files.html} ({files.html_bytes / 1e6:.2f} MB) and {files.json}")
 
 
 @app.command("export-projector")
-@exits_on_bad_input
+@exits_2_on_any_error
 @reads_checkpoints(without=("codebooks",))
 def export_projector(
     ckpt: Annotated[Path, typer.Argument(help="Checkpoint folder or weights file.")],
@@ -248,13 +274,19 @@ def export_projector(
     from geodiag.report.projector import export_projector as export
 
     files = export(ckpt, output, read)
-    typer.echo("wrote " + ", ".join(str(f) for f in files))
-    typer.echo(f"view: tensorboard --logdir {output}  (Projector tab)")
+    _say("wrote " + ", ".join(str(f) for f in files))
+    _say(f"view: tensorboard --logdir {output}  (Projector tab)")
 
 
 def main() -> None:
-    # click reports usage errors with exit 2 already; InputError by exits_on_bad_input.
-    app()
+    # click reports usage errors with exit 2 already; each command's errors are mapped by
+    # exits_2_on_any_error. What escapes both (an error in typer's own machinery or an
+    # option callback) is still a stopped run, never a failed gate: exit 2, one line.
+    try:
+        app()
+    except Exception as e:
+        print_unexpected(e)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

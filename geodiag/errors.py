@@ -38,3 +38,68 @@ def exits_on_bad_input(fn: F) -> F:
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def exits_2_on_any_error(fn: F) -> F:
+    """:func:`exits_on_bad_input`, for geodiag's commands, whose exit 1 means "the gate
+    failed" and nothing else: an OSError left unconverted by the code that opened the
+    file (it names the file) exits 2 with one line too, and so does any other exception,
+    as a bug, with a hint to rerun with ``GEODIAG_DEBUG=1`` for its traceback. typer's
+    and click's own exceptions (an exit code, a usage error) pass through. (gti's
+    commands keep Python's traceback and exit 1 for a crash: gti has no gate whose code
+    a crash could pass for.)"""
+    inner = exits_on_bad_input(fn)
+
+    @wraps(fn)
+    def wrapper(*args: object, **kwargs: object) -> object:
+        import click
+        import typer
+
+        try:
+            return inner(*args, **kwargs)
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except OSError as e:
+            where = "" if e.filename is None else f"{e.filename}: "
+            typer.echo(f"error: {where}{os_reason(e)}", err=True)
+        except Exception as e:
+            print_unexpected(e)
+        raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+# Set (to anything but "" or "0") to get the traceback of an unexpected error.
+DEBUG_ENV = "GEODIAG_DEBUG"
+
+
+def os_reason(e: OSError) -> str:
+    """What an OSError says went wrong, without the path it names ("Is a directory")."""
+    return e.strerror or str(e) or type(e).__name__
+
+
+def cannot_read(path: str | PathLike[str], e: OSError) -> InputError:
+    """The InputError for an input that exists (or seems to) but cannot be read: a
+    folder where a file belongs, a symlink loop, no permission, a name too long."""
+    return InputError(path, f"cannot read ({os_reason(e)})")
+
+
+def nested_too_deeply(path: str | PathLike[str], what: str = "JSON") -> InputError:
+    """The InputError for JSON (or TOML) nested deeper than its parser's recursion limit."""
+    return InputError(path, f"{what} nested too deeply to parse; truncated or corrupt?")
+
+
+def print_unexpected(e: BaseException) -> None:
+    """Report an error that is a bug in geodiag, not the user's input, on stderr: one
+    line, after its traceback when ``GEODIAG_DEBUG`` is set."""
+    import os
+    import sys
+
+    if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        import traceback
+
+        traceback.print_exception(type(e), e, e.__traceback__)
+    text = str(e).splitlines()[0] if str(e) else ""
+    what = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    hint = f"a bug in geodiag; rerun with {DEBUG_ENV}=1 for the traceback"
+    print(f"error: unexpected {what} ({hint})", file=sys.stderr)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from geodiag.analysis import CheckpointReport, MatrixReport
 from geodiag.atomic import atomic_path
-from geodiag.errors import InputError
+from geodiag.errors import InputError, cannot_read, nested_too_deeply
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,12 @@ def load_config(path: Path) -> dict:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(path, "config file not found") from None
+    except OSError as e:
+        raise cannot_read(path, e) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InputError(path, f"not valid TOML ({e})") from None
+    except RecursionError:
+        raise nested_too_deeply(path, "TOML") from None
     table = data.get("tool", {}).get("geodiag") or data.get("geodiag")
     if table is None:
         table = {} if path.name == "pyproject.toml" else data

@@ -36,14 +36,18 @@ def to_jsonable(obj: object) -> object:
 def read_json(path: Path) -> object:
     """The document in a JSON file; a missing, undecodable or invalid file is an
     :class:`~geodiag.errors.InputError` naming it."""
-    from geodiag.errors import InputError
+    from geodiag.errors import InputError, cannot_read, nested_too_deeply
 
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(path, "file not found") from None
+    except OSError as e:
+        raise cannot_read(path, e) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(path, f"not valid JSON ({e}); truncated or corrupt?") from None
+    except RecursionError:
+        raise nested_too_deeply(path) from None
 
 
 def dumps(obj: object, *, indent: int | None = 1) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.atomic import atomic_path
-from geodiag.errors import InputError
+from geodiag.errors import InputError, cannot_read, nested_too_deeply
 
 # dtype name -> numpy dtype of the stored bytes, for the dtypes geodiag decodes
 _DTYPES: dict[str, np.dtype] = {
@@ -116,11 +116,17 @@ class SafetensorsFile:
             size = self.path.stat().st_size
         except FileNotFoundError:
             raise InputError(self.path, "file not found") from None
+        except OSError as e:
+            raise cannot_read(self.path, e) from None
         if size < 8:
             raise InputError(
                 self.path, f"truncated: {size} bytes, too short for a safetensors header"
             )
-        with open(self.path, "rb") as f:
+        try:
+            f = open(self.path, "rb")
+        except OSError as e:
+            raise cannot_read(self.path, e) from None
+        with f:
             (n,) = struct.unpack("<Q", f.read(8))
             if n > MAX_HEADER_BYTES or 8 + n > size:
                 raise InputError(
@@ -142,6 +148,8 @@ class SafetensorsFile:
                 self.path,
                 f"corrupt header: the name '{e.args[0]}' appears twice in the JSON header",
             ) from None
+        except RecursionError:
+            raise nested_too_deeply(self.path, "corrupt header: JSON") from None
         if not isinstance(header, dict):
             raise InputError(self.path, "corrupt header: not a JSON object")
         self.metadata: dict[str, str] = header.pop("__metadata__", None) or {}

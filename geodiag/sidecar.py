@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from geodiag.atomic import atomic_write
-from geodiag.errors import InputError
+from geodiag.errors import InputError, cannot_read, nested_too_deeply
 
 FILENAME = "semantic_ids.json"
 CODEBOOKS_FILENAME = "codebooks.safetensors"
@@ -127,8 +127,12 @@ def load(path: str | os.PathLike[str]) -> SemanticIds:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(p, "file not found") from None
+    except OSError as e:
+        raise cannot_read(p, e) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InputError(p, f"not valid JSON ({e})") from None
+    except RecursionError:
+        raise nested_too_deeply(p) from None
     return parse(data, p)
 
 

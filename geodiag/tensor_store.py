@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from geodiag.errors import InputError
+from geodiag.errors import InputError, cannot_read, nested_too_deeply
 from geodiag.safetensors_file import FLOAT_DTYPES, SafetensorsFile
 
 
@@ -57,6 +57,10 @@ class SafetensorsStore:
             raise InputError(
                 index_path, "not a valid shard index (needs a 'weight_map' object)"
             ) from None
+        except RecursionError:
+            raise nested_too_deeply(index_path) from None
+        except OSError as e:
+            raise cannot_read(index_path, e) from None
         files = {name: index_path.parent / str(shard) for name, shard in weight_map.items()}
         for shard in sorted(set(files.values())):
             if not shard.is_file():
@@ -182,8 +186,12 @@ class TorchStore:
 def open_store(path: str | os.PathLike[str]) -> TensorStore:
     """Open the tensors of a checkpoint folder or a lone weights file."""
     p = Path(path)
-    if not p.exists():
-        raise InputError(p, "no such file or folder")
+    try:
+        p.stat()
+    except FileNotFoundError:
+        raise InputError(p, "no such file or folder") from None
+    except OSError as e:  # a symlink loop, a name too long, no permission
+        raise cannot_read(p, e) from None
     if p.is_file():
         if p.suffix == ".safetensors":
             return SafetensorsStore.single(p)

@@ -15,7 +15,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from geodiag.errors import InputError
+from geodiag.errors import InputError, cannot_read, nested_too_deeply
 
 if TYPE_CHECKING:
     import numpy as np
@@ -217,12 +217,14 @@ def _decode(path: Path, raw: bytes) -> str:
 
 def _parse_whole(path: Path, text: str) -> dict:
     try:
-        data = json.loads(_without_merges(text))
-    except json.JSONDecodeError:
-        try:  # the shortcut must never turn a valid file into an error
+        try:
+            data = json.loads(_without_merges(text))
+        except json.JSONDecodeError:  # the shortcut must never turn a valid file into an error
             data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InputError(path, f"not valid JSON ({e.msg} at line {e.lineno})") from None
+    except json.JSONDecodeError as e:
+        raise InputError(path, f"not valid JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise nested_too_deeply(path) from None
     if not isinstance(data, dict):
         raise InputError(path, "not a tokenizer.json object")
     return data
@@ -292,7 +294,10 @@ def _hf_vocab(path: Path, raw: bytes, at: int) -> dict[int, str]:
 
 def load_tokenizer(path: str | os.PathLike[str]) -> TokenizerInfo:
     p = Path(path)
-    raw = p.read_bytes()
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise cannot_read(p, e) from None
     info = TokenizerInfo(path=p)
     fast = _read_hf_layout(raw)
     if fast is not None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geodiag.analysis import CheckpointReport
-from geodiag.errors import InputError
+from geodiag.errors import InputError, cannot_read, nested_too_deeply
 from geodiag.metrics.snapshot import Snapshot
 
 TRAJECTORY_FILENAME = "geodiag_trajectory.jsonl"
@@ -85,6 +85,8 @@ def read_records(path: Path) -> tuple[list[dict], list[str]]:
         lines = path.read_text(encoding="utf-8").split("\n")
     except FileNotFoundError:
         raise InputError(path, "no such file") from None
+    except OSError as e:
+        raise cannot_read(path, e) from None
     except UnicodeDecodeError:
         raise InputError(path, "not UTF-8 text (expected JSON lines)") from None
     out, notes = [], []
@@ -99,6 +101,8 @@ def read_records(path: Path) -> tuple[list[dict], list[str]]:
                 notes.append(f"{path.name}: last line {i + 1} is incomplete (run interrupted?)")
                 continue
             raise InputError(path, f"line {i + 1} is not valid JSON") from None
+        except RecursionError:
+            raise nested_too_deeply(path, f"line {i + 1}: JSON") from None
         if not isinstance(rec, dict) or "structure" not in rec:
             continue  # a loss-only line of a training log
         if not isinstance(rec["structure"], dict) or not isinstance(rec.get("step"), int):
