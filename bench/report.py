@@ -87,7 +87,7 @@ def main() -> None:
         report = build_report(ckpts, opts=ReportOptions())
         build_s = time.perf_counter() - t0
         import jinja2  # noqa: F401  (imports paid once, before either render is timed)
-        import seaborn  # noqa: F401
+        import matplotlib.figure  # noqa: F401
 
         rendered = {}
         for name, style in (("compact", FigureFormat()), ("naive", FigureFormat(compact=False))):

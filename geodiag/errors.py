@@ -1,9 +1,11 @@
 """The one error type a user can cause: bad input, and the one place a command turns it
-into exit code 2 (``exits_on_bad_input``)."""
+into exit code 2 (``exits_on_bad_input``). A missing optional dependency group is one
+kind of it (``require_extra``): the command names what to install, no traceback."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib.util
+from collections.abc import Callable, Iterable
 from functools import wraps
 from os import PathLike
 from typing import TypeVar
@@ -21,6 +23,24 @@ class InputError(Exception):
         self.where = str(where)
         self.problem = problem
         super().__init__(f"{self.where}: {problem}")
+
+
+class MissingExtra(InputError):
+    """A command needs modules of an optional dependency group that is not installed."""
+
+    def __init__(self, command: str, needs: str, missing: list[str], install: str) -> None:
+        self.missing = missing
+        self.install = install
+        no_module = ", ".join(missing)
+        super().__init__(command, f"needs {needs} (no module {no_module}): {install}")
+
+
+def require_extra(command: str, needs: str, modules: Iterable[str], install: str) -> None:
+    """Raise :class:`MissingExtra` unless every module can be imported. Looks the modules
+    up without importing them, so a present torch costs nothing here."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtra(command, needs, missing, install)
 
 
 def exits_on_bad_input(fn: F) -> F:

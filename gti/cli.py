@@ -1,7 +1,8 @@
 """``gti`` command line: thin wrappers that build a config and call one library function.
 
 Commands follow the data flow: ``data``, ``sids``, ``init``, ``sft``, ``evaluate``,
-and ``experiment``, which chains them. Bad input exits with code 2 and a one-line message.
+and ``experiment``, which chains them. Bad input exits with code 2 and a one-line message,
+and so does any command in an install without torch and transformers (the gate's install).
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ from typing import Annotated
 
 import typer
 
-from geodiag.errors import InputError
+from geodiag.errors import InputError, MissingExtra, require_extra
 from geodiag.settings import options_from
 from gti.errors import exits_on_bad_input
 from gti.options import CACHE_HELP
 from gti.semantic_ids.config import SidsConfig
+
+# Every gti command trains or encodes with these; geodiag's light install has neither. torch
+# comes first and pinned, as the Makefile installs it: a bare `torch` resolves to a CUDA build.
+GTI_MODULES = ("torch", "transformers")
+GTI_INSTALL = "pip install torch==2.13.0 'geodiag[gti]'"
 
 app = typer.Typer(
     help="gti: semantic IDs, new-token initialization and training.", no_args_is_help=True
@@ -97,6 +103,11 @@ _register_pipeline_commands()
 
 
 def main() -> None:
+    try:
+        require_extra("gti", "torch and transformers", GTI_MODULES, GTI_INSTALL)
+    except MissingExtra as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     app()
 

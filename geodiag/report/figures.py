@@ -3,8 +3,8 @@
 Line plots are SVG (text as text, a few kB); cosine maps are PNG reduced to a 256-colour
 palette (a vector map of 1,000 tokens is a million rectangles: ~170 MB of SVG).
 An SVG inside ``<img>`` can neither run script nor fetch anything, so checkpoint-derived
-labels drawn into figures cannot reach the page. matplotlib and seaborn are imported
-here, lazily, so ``geodiag check`` never pays for them.
+labels drawn into figures cannot reach the page. matplotlib (the ``report`` extra) is
+imported here, lazily, so ``geodiag check`` never pays for it and runs without it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ REFERENCE_COLOR = "#555555"
 # zero for an exact collapse): not drawn, so the log axis keeps the visible range.
 SPECTRUM_FLOOR = 1e-8
 CMAP = "RdBu_r"  # diverging around cosine 0; one scale, vmin=-1, vmax=1, for every map
+# seaborn's "deep" palette, cycled for more series (as seaborn.color_palette("deep", n) does)
+PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3")
+PALETTE += ("#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd")
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,23 @@ def _mpl():
 
 
 def colors(n: int) -> list[str]:
-    import seaborn as sns
+    return [PALETTE[i % len(PALETTE)] for i in range(n)]
 
-    return list(sns.color_palette("deep", max(n, 1)).as_hex())[:n]
+
+def _heatmap(ax, values: np.ndarray, rasterized: bool):
+    """Cell (i, j) of ``values`` as the unit square at column j, row i from the top, as
+    seaborn.heatmap draws it (so level boundaries sit at integer offsets); NaN cells blank."""
+    n_rows, n_cols = values.shape
+    cells = np.ma.masked_invalid(values)
+    mesh = ax.pcolormesh(cells, vmin=-1, vmax=1, cmap=CMAP, rasterized=rasterized)
+    ax.set_xlim(0, n_cols)
+    ax.set_ylim(n_rows, 0)
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    return mesh
 
 
 def _uri(fig, fmt: str, style: FigureFormat) -> str:
@@ -142,9 +159,7 @@ def spectra(report: Report, style: FigureFormat) -> str:
 
 
 def cosine_maps(report: Report, style: FigureFormat) -> str:
-    """One cosine heatmap per checkpoint (seaborn), shared color scale, level boundaries."""
-    import seaborn as sns
-
+    """One cosine heatmap per checkpoint, shared color scale, level boundaries."""
     mpl, Figure = _mpl()
     maps = report.cosine_maps
     rows, cols = _grid(len(maps))
@@ -152,8 +167,7 @@ def cosine_maps(report: Report, style: FigureFormat) -> str:
         fig = Figure(figsize=(3.5 * cols + 0.8, 3.5 * rows + 0.3))
         axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
         for ax, cm in zip(axes, maps, strict=False):
-            sns.heatmap(cm._values, ax=ax, vmin=-1, vmax=1, cmap=CMAP, cbar=False, square=True,
-                        xticklabels=False, yticklabels=False, rasterized=style.compact)  # fmt: skip
+            _heatmap(ax, cm._values, rasterized=style.compact)
             bounds = cm.level_starts[1:]
             for b in bounds:
                 ax.axhline(b, color="black", lw=0.8)

@@ -12,12 +12,21 @@ from pathlib import Path
 
 from geodiag.atomic import atomic_write_many
 from geodiag.checkpoints import ReadOptions
-from geodiag.errors import InputError
+from geodiag.errors import InputError, require_extra
 from geodiag.jsonio import dumps
 from geodiag.report.build import Progress, Report, ReportOptions, build_report
 from geodiag.report.figures import FigureFormat
 
 DEFAULT_OUTPUT = Path("reports/report.html")
+# What the ``report`` extra of pyproject.toml installs, by import name -> distribution
+# (a test holds the two lists equal). The gate's install has none of them.
+REPORT_MODULES = {"matplotlib": "matplotlib", "PIL": "pillow", "jinja2": "jinja2"}
+REPORT_INSTALL = "pip install 'geodiag[report]'"
+
+
+def require_report_extra() -> None:
+    """Fail before any work, with the install line, when the plotting stack is missing."""
+    require_extra("geodiag report", "the plotting extra", REPORT_MODULES, REPORT_INSTALL)
 
 
 @dataclass
@@ -51,6 +60,7 @@ def write_report(
     style: FigureFormat | None = None,
 ) -> ReportFiles:
     """Analyze ``paths`` and write NAME.html (self-contained) and NAME.json (every number shown)."""
+    require_report_extra()
     from geodiag.report.html import render_html
 
     html_path, json_path = output_paths(output)

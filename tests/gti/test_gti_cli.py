@@ -211,3 +211,21 @@ def test_help_is_import_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_gti_without_torch_prints_the_install_line_and_exits_2(monkeypatch, capsys):
+    """The fast, offline twin of tests/geodiag/test_wheel.py's light-install check."""
+    import importlib.util
+
+    from gti import cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "torch" else real(n, *a)
+    )
+    monkeypatch.setattr("sys.argv", ["gti", "init", "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == f"error: gti: needs torch and transformers (no module torch): {cli.GTI_INSTALL}\n"

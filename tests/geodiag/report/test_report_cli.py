@@ -161,3 +161,29 @@ def test_report_shows_an_untied_head_as_its_own_matrix(make_ckpt, tmp_path):
     assert [m["role"] for m in data["checkpoints"][0]["report"]["matrices"]] == ["input", "output"]
     html = (tmp_path / "u.html").read_text()
     assert "test/init (output head)" in html  # the label comes from the sidecar provenance
+
+
+def _hide_modules(monkeypatch, *names):
+    """As if ``names`` were not installed: find_spec finds nothing for them."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n in names else real(n, *a)
+    )
+
+
+def test_report_without_the_plotting_extra_exits_2_with_the_install_line(
+    make_ckpt, tmp_path, monkeypatch
+):
+    """The fast, offline twin of tests/geodiag/test_wheel.py's light-install check."""
+    from geodiag.report.write import REPORT_INSTALL
+
+    a = make_ckpt("random")
+    _hide_modules(monkeypatch, "matplotlib")
+    res = run("report", a, "-o", tmp_path / "r.html", "--permutations", 0)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (
+        f"error: geodiag report: needs the plotting extra (no module matplotlib): {REPORT_INSTALL}"
+    )
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "r.json").exists()
