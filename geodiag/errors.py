@@ -72,21 +72,35 @@ def exits_2_on_any_error(fn: F) -> F:
 
     @wraps(fn)
     def wrapper(*args: object, **kwargs: object) -> object:
-        import click
         import typer
 
         try:
             return inner(*args, **kwargs)
-        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.Abort):
-            raise
-        except OSError as e:
-            where = "" if e.filename is None else f"{e.filename}: "
-            typer.echo(f"error: {where}{os_reason(e)}", err=True)
         except Exception as e:
-            print_unexpected(e)
+            if _from_the_cli_library(e):
+                raise
+            _report(e)
         raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _from_the_cli_library(e: Exception) -> bool:
+    """typer's or click's own exception (an exit code, a usage error): they handle it.
+    By module, not by class: typer 0.26-0.28 vendor click as ``typer._click``, others
+    import the real one, and the light install has no ``click`` to import."""
+    return any(c.__module__.split(".")[0] in ("click", "typer") for c in type(e).__mro__)
+
+
+def _report(e: Exception) -> None:
+    """One line on stderr for an error no code turned into an InputError."""
+    if not isinstance(e, OSError):
+        print_unexpected(e)
+        return
+    import typer
+
+    where = "" if e.filename is None else f"{e.filename}: "
+    typer.echo(f"error: {where}{os_reason(e)}", err=True)
 
 
 # Set (to anything but "" or "0") to get the traceback of an unexpected error.
