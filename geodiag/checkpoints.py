@@ -488,10 +488,11 @@ def absent_from(tok: TokenizerInfo, base: TokenizerInfo) -> list[AddedToken]:
 
 
 def special_note(tok: TokenizerInfo | None, new: NewTokens) -> str | None:
-    """Name the added special tokens left out of the measurement, if any."""
+    """Name the added special tokens left out of the measurement, if any: those at or past
+    the first new id (specials below it, ``<|endoftext|>`` at 0, are the base's own)."""
     if tok is None or new.source != "tokenizer":
         return None
-    special = [t for t in tok.added if t.special]
+    special = [t for t in tok.added if t.special and t.id >= new.base_vocab_size]
     if not special:
         return None
     names = ", ".join(t.content for t in special[:4]) + (", ..." if len(special) > 4 else "")

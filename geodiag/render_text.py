@@ -88,8 +88,34 @@ def _metric_rows(m: MatrixReport) -> list[tuple[str, str, str]]:
     ]  # fmt: skip
 
 
+def _untrained_lines(m: MatrixReport) -> list[str]:
+    """Rows still at their init, by finding, with the tokens named."""
+    u = m.untrained
+    if u is None:
+        return []
+    lines = [f"  untrained rows: {u.n_untrained} of {m.n_new} (one point: closer than "
+             f"{_f(u.tolerance)} = {u.tolerance_rule})"]  # fmt: skip
+
+    def named(g) -> str:
+        return ", ".join(g.tokens) + (", ..." if g.size > len(g.tokens) else "")
+
+    for g in u.groups:
+        lines.append(f"    {g.size} identical rows: {named(g)}")
+    if u.n_groups > len(u.groups):
+        lines.append(f"    ... and {u.n_groups - len(u.groups)} more group(s)")
+    if u.at_vocabulary_mean is not None:
+        g = u.at_vocabulary_mean
+        lines.append(f"    {g.size} at the vocabulary mean: {named(g)}")
+    if u.unchanged_padding is not None:
+        g = u.unchanged_padding
+        lines.append(f"    {g.size} on the base's padding rows, unchanged: {named(g)}")
+    if m.norm_ratio is not None:
+        lines.append(f"  longest new row / longest original row: {_f(m.norm_ratio)}")
+    return lines
+
+
 def _matrix_details(m: MatrixReport) -> list[str]:
-    lines = []
+    lines = _untrained_lines(m)
     if m.nonfinite_rows_dropped:
         lines.append(f"  ({m.nonfinite_rows_dropped} non-finite rows dropped)")
     if m.levels:
