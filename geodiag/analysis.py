@@ -100,6 +100,9 @@ class UntrainedRows:
     at_vocabulary_mean: TokenGroup | None
     unchanged_padding: TokenGroup | None
     untrained: TokenGroup | None  # all of them, for the verdict
+    # The untrained tokens that are codes no item uses (the sidecar's item map): no
+    # training example reaches them. None without a sidecar's items.
+    dead_codes: TokenGroup | None = None
 
     @property
     def two_populations(self) -> bool:
@@ -279,6 +282,8 @@ def _untrained(
         mask, values = base_rows
         padding[mask] = np.all(rows[mask] == values, axis=1)
     untrained = flagged | at_mean | padding
+    dead = _dead_code_ids(ckpt)
+    dead_untrained = untrained & np.isin(ids, dead) if dead is not None else None
     return UntrainedRows(
         n_untrained=int(untrained.sum()),
         n_trained=int((~untrained).sum()),
@@ -289,7 +294,26 @@ def _untrained(
         at_vocabulary_mean=_token_group(ckpt, ids[at_mean]) if at_mean.any() else None,
         unchanged_padding=_token_group(ckpt, ids[padding]) if padding.any() else None,
         untrained=_token_group(ckpt, ids[untrained]) if untrained.any() else None,
+        dead_codes=None
+        if dead_untrained is None or not dead_untrained.any()
+        else _token_group(ckpt, ids[dead_untrained]),
     )
+
+
+def _dead_code_ids(ckpt: Checkpoint) -> np.ndarray | None:
+    """Token ids of the codes no item uses, from the sidecar's item map (None without)."""
+    side = ckpt.sidecar
+    if side is None or not side.items or not side.has_token_ids or ckpt.new.source != "sidecar":
+        return None
+    used = [set() for _ in side.levels]
+    for codes in side.items.values():
+        for level, code in enumerate(codes[: len(used)]):
+            used[level].add(code)
+    return np.array(
+        [t for lv, u in zip(side.levels, used, strict=True)
+         for code, t in enumerate(lv.token_ids) if code not in u],
+        dtype=np.int64,
+    )  # fmt: skip
 
 
 def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:

@@ -175,6 +175,8 @@ def check_sentence(c: CheckResult, m: MatrixReport, remedy: str = GROUND) -> str
         u = m.untrained
         if ok or u is None or u.untrained is None:
             return f"no new row is still at its init (none within {_g(u.tolerance if u else None)} of another row or of the vocabulary mean)."
+        if u.dead_codes is not None and u.dead_codes.size == u.n_untrained:
+            return f"{_untrained_phrase(m)}: codes no item uses (dead codes)."
         return f"{_untrained_phrase(m)}; {remedy}."
     if c.name == "norm_ratio":
         if ok:
@@ -239,6 +241,13 @@ def _collapse(m: MatrixReport, failed: set[str], remedy: str) -> str | None:
             f"vector); give each token its own starting point, or {GROUND}."
         )
     if "untrained_tokens" in failed and m.untrained is not None and m.untrained.untrained:
+        u = m.untrained
+        if u.dead_codes is not None and u.dead_codes.size == u.n_untrained:
+            return (
+                f"{_untrained_phrase(m)}; each is a code no item uses (a dead code), so no "
+                "training example reaches it: drop those tokens, re-fit the codebook, or allow "
+                "them with --max-untrained-tokens."
+            )
         rest = ""
         if m.untrained.two_populations:
             rest = (

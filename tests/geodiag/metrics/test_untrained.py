@@ -139,3 +139,28 @@ def test_allow_nonfinite_with_every_new_row_nonfinite_blames_the_new_rows(make_c
     res = run("check", ckpt, "--allow-nonfinite")
     assert res.exit_code == 2
     assert "all 24 new-token rows" in res.stderr and "original rows" not in res.stderr
+
+
+def test_dead_codes_are_named_as_such(make_ckpt):
+    """Codes no item uses get no training example: their rows stay at the init's fallback.
+    The fixture's sidecar (10 items over 8 codes per level) leaves some codes unused."""
+    from geodiag import sidecar as sidecar_mod
+    from geodiag_fixtures import LEVELS, planted_new_rows
+
+    rows = planted_new_rows("grounded", base_rows())
+    ckpt = make_ckpt(rows, name="probe")
+    side = sidecar_mod.load(ckpt / sidecar_mod.FILENAME)
+    used = [{codes[li] for codes in side.items.values()} for li in range(len(LEVELS))]
+    dead = [sum(k for _, k in LEVELS[:li]) + c for li, (_, k) in enumerate(LEVELS)
+            for c in range(k) if c not in used[li]]  # fmt: skip
+    assert len(dead) >= 2  # the planted case
+    rows[dead] = rows[dead[0]]  # one fallback row for every dead code
+    ckpt = make_ckpt(rows, name="dead")
+    res = run("check", ckpt, "--permutations", 0)
+    assert res.exit_code == 1
+    assert f"[fail] untrained_tokens {len(dead)} > 0" in res.stdout
+    assert "a code no item uses (a dead code)" in res.stdout
+    ids = [BASE_VOCAB + i for i in dead]
+    rep = json.loads(run("metrics", ckpt, "--json", "--permutations", 0).stdout)
+    u = rep["matrices"][0]["untrained"]
+    assert u["dead_codes"]["ids"] == ids[:8] and u["dead_codes"]["size"] == len(dead)
