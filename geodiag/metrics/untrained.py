@@ -20,8 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geodiag.metrics.geometry import row_norms
-
 # Rows closer than TOLERANCE x the vocabulary's spread are one point (module docstring).
 TOLERANCE = 1e-3
 TOLERANCE_RULE = "1e-3 x the vocabulary's spread (RMS distance of its rows to their mean)"
@@ -41,34 +39,40 @@ class VocabularyStats:
 def vocabulary_stats(blocks: Iterable[np.ndarray]) -> VocabularyStats | None:
     """Mean, spread and largest norm of the rows of ``blocks`` ((b, d) arrays), exact.
 
-    Block means and squared deviations are combined as in Chan et al. (1979), so a large
-    mean does not cancel a small spread. Non-finite rows are counted and left out. None
-    when no finite row is seen.
+    Rows are taken relative to a pivot (the first block's mean), so a large common mean
+    does not cancel a small spread: sum ||x - p||^2 and sum (x - p) are accumulated in
+    float64, then mean = p + s / n and n * spread^2 = sum ||x - p||^2 - n ||mean - p||^2
+    (the pivot is within ~spread / sqrt(block) of the mean, so the subtraction loses
+    nothing). Work stays in the blocks' dtype (float32 blocks: no float64 copy), each
+    row's squares summed at that precision (relative error ~d * 2^-24). Non-finite rows
+    are counted and left out. None when no finite row is seen.
     """
-    n, mean, m2, max_norm, bad = 0, None, 0.0, 0.0, 0
+    n, pivot, total, sq, max_sq, bad = 0, None, None, 0.0, 0.0, 0
     for block in blocks:
-        b = np.asarray(block, dtype=np.float64)
-        finite = np.isfinite(b).all(axis=1)
-        if not finite.all():
+        b = np.asarray(block)
+        if not np.issubdtype(b.dtype, np.floating):
+            b = b.astype(np.float64)
+        norms_sq = np.einsum("ij,ij->i", b, b)  # (b,), in the block's dtype
+        finite = np.isfinite(norms_sq)
+        if not finite.all():  # a NaN/Inf entry (or a row past float32's range)
             bad += int((~finite).sum())
-            b = b[finite]
+            b, norms_sq = b[finite], norms_sq[finite]
         if not len(b):
             continue
-        bm = b.mean(axis=0)  # (d,)
-        c = b - bm
-        bm2 = float(np.einsum("ij,ij->", c, c))
-        max_norm = max(max_norm, float(row_norms(b).max()))
-        if mean is None:
-            n, mean, m2 = len(b), bm, bm2
-            continue
-        total = n + len(b)
-        delta = bm - mean
-        m2 += bm2 + float(delta @ delta) * n * len(b) / total
-        mean = mean + delta * (len(b) / total)
-        n = total
-    if mean is None:
+        max_sq = max(max_sq, float(norms_sq.max()))
+        if pivot is None:
+            pivot = b.mean(axis=0, dtype=np.float64).astype(b.dtype)  # (d,)
+            total = np.zeros(b.shape[1])
+        c = b - pivot  # (b, d), block dtype
+        total += c.sum(axis=0, dtype=np.float64)
+        sq += float(np.einsum("ij,ij->i", c, c).sum(dtype=np.float64))
+        n += len(b)
+    if pivot is None:
         return None
-    return VocabularyStats(n, mean, float(np.sqrt(m2 / n)), max_norm, bad)
+    offset = total / n  # (d,): mean - pivot
+    m2 = max(sq - n * float(offset @ offset), 0.0)
+    mean = pivot.astype(np.float64) + offset
+    return VocabularyStats(n, mean, float(np.sqrt(m2 / n)), float(np.sqrt(max_sq)), bad)
 
 
 # Orthonormal directions the rows are projected on (distances only shrink), the first

@@ -144,8 +144,9 @@ def test_allow_nonfinite_with_every_new_row_nonfinite_blames_the_new_rows(make_c
 def test_dead_codes_are_named_as_such(make_ckpt):
     """Codes no item uses get no training example: their rows stay at the init's fallback.
     The fixture's sidecar (10 items over 8 codes per level) leaves some codes unused."""
-    from geodiag import sidecar as sidecar_mod
     from geodiag_fixtures import LEVELS, planted_new_rows
+
+    from geodiag import sidecar as sidecar_mod
 
     rows = planted_new_rows("grounded", base_rows())
     ckpt = make_ckpt(rows, name="probe")
