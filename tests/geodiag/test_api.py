@@ -31,6 +31,9 @@ def matrix_json(report, i=0):
     d.pop("tensor")
     d.pop("dtype")
     d["neighbors"] = [[(n["id"], n["cosine"]) for n in t["nearest"]] for t in d["neighbors"]]
+    # Which untrained tokens are dead codes needs the sidecar's item map: a file has one,
+    # rows in memory with their levels do not.
+    d["untrained"].pop("dead_codes")
     return d
 
 
