@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from geodiag import __version__
-from geodiag.checkpoints import Checkpoint, Matrix, ReadOptions, check_rows, open_checkpoint
 from geodiag.errors import InputError
+from geodiag.io.checkpoint import Checkpoint, Matrix, ReadOptions, check_rows, open_checkpoint
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.geometry import GeometrySummary, LevelCosine, level_cosine, summarize
 from geodiag.metrics.neighbors import nearest_rows

@@ -14,8 +14,8 @@ from typing import Annotated
 import typer
 
 from geodiag import __version__
-from geodiag.checkpoints import ReadOptions
 from geodiag.errors import InputError, exits_2_on_any_error, os_reason, print_unexpected
+from geodiag.io.checkpoint import ReadOptions
 from geodiag.settings import options_from
 
 app = typer.Typer(

@@ -26,9 +26,9 @@ from geodiag.analysis import (
     command_line,
     new_rows,
 )
-from geodiag.checkpoints import Checkpoint, ReadOptions, open_checkpoint
 from geodiag.errors import InputError
 from geodiag.gate import GateConfig, GateResult, run_gate
+from geodiag.io.checkpoint import Checkpoint, ReadOptions, open_checkpoint
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.geometry import cosine_matrix, level_cosine, row_norms
 from geodiag.report.verdict import Verdict, verdict

@@ -16,7 +16,7 @@ import numpy as np
 
 from geodiag.analysis import new_rows
 from geodiag.atomic import atomic_write_many
-from geodiag.checkpoints import ReadOptions, open_checkpoint
+from geodiag.io.checkpoint import ReadOptions, open_checkpoint
 
 CONFIG_FILENAME = "projector_config.pbtxt"
 

@@ -23,11 +23,11 @@ import numpy as np
 
 from geodiag import sidecar as sidecar_mod
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
-from geodiag.safetensors_file import SafetensorsFile
+from geodiag.io.safetensors import SafetensorsFile
+from geodiag.io.stack import detect_stack
+from geodiag.io.store import FLOAT_DTYPES, TensorStore, is_float, open_store
+from geodiag.io.tokenizer import AddedToken, TokenizerInfo, load_tokenizer
 from geodiag.settings import setting
-from geodiag.stack import detect_stack
-from geodiag.tensor_store import FLOAT_DTYPES, TensorStore, is_float, open_store
-from geodiag.tokenizer_file import AddedToken, TokenizerInfo, load_tokenizer
 
 DEFAULT_LEVEL_PATTERN = r"^<(?P<level>[A-Za-z]+)_(?P<code>\d+)>$"
 
@@ -542,7 +542,7 @@ def _load_codebooks(path: Path, new: NewTokens) -> tuple[dict[str, np.ndarray], 
 
 def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkpoint:
     """Open a checkpoint folder or weights file and resolve everything but the row values."""
-    from geodiag.adapter import is_adapter, open_adapter  # imports this module's names
+    from geodiag.io.peft_adapter import is_adapter, open_adapter  # imports this module's names
 
     opts = opts or ReadOptions()
     path = Path(path)
