@@ -15,7 +15,8 @@ import numpy as np
 
 from geodiag import __version__
 from geodiag.errors import InputError
-from geodiag.io.checkpoint import Checkpoint, Matrix, ReadOptions, check_rows, open_checkpoint
+from geodiag.io.checkpoint import Checkpoint, Matrix, check_rows, open_checkpoint
+from geodiag.io.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.geometry import GeometrySummary, LevelCosine, level_cosine, summarize
 from geodiag.metrics.neighbors import nearest_rows

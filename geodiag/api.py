@@ -24,8 +24,10 @@ from geodiag import sidecar as sidecar_mod
 from geodiag.analysis import AnalyzeOptions, CheckpointReport, analyze_checkpoint
 from geodiag.errors import InputError
 from geodiag.gate import GateConfig, GateResult, load_config, run_gate
-from geodiag.io.checkpoint import Checkpoint, NewTokens, ReadOptions, open_checkpoint
+from geodiag.io.checkpoint import Checkpoint, open_checkpoint
 from geodiag.io.memory import MemoryStore, array_matrix, gathered, is_torch, model_matrices
+from geodiag.io.new_tokens import NewTokens
+from geodiag.io.options import ReadOptions
 
 Levels = Mapping[str, Sequence[int]] | str | os.PathLike[str] | sidecar_mod.SemanticIds
 Codebooks = Mapping[str, object] | str | os.PathLike[str]

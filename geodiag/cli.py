@@ -15,7 +15,7 @@ import typer
 
 from geodiag import __version__
 from geodiag.errors import InputError, exits_2_on_any_error, os_reason, print_unexpected
-from geodiag.io.checkpoint import ReadOptions
+from geodiag.io.options import ReadOptions
 from geodiag.settings import options_from
 
 app = typer.Typer(

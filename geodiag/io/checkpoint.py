@@ -1,116 +1,38 @@
 """Open a checkpoint and find its new-token rows, without instantiating the model.
 
 Resolution order (DESIGN.md, checkpoint contract):
+- weights: a PEFT adapter folder over its base (``geodiag.io.peft_adapter``), else a
+  safetensors file, a sharded set or a torch state dict (``geodiag.io.store``); files
+  beside them (config, tokenizer, sidecar, codebooks) from the adapter's folder first,
+  else its base's;
 - tensors: ``--tensor`` override, else the known embedding names of common
   architectures, else the unique ``*embed_tokens/wte/word_embeddings`` tensor;
-  the output head is analyzed on its own when it is not tied;
-- new rows: ``--new-tokens START:END`` / ``--base-vocab-size N`` when given (an
-  explicit flag overrides), else the ``semantic_ids.json`` sidecar, else the
-  tokenizer's added non-special tokens;
+  the output head is analyzed on its own when it is not tied (``geodiag.io.tensor_names``);
+- new rows: one resolver per source, in the order ``geodiag.io.new_tokens`` states
+  (flags, sidecar, all rows, adapter, ``--base``, tokenizer);
 - levels: the sidecar, else token names matching ``--level-pattern``, else none;
 - codebooks: ``--codebooks FILE``, else ``codebooks.safetensors`` beside the weights.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from geodiag import sidecar as sidecar_mod
-from geodiag.errors import InputError, cannot_read, nested_too_deeply
+from geodiag.errors import InputError
+from geodiag.io.new_tokens import NewTokens, Sources, absent_from, resolve_new_tokens, special_note
+from geodiag.io.options import ReadOptions
+from geodiag.io.peft_adapter import AdapterInfo, is_adapter, open_adapter
 from geodiag.io.safetensors import SafetensorsFile
 from geodiag.io.stack import detect_stack
 from geodiag.io.store import FLOAT_DTYPES, TensorStore, is_float, open_store
-from geodiag.io.tokenizer import AddedToken, TokenizerInfo, load_tokenizer
-from geodiag.settings import setting
-
-DEFAULT_LEVEL_PATTERN = r"^<(?P<level>[A-Za-z]+)_(?P<code>\d+)>$"
-
-# Exact names first (most common architectures), then suffixes for wrapped models.
-INPUT_EMBEDDING_NAMES = (
-    "model.embed_tokens.weight",  # Llama, Qwen, Mistral, SmolLM, Gemma
-    "transformer.wte.weight",  # GPT-2, GPT-J
-    "embeddings.word_embeddings.weight",  # BERT-like
-    "bert.embeddings.word_embeddings.weight",
-    "gpt_neox.embed_in.weight",  # Pythia
-    "model.decoder.embed_tokens.weight",  # OPT
-    "transformer.word_embeddings.weight",  # BLOOM
-    "shared.weight",  # T5 (encoder./decoder.embed_tokens.weight, when stored, are copies)
-    "model.shared.weight",  # BART, mBART, Pegasus
-    "embed_tokens.weight",
-    "wte.weight",
-)
-INPUT_EMBEDDING_SUFFIXES = (
-    "embed_tokens.weight",
-    ".wte.weight",
-    "word_embeddings.weight",
-    "embed_in.weight",
-)
-OUTPUT_HEAD_NAMES = ("lm_head.weight", "embed_out.weight", "model.lm_head.weight")
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    """How to find the new rows; every field is a CLI flag of the same name (the one
-    definition of the reading options of every command: ``geodiag.settings``)."""
-
-    tensor: str | None = setting(
-        None, help="Embedding tensor name (default: detected).", flags=("--tensor",)
-    )
-    sidecar: Path | None = setting(
-        None, help="semantic_ids.json (default: beside the weights).", flags=("--sidecar",)
-    )
-    new_tokens: tuple[int, int] | None = setting(  # [start, end)
-        None,
-        help="New rows as START:END (END exclusive).",
-        flags=("--new-tokens",),
-        cli_type=str | None,
-        parse=lambda text: parse_range(text),
-    )
-    base_vocab_size: int | None = setting(
-        None, help="Rows >= N are new.", flags=("--base-vocab-size",)
-    )
-    level_pattern: str = setting(
-        DEFAULT_LEVEL_PATTERN,
-        help="Regex with (?P<level>) and (?P<code>) groups.",
-        flags=("--level-pattern",),
-    )
-    codebooks: Path | None = setting(
-        None,
-        help="RQ-VAE codebooks (.safetensors, one tensor per level).",
-        flags=("--codebooks",),
-    )
-    allow_nonfinite: bool = setting(
-        False, help="Drop NaN/Inf rows instead of failing.", flags=("--allow-nonfinite",)
-    )
-    base: Path | None = setting(
-        None,
-        help="The base checkpoint folder: the new tokens are those absent from its "
-        "tokenizer (special or not); for a PEFT adapter, the model it is read over "
-        "(default: its base_model_name_or_path, when a local folder).",
-        flags=("--base",),
-    )
-    all_rows_new: bool = setting(
-        False,
-        help="Every row of the tensor is a new token (a separate table, e.g. TIGER's codes).",
-        flags=("--all-rows-new",),
-    )
-
-
-def parse_range(text: str | None) -> tuple[int, int] | None:
-    """``START:END`` -> (start, end), as ``--new-tokens`` takes it."""
-    if text is None:
-        return None
-    try:
-        start, end = (int(x) for x in text.split(":"))
-    except ValueError:
-        raise InputError("--new-tokens", f"expected START:END (integers), got {text!r}") from None
-    return start, end
+from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES, find_input_tensor, find_output_head
+from geodiag.io.tokenizer import TokenizerInfo, load_tokenizer
+from geodiag.jsonio import read_json_object
 
 
 @dataclass
@@ -122,18 +44,6 @@ class Matrix:
     dtype: str
     n_rows: int
     dim: int
-
-
-@dataclass
-class NewTokens:
-    ids: np.ndarray  # (n,) int64, in (level, code) order when levels are known
-    tokens: list[str]
-    source: str  # "sidecar" | "flag" | "tokenizer" | "adapter" | "all rows"
-    base_vocab_size: int  # original rows are [0, base_vocab_size)
-    level_names: list[str] = field(default_factory=list)
-    level_index: np.ndarray | None = None  # (n,) index into level_names
-    codes: np.ndarray | None = None  # (n,) code within the level
-    levels_source: str | None = None  # "sidecar" | "token names" | None
 
 
 @dataclass
@@ -253,256 +163,6 @@ class Checkpoint:
         return d
 
 
-def read_json_object(path: Path) -> dict:
-    """A JSON object file (a config); anything else is bad input naming the file."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(path, f"not valid JSON ({e.__class__.__name__})") from None
-    except RecursionError:
-        raise nested_too_deeply(path) from None
-    except OSError as e:
-        raise cannot_read(path, e) from None
-    if not isinstance(data, dict):
-        raise InputError(path, "expected a JSON object")
-    return data
-
-
-def _find_input_tensor(store: TensorStore, where: Path, override: str | None) -> str:
-    names = store.names()
-    if override is not None:
-        if override not in names:
-            raise InputError(
-                where, f"--tensor '{override}' not found (tensors: {', '.join(names[:8])}...)"
-            )
-        return override
-    for name in INPUT_EMBEDDING_NAMES:
-        if name in names:
-            return name
-    hits = [n for n in names if n.endswith(INPUT_EMBEDDING_SUFFIXES)]
-    if len(hits) == 1:
-        return hits[0]
-    if len(hits) > 1:
-        raise InputError(where, f"several candidate embeddings {hits}; pick one with --tensor NAME")
-    two_d = [n for n in names if len(store.shape(n)) == 2][:6]
-    raise InputError(
-        where,
-        f"no recognizable input embedding among {len(names)} tensors (known names: "
-        f"{', '.join(INPUT_EMBEDDING_NAMES)}; or one name ending in "
-        f"{', '.join(INPUT_EMBEDDING_SUFFIXES)}); pass --tensor NAME "
-        f"(2-D tensors include: {', '.join(two_d) or 'none'})",
-    )
-
-
-def _find_output_head(
-    store: TensorStore, input_name: str, config: dict, untied_by_adapter: bool = False
-) -> tuple[str | None, bool]:
-    """(untied head tensor or None, tied?). Tied when config says so or no head is stored.
-
-    ``untied_by_adapter``: a PEFT adapter saved its own copy of the head
-    (``modules_to_save``), which untied it from the embedding in the merged model.
-    """
-    names = set(store.names())
-    head = next((n for n in OUTPUT_HEAD_NAMES if n in names), None)
-    tie = config.get("tie_word_embeddings")
-    if config.get("scale_decoder_outputs") is False:
-        # T5 v1.1 as transformers 5 saves it: the config always says tied, this field keeps
-        # the original tie_word_embeddings=false, and reloading unties a stored head.
-        tie = False
-    if head is None or head == input_name:
-        return None, True
-    if tie is True and not untied_by_adapter:
-        return None, True  # a stored copy of the tied matrix: same rows, analyze once
-    return head, False
-
-
-def _parse_level_names(
-    tokens: list[str], pattern: str
-) -> tuple[list[str], np.ndarray, np.ndarray] | None:
-    try:
-        rx = re.compile(pattern)
-    except re.error as e:
-        raise InputError("--level-pattern", f"invalid regex ({e})") from None
-    if not {"level", "code"} <= set(rx.groupindex):
-        raise InputError("--level-pattern", "needs named groups (?P<level>...) and (?P<code>...)")
-    matches = [rx.match(t) for t in tokens]
-    if not tokens or not all(matches):
-        return None
-    names: list[str] = []
-    index, codes = np.empty(len(tokens), np.int64), np.empty(len(tokens), np.int64)
-    for i, m in enumerate(matches):
-        if m["level"] not in names:
-            names.append(m["level"])
-        index[i] = names.index(m["level"])
-        codes[i] = int(m["code"])
-    return names, index, codes
-
-
-def _check_id_range(ids: np.ndarray, n_rows: int, where: Path | str, what: str) -> None:
-    bad = ids[(ids < 0) | (ids >= n_rows)]
-    if bad.size:
-        raise InputError(
-            where,
-            f"{what}: token ids {bad[:5].tolist()} out of range for an embedding of {n_rows} rows",
-        )
-
-
-def _new_tokens(
-    root: Path,
-    opts: ReadOptions,
-    n_rows: int,
-    tok: TokenizerInfo | None,
-    side: sidecar_mod.SemanticIds | None,
-    side_path: Path | None,
-    trainable: np.ndarray | None = None,
-    base_tok: TokenizerInfo | None = None,
-) -> NewTokens:
-    """Which rows are new: flags, else the sidecar, else an adapter's trainable tokens, else
-    the added tokens absent from ``base_tok`` (``--base``, special or not), else the
-    tokenizer's added non-special tokens. ``trainable``: a PEFT adapter's trainable-token
-    indices; a sidecar naming the same rows still gives their levels."""
-
-    def name_of(i: int) -> str:
-        t = tok.token(i) if tok is not None else None
-        return t if t is not None else f"<id {i}>"
-
-    explicit = opts.new_tokens is not None or opts.base_vocab_size is not None
-    if opts.all_rows_new and explicit:
-        raise InputError(
-            "--all-rows-new", "give either --all-rows-new or --new-tokens/--base-vocab-size"
-        )
-    side_ids = (
-        {t for lv in side.levels for t in lv.token_ids}
-        if side is not None and side.has_token_ids
-        else None
-    )
-    use_side = side_ids is not None and not explicit
-    if use_side and trainable is not None and side_ids != set(trainable.tolist()):
-        use_side = False  # the adapter trained other rows than the sidecar names
-    if use_side:
-        assert side is not None
-        assert side_path is not None
-        ids = np.array([t for lv in side.levels for t in lv.token_ids], dtype=np.int64)
-        _check_id_range(ids, n_rows, side_path, "sidecar disagrees with the tensors")
-        tokens = []
-        for lv in side.levels:
-            for code, t in enumerate(lv.token_ids):
-                expected = sidecar_mod.token_string(lv.name, code)
-                actual = tok.token(t) if tok is not None else None
-                if actual is not None and tok is not None and tok.added and actual != expected:
-                    raise InputError(
-                        side_path,
-                        f"sidecar disagrees with tokenizer.json: id {t} is '{actual}', "
-                        f"sidecar says '{expected}'",
-                    )
-                tokens.append(actual if actual is not None else expected)
-        level_index = np.concatenate([np.full(lv.size, i) for i, lv in enumerate(side.levels)])
-        codes = np.concatenate([np.arange(lv.size) for lv in side.levels])
-        base = side.base_vocab_size if side.base_vocab_size is not None else int(ids.min())
-        if opts.all_rows_new:
-            base = 0
-        if base > int(ids.min()):
-            raise InputError(
-                side_path, f"base_vocab_size {base} overlaps the new token ids (min {ids.min()})"
-            )
-        return NewTokens(
-            ids,
-            tokens,
-            "sidecar",
-            base,
-            [lv.name for lv in side.levels],
-            level_index,
-            codes,
-            "sidecar",
-        )
-
-    if opts.all_rows_new:
-        ids, source, base = np.arange(n_rows, dtype=np.int64), "all rows", 0
-    elif opts.new_tokens is not None:
-        start, end = opts.new_tokens
-        if not 0 <= start < end:
-            raise InputError(
-                "--new-tokens", f"expected START:END with 0 <= START < END, got {start}:{end}"
-            )
-        if end > n_rows:
-            raise InputError("--new-tokens", f"END {end} is past the embedding's {n_rows} rows")
-        ids, source, base = np.arange(start, end, dtype=np.int64), "flag", start
-    elif opts.base_vocab_size is not None:
-        base = opts.base_vocab_size
-        end = min(n_rows, len(tok)) if tok is not None and len(tok) > base else n_rows
-        if not 0 < base < end:
-            raise InputError(
-                "--base-vocab-size", f"{base} leaves no new rows in an embedding of {n_rows} rows"
-            )
-        ids, source = np.arange(base, end, dtype=np.int64), "flag"
-    elif trainable is not None:
-        ids = np.array(list(dict.fromkeys(trainable.tolist())), dtype=np.int64)
-        source, base = "adapter", int(ids.min())
-    elif base_tok is not None:
-        added = absent_from(tok, base_tok) if tok is not None else []
-        if not added:
-            raise InputError(
-                "--base",
-                f"every token of {tok.path if tok else root / 'tokenizer.json'} is in the "
-                f"base's tokenizer ({base_tok.path}): no new tokens to measure",
-            )
-        ids = np.array([t.id for t in added], dtype=np.int64)
-        _check_id_range(ids, n_rows, tok.path, "added tokens disagree with the tensors")
-        source, base = "base", int(ids.min())
-    elif tok is not None and tok.added_non_special():
-        added = tok.added_non_special()
-        ids = np.array([t.id for t in added], dtype=np.int64)
-        _check_id_range(ids, n_rows, tok.path, "added tokens disagree with the tensors")
-        source, base = "tokenizer", int(ids.min())
-    else:
-        special = [t for t in tok.added if t.special] if tok is not None else []
-        has = (
-            f"tokenizer.json's {len(special)} added tokens are all special "
-            f"({', '.join(t.content for t in special[:4])}{', ...' if len(special) > 4 else ''}), "
-            "and special tokens are measured only when --base says they are new"
-            if special
-            else "no added tokens in tokenizer.json"
-        )
-        raise InputError(
-            root,
-            f"cannot tell which rows are new: no semantic_ids.json with token ids; {has}; pass "
-            "--base BASE (the tokens absent from its tokenizer), --new-tokens START:END or "
-            "--base-vocab-size N",
-        )
-    tokens = [name_of(int(i)) for i in ids]
-    new = NewTokens(ids, tokens, source, base)
-    parsed = _parse_level_names(tokens, opts.level_pattern)
-    if parsed is not None:
-        names, index, codes = parsed
-        order = np.lexsort((codes, index))  # (level, code) order, as the cosine map expects
-        new.ids, new.tokens = ids[order], [tokens[i] for i in order]
-        new.level_names, new.level_index, new.codes = names, index[order], codes[order]
-        new.levels_source = "token names"
-    return new
-
-
-def absent_from(tok: TokenizerInfo, base: TokenizerInfo) -> list[AddedToken]:
-    """The added tokens of ``tok`` (special or not) that ``base`` does not know, by id."""
-    known = {t.content for t in base.added} | set(base.vocab.values())
-    return sorted((t for t in tok.added if t.content not in known), key=lambda t: t.id)
-
-
-def special_note(tok: TokenizerInfo | None, new: NewTokens) -> str | None:
-    """Name the added special tokens left out of the measurement, if any: those at or past
-    the first new id (specials below it, ``<|endoftext|>`` at 0, are the base's own)."""
-    if tok is None or new.source != "tokenizer":
-        return None
-    special = [t for t in tok.added if t.special and t.id >= new.base_vocab_size]
-    if not special:
-        return None
-    names = ", ".join(t.content for t in special[:4]) + (", ..." if len(special) > 4 else "")
-    return (
-        f"{len(special)} added special token(s) not measured ({names}): special tokens "
-        "cannot be told from the base's own without --base BASE, which measures every token "
-        "absent from the base, special or not"
-    )
-
-
 def _load_codebooks(path: Path, new: NewTokens) -> tuple[dict[str, np.ndarray], str | None, str]:
     """Per level, the codebook vector of each new token's code, in token order.
 
@@ -541,37 +201,99 @@ def _load_codebooks(path: Path, new: NewTokens) -> tuple[dict[str, np.ndarray], 
 
 
 def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkpoint:
-    """Open a checkpoint folder or weights file and resolve everything but the row values."""
-    from geodiag.io.peft_adapter import is_adapter, open_adapter  # imports this module's names
-
+    """Open a checkpoint folder, weights file or PEFT adapter folder and resolve everything
+    but the row values, in the module docstring's order."""
     opts = opts or ReadOptions()
     path = Path(path)
-    adapter = None
-    if is_adapter(path):
-        adapter, store = open_adapter(path, opts.base)
-        # Files beside the weights: the adapter folder's own first, else the base's.
-        roots = [
-            path,
-            adapter.base_path if adapter.base_path.is_dir() else adapter.base_path.parent,
-        ]
-    else:
-        store = open_store(path)
-        roots = [path if path.is_dir() else path.parent]
+    store, adapter, roots = _open_weights(path, opts)
     base_ckpt = open_base(Path(opts.base)) if adapter is None and opts.base is not None else None
-
-    def beside(name: str) -> Path:
-        return next((r / name for r in roots if (r / name).is_file()), roots[0] / name)
-
+    beside = _finder(roots)
     config = read_json_object(beside("config.json")) if beside("config.json").is_file() else {}
     tok_path = beside("tokenizer.json")
     tok = load_tokenizer(tok_path) if tok_path.is_file() else None
 
-    input_name = _find_input_tensor(store, path, opts.tensor)
-    untied_by_adapter = adapter is not None and any(
+    untied_by_adapter = _untied_by_adapter(adapter)
+    matrices, tied, head_notes = _matrices(store, path, config, opts, adapter, untied_by_adapter)
+    side_path = opts.sidecar or beside(sidecar_mod.FILENAME)
+    side = sidecar_mod.load(side_path) if (opts.sidecar or side_path.is_file()) else None
+    patch = adapter.patches.get(matrices[0].tensor) if adapter is not None else None
+    trainable = patch.token_indices if patch is not None else None
+    sources = Sources(
+        root=path,
+        opts=opts,
+        n_rows=matrices[0].n_rows,
+        tokenizer=tok,
+        sidecar=side,
+        sidecar_path=side_path if side else None,
+        trainable=trainable,
+        base_tokenizer=_base_tokenizer(path, roots, tok, adapter, base_ckpt),
+    )
+    new = resolve_new_tokens(sources)
+    notes = [*(adapter.notes if adapter is not None else []), *head_notes]
+    notes += _notes(tok, new, side, side_path, trainable, untied_by_adapter, config)
+    book_path = opts.codebooks or beside(sidecar_mod.CODEBOOKS_FILENAME)
+    books, book_note, book_digest = _codebooks(book_path, opts, new)
+    provenance = adapter.provenance() if adapter is not None else None
+    return Checkpoint(
+        path=path,
+        store=store,
+        config=config,
+        tokenizer=tok,
+        sidecar=side,
+        new=new,
+        matrices=matrices,
+        tied=tied,
+        codebooks=books,
+        codebooks_path=book_path if books else None,
+        codebooks_note=book_note,
+        notes=notes,
+        adapter=provenance or {},
+        stack=detect_stack(roots, config, side.provenance if side else None, provenance),
+        base=base_ckpt,
+        _codebook_digest=book_digest,
+    )
+
+
+def _open_weights(
+    path: Path, opts: ReadOptions
+) -> tuple[TensorStore, AdapterInfo | None, list[Path]]:
+    """(store, the adapter when ``path`` is one, the folders to look beside: first wins)."""
+    if is_adapter(path):
+        adapter, store = open_adapter(path, opts.base)
+        # Files beside the weights: the adapter folder's own first, else the base's.
+        base_root = adapter.base_path if adapter.base_path.is_dir() else adapter.base_path.parent
+        return store, adapter, [path, base_root]
+    return open_store(path), None, [path if path.is_dir() else path.parent]
+
+
+def _finder(roots: list[Path]) -> Callable[[str], Path]:
+    """``beside(name)``: the first root holding the file ``name``, else the first root's path."""
+
+    def beside(name: str) -> Path:
+        return next((r / name for r in roots if (r / name).is_file()), roots[0] / name)
+
+    return beside
+
+
+def _untied_by_adapter(adapter: AdapterInfo | None) -> bool:
+    """The adapter saves its own copy of the output head (``modules_to_save``)."""
+    return adapter is not None and any(
         p.full_kind == "modules_to_save" and n in OUTPUT_HEAD_NAMES
         for n, p in adapter.patches.items()
     )
-    head_name, tied = _find_output_head(store, input_name, config, untied_by_adapter)
+
+
+def _matrices(
+    store: TensorStore,
+    path: Path,
+    config: dict,
+    opts: ReadOptions,
+    adapter: AdapterInfo | None,
+    untied_by_adapter: bool,
+) -> tuple[list[Matrix], bool, list[str]]:
+    """(the input embedding [, the untied head], tied?, notes on a head left out)."""
+    input_name = find_input_tensor(store, path, opts.tensor)
+    head_name, tied = find_output_head(store, input_name, config, untied_by_adapter)
     if opts.all_rows_new:
         head_name = None  # a separate table of new tokens; the LM's head is another matter
     matrices = []
@@ -609,25 +331,40 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
             store.file_of(head_name or ""),
             f"output head has {matrices[1].n_rows} rows but the input embedding has {matrices[0].n_rows}",
         )
+    return matrices, tied, head_notes
 
-    side_path = opts.sidecar or beside(sidecar_mod.FILENAME)
-    side = sidecar_mod.load(side_path) if (opts.sidecar or side_path.is_file()) else None
-    n_rows = matrices[0].n_rows
-    patch = adapter.patches.get(input_name) if adapter is not None else None
-    trainable = patch.token_indices if patch is not None else None
+
+def _base_tokenizer(
+    path: Path,
+    roots: list[Path],
+    tok: TokenizerInfo | None,
+    adapter: AdapterInfo | None,
+    base_ckpt: BaseCheckpoint | None,
+) -> TokenizerInfo | None:
+    """The tokenizer new tokens are told from: ``--base``'s, or, for an adapter that saved
+    a tokenizer of its own, its base's when the two differ (when they do not, the base was
+    resized before PEFT: the adapter's trainable tokens say which rows are new)."""
     base_tok = base_ckpt.tokenizer if base_ckpt is not None else None
     if adapter is not None and tok is not None and tok.path.parent == path:
-        # The adapter saved a tokenizer of its own: tokens its base lacks are the new ones
-        # (when there are none, the base was resized before PEFT: read as before).
         base_tok_path = roots[1] / "tokenizer.json"
         if base_tok_path.is_file():
             base_tok = load_tokenizer(base_tok_path)
             base_tok = base_tok if absent_from(tok, base_tok) else None
-    new = _new_tokens(
-        path, opts, n_rows, tok, side, side_path if side else None, trainable, base_tok
-    )
+    return base_tok
 
-    notes = [*(adapter.notes if adapter is not None else []), *head_notes]
+
+def _notes(
+    tok: TokenizerInfo | None,
+    new: NewTokens,
+    side: sidecar_mod.SemanticIds | None,
+    side_path: Path,
+    trainable: np.ndarray | None,
+    untied_by_adapter: bool,
+    config: dict,
+) -> list[str]:
+    """What the reader decided that the user should know: rows left out, rows taken from
+    elsewhere than expected, a head untied by the adapter."""
+    notes = []
     if (note := special_note(tok, new)) is not None:
         notes.append(note)
     if new.source == "base":
@@ -645,42 +382,20 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
         notes.append(f"new rows taken from the command-line flag, not from {side_path.name}")
     if side is not None and not side.has_token_ids:
         notes.append(f"{side_path.name} has no token ids yet (written before vocabulary extension)")
-    books: dict[str, np.ndarray] = {}
-    book_path = opts.codebooks or beside(sidecar_mod.CODEBOOKS_FILENAME)
-    book_note, book_digest = None, None
+    return notes
+
+
+def _codebooks(
+    book_path: Path, opts: ReadOptions, new: NewTokens
+) -> tuple[dict[str, np.ndarray], str | None, str | None]:
+    """(codebook vectors per level, why RSA is skipped or partial, the file's digest)."""
     if not new.level_names:
-        book_note = (
-            "levels unknown (no sidecar, token names do not match --level-pattern): RSA skipped"
-        )
-    elif opts.codebooks is None and not book_path.is_file():
-        book_note = (
-            "no codebooks.safetensors beside the checkpoint and no --codebooks FILE: RSA skipped"
-        )
-    else:
-        books, book_note, book_digest = _load_codebooks(book_path, new)
-    return Checkpoint(
-        path=path,
-        store=store,
-        config=config,
-        tokenizer=tok,
-        sidecar=side,
-        new=new,
-        matrices=matrices,
-        tied=tied,
-        codebooks=books,
-        codebooks_path=book_path if books else None,
-        codebooks_note=book_note,
-        notes=notes,
-        adapter=adapter.provenance() if adapter is not None else {},
-        stack=detect_stack(
-            roots,
-            config,
-            side.provenance if side else None,
-            adapter.provenance() if adapter is not None else None,
-        ),  # fmt: skip
-        base=base_ckpt,
-        _codebook_digest=book_digest,
-    )
+        note = "levels unknown (no sidecar, token names do not match --level-pattern): RSA skipped"
+        return {}, note, None
+    if opts.codebooks is None and not book_path.is_file():
+        note = "no codebooks.safetensors beside the checkpoint and no --codebooks FILE: RSA skipped"
+        return {}, note, None
+    return _load_codebooks(book_path, new)
 
 
 def check_rows(

@@ -33,8 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError
-from geodiag.io.checkpoint import OUTPUT_HEAD_NAMES, read_json_object
 from geodiag.io.store import TensorStore, open_store
+from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES
+from geodiag.jsonio import read_json_object
 
 CONFIG_FILENAME = "adapter_config.json"
 WEIGHT_FILENAMES = ("adapter_model.safetensors", "adapter_model.bin")

@@ -28,7 +28,8 @@ from geodiag.analysis import (
 )
 from geodiag.errors import InputError
 from geodiag.gate import GateConfig, GateResult, run_gate
-from geodiag.io.checkpoint import Checkpoint, ReadOptions, open_checkpoint
+from geodiag.io.checkpoint import Checkpoint, open_checkpoint
+from geodiag.io.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.geometry import cosine_matrix, level_cosine, row_norms
 from geodiag.report.verdict import Verdict, verdict

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from geodiag.atomic import atomic_write_many
 from geodiag.errors import InputError, require_extra
-from geodiag.io.checkpoint import ReadOptions
+from geodiag.io.options import ReadOptions
 from geodiag.jsonio import dumps
 from geodiag.report.build import Progress, Report, ReportOptions, build_report
 from geodiag.report.figures import FigureFormat

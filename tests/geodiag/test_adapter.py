@@ -22,7 +22,8 @@ import pytest
 from typer.testing import CliRunner
 
 from geodiag.cli import app
-from geodiag.io.checkpoint import ReadOptions, open_checkpoint
+from geodiag.io.checkpoint import open_checkpoint
+from geodiag.io.options import ReadOptions
 
 pytestmark = pytest.mark.filterwarnings("ignore")  # PEFT's and transformers' own advice
 

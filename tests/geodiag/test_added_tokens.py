@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from geodiag.analysis import analyze
 from geodiag.cli import app
-from geodiag.io.checkpoint import ReadOptions
+from geodiag.io.options import ReadOptions
 
 pytestmark = pytest.mark.filterwarnings("ignore")  # transformers' own advice
 

@@ -6,7 +6,8 @@ import torch
 from geodiag_fixtures import BASE_VOCAB, DIM, LEVELS, base_rows, planted_new_rows
 
 from geodiag.errors import InputError
-from geodiag.io.checkpoint import ReadOptions, open_checkpoint
+from geodiag.io.checkpoint import open_checkpoint
+from geodiag.io.options import ReadOptions
 from geodiag.io.safetensors import save_file
 from geodiag.io.tokenizer import load_tokenizer
 
