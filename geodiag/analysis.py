@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from geodiag import __version__
 from geodiag.errors import InputError
 from geodiag.io.checkpoint import Checkpoint, Matrix, check_rows, open_checkpoint
 from geodiag.io.options import ReadOptions
@@ -29,6 +28,7 @@ from geodiag.metrics.untrained import (
     near_point,
     vocabulary_stats,
 )
+from geodiag.version import __version__
 
 if TYPE_CHECKING:  # drift is loaded by the commands that measure it, not by every gate
     from geodiag.metrics.drift import DriftResult

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag import __version__
 from geodiag.analysis import (
     AnalyzeOptions,
     CheckpointReport,
@@ -40,6 +39,7 @@ from geodiag.trajectory import (
     series_order,
     split_inputs,
 )
+from geodiag.version import __version__
 
 Progress = Callable[[str], None]
 
