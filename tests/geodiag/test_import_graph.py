@@ -102,3 +102,14 @@ def test_no_import_cycles_in_geodiag_or_gti():
     graph = {name: _imported(name, path, modules) for name, path in modules.items()}
     assert "geodiag.io.peft_adapter" in graph["geodiag.io.checkpoint"]  # edges are found
     assert _cycles(graph) == []
+
+
+def test_the_old_paths_kept_for_gti_are_the_same_objects():
+    import geodiag.checkpoints as old_checkpoints
+    import geodiag.safetensors_file as old_safetensors
+    from geodiag.io import checkpoint, options, safetensors
+
+    assert old_checkpoints.open_checkpoint is checkpoint.open_checkpoint
+    assert old_checkpoints.ReadOptions is options.ReadOptions
+    assert old_safetensors.SafetensorsFile is safetensors.SafetensorsFile
+    assert old_safetensors.save_file is safetensors.save_file
