@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag import sidecar
-from geodiag.safetensors_file import save_file
+from geodiag.io.safetensors import save_file
 
 STRATEGIES = ("mean", "mean-noise", "line", "random", "gti")
 

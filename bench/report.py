@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._synthetic import Spec, write_synthetic  # noqa: E402
-from geodiag.checkpoints import open_checkpoint  # noqa: E402
+from geodiag.io.checkpoint import open_checkpoint  # noqa: E402
 from geodiag.metrics.geometry import cosine_matrix  # noqa: E402
 from geodiag.report import ReportOptions, build_report  # noqa: E402
 from geodiag.report.figures import FigureFormat  # noqa: E402

@@ -6,7 +6,8 @@
 
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from geodiag.version import __version__
+
 __all__ = ["__version__", "check", "measure"]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time they load lazily below

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from geodiag import __version__
-from geodiag.checkpoints import Checkpoint, Matrix, ReadOptions, check_rows, open_checkpoint
 from geodiag.errors import InputError
+from geodiag.io.checkpoint import Checkpoint, Matrix, check_rows, open_checkpoint
+from geodiag.io.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.geometry import GeometrySummary, LevelCosine, level_cosine, summarize
 from geodiag.metrics.neighbors import nearest_rows
@@ -28,6 +28,7 @@ from geodiag.metrics.untrained import (
     near_point,
     vocabulary_stats,
 )
+from geodiag.version import __version__
 
 if TYPE_CHECKING:  # drift is loaded by the commands that measure it, not by every gate
     from geodiag.metrics.drift import DriftResult

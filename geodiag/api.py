@@ -6,7 +6,7 @@ One entry for every kind of source, each returning the objects the CLI renders:
   ``geodiag metrics``; ``new_ids`` / ``levels`` / ``codebooks`` override what it finds;
 - a (vocab, dim) numpy array or torch tensor, e.g. ``model.get_input_embeddings().weight``;
 - a transformers (or PEFT) model: its input embedding and, when untied, its output head
-  as a second matrix; PEFT wrappers give their effective rows (see :mod:`geodiag.memory`).
+  as a second matrix; PEFT wrappers give their effective rows (see :mod:`geodiag.io.memory`).
 
 Nothing is written to disk. torch is imported only when the source is a torch object.
 """
@@ -22,10 +22,12 @@ import numpy as np
 
 from geodiag import sidecar as sidecar_mod
 from geodiag.analysis import AnalyzeOptions, CheckpointReport, analyze_checkpoint
-from geodiag.checkpoints import Checkpoint, NewTokens, ReadOptions, open_checkpoint
 from geodiag.errors import InputError
 from geodiag.gate import GateConfig, GateResult, load_config, run_gate
-from geodiag.memory import MemoryStore, array_matrix, gathered, is_torch, model_matrices
+from geodiag.io.checkpoint import Checkpoint, open_checkpoint
+from geodiag.io.memory import MemoryStore, array_matrix, gathered, is_torch, model_matrices
+from geodiag.io.new_tokens import NewTokens
+from geodiag.io.options import ReadOptions
 
 Levels = Mapping[str, Sequence[int]] | str | os.PathLike[str] | sidecar_mod.SemanticIds
 Codebooks = Mapping[str, object] | str | os.PathLike[str]
@@ -61,7 +63,7 @@ def _levels(levels: Levels) -> tuple[dict[str, np.ndarray], Path | None]:
 def _codebooks(codebooks: Codebooks, new: NewTokens) -> tuple[dict[str, np.ndarray], str | None]:
     """Per level, the codebook vector of each new token's code, in token order."""
     if isinstance(codebooks, str | os.PathLike):
-        from geodiag.safetensors_file import SafetensorsFile
+        from geodiag.io.safetensors import SafetensorsFile
 
         f = SafetensorsFile(Path(codebooks))
         where = str(codebooks)
@@ -155,7 +157,7 @@ def _memory_checkpoint(source, tokenizer=None, probe_ids=None) -> Checkpoint:
     else:
         matrices, tied = [array_matrix("embedding", source)], True
         description = "torch tensor" if is_torch(source) else "numpy array"
-    from geodiag.checkpoints import Matrix
+    from geodiag.io.checkpoint import Matrix
 
     store = MemoryStore(matrices, f"in-memory {description}")
     roles = ("input", "output")

@@ -13,10 +13,10 @@ from typing import Annotated
 
 import typer
 
-from geodiag import __version__
-from geodiag.checkpoints import ReadOptions
 from geodiag.errors import InputError, exits_2_on_any_error, os_reason, print_unexpected
+from geodiag.io.options import ReadOptions
 from geodiag.settings import options_from
+from geodiag.version import __version__
 
 app = typer.Typer(
     help="Geometry diagnostics for new-token embeddings (Semantic IDs and other added vocabulary).",

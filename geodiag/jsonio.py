@@ -50,5 +50,23 @@ def read_json(path: Path) -> object:
         raise nested_too_deeply(path) from None
 
 
+def read_json_object(path: Path) -> dict:
+    """A JSON object file (a checkpoint's or an adapter's config); anything else is bad
+    input naming the file."""
+    from geodiag.errors import InputError, cannot_read, nested_too_deeply
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(path, f"not valid JSON ({e.__class__.__name__})") from None
+    except RecursionError:
+        raise nested_too_deeply(path) from None
+    except OSError as e:
+        raise cannot_read(path, e) from None
+    if not isinstance(data, dict):
+        raise InputError(path, "expected a JSON object")
+    return data
+
+
 def dumps(obj: object, *, indent: int | None = 1) -> str:
     return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False, ensure_ascii=False)

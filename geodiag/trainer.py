@@ -22,7 +22,7 @@ gate then measures the model in memory (the rows just saved).
 
 Models: a plain ``PreTrainedModel`` or a PEFT model. Rows are read through the modules,
 so trainable tokens, ``modules_to_save`` and LoRA on the embedding give their effective
-rows (:mod:`geodiag.memory`). An untied output head is measured as its own matrix
+rows (:mod:`geodiag.io.memory`). An untied output head is measured as its own matrix
 (``geodiag/output/<metric>``).
 
 Distributed: under DDP only the main process (``state.is_world_process_zero``) measures,
@@ -49,8 +49,8 @@ from geodiag.analysis import AnalyzeOptions, _reference_rows
 from geodiag.atomic import atomic_write
 from geodiag.errors import InputError
 from geodiag.gate import GateConfig
+from geodiag.io.safetensors import save_file
 from geodiag.metrics.snapshot import snapshot
-from geodiag.safetensors_file import save_file
 from geodiag.trajectory import (
     TRAJECTORY_FILENAME,
     append_record,
@@ -192,7 +192,7 @@ class GeodiagCallback(TrainerCallback):
 
     def measure(self, model) -> dict[str, dict]:
         """{matrix role: structure} of ``model`` now (cheap snapshot). Raises InputError."""
-        from geodiag.memory import gathered
+        from geodiag.io.memory import gathered
 
         with gathered(model):
             ckpt = self._open(model)
@@ -270,7 +270,7 @@ class GeodiagCallback(TrainerCallback):
             self._enter_gather_only(model)
 
     def _enter_gather_only(self, model) -> None:
-        from geodiag.memory import gathered
+        from geodiag.io.memory import gathered
 
         try:
             with gathered(model):
@@ -387,7 +387,7 @@ class GeodiagCallback(TrainerCallback):
                                folder, e)  # fmt: skip
         if model is None:
             raise InputError(folder, "no model to measure")
-        from geodiag.memory import gathered
+        from geodiag.io.memory import gathered
 
         with gathered(model):
             report = analyze_checkpoint(open_source(model, **kw), opts)
@@ -440,7 +440,7 @@ def _empty() -> dict:
 
 
 def _partitioned(model) -> bool:
-    from geodiag.memory import partitioned_embeddings
+    from geodiag.io.memory import partitioned_embeddings
 
     try:
         return bool(partitioned_embeddings(model))

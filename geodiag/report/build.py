@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag import __version__
 from geodiag.analysis import (
     AnalyzeOptions,
     CheckpointReport,
@@ -26,9 +25,10 @@ from geodiag.analysis import (
     command_line,
     new_rows,
 )
-from geodiag.checkpoints import Checkpoint, ReadOptions, open_checkpoint
 from geodiag.errors import InputError
 from geodiag.gate import GateConfig, GateResult, run_gate
+from geodiag.io.checkpoint import Checkpoint, open_checkpoint
+from geodiag.io.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.geometry import cosine_matrix, level_cosine, row_norms
 from geodiag.report.verdict import Verdict, verdict
@@ -39,6 +39,7 @@ from geodiag.trajectory import (
     series_order,
     split_inputs,
 )
+from geodiag.version import __version__
 
 Progress = Callable[[str], None]
 

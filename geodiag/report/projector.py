@@ -16,7 +16,8 @@ import numpy as np
 
 from geodiag.analysis import new_rows
 from geodiag.atomic import atomic_write_many
-from geodiag.checkpoints import ReadOptions, open_checkpoint
+from geodiag.io.checkpoint import open_checkpoint
+from geodiag.io.options import ReadOptions
 
 CONFIG_FILENAME = "projector_config.pbtxt"
 

@@ -2,7 +2,7 @@
 
 The gate (:mod:`geodiag.gate`) decides pass / warn / fail; this module only explains
 its decisions. Remedies speak the language of the stack that wrote the checkpoint
-(:mod:`geodiag.stack`): the option that produced a collapse and its alternative in
+(:mod:`geodiag.io.stack`): the option that produced a collapse and its alternative in
 transformers, Unsloth, LLaMA-Factory or PEFT, with gti as one option among them. A gti
 checkpoint's sidecar provenance (strategy, grounding steps) shapes the advice.
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geodiag.atomic import atomic_write_many
-from geodiag.checkpoints import ReadOptions
 from geodiag.errors import InputError, require_extra
+from geodiag.io.options import ReadOptions
 from geodiag.jsonio import dumps
 from geodiag.report.build import Progress, Report, ReportOptions, build_report
 from geodiag.report.figures import FigureFormat

@@ -17,7 +17,7 @@ import torch
 from transformers import PreTrainedModel
 
 from geodiag.errors import InputError
-from geodiag.safetensors_file import SafetensorsFile
+from geodiag.io.safetensors import SafetensorsFile
 from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
 from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
 from gti.data.sources import load_dataset

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from geodiag.safetensors_file import SafetensorsFile
+from geodiag.io.safetensors import SafetensorsFile
 from geodiag.sidecar import CODEBOOKS_FILENAME, load
 from gti.data.sources import load_dataset
 from gti.init import InitContext

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from geodiag.io.safetensors import SafetensorsFile
 from geodiag.metrics.rsa import rsa
-from geodiag.safetensors_file import SafetensorsFile
 from geodiag.sidecar import load
 
 torch.manual_seed(0)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag import sidecar
-from geodiag.safetensors_file import save_file
+from geodiag.io.safetensors import save_file
 
 BASE_VOCAB = 300
 DIM = 32

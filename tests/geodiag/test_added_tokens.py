@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from geodiag.analysis import analyze
-from geodiag.checkpoints import ReadOptions
 from geodiag.cli import app
+from geodiag.io.options import ReadOptions
 
 pytestmark = pytest.mark.filterwarnings("ignore")  # transformers' own advice
 

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from geodiag.checkpoints import open_checkpoint
 from geodiag.cli import app
+from geodiag.io.checkpoint import open_checkpoint
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -184,7 +184,7 @@ def test_bart_shared_embedding(tmp_path):
 
 
 def test_no_known_embedding_names_them_all(tmp_path):
-    from geodiag.safetensors_file import save_file
+    from geodiag.io.safetensors import save_file
 
     save_file({"encoder.tok.weight": np.ones((4, 2), np.float32)}, tmp_path / "model.safetensors")
     res = run("metrics", tmp_path, "--new-tokens", "2:4")

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from geodiag.analysis import AnalyzeOptions, analyze
 from geodiag.cli import app
 from geodiag.gate import GateConfig, run_gate
+from geodiag.io.safetensors import save_file
 from geodiag.report.verdict import GTI, fingerprint, verdict
-from geodiag.safetensors_file import save_file
 
 N_NEW = 24
 OPTS = AnalyzeOptions(n_permutations=20, neighbors_max=0)

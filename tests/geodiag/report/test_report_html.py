@@ -159,7 +159,7 @@ def test_block_means_match_a_direct_average(tmp_path):
     files = write_report(paths[1:2], tmp_path / "agg.html", opts=opts)
     cm = files.report.cosine_maps[0]
     assert cm.aggregated and cm.block_size == 4 and cm.n_cells == 6 and cm.level_starts == [0, 2, 4]
-    from geodiag.checkpoints import open_checkpoint
+    from geodiag.io.checkpoint import open_checkpoint
 
     ck = open_checkpoint(paths[1])
     cos = cosine_matrix(ck.read_rows(ck.matrices[0], ck.new.ids))

@@ -16,7 +16,7 @@ An adapter folder holds ``adapter_config.json`` and ``adapter_model.safetensors`
   order of the index list), copied over ``E`` on merge.
 
 Keys carry PEFT's ``base_model.model.`` prefix; the adapter name is already stripped
-on save. :class:`AdapterStore` answers the :class:`~geodiag.tensor_store.TensorStore`
+on save. :class:`AdapterStore` answers the :class:`~geodiag.io.store.TensorStore`
 questions for the *effective* matrices, reading only the rows asked for from the base
 and the adapter (the LoRA factor ``A`` is read whole: r x V values, ~1% of ``E`` at
 r = 8), so everything above it (new rows, vocabulary sample, neighbour scan) works
@@ -32,9 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag.checkpoints import OUTPUT_HEAD_NAMES, read_json_object
 from geodiag.errors import InputError
-from geodiag.tensor_store import TensorStore, open_store
+from geodiag.io.store import TensorStore, open_store
+from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES
+from geodiag.jsonio import read_json_object
 
 CONFIG_FILENAME = "adapter_config.json"
 WEIGHT_FILENAMES = ("adapter_model.safetensors", "adapter_model.bin")

@@ -21,8 +21,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from geodiag.checkpoints import ReadOptions, open_checkpoint
 from geodiag.cli import app
+from geodiag.io.checkpoint import open_checkpoint
+from geodiag.io.options import ReadOptions
 
 pytestmark = pytest.mark.filterwarnings("ignore")  # PEFT's and transformers' own advice
 
@@ -209,7 +210,7 @@ def test_modules_to_save_equals_merge(tmp_path, tied):
 def _lora_tolerance(folder: Path, got: np.ndarray) -> np.ndarray:
     """The float32 merge's error bound per entry (module docstring), from the adapter's own
     factors and the embedding's r and alpha."""
-    from geodiag.safetensors_file import SafetensorsFile
+    from geodiag.io.safetensors import SafetensorsFile
 
     f = SafetensorsFile(folder / "adapter_model.safetensors")
     a = f.read("base_model.model.model.embed_tokens.lora_embedding_A")  # (r, V)
@@ -342,7 +343,7 @@ def test_drift_between_base_and_adapter(tt_adapter):
 def test_only_embedding_rows_are_read_from_base_and_adapter(tt_adapter, monkeypatch):
     """The base's other tensors (attention, MLP) are never read: every byte range read
     belongs to the embedding, the head or the adapter's embedding tensors."""
-    from geodiag import safetensors_file as sf
+    from geodiag.io import safetensors as sf
 
     folder, _ = tt_adapter
     read: set[str] = set()

@@ -16,7 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
-from geodiag.safetensors_file import FLOAT_DTYPES, SafetensorsFile
+from geodiag.io.safetensors import FLOAT_DTYPES, SafetensorsFile
 
 
 class TensorStore(Protocol):

@@ -5,10 +5,11 @@ import pytest
 import torch
 from geodiag_fixtures import BASE_VOCAB, DIM, LEVELS, base_rows, planted_new_rows
 
-from geodiag.checkpoints import ReadOptions, open_checkpoint
 from geodiag.errors import InputError
-from geodiag.safetensors_file import save_file
-from geodiag.tokenizer_file import load_tokenizer
+from geodiag.io.checkpoint import open_checkpoint
+from geodiag.io.options import ReadOptions
+from geodiag.io.safetensors import save_file
+from geodiag.io.tokenizer import load_tokenizer
 
 N_NEW = sum(k for _, k in LEVELS)
 
@@ -197,7 +198,7 @@ def test_codebooks_pair_by_code_for_a_partial_range(make_ckpt):
 def test_tokenizer_merges_are_skipped_without_changing_anything(tmp_path):
     import json as _json
 
-    from geodiag.tokenizer_file import _without_merges
+    from geodiag.io.tokenizer import _without_merges
 
     tok = {
         "added_tokens": [{"id": 4, "content": "<a_0>", "special": False}],

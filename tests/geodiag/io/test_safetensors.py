@@ -8,7 +8,7 @@ from safetensors.numpy import save_file as reference_save
 from safetensors.torch import save_file as reference_save_torch
 
 from geodiag.errors import InputError
-from geodiag.safetensors_file import SafetensorsFile, bf16_to_float32, float32_to_bf16, save_file
+from geodiag.io.safetensors import SafetensorsFile, bf16_to_float32, float32_to_bf16, save_file
 
 
 def test_reads_files_written_by_the_reference_library(tmp_path):
@@ -288,8 +288,8 @@ def test_checkpoint_with_an_fp8_embedding(make_ckpt):
     from safetensors.torch import load_file
     from typer.testing import CliRunner
 
-    from geodiag.checkpoints import open_checkpoint
     from geodiag.cli import app
+    from geodiag.io.checkpoint import open_checkpoint
 
     root = make_ckpt("random")
     _with_tensors(root, {}, embedding_dtype=torch.float8_e4m3fn)
@@ -306,7 +306,7 @@ def test_checkpoint_with_an_fp8_embedding(make_ckpt):
 
 def test_fp8_embedding_in_a_torch_pickle(tmp_path):
     """torch converts its own float8 (no ml_dtypes needed on that path)."""
-    from geodiag.tensor_store import open_store
+    from geodiag.io.store import open_store
 
     x = torch.randn(10, 4).to(torch.float8_e5m2)
     torch.save({"model.embed_tokens.weight": x}, tmp_path / "pytorch_model.bin")

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from geodiag.errors import InputError
-from geodiag.tokenizer_file import _read_hf_layout, load_tokenizer
+from geodiag.io.tokenizer import _read_hf_layout, load_tokenizer
 
 # Token strings that trip a hand-rolled scanner: quotes, backslashes, brackets and braces,
 # the key names the reader looks for, unicode escapes (json.dumps writes \u0120 for "Ġ").

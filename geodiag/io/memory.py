@@ -1,6 +1,6 @@
 """Rows in memory: a numpy array, a torch tensor, or a model's embedding modules.
 
-The same :class:`~geodiag.checkpoints.Checkpoint` the file readers build, over a store
+The same :class:`~geodiag.io.checkpoint.Checkpoint` the file readers build, over a store
 whose rows come from memory, so ``geodiag.measure(model)`` returns exactly what
 ``geodiag metrics`` computes from the saved folder. torch is never imported here: a
 torch tensor or module brings its own module along, and is handled by duck typing.
@@ -48,7 +48,7 @@ class MemoryMatrix:
 
 
 class MemoryStore:
-    """The :class:`~geodiag.tensor_store.TensorStore` protocol over in-memory matrices."""
+    """The :class:`~geodiag.io.store.TensorStore` protocol over in-memory matrices."""
 
     def __init__(self, matrices: list[MemoryMatrix], description: str) -> None:
         self._m = {m.name: m for m in matrices}

@@ -1,0 +1,432 @@
+"""Open a checkpoint and find its new-token rows, without instantiating the model.
+
+Resolution order (DESIGN.md, checkpoint contract):
+- weights: a PEFT adapter folder over its base (``geodiag.io.peft_adapter``), else a
+  safetensors file, a sharded set or a torch state dict (``geodiag.io.store``); files
+  beside them (config, tokenizer, sidecar, codebooks) from the adapter's folder first,
+  else its base's;
+- tensors: ``--tensor`` override, else the known embedding names of common
+  architectures, else the unique ``*embed_tokens/wte/word_embeddings`` tensor;
+  the output head is analyzed on its own when it is not tied (``geodiag.io.tensor_names``);
+- new rows: one resolver per source, in the order ``geodiag.io.new_tokens`` states
+  (flags, sidecar, all rows, adapter, ``--base``, tokenizer);
+- levels: the sidecar, else token names matching ``--level-pattern``, else none;
+- codebooks: ``--codebooks FILE``, else ``codebooks.safetensors`` beside the weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from geodiag import sidecar as sidecar_mod
+from geodiag.errors import InputError
+from geodiag.io.new_tokens import NewTokens, Sources, absent_from, resolve_new_tokens, special_note
+from geodiag.io.options import ReadOptions
+from geodiag.io.peft_adapter import AdapterInfo, is_adapter, open_adapter
+from geodiag.io.safetensors import SafetensorsFile
+from geodiag.io.stack import detect_stack
+from geodiag.io.store import FLOAT_DTYPES, TensorStore, is_float, open_store
+from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES, find_input_tensor, find_output_head
+from geodiag.io.tokenizer import TokenizerInfo, load_tokenizer
+from geodiag.jsonio import read_json_object
+
+
+@dataclass
+class Matrix:
+    """One embedding matrix to analyze: the input embedding, or an untied output head."""
+
+    role: str  # "input" | "output"
+    tensor: str
+    dtype: str
+    n_rows: int
+    dim: int
+
+
+@dataclass
+class BaseCheckpoint:
+    """The base a checkpoint was extended from (``--base``): its tokenizer says which
+    tokens are new, its weights (when present) which new ids landed on padding rows."""
+
+    path: Path
+    tokenizer: TokenizerInfo
+    store: TensorStore | None
+
+    def padding_mask(self, tensor: str, ids: np.ndarray) -> np.ndarray | None:
+        """(n,) bool: ids past the base's tokenizer but inside its matrix ``tensor``."""
+        if self.store is None or tensor not in self.store.names():
+            return None
+        n_rows = self.store.shape(tensor)[0]
+        return (ids >= len(self.tokenizer)) & (ids < n_rows)
+
+
+def open_base(base: Path) -> BaseCheckpoint:
+    """``--base`` for a checkpoint that is not an adapter: its tokenizer, and its weights."""
+    root = base if base.is_dir() else base.parent
+    tok_path = root / "tokenizer.json"
+    if not base.exists():
+        raise InputError("--base", f"{base}: no such file or folder")
+    if not tok_path.is_file():
+        raise InputError(
+            "--base",
+            f"{base}: no tokenizer.json, so the tokens added since cannot be told apart "
+            "(pass the base's save_pretrained folder, or --new-tokens START:END)",
+        )
+    try:
+        store = open_store(base)
+    except InputError:
+        store = None  # a tokenizer-only folder still says which tokens are new
+    return BaseCheckpoint(base, load_tokenizer(tok_path), store)
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    store: TensorStore
+    config: dict
+    tokenizer: TokenizerInfo | None
+    sidecar: sidecar_mod.SemanticIds | None
+    new: NewTokens
+    matrices: list[Matrix]
+    tied: bool
+    codebooks: dict[str, np.ndarray]
+    codebooks_path: Path | None
+    codebooks_note: str | None
+    notes: list[str] = field(default_factory=list)
+    adapter: dict = field(default_factory=dict)  # a PEFT adapter's provenance, when one was read
+    stack: dict = field(default_factory=dict)  # which training stack wrote it (stack.py)
+    base: BaseCheckpoint | None = None  # --base on a checkpoint that is not an adapter
+    _codebook_digest: str | None = None
+
+    def base_padding_rows(
+        self, matrix: Matrix, ids: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(mask over ``ids``, the base's rows at those ids) for new ids that were padding
+        rows in the base: past its tokenizer, inside its matrix. None without a base."""
+        if self.base is None:
+            return None
+        mask = self.base.padding_mask(matrix.tensor, ids)
+        if mask is None or not mask.any():
+            return None
+        return mask, self.base.store.read_rows(matrix.tensor, ids[mask])
+
+    @property
+    def has_vocabulary(self) -> bool:
+        """False when every row is new (--all-rows-new): nothing to compare with."""
+        return self.new.base_vocab_size > 0
+
+    def token(self, token_id: int) -> str:
+        t = self.tokenizer.token(int(token_id)) if self.tokenizer is not None else None
+        return t if t is not None else f"<id {int(token_id)}>"
+
+    def read_rows(self, matrix: Matrix, ids: np.ndarray) -> np.ndarray:
+        return self.store.read_rows(matrix.tensor, ids)
+
+    def iter_original(
+        self, matrix: Matrix, chunk: int = 1024, float32: bool = True
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Original rows ``[0, base_vocab_size)`` in blocks: memory stays at two blocks.
+
+        Blocks come as float32 when that is exact (F32, F16, BF16 weights): half the bytes
+        of float64 and no conversion. The next block is read (and hashed for the digest,
+        which releases the GIL) in a helper thread while the caller scores this one.
+        Block size: 1024 rows (2.4 MB at SmolLM2's width in float32); 2048 raised the
+        run's peak by 5 MB and 4096 by 17 MB, at no measurable gain in time.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        n = self.new.base_vocab_size
+        starts = list(range(0, n, chunk))
+
+        def read(start: int) -> tuple[np.ndarray, np.ndarray]:
+            stop = min(start + chunk, n)
+            rows = self.store.read_block(matrix.tensor, start, stop, float32=float32)
+            return np.arange(start, stop, dtype=np.int64), rows
+
+        if not starts:
+            return
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(read, starts[0])
+            for nxt in [*starts[1:], None]:
+                block = pending.result()
+                if nxt is not None:
+                    pending = pool.submit(read, nxt)
+                yield block
+
+    def digests(self) -> dict[str, str]:
+        d = self.store.digests()
+        if self.codebooks_path is not None and self._codebook_digest:
+            d[str(self.codebooks_path)] = self._codebook_digest
+        return d
+
+
+def _load_codebooks(path: Path, new: NewTokens) -> tuple[dict[str, np.ndarray], str | None, str]:
+    """Per level, the codebook vector of each new token's code, in token order.
+
+    With a sidecar the level sizes are known and a codebook must have exactly that
+    many codes; with levels parsed from token names it must cover every code seen.
+    """
+    f = SafetensorsFile(path)
+    books: dict[str, np.ndarray] = {}
+    missing = []
+    assert new.level_index is not None and new.codes is not None
+    for li, name in enumerate(new.level_names):
+        if name not in f.tensors:
+            missing.append(name)
+            continue
+        book = f.read(name)
+        codes = new.codes[new.level_index == li]
+        if book.ndim != 2:
+            raise InputError(
+                path, f"codebook '{name}' has shape {list(book.shape)}, expected [codes, code_dim]"
+            )
+        if new.levels_source == "sidecar" and book.shape[0] != len(codes):
+            raise InputError(
+                path,
+                f"codebook '{name}' has {book.shape[0]} codes, but level '{name}' has {len(codes)}",
+            )
+        if codes.max() >= book.shape[0]:
+            raise InputError(
+                path,
+                f"codebook '{name}' has {book.shape[0]} codes, but token <{name}_{codes.max()}> exists",
+            )
+        if not np.isfinite(book).all():
+            raise InputError(path, f"codebook '{name}' holds NaN or Inf values")
+        books[name] = book[codes]
+    note = f"no codebook for level(s) {', '.join(missing)} in {path.name}" if missing else None
+    return books, note, f.digest.hexdigest()
+
+
+def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkpoint:
+    """Open a checkpoint folder, weights file or PEFT adapter folder and resolve everything
+    but the row values, in the module docstring's order."""
+    opts = opts or ReadOptions()
+    path = Path(path)
+    store, adapter, roots = _open_weights(path, opts)
+    base_ckpt = open_base(Path(opts.base)) if adapter is None and opts.base is not None else None
+    beside = _finder(roots)
+    config = read_json_object(beside("config.json")) if beside("config.json").is_file() else {}
+    tok_path = beside("tokenizer.json")
+    tok = load_tokenizer(tok_path) if tok_path.is_file() else None
+
+    untied_by_adapter = _untied_by_adapter(adapter)
+    matrices, tied, head_notes = _matrices(store, path, config, opts, adapter, untied_by_adapter)
+    side_path = opts.sidecar or beside(sidecar_mod.FILENAME)
+    side = sidecar_mod.load(side_path) if (opts.sidecar or side_path.is_file()) else None
+    patch = adapter.patches.get(matrices[0].tensor) if adapter is not None else None
+    trainable = patch.token_indices if patch is not None else None
+    sources = Sources(
+        root=path,
+        opts=opts,
+        n_rows=matrices[0].n_rows,
+        tokenizer=tok,
+        sidecar=side,
+        sidecar_path=side_path if side else None,
+        trainable=trainable,
+        base_tokenizer=_base_tokenizer(path, roots, tok, adapter, base_ckpt),
+    )
+    new = resolve_new_tokens(sources)
+    notes = [*(adapter.notes if adapter is not None else []), *head_notes]
+    notes += _notes(tok, new, side, side_path, trainable, untied_by_adapter, config)
+    book_path = opts.codebooks or beside(sidecar_mod.CODEBOOKS_FILENAME)
+    books, book_note, book_digest = _codebooks(book_path, opts, new)
+    provenance = adapter.provenance() if adapter is not None else None
+    return Checkpoint(
+        path=path,
+        store=store,
+        config=config,
+        tokenizer=tok,
+        sidecar=side,
+        new=new,
+        matrices=matrices,
+        tied=tied,
+        codebooks=books,
+        codebooks_path=book_path if books else None,
+        codebooks_note=book_note,
+        notes=notes,
+        adapter=provenance or {},
+        stack=detect_stack(roots, config, side.provenance if side else None, provenance),
+        base=base_ckpt,
+        _codebook_digest=book_digest,
+    )
+
+
+def _open_weights(
+    path: Path, opts: ReadOptions
+) -> tuple[TensorStore, AdapterInfo | None, list[Path]]:
+    """(store, the adapter when ``path`` is one, the folders to look beside: first wins)."""
+    if is_adapter(path):
+        adapter, store = open_adapter(path, opts.base)
+        # Files beside the weights: the adapter folder's own first, else the base's.
+        base_root = adapter.base_path if adapter.base_path.is_dir() else adapter.base_path.parent
+        return store, adapter, [path, base_root]
+    return open_store(path), None, [path if path.is_dir() else path.parent]
+
+
+def _finder(roots: list[Path]) -> Callable[[str], Path]:
+    """``beside(name)``: the first root holding the file ``name``, else the first root's path."""
+
+    def beside(name: str) -> Path:
+        return next((r / name for r in roots if (r / name).is_file()), roots[0] / name)
+
+    return beside
+
+
+def _untied_by_adapter(adapter: AdapterInfo | None) -> bool:
+    """The adapter saves its own copy of the output head (``modules_to_save``)."""
+    return adapter is not None and any(
+        p.full_kind == "modules_to_save" and n in OUTPUT_HEAD_NAMES
+        for n, p in adapter.patches.items()
+    )
+
+
+def _matrices(
+    store: TensorStore,
+    path: Path,
+    config: dict,
+    opts: ReadOptions,
+    adapter: AdapterInfo | None,
+    untied_by_adapter: bool,
+) -> tuple[list[Matrix], bool, list[str]]:
+    """(the input embedding [, the untied head], tied?, notes on a head left out)."""
+    input_name = find_input_tensor(store, path, opts.tensor)
+    head_name, tied = find_output_head(store, input_name, config, untied_by_adapter)
+    if opts.all_rows_new:
+        head_name = None  # a separate table of new tokens; the LM's head is another matter
+    matrices = []
+    for role, name in (("input", input_name), ("output", head_name)):
+        if name is None:
+            continue
+        shape, dtype = store.shape(name), store.dtype(name)
+        where = store.file_of(name)
+        if len(shape) != 2:
+            raise InputError(
+                where, f"tensor '{name}' has shape {list(shape)}, expected [vocab, hidden]"
+            )
+        if not is_float(dtype):
+            raise InputError(
+                where, f"tensor '{name}' has dtype {dtype}; expected {', '.join(FLOAT_DTYPES)}"
+            )
+        hidden = config.get("hidden_size", config.get("n_embd"))
+        if isinstance(hidden, int) and shape[1] != hidden:
+            raise InputError(
+                where, f"tensor '{name}' is {list(shape)} but config.json says hidden_size {hidden}"
+            )
+        matrices.append(Matrix(role, name, dtype, shape[0], shape[1]))
+    head_notes = []
+    if adapter is not None and len(matrices) == 2 and matrices[1].n_rows < matrices[0].n_rows:
+        # The base was resized in memory before PEFT wrapped it; PEFT saved the resized
+        # embedding but not the untied head, whose new rows exist nowhere on disk.
+        head_notes.append(
+            f"output head '{head_name}' not analyzed: the base stores {matrices[1].n_rows} rows, "
+            f"the adapter saves none of its {matrices[0].n_rows - matrices[1].n_rows} new rows "
+            "(resize the base and save it, or add lm_head to modules_to_save)"
+        )
+        matrices.pop()
+    if len(matrices) == 2 and matrices[1].n_rows != matrices[0].n_rows:
+        raise InputError(
+            store.file_of(head_name or ""),
+            f"output head has {matrices[1].n_rows} rows but the input embedding has {matrices[0].n_rows}",
+        )
+    return matrices, tied, head_notes
+
+
+def _base_tokenizer(
+    path: Path,
+    roots: list[Path],
+    tok: TokenizerInfo | None,
+    adapter: AdapterInfo | None,
+    base_ckpt: BaseCheckpoint | None,
+) -> TokenizerInfo | None:
+    """The tokenizer new tokens are told from: ``--base``'s, or, for an adapter that saved
+    a tokenizer of its own, its base's when the two differ (when they do not, the base was
+    resized before PEFT: the adapter's trainable tokens say which rows are new)."""
+    base_tok = base_ckpt.tokenizer if base_ckpt is not None else None
+    if adapter is not None and tok is not None and tok.path.parent == path:
+        base_tok_path = roots[1] / "tokenizer.json"
+        if base_tok_path.is_file():
+            base_tok = load_tokenizer(base_tok_path)
+            base_tok = base_tok if absent_from(tok, base_tok) else None
+    return base_tok
+
+
+def _notes(
+    tok: TokenizerInfo | None,
+    new: NewTokens,
+    side: sidecar_mod.SemanticIds | None,
+    side_path: Path,
+    trainable: np.ndarray | None,
+    untied_by_adapter: bool,
+    config: dict,
+) -> list[str]:
+    """What the reader decided that the user should know: rows left out, rows taken from
+    elsewhere than expected, a head untied by the adapter."""
+    notes = []
+    if (note := special_note(tok, new)) is not None:
+        notes.append(note)
+    if new.source == "base":
+        notes.append(f"new rows: the {len(new.ids)} tokens absent from the base's tokenizer")
+    if untied_by_adapter and config.get("tie_word_embeddings"):
+        notes.append(
+            "the adapter saves its own copy of the output head (modules_to_save): the merged "
+            "model's head is no longer tied to the embedding, so both are analyzed"
+        )
+    if trainable is not None and new.source == "sidecar":
+        notes.append(f"new rows: the adapter's trainable tokens, levels from {side_path.name}")
+    elif trainable is not None and side is not None and new.source == "adapter":
+        notes.append(f"the adapter's trainable tokens are not the rows {side_path.name} names")
+    if side is not None and side.has_token_ids and new.source == "flag":
+        notes.append(f"new rows taken from the command-line flag, not from {side_path.name}")
+    if side is not None and not side.has_token_ids:
+        notes.append(f"{side_path.name} has no token ids yet (written before vocabulary extension)")
+    return notes
+
+
+def _codebooks(
+    book_path: Path, opts: ReadOptions, new: NewTokens
+) -> tuple[dict[str, np.ndarray], str | None, str | None]:
+    """(codebook vectors per level, why RSA is skipped or partial, the file's digest)."""
+    if not new.level_names:
+        note = "levels unknown (no sidecar, token names do not match --level-pattern): RSA skipped"
+        return {}, note, None
+    if opts.codebooks is None and not book_path.is_file():
+        note = "no codebooks.safetensors beside the checkpoint and no --codebooks FILE: RSA skipped"
+        return {}, note, None
+    return _load_codebooks(book_path, new)
+
+
+def check_rows(
+    ckpt: Checkpoint, matrix: Matrix, rows: np.ndarray, allow_nonfinite: bool
+) -> np.ndarray:
+    """Reject NaN/Inf rows (unless allowed: then they are dropped) and all-zero rows.
+
+    Returns a boolean mask of the rows kept.
+    """
+    where = ckpt.store.file_of(matrix.tensor)
+    finite = np.isfinite(rows).all(axis=1)
+    if not finite.all():
+        bad = ckpt.new.ids[~finite]
+        if not allow_nonfinite:
+            raise InputError(
+                where,
+                f"{bad.size} new-token rows of '{matrix.tensor}' hold NaN/Inf (ids {bad[:5].tolist()}); "
+                "pass --allow-nonfinite to measure the rest",
+            )
+        if not finite.any():
+            raise InputError(
+                where,
+                f"all {bad.size} new-token rows of '{matrix.tensor}' hold NaN/Inf (ids "
+                f"{bad[:5].tolist()}): nothing left to measure with --allow-nonfinite",
+            )
+    zero = finite & ~np.any(rows != 0, axis=1)
+    if zero.any():
+        bad = ckpt.new.ids[zero]
+        raise InputError(
+            where,
+            f"{bad.size} new-token rows of '{matrix.tensor}' are all zero (ids {bad[:5].tolist()}): "
+            "never initialized, or zero-initialized (a collapse); directions of zero rows are undefined",
+        )
+    return finite

@@ -1,0 +1,273 @@
+"""Which rows of the embedding are the new tokens, and their levels.
+
+One resolver per source, tried in this order; the first that answers wins
+(:data:`RESOLVERS`):
+
+1. flags: ``--new-tokens START:END``, else ``--base-vocab-size N`` (an explicit flag
+   overrides every file);
+2. the ``semantic_ids.json`` sidecar's token ids, with their levels and codes; over a
+   PEFT adapter only when it names the adapter's trainable tokens (``--all-rows-new``
+   then sets the base vocabulary to nothing);
+3. ``--all-rows-new``: every row of the tensor;
+4. a PEFT adapter's trainable-token indices;
+5. ``--base``: the added tokens absent from the base's tokenizer, special or not;
+6. the tokenizer's added non-special tokens.
+
+When none answers the input is bad, and the error says what was looked for. Every
+source but the sidecar takes its levels from token names matching ``--level-pattern``
+(when all of them match), and orders the rows by (level, code).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from geodiag import sidecar as sidecar_mod
+from geodiag.errors import InputError
+from geodiag.io.options import ReadOptions
+from geodiag.io.tokenizer import AddedToken, TokenizerInfo
+
+
+@dataclass
+class NewTokens:
+    ids: np.ndarray  # (n,) int64, in (level, code) order when levels are known
+    tokens: list[str]
+    source: str  # "sidecar" | "flag" | "tokenizer" | "adapter" | "base" | "all rows"
+    base_vocab_size: int  # original rows are [0, base_vocab_size)
+    level_names: list[str] = field(default_factory=list)
+    level_index: np.ndarray | None = None  # (n,) index into level_names
+    codes: np.ndarray | None = None  # (n,) code within the level
+    levels_source: str | None = None  # "sidecar" | "token names" | None
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What the resolvers look at: the options and what was found beside the weights."""
+
+    root: Path  # the checkpoint, named in errors
+    opts: ReadOptions
+    n_rows: int  # rows of the input embedding
+    tokenizer: TokenizerInfo | None
+    sidecar: sidecar_mod.SemanticIds | None
+    sidecar_path: Path | None
+    trainable: np.ndarray | None = None  # (k,) a PEFT adapter's trainable-token indices
+    base_tokenizer: TokenizerInfo | None = None  # --base's (or an adapter's base's)
+
+    def name_of(self, token_id: int) -> str:
+        t = self.tokenizer.token(token_id) if self.tokenizer is not None else None
+        return t if t is not None else f"<id {token_id}>"
+
+
+Resolver = Callable[[Sources], "NewTokens | None"]
+
+
+def _check_id_range(ids: np.ndarray, n_rows: int, where: Path | str, what: str) -> None:
+    bad = ids[(ids < 0) | (ids >= n_rows)]
+    if bad.size:
+        raise InputError(
+            where,
+            f"{what}: token ids {bad[:5].tolist()} out of range for an embedding of {n_rows} rows",
+        )
+
+
+def _parse_level_names(
+    tokens: list[str], pattern: str
+) -> tuple[list[str], np.ndarray, np.ndarray] | None:
+    try:
+        rx = re.compile(pattern)
+    except re.error as e:
+        raise InputError("--level-pattern", f"invalid regex ({e})") from None
+    if not {"level", "code"} <= set(rx.groupindex):
+        raise InputError("--level-pattern", "needs named groups (?P<level>...) and (?P<code>...)")
+    matches = [rx.match(t) for t in tokens]
+    if not tokens or not all(matches):
+        return None
+    names: list[str] = []
+    index, codes = np.empty(len(tokens), np.int64), np.empty(len(tokens), np.int64)
+    for i, m in enumerate(matches):
+        if m["level"] not in names:
+            names.append(m["level"])
+        index[i] = names.index(m["level"])
+        codes[i] = int(m["code"])
+    return names, index, codes
+
+
+def _rows(src: Sources, ids: np.ndarray, source: str, base: int) -> NewTokens:
+    """New rows ``ids`` named from the tokenizer, with levels from their names when they
+    all match ``--level-pattern``."""
+    tokens = [src.name_of(int(i)) for i in ids]
+    new = NewTokens(ids, tokens, source, base)
+    parsed = _parse_level_names(tokens, src.opts.level_pattern)
+    if parsed is not None:
+        names, index, codes = parsed
+        order = np.lexsort((codes, index))  # (level, code) order, as the cosine map expects
+        new.ids, new.tokens = ids[order], [tokens[i] for i in order]
+        new.level_names, new.level_index, new.codes = names, index[order], codes[order]
+        new.levels_source = "token names"
+    return new
+
+
+def from_flags(src: Sources) -> NewTokens | None:
+    """``--new-tokens START:END`` or ``--base-vocab-size N``."""
+    opts, n_rows, tok = src.opts, src.n_rows, src.tokenizer
+    if opts.new_tokens is not None:
+        start, end = opts.new_tokens
+        if not 0 <= start < end:
+            raise InputError(
+                "--new-tokens", f"expected START:END with 0 <= START < END, got {start}:{end}"
+            )
+        if end > n_rows:
+            raise InputError("--new-tokens", f"END {end} is past the embedding's {n_rows} rows")
+        return _rows(src, np.arange(start, end, dtype=np.int64), "flag", start)
+    if opts.base_vocab_size is not None:
+        base = opts.base_vocab_size
+        end = min(n_rows, len(tok)) if tok is not None and len(tok) > base else n_rows
+        if not 0 < base < end:
+            raise InputError(
+                "--base-vocab-size", f"{base} leaves no new rows in an embedding of {n_rows} rows"
+            )
+        return _rows(src, np.arange(base, end, dtype=np.int64), "flag", base)
+    return None
+
+
+def from_sidecar(src: Sources) -> NewTokens | None:
+    """The sidecar's token ids, levels and codes, checked against the tokenizer."""
+    side, side_path, tok = src.sidecar, src.sidecar_path, src.tokenizer
+    if side is None or not side.has_token_ids:
+        return None
+    if src.trainable is not None and {t for lv in side.levels for t in lv.token_ids} != set(
+        src.trainable.tolist()
+    ):
+        return None  # the adapter trained other rows than the sidecar names
+    assert side_path is not None
+    ids = np.array([t for lv in side.levels for t in lv.token_ids], dtype=np.int64)
+    _check_id_range(ids, src.n_rows, side_path, "sidecar disagrees with the tensors")
+    tokens = []
+    for lv in side.levels:
+        for code, t in enumerate(lv.token_ids):
+            expected = sidecar_mod.token_string(lv.name, code)
+            actual = tok.token(t) if tok is not None else None
+            if actual is not None and tok is not None and tok.added and actual != expected:
+                raise InputError(
+                    side_path,
+                    f"sidecar disagrees with tokenizer.json: id {t} is '{actual}', "
+                    f"sidecar says '{expected}'",
+                )
+            tokens.append(actual if actual is not None else expected)
+    level_index = np.concatenate([np.full(lv.size, i) for i, lv in enumerate(side.levels)])
+    codes = np.concatenate([np.arange(lv.size) for lv in side.levels])
+    base = side.base_vocab_size if side.base_vocab_size is not None else int(ids.min())
+    if src.opts.all_rows_new:
+        base = 0
+    if base > int(ids.min()):
+        raise InputError(
+            side_path, f"base_vocab_size {base} overlaps the new token ids (min {ids.min()})"
+        )
+    names = [lv.name for lv in side.levels]
+    return NewTokens(ids, tokens, "sidecar", base, names, level_index, codes, "sidecar")
+
+
+def from_all_rows(src: Sources) -> NewTokens | None:
+    """``--all-rows-new``: every row of the tensor."""
+    if not src.opts.all_rows_new:
+        return None
+    return _rows(src, np.arange(src.n_rows, dtype=np.int64), "all rows", 0)
+
+
+def from_adapter(src: Sources) -> NewTokens | None:
+    """A PEFT adapter's trainable tokens, in index order, repeats dropped."""
+    if src.trainable is None:
+        return None
+    ids = np.array(list(dict.fromkeys(src.trainable.tolist())), dtype=np.int64)
+    return _rows(src, ids, "adapter", int(ids.min()))
+
+
+def from_base(src: Sources) -> NewTokens | None:
+    """``--base``: the added tokens the base's tokenizer does not know."""
+    tok, base_tok = src.tokenizer, src.base_tokenizer
+    if base_tok is None:
+        return None
+    added = absent_from(tok, base_tok) if tok is not None else []
+    if not added:
+        raise InputError(
+            "--base",
+            f"every token of {tok.path if tok else src.root / 'tokenizer.json'} is in the "
+            f"base's tokenizer ({base_tok.path}): no new tokens to measure",
+        )
+    ids = np.array([t.id for t in added], dtype=np.int64)
+    _check_id_range(ids, src.n_rows, tok.path, "added tokens disagree with the tensors")
+    return _rows(src, ids, "base", int(ids.min()))
+
+
+def from_tokenizer(src: Sources) -> NewTokens | None:
+    """The tokenizer's added non-special tokens."""
+    tok = src.tokenizer
+    if tok is None or not tok.added_non_special():
+        return None
+    ids = np.array([t.id for t in tok.added_non_special()], dtype=np.int64)
+    _check_id_range(ids, src.n_rows, tok.path, "added tokens disagree with the tensors")
+    return _rows(src, ids, "tokenizer", int(ids.min()))
+
+
+RESOLVERS: tuple[Resolver, ...] = (
+    from_flags,
+    from_sidecar,
+    from_all_rows,
+    from_adapter,
+    from_base,
+    from_tokenizer,
+)
+
+
+def resolve_new_tokens(src: Sources) -> NewTokens:
+    """The first answer of :data:`RESOLVERS`, in the module docstring's order."""
+    opts = src.opts
+    if opts.all_rows_new and (opts.new_tokens is not None or opts.base_vocab_size is not None):
+        raise InputError(
+            "--all-rows-new", "give either --all-rows-new or --new-tokens/--base-vocab-size"
+        )
+    for resolve in RESOLVERS:
+        if (new := resolve(src)) is not None:
+            return new
+    tok = src.tokenizer
+    special = [t for t in tok.added if t.special] if tok is not None else []
+    has = (
+        f"tokenizer.json's {len(special)} added tokens are all special "
+        f"({', '.join(t.content for t in special[:4])}{', ...' if len(special) > 4 else ''}), "
+        "and special tokens are measured only when --base says they are new"
+        if special
+        else "no added tokens in tokenizer.json"
+    )
+    raise InputError(
+        src.root,
+        f"cannot tell which rows are new: no semantic_ids.json with token ids; {has}; pass "
+        "--base BASE (the tokens absent from its tokenizer), --new-tokens START:END or "
+        "--base-vocab-size N",
+    )
+
+
+def absent_from(tok: TokenizerInfo, base: TokenizerInfo) -> list[AddedToken]:
+    """The added tokens of ``tok`` (special or not) that ``base`` does not know, by id."""
+    known = {t.content for t in base.added} | set(base.vocab.values())
+    return sorted((t for t in tok.added if t.content not in known), key=lambda t: t.id)
+
+
+def special_note(tok: TokenizerInfo | None, new: NewTokens) -> str | None:
+    """Name the added special tokens left out of the measurement, if any: those at or past
+    the first new id (specials below it, ``<|endoftext|>`` at 0, are the base's own)."""
+    if tok is None or new.source != "tokenizer":
+        return None
+    special = [t for t in tok.added if t.special and t.id >= new.base_vocab_size]
+    if not special:
+        return None
+    names = ", ".join(t.content for t in special[:4]) + (", ..." if len(special) > 4 else "")
+    return (
+        f"{len(special)} added special token(s) not measured ({names}): special tokens "
+        "cannot be told from the base's own without --base BASE, which measures every token "
+        "absent from the base, special or not"
+    )

@@ -1,0 +1,71 @@
+"""The reading options of every command: which tensor, which rows are new, where the
+levels and codebooks come from (one definition, turned into flags by ``geodiag.settings``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from geodiag.errors import InputError
+from geodiag.settings import setting
+
+DEFAULT_LEVEL_PATTERN = r"^<(?P<level>[A-Za-z]+)_(?P<code>\d+)>$"
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How to find the new rows; every field is a CLI flag of the same name (the one
+    definition of the reading options of every command: ``geodiag.settings``)."""
+
+    tensor: str | None = setting(
+        None, help="Embedding tensor name (default: detected).", flags=("--tensor",)
+    )
+    sidecar: Path | None = setting(
+        None, help="semantic_ids.json (default: beside the weights).", flags=("--sidecar",)
+    )
+    new_tokens: tuple[int, int] | None = setting(  # [start, end)
+        None,
+        help="New rows as START:END (END exclusive).",
+        flags=("--new-tokens",),
+        cli_type=str | None,
+        parse=lambda text: parse_range(text),
+    )
+    base_vocab_size: int | None = setting(
+        None, help="Rows >= N are new.", flags=("--base-vocab-size",)
+    )
+    level_pattern: str = setting(
+        DEFAULT_LEVEL_PATTERN,
+        help="Regex with (?P<level>) and (?P<code>) groups.",
+        flags=("--level-pattern",),
+    )
+    codebooks: Path | None = setting(
+        None,
+        help="RQ-VAE codebooks (.safetensors, one tensor per level).",
+        flags=("--codebooks",),
+    )
+    allow_nonfinite: bool = setting(
+        False, help="Drop NaN/Inf rows instead of failing.", flags=("--allow-nonfinite",)
+    )
+    base: Path | None = setting(
+        None,
+        help="The base checkpoint folder: the new tokens are those absent from its "
+        "tokenizer (special or not); for a PEFT adapter, the model it is read over "
+        "(default: its base_model_name_or_path, when a local folder).",
+        flags=("--base",),
+    )
+    all_rows_new: bool = setting(
+        False,
+        help="Every row of the tensor is a new token (a separate table, e.g. TIGER's codes).",
+        flags=("--all-rows-new",),
+    )
+
+
+def parse_range(text: str | None) -> tuple[int, int] | None:
+    """``START:END`` -> (start, end), as ``--new-tokens`` takes it."""
+    if text is None:
+        return None
+    try:
+        start, end = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise InputError("--new-tokens", f"expected START:END (integers), got {text!r}") from None
+    return start, end

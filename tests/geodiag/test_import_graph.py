@@ -1,0 +1,115 @@
+"""geodiag and gti import each other's modules without a cycle, counting every import:
+module level, inside functions (lazy) and under ``TYPE_CHECKING``. A cycle is how the
+reading wing once tangled (``adapter`` <-> ``checkpoints``): each module should need only
+those below it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("geodiag", "gti")
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the two packages."""
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def _imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of ``modules`` that ``name`` imports anywhere in its file.
+    ``from pkg import x`` is an edge to ``pkg.x`` when that is a module, else to ``pkg``."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            for a in node.names:
+                target = f"{source}.{a.name}"
+                if target in modules:
+                    out.add(target)
+                elif source in modules:
+                    out.add(source)
+    out.discard(name)
+    return out
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles_in_geodiag_or_gti():
+    modules = _modules()
+    assert "geodiag.io.checkpoint" in modules and "gti.cli" in modules  # scanned the tree
+    graph = {name: _imported(name, path, modules) for name, path in modules.items()}
+    assert "geodiag.io.peft_adapter" in graph["geodiag.io.checkpoint"]  # edges are found
+    assert _cycles(graph) == []
+
+
+def test_the_old_paths_kept_for_gti_are_the_same_objects():
+    import geodiag.checkpoints as old_checkpoints
+    import geodiag.safetensors_file as old_safetensors
+    from geodiag.io import checkpoint, options, safetensors
+
+    assert old_checkpoints.open_checkpoint is checkpoint.open_checkpoint
+    assert old_checkpoints.ReadOptions is options.ReadOptions
+    assert old_safetensors.SafetensorsFile is safetensors.SafetensorsFile
+    assert old_safetensors.save_file is safetensors.save_file
