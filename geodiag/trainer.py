@@ -13,7 +13,8 @@ RSA of the chosen levels on a seeded sample) and
 - appends one line to ``<output_dir>/geodiag_trajectory.jsonl`` (schema in
   :mod:`geodiag.trajectory`; ``geodiag report`` plots it);
 - optionally warns, or stops training (``control.should_training_stop``), when the rows
-  are still collapsed (by the gate's thresholds) at or after ``collapse_after_steps``.
+  are still collapsed at or after ``collapse_after_steps``: they fail one of the gate's
+  collapse checks that the snapshot records (:func:`geodiag.gate.collapse_checks`).
 
 At every save it runs the full gate (``geodiag check``) on the saved checkpoint folder,
 writes ``geodiag_check.json`` into it, logs ``geodiag/gate_passed`` and appends a line
