@@ -14,6 +14,7 @@ Nothing is written to disk. torch is imported only when the source is a torch ob
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ import numpy as np
 from geodiag import sidecar as sidecar_mod
 from geodiag.analysis import AnalyzeOptions, CheckpointReport, analyze_checkpoint
 from geodiag.errors import InputError
-from geodiag.gate import GateConfig, GateResult, load_config, run_gate
+from geodiag.gate import THRESHOLDS, GateConfig, GateResult, load_config, run_gate, with_overrides
 from geodiag.io.checkpoint import Checkpoint, open_checkpoint
 from geodiag.io.memory import MemoryStore, array_matrix, gathered, is_torch, model_matrices
 from geodiag.io.new_tokens import NewTokens
@@ -278,21 +279,14 @@ def check(
     source,
     *,
     config: GateConfig | str | os.PathLike[str] | None = None,
-    min_effective_rank_ratio: float | None = None,
-    min_effective_rank: float | None = None,
-    max_mean_cosine: float | None = None,
-    min_spread_ratio: float | None = None,
-    min_rsa: float | None = None,
-    max_untrained_tokens: float | None = None,
-    max_norm_ratio: float | None = None,
-    **measure_kwargs,
+    **kwargs,
 ) -> GateResult:
     """The CI gate (``geodiag check``) on ``source``; ``result.passed`` says pass / fail.
 
     Thresholds: ``config`` (a :class:`GateConfig`, or a TOML file as for ``--config``;
-    default: the documented defaults, ``./pyproject.toml`` is not read), then the keyword
-    overrides. Other keywords go to :func:`measure` (the neighbour scan is off, as in
-    ``geodiag check``).
+    default: the documented defaults, ``./pyproject.toml`` is not read), then one keyword
+    per :class:`GateConfig` field (``min_spread_ratio=0.1``; None: not given). Other
+    keywords go to :func:`measure` (the neighbour scan is off, as in ``geodiag check``).
     """
     if config is None:
         cfg = GateConfig()
@@ -300,9 +294,21 @@ def check(
         cfg = config
     else:
         cfg = dataclasses.replace(GateConfig(), **load_config(Path(config)))
-    overrides = dict(min_effective_rank_ratio=min_effective_rank_ratio, min_effective_rank=min_effective_rank,
-                     max_mean_cosine=max_mean_cosine, min_spread_ratio=min_spread_ratio, min_rsa=min_rsa,
-                     max_untrained_tokens=max_untrained_tokens, max_norm_ratio=max_norm_ratio)  # fmt: skip
-    cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
-    measure_kwargs.setdefault("neighbors", 0)
-    return run_gate(measure(source, **measure_kwargs), cfg)
+    cfg = with_overrides(cfg, {k: kwargs.pop(k) for k in THRESHOLDS if k in kwargs})
+    kwargs.setdefault("neighbors", 0)
+    return run_gate(measure(source, **kwargs), cfg)
+
+
+def _with_threshold_keywords(fn):
+    """``fn``'s signature shows one keyword per threshold (help(), IDEs, inspect)."""
+    sig = inspect.signature(fn)
+    *head, rest = sig.parameters.values()
+    kind = inspect.Parameter.KEYWORD_ONLY
+    thresholds = [
+        inspect.Parameter(k, kind, default=None, annotation="float | None") for k in THRESHOLDS
+    ]
+    fn.__signature__ = sig.replace(parameters=[*head, *thresholds, rest])
+    return fn
+
+
+check = _with_threshold_keywords(check)

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from geodiag.errors import InputError, exits_2_on_any_error, os_reason, print_unexpected
+from geodiag.gate import GateConfig
 from geodiag.io.options import ReadOptions
 from geodiag.settings import options_from
 from geodiag.version import __version__
@@ -32,6 +33,11 @@ app = typer.Typer(
 # command takes ``read: ReadOptions = READ`` under ``@reads_checkpoints(...)``, which
 # puts one option per field in its place (geodiag.settings).
 READ = ReadOptions()
+
+
+# The thresholds are the fields of GateConfig (the gate's table of checks): one option each,
+# None when not given, so that a config file's value stands (geodiag.gate.resolve_config).
+NOT_GIVEN: dict = {}
 
 
 def reads_checkpoints(*, without: tuple[str, ...] = ()):
@@ -104,31 +110,10 @@ def metrics(
 @app.command()
 @exits_2_on_any_error
 @reads_checkpoints()
+@options_from("thresholds", GateConfig, build=dict)
 def check(
     ckpt: Annotated[list[Path], typer.Argument(help="One or more checkpoints to gate.")],
-    min_effective_rank: Annotated[
-        float | None, typer.Option(help="Centered effective rank, absolute.")
-    ] = None,
-    min_effective_rank_ratio: Annotated[
-        float | None, typer.Option(help="Centered effective rank / min(n, d) [0.1].")
-    ] = None,
-    max_mean_cosine: Annotated[
-        float | None, typer.Option(help="Mean pairwise cosine of new rows [0.9].")
-    ] = None,
-    min_spread_ratio: Annotated[
-        float | None, typer.Option(help="Spread / vocabulary spread [0.05].")
-    ] = None,
-    min_rsa: Annotated[
-        float | None, typer.Option(help="Spearman RSA vs codebooks, every level [off].")
-    ] = None,
-    max_untrained_tokens: Annotated[
-        float | None,
-        typer.Option(help="New rows still at their init (identical, at the mean) [0]."),
-    ] = None,
-    max_norm_ratio: Annotated[
-        float | None,
-        typer.Option(help="Longest new row / longest original row [10]."),
-    ] = None,
+    thresholds: dict = NOT_GIVEN,
     config: Annotated[
         Path | None,
         typer.Option("--config", help="TOML with thresholds ([tool.geodiag] or top level)."),
@@ -152,10 +137,7 @@ def check(
     )
     from geodiag.jsonio import dumps
 
-    overrides = dict(min_effective_rank=min_effective_rank, min_effective_rank_ratio=min_effective_rank_ratio,
-                     max_mean_cosine=max_mean_cosine, min_spread_ratio=min_spread_ratio, min_rsa=min_rsa,
-                     max_untrained_tokens=max_untrained_tokens, max_norm_ratio=max_norm_ratio)  # fmt: skip
-    cfg = resolve_config(config, overrides)
+    cfg = resolve_config(config, thresholds)
     opts = AnalyzeOptions(seed=seed, n_permutations=permutations, neighbors_max=0,
                           allow_nonfinite=read.allow_nonfinite)  # fmt: skip
     reports = [analyze(p, read, opts) for p in ckpt]

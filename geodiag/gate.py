@@ -10,43 +10,28 @@ gate catches"):
   rank is ~1.
 Each default therefore fails at least one check on each collapsed form, and a
 random or grounded init passes them all.
+
+The checks are one table: each field of :class:`GateConfig` is a row, declared with
+:func:`threshold` (default, help, what it reads, ...), and :data:`CHECKS` holds them as
+:class:`Check` objects. The ``geodiag check`` flags, the keywords of ``geodiag.check``,
+the Trainer callback's collapse test, the report's threshold lines, the GitHub Action's
+inputs and the README's table all derive from it (action.yml and the README are
+rendered by :mod:`geodiag.gate_docs`). Adding a check is one field here.
 """
 
 from __future__ import annotations
 
 import tomllib
 import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from geodiag.analysis import CheckpointReport, MatrixReport
 from geodiag.atomic import atomic_path
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
-
-
-@dataclass(frozen=True)
-class GateConfig:
-    """Thresholds. ``None`` disables a check. Defaults documented in the README."""
-
-    # Centered effective rank / min(n, d). Rows on a line score ~1/min(n, d).
-    min_effective_rank_ratio: float | None = 0.1
-    # Centered effective rank, absolute (off by default: it depends on n).
-    min_effective_rank: float | None = None
-    # Mean pairwise cosine of the new rows. Mean init (with or without noise) is ~1.
-    max_mean_cosine: float | None = 0.9
-    # RMS spread of the new rows / that of an equal-size vocabulary sample.
-    # Mean + 1e-9*Sigma noise scores ~3e-5; a random init matched to the vocabulary ~1.
-    min_spread_ratio: float | None = 0.05
-    # Spearman RSA against the codebooks, every level (off by default: a random
-    # init has no structure but is not collapsed; the report says so as a warning).
-    min_rsa: float | None = None
-    # New rows still at their init, found row by row: in a group of identical rows, at
-    # the vocabulary mean, or the base's padding row unchanged (geodiag.metrics.untrained).
-    # The block-level checks miss them when trained rows sit beside them.
-    max_untrained_tokens: float | None = 0
-    # Largest new-row norm / largest original-row norm. Logits scale with the norm: a row
-    # 10x longer than any token the model knows wins every softmax it enters.
-    max_norm_ratio: float | None = 10.0
+from geodiag.settings import setting
 
 
 @dataclass
@@ -57,6 +42,295 @@ class CheckResult:
     value: float | None
     threshold: float | None
     message: str
+
+
+DISABLED = "check disabled"  # the message of a check whose threshold is None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a check reads off one matrix: the value, and what to say about it."""
+
+    value: float | None
+    why: str = ""  # said after a failure; when value is None, why it is undefined
+    shown: str | None = None  # the value as the message prints it (default: 4 digits)
+    # False: undefined for want of something the rows do not owe (a vocabulary to compare
+    # with): skipped, where an undefined floor otherwise fails.
+    measurable: bool = True
+
+
+def _fmt(x: float | None) -> str:
+    return "undefined" if x is None else f"{x:.4g}"
+
+
+def _effective_rank_ratio(m: MatrixReport) -> Reading:
+    return Reading(
+        m.new.centered.effective_rank_ratio,
+        f"the {m.n_new} new rows span few directions around their mean (collapsed, or on a line)",
+    )
+
+
+def _effective_rank(m: MatrixReport) -> Reading:
+    return Reading(
+        m.new.centered.effective_rank,
+        f"the {m.n_new} new rows span few directions around their mean",
+    )
+
+
+def _spread_ratio(m: MatrixReport) -> Reading:
+    if m.reference is None:
+        return Reading(None, str(m.reference_undefined_reason), measurable=False)
+    return Reading(
+        m.new.spread_relative,
+        f"the {m.n_new} new rows sit within a tiny ball compared with the original "
+        "vocabulary (mean initialization, with or without small noise)",
+    )
+
+
+def _mean_cosine(m: MatrixReport) -> Reading:
+    cos = m.new.mean_pairwise_cosine
+    if cos is None:  # two rows or more (one row is a block check's skip): a zero row
+        return Reading(None, "a new row has zero norm, so its direction is undefined")
+    return Reading(cos, f"the {m.n_new} new rows all point the same way (mean initialization?)")
+
+
+def _untrained_tokens(m: MatrixReport) -> Reading:
+    u = m.untrained
+    if u is None:
+        return Reading(None, "rows not measured one by one")
+    why = ""
+    if u.untrained is not None:
+        names = ", ".join(u.untrained.tokens) + (
+            ", ..." if u.untrained.size > len(u.untrained.tokens) else ""
+        )
+        kinds = [
+            f"{u.n_groups} group(s) of identical rows" if u.n_groups else "",
+            "at the vocabulary mean" if u.at_vocabulary_mean else "",
+            "unchanged padding rows of the base" if u.unchanged_padding else "",
+        ]
+        why = (
+            f"{u.n_untrained} of {m.n_new} new rows never left their init "
+            f"({'; '.join(k for k in kinds if k)}): {names}"
+        )
+    return Reading(u.n_untrained, why, shown=f"{u.n_untrained}")
+
+
+def _norm_ratio(m: MatrixReport) -> Reading:
+    r = m.norm_ratio
+    if r is None:
+        return Reading(None, "no original vocabulary to compare the new rows' norms with")
+    return Reading(
+        r,
+        "the longest new row is far longer than any original row: the model "
+        "will emit it everywhere",
+    )
+
+
+def _rsa_levels(m: MatrixReport, threshold: float | None) -> list[CheckResult]:
+    """One result per level. Off (the default), a low RSA warns: a random init has no
+    structure but is not collapsed."""
+    out = []
+    for lv in m.levels:
+        name = f"rsa[{lv.name}]"
+        if lv.rsa is None:
+            status = "fail" if threshold is not None else "skip"
+            out.append(
+                CheckResult(
+                    name, m.role, status, None, threshold, f"RSA skipped: {lv.rsa_skip_reason}"
+                )
+            )
+            continue
+        r, p = lv.rsa.spearman, lv.rsa.p_value
+        if r is None:
+            status = "fail" if threshold is not None else "warn"
+            msg = f"RSA undefined: {lv.rsa.undefined_reason}"
+        elif threshold is not None:
+            status = "pass" if r >= threshold else "fail"
+            msg = f"RSA {r:.3f} (p={_fmt(p)}) {'>=' if r >= threshold else '<'} {threshold:g}"
+        elif p is not None and p >= 0.05:
+            status = "warn"
+            # The remedy depends on how the rows were made: the verdict gives it (verdict.py).
+            msg = (
+                f"RSA {r:.3f} (p={p:.3g}): the rows carry no trace of the codebook's "
+                f"structure at level {lv.name!r}"
+            )
+        else:
+            status, msg = "pass", f"RSA {r:.3f} (p={_fmt(p)})"
+        out.append(CheckResult(name, m.role, status, r, threshold, msg))
+    return out
+
+
+# What a check judges: the new rows together (undefined for a single row), each row, each
+# level (one result per level). GateConfig lists its checks in this order (a test checks).
+SCOPES = ("block", "row", "level")
+ROW = "geodiag.gate.check"  # field metadata key of a row of the table
+
+
+def default_text(default: float | None) -> str:
+    """A default as the help, the README and the action show it."""
+    return "off" if default is None else f"{default:g}"
+
+
+def threshold(
+    default: float | None,
+    *,
+    help: str,
+    metavar: str = "X",
+    scope: str = "block",
+    read: Callable[[MatrixReport], Reading] | None = None,
+    read_levels: Callable[[MatrixReport, float | None], list[CheckResult]] | None = None,
+    collapse: bool = False,
+    label: str | None = None,
+) -> Any:
+    """A GateConfig field: one check. The name says what it compares: ``min_<check>``
+    (value >= threshold passes) or ``max_<check>``.
+
+    help: one line, for the flag, the action input and the README row (the default is
+    added to it). read: the value of a block or row check; read_levels: the results of
+    a level check. collapse: failing it means the rows are (still) collapsed; the Trainer
+    callback tests it whenever its snapshot records the value. label: the title of its
+    panel in the report's plots over training (None: no panel).
+    """
+    wanted = "read_levels" if scope == "level" else "read"
+    given = [k for k, v in (("read", read), ("read_levels", read_levels)) if v is not None]
+    if scope not in SCOPES or given != [wanted]:
+        raise ValueError(f"a {scope!r} check takes {wanted}, and only {wanted}")
+    option = setting(default, help=f"{help} [{default_text(default)}].", cli_default=None)
+    row = dict(
+        help=help,
+        metavar=metavar,
+        scope=scope,
+        read=read,
+        read_levels=read_levels,
+        collapse=collapse,
+        label=label,
+    )
+    return field(default=default, metadata={**option.metadata, ROW: row})
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Thresholds, one per check; ``None`` disables a check. The table of the gate."""
+
+    # Rows on a line score ~1/min(n, d).
+    min_effective_rank_ratio: float | None = threshold(
+        0.1,
+        help="Centered effective rank / min(n, d)",
+        read=_effective_rank_ratio,
+        collapse=True,
+        label="effective-rank ratio (centered)",
+    )
+    # Off by default: it depends on n.
+    min_effective_rank: float | None = threshold(
+        None, help="Centered effective rank, absolute", read=_effective_rank, collapse=True
+    )
+    # Mean + 1e-9*Sigma noise scores ~3e-5; a random init matched to the vocabulary ~1.
+    min_spread_ratio: float | None = threshold(
+        0.05,
+        help="RMS spread of the new rows / that of an equal-size sample of original rows",
+        metavar="S",
+        read=_spread_ratio,
+        collapse=True,
+        label="spread / vocabulary spread",
+    )
+    # Mean init (with or without noise) is ~1.
+    max_mean_cosine: float | None = threshold(
+        0.9,
+        help="Mean pairwise cosine of the new rows",
+        metavar="C",
+        read=_mean_cosine,
+        collapse=True,
+        label="mean pairwise cosine",
+    )
+    # Found row by row (geodiag.metrics.untrained). The block-level checks miss them when
+    # trained rows sit beside them.
+    max_untrained_tokens: float | None = threshold(
+        0,
+        help="New rows still at their init, found row by row: in a group of identical "
+        "rows, at the vocabulary mean, or a base padding row left as it was",
+        metavar="K",
+        scope="row",
+        read=_untrained_tokens,
+        collapse=True,
+    )
+    # Logits scale with the norm: a row 10x longer than any token the model knows wins
+    # every softmax it enters.
+    max_norm_ratio: float | None = threshold(
+        10.0,
+        help="Longest new row / longest original row (logits scale with the norm)",
+        metavar="R",
+        scope="row",
+        read=_norm_ratio,
+    )
+    # Off by default: a random init has no structure but is not collapsed; the report
+    # says so as a warning.
+    min_rsa: float | None = threshold(
+        None,
+        help="Spearman RSA against the codebooks, every level",
+        metavar="R",
+        scope="level",
+        read_levels=_rsa_levels,
+        label="RSA against the codebook, per level",
+    )
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of the gate's table: a :class:`GateConfig` field and what it judges."""
+
+    name: str  # the result's name, e.g. "spread_ratio"; a level check's: "rsa[<level>]"
+    field: str  # the GateConfig field, e.g. "min_spread_ratio"
+    direction: str  # "min": value >= threshold passes; "max": value <= threshold
+    default: float | None
+    help: str
+    metavar: str
+    scope: str  # one of SCOPES
+    read: Callable[[MatrixReport], Reading] | None
+    read_levels: Callable[[MatrixReport, float | None], list[CheckResult]] | None
+    collapse: bool
+    label: str | None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.field.replace("_", "-")
+
+    @property
+    def default_text(self) -> str:
+        return default_text(self.default)
+
+    def threshold(self, cfg: GateConfig) -> float | None:
+        return getattr(cfg, self.field)
+
+    def judge(self, role: str, reading: Reading, threshold: float | None) -> CheckResult:
+        """The result of a block or row check. Undefined fails a floor (the rows do not
+        show it is met) and skips a ceiling (nothing shows it is crossed)."""
+        name, v = self.name, reading.value
+        if threshold is None:
+            return CheckResult(name, role, "skip", v, None, DISABLED)
+        why = f": {reading.why}" if reading.why else ""
+        if v is None:
+            if self.direction == "min" and reading.measurable:
+                return CheckResult(name, role, "fail", None, threshold, f"{name} is undefined{why}")
+            return CheckResult(name, role, "skip", None, threshold, f"{name} undefined{why}")
+        ok = v >= threshold if self.direction == "min" else v <= threshold
+        rel = {("min", True): ">=", ("min", False): "<", ("max", True): "<=", ("max", False): ">"}
+        shown = _fmt(v) if reading.shown is None else reading.shown
+        message = f"{name} {shown} {rel[self.direction, ok]} {threshold:g}"
+        return CheckResult(
+            name, role, "pass" if ok else "fail", v, threshold, message + ("" if ok else why)
+        )
+
+
+def _row(f) -> Check:
+    direction, _, name = f.name.partition("_")
+    if direction not in ("min", "max"):
+        raise ValueError(f"GateConfig.{f.name}: a threshold's name starts with min_ or max_")
+    return Check(name=name, field=f.name, direction=direction, default=f.default, **f.metadata[ROW])
+
+
+# In field order, which is the order of the results: block checks, row checks, level checks.
+CHECKS: tuple[Check, ...] = tuple(_row(f) for f in fields(GateConfig))
+THRESHOLDS: tuple[str, ...] = tuple(f.name for f in fields(GateConfig))
 
 
 MATRIX_NAMES = {"input": "input embedding", "output": "output head"}
@@ -88,20 +362,23 @@ def load_config(path: Path) -> dict:
     table = data.get("tool", {}).get("geodiag") or data.get("geodiag")
     if table is None:
         table = {} if path.name == "pyproject.toml" else data
-    known = {f.name for f in fields(GateConfig)}
     for key, value in table.items():
-        key_ = key.replace("-", "_")
-        if key_ not in known:
+        if key.replace("-", "_") not in THRESHOLDS:
             raise InputError(
-                path, f"unknown gate setting '{key}' (known: {', '.join(sorted(known))})"
+                path, f"unknown gate setting '{key}' (known: {', '.join(sorted(THRESHOLDS))})"
             )
         if value is not None and not isinstance(value, int | float) or isinstance(value, bool):
             raise InputError(path, f"gate setting '{key}' must be a number, got {value!r}")
     return {k.replace("-", "_"): (None if v is None else float(v)) for k, v in table.items()}
 
 
+def with_overrides(cfg: GateConfig, overrides: Mapping[str, float | None]) -> GateConfig:
+    """``cfg`` with each threshold of ``overrides`` that is not None (None: not given)."""
+    return replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
+
+
 def resolve_config(
-    config_file: Path | None, overrides: dict, cwd: Path | None = None
+    config_file: Path | None, overrides: Mapping[str, float | None], cwd: Path | None = None
 ) -> GateConfig:
     """Defaults < ``[tool.geodiag]`` in ./pyproject.toml < ``--config FILE`` < flags."""
     cfg = GateConfig()
@@ -110,59 +387,7 @@ def resolve_config(
         cfg = replace(cfg, **load_config(pyproject))
     if config_file is not None:
         cfg = replace(cfg, **load_config(config_file))
-    return replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
-
-
-def _fmt(x: float | None) -> str:
-    return "undefined" if x is None else f"{x:.4g}"
-
-
-def _min_check(name, m: MatrixReport, value, threshold, why) -> CheckResult:
-    if threshold is None:
-        return CheckResult(name, m.role, "skip", value, None, "check disabled")
-    if value is None:
-        return CheckResult(name, m.role, "fail", None, threshold, f"{name} is undefined: {why}")
-    ok = value >= threshold
-    rel = ">=" if ok else "<"
-    return CheckResult(name, m.role, "pass" if ok else "fail", value, threshold,
-                       f"{name} {_fmt(value)} {rel} {threshold:g}" + ("" if ok else f": {why}"))  # fmt: skip
-
-
-def _max_check(name, m: MatrixReport, value, threshold, shown: str, why) -> CheckResult:
-    if threshold is None:
-        return CheckResult(name, m.role, "skip", value, None, "check disabled")
-    if value is None:
-        return CheckResult(name, m.role, "skip", None, threshold, f"{name} undefined: {why}")
-    ok = value <= threshold
-    return CheckResult(name, m.role, "pass" if ok else "fail", value, threshold,
-                       f"{name} {shown} {'<=' if ok else '>'} {threshold:g}" + ("" if ok else f": {why}"))  # fmt: skip
-
-
-def _untrained_check(m: MatrixReport, cfg: GateConfig) -> CheckResult:
-    u = m.untrained
-    if u is None:
-        return _max_check("untrained_tokens", m, None, cfg.max_untrained_tokens, "",
-                          "rows not measured one by one")  # fmt: skip
-    why = ""
-    if u.untrained is not None:
-        names = ", ".join(u.untrained.tokens) + (
-            ", ..." if u.untrained.size > len(u.untrained.tokens) else ""
-        )
-        kinds = [f"{u.n_groups} group(s) of identical rows" if u.n_groups else "",
-                 "at the vocabulary mean" if u.at_vocabulary_mean else "",
-                 "unchanged padding rows of the base" if u.unchanged_padding else ""]  # fmt: skip
-        why = (f"{u.n_untrained} of {m.n_new} new rows never left their init "
-               f"({'; '.join(k for k in kinds if k)}): {names}")  # fmt: skip
-    return _max_check("untrained_tokens", m, u.n_untrained, cfg.max_untrained_tokens,
-                      f"{u.n_untrained}", why)  # fmt: skip
-
-
-def _norm_check(m: MatrixReport, cfg: GateConfig) -> CheckResult:
-    r = m.norm_ratio
-    return _max_check("norm_ratio", m, r, cfg.max_norm_ratio, _fmt(r),
-                      "the longest new row is far longer than any original row: the model "
-                      "will emit it everywhere" if r is not None else
-                      "no original vocabulary to compare the new rows' norms with")  # fmt: skip
+    return with_overrides(cfg, overrides)
 
 
 # Geometry of a block needs two rows: one row has no spread, no pairs, no rank around its mean.
@@ -170,75 +395,30 @@ SINGLE_ROW = "undefined for a single new row (no spread, no pairs around its mea
 
 
 def check_matrix(m: MatrixReport, cfg: GateConfig) -> list[CheckResult]:
-    if m.n_new < 2:
-        out = [CheckResult(name, m.role, "skip", None, t,
-                           "check disabled" if t is None else f"{name} {SINGLE_ROW}")
-               for name, t in (("effective_rank_ratio", cfg.min_effective_rank_ratio),
-                               ("effective_rank", cfg.min_effective_rank),
-                               ("spread_ratio", cfg.min_spread_ratio),
-                               ("mean_cosine", cfg.max_mean_cosine))]  # fmt: skip
-        return [*out, _untrained_check(m, cfg), _norm_check(m, cfg), *_rsa_checks(m, cfg)]
-    g = m.new
-    n = m.n_new
-    spread = _min_check("spread_ratio", m, g.spread_relative, cfg.min_spread_ratio,
-                        f"the {n} new rows sit within a tiny ball compared with the original vocabulary "
-                        "(mean initialization, with or without small noise)")  # fmt: skip
-    if m.reference is None and cfg.min_spread_ratio is not None:
-        spread = CheckResult("spread_ratio", m.role, "skip", None, cfg.min_spread_ratio,
-                             f"spread_ratio undefined, check skipped: {m.reference_undefined_reason}")  # fmt: skip
-    out = [
-        _min_check("effective_rank_ratio", m, g.centered.effective_rank_ratio, cfg.min_effective_rank_ratio,
-                   f"the {n} new rows span few directions around their mean (collapsed, or on a line)"),
-        _min_check("effective_rank", m, g.centered.effective_rank, cfg.min_effective_rank,
-                   f"the {n} new rows span few directions around their mean"),
-        spread,
-    ]  # fmt: skip
-    c = cfg.max_mean_cosine
-    cos = g.mean_pairwise_cosine
-    if c is None:
-        out.append(CheckResult("mean_cosine", m.role, "skip", cos, None, "check disabled"))
-    elif cos is None:
-        out.append(
-            CheckResult("mean_cosine", m.role, "skip", None, c, "undefined for fewer than 2 rows")
-        )
-    else:
-        ok = cos <= c
-        msg = f"mean_cosine {_fmt(cos)} {'<=' if ok else '>'} {c:g}"
-        if not ok:
-            msg += f": the {n} new rows all point the same way (mean initialization?)"
-        out.append(CheckResult("mean_cosine", m.role, "pass" if ok else "fail", cos, c, msg))
-    out += [_untrained_check(m, cfg), _norm_check(m, cfg)]
-    out.extend(_rsa_checks(m, cfg))
+    out = []
+    for c in CHECKS:
+        t = c.threshold(cfg)
+        if c.read_levels is not None:
+            out += c.read_levels(m, t)
+        elif c.scope == "block" and m.n_new < 2:
+            message = DISABLED if t is None else f"{c.name} {SINGLE_ROW}"
+            out.append(CheckResult(c.name, m.role, "skip", None, t, message))
+        else:
+            assert c.read is not None
+            out.append(c.judge(m.role, c.read(m), t))
     return out
 
 
-def _rsa_checks(m: MatrixReport, cfg: GateConfig) -> list[CheckResult]:
+def collapse_checks(structure: Mapping[str, object], cfg: GateConfig) -> list[CheckResult]:
+    """The failed collapse checks of a snapshot's ``structure`` (geodiag.trajectory: a
+    value per check name); the checks it does not record are not tested."""
     out = []
-    for lv in m.levels:
-        name = f"rsa[{lv.name}]"
-        if lv.rsa is None:
-            status = "fail" if cfg.min_rsa is not None else "skip"
-            out.append(
-                CheckResult(
-                    name, m.role, status, None, cfg.min_rsa, f"RSA skipped: {lv.rsa_skip_reason}"
-                )
-            )
-            continue
-        r, p = lv.rsa.spearman, lv.rsa.p_value
-        if r is None:
-            status = "fail" if cfg.min_rsa is not None else "warn"
-            msg = f"RSA undefined: {lv.rsa.undefined_reason}"
-        elif cfg.min_rsa is not None:
-            status = "pass" if r >= cfg.min_rsa else "fail"
-            msg = f"RSA {r:.3f} (p={_fmt(p)}) {'>=' if r >= cfg.min_rsa else '<'} {cfg.min_rsa:g}"
-        elif p is not None and p >= 0.05:
-            status = "warn"
-            # The remedy depends on how the rows were made: the verdict gives it (verdict.py).
-            msg = (f"RSA {r:.3f} (p={p:.3g}): the rows carry no trace of the codebook's "
-                   f"structure at level {lv.name!r}")  # fmt: skip
-        else:
-            status, msg = "pass", f"RSA {r:.3f} (p={_fmt(p)})"
-        out.append(CheckResult(name, m.role, status, r, cfg.min_rsa, msg))
+    for c in CHECKS:
+        if c.collapse and c.name in structure:
+            value = structure[c.name]
+            assert value is None or isinstance(value, int | float), (c.name, value)
+            res = c.judge("input", Reading(value), c.threshold(cfg))
+            out += [res] if res.status == "fail" else []
     return out
 
 

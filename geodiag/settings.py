@@ -171,10 +171,18 @@ def from_cli(cls: type, values: dict[str, Any], **fixed: Any) -> Any:
     return cls(**kwargs, **fixed)
 
 
-def options_from(param: str, cls: type, *, without: Iterable[str] = ()) -> Callable:
+def options_from(
+    param: str,
+    cls: type,
+    *,
+    without: Iterable[str] = (),
+    build: Callable[[dict[str, Any]], Any] | None = None,
+) -> Callable:
     """Decorate a typer command: its parameter ``param`` (a ``cls``) becomes one option
     per command-line field of ``cls``, in its place; the command receives the built
-    ``cls``. Fields in ``without`` are not options and keep their defaults."""
+    ``cls``, or ``build({field: command-line value})`` (e.g. ``dict``, for options whose
+    unset default is not the field's). Fields in ``without`` are not options and keep
+    their defaults."""
 
     def decorate(fn: Callable) -> Callable:
         hints = typing.get_type_hints(fn, include_extras=True)
@@ -191,7 +199,8 @@ def options_from(param: str, cls: type, *, without: Iterable[str] = ()) -> Calla
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             values = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
-            return fn(*args, **kwargs, **{param: from_cli(cls, values)})
+            built = from_cli(cls, values) if build is None else build(values)
+            return fn(*args, **kwargs, **{param: built})
 
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params}

@@ -13,7 +13,8 @@ RSA of the chosen levels on a seeded sample) and
 - appends one line to ``<output_dir>/geodiag_trajectory.jsonl`` (schema in
   :mod:`geodiag.trajectory`; ``geodiag report`` plots it);
 - optionally warns, or stops training (``control.should_training_stop``), when the rows
-  are still collapsed (by the gate's thresholds) at or after ``collapse_after_steps``.
+  are still collapsed at or after ``collapse_after_steps``: they fail one of the gate's
+  collapse checks that the snapshot records (:func:`geodiag.gate.collapse_checks`).
 
 At every save it runs the full gate (``geodiag check``) on the saved checkpoint folder,
 writes ``geodiag_check.json`` into it, logs ``geodiag/gate_passed`` and appends a line
@@ -48,7 +49,7 @@ from transformers.utils import logging
 from geodiag.analysis import AnalyzeOptions, _reference_rows
 from geodiag.atomic import atomic_write
 from geodiag.errors import InputError
-from geodiag.gate import GateConfig
+from geodiag.gate import GateConfig, collapse_checks
 from geodiag.io.safetensors import save_file
 from geodiag.metrics.snapshot import snapshot
 from geodiag.trajectory import (
@@ -71,18 +72,10 @@ class _Collapse:
 
 
 def collapse_of(structure: dict, gate: GateConfig) -> _Collapse:
-    """Which of the gate's collapse thresholds a snapshot violates (undefined counts)."""
-    why = []
-    r, s, c = (structure.get(k) for k in ("effective_rank_ratio", "spread_ratio", "mean_cosine"))
-    if gate.min_effective_rank_ratio is not None and (
-        r is None or r < gate.min_effective_rank_ratio
-    ):
-        why.append(f"effective-rank ratio {r} < {gate.min_effective_rank_ratio:g}")
-    if gate.min_spread_ratio is not None and (s is None or s < gate.min_spread_ratio):
-        why.append(f"spread ratio {s} < {gate.min_spread_ratio:g}")
-    if gate.max_mean_cosine is not None and c is not None and c > gate.max_mean_cosine:
-        why.append(f"mean cosine {c} > {gate.max_mean_cosine:g}")
-    return _Collapse(bool(why), why)
+    """Which of the gate's collapse checks a snapshot fails, with the gate's messages
+    (:func:`geodiag.gate.collapse_checks`; undefined fails a floor, as in the gate)."""
+    failed = collapse_checks(structure, gate)
+    return _Collapse(bool(failed), [c.message for c in failed])
 
 
 class GeodiagCallback(TrainerCallback):

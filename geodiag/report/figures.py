@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geodiag.gate import CHECKS
 from geodiag.report.build import Report
 
 STYLE = {
@@ -247,16 +248,14 @@ def row_norms(report: Report, style: FigureFormat) -> str:
 
 
 def _trajectory_panels(report: Report) -> list[tuple[str, str, str, float | None]]:
-    """(title, attribute, x axis, gate threshold) of each trajectory panel with data."""
-    g = report.gate_config
-    panels = [
-        ("effective-rank ratio (centered)", "effective_rank_ratio", "steps", g.min_effective_rank_ratio),
-        ("spread / vocabulary spread", "spread_ratio", "steps", g.min_spread_ratio),
-        ("mean pairwise cosine", "mean_cosine", "steps", g.max_mean_cosine),
-    ]  # fmt: skip
+    """(title, attribute, x axis, gate threshold) of each trajectory panel with data: one
+    per gate check with a label (geodiag.gate.CHECKS), per-level ones when measured."""
     trajs = report.trajectories
-    if any(t.rsa for t in trajs):
-        panels.append(("RSA against the codebook, per level", "rsa", "steps", g.min_rsa))
+    panels = [
+        (c.label, c.name, "steps", c.threshold(report.gate_config))
+        for c in CHECKS
+        if c.label is not None and (c.scope != "level" or any(getattr(t, c.name) for t in trajs))
+    ]
     if any(t.code_accuracy for t in trajs):
         panels.append(("code accuracy, per level", "code_accuracy", "steps", None))
         if any(e is not None for t in trajs if t.code_accuracy for e in t.elapsed_s):

@@ -153,7 +153,7 @@ def test_all_rows_new_gate_uses_only_defined_checks(tmp_path):
     args = ["--tensor", "sid_embedding.weight", "--all-rows-new", "--permutations", 10]
     res = run("check", collapsed, *args)
     assert res.exit_code == 1
-    assert "[skip] spread_ratio undefined, check skipped" in res.stdout
+    assert "[skip] spread_ratio undefined: every row of the tensor is a new token" in res.stdout
     assert "[fail] effective_rank_ratio" in res.stdout and "[fail] mean_cosine" in res.stdout
     assert "Skipped as undefined: norm_ratio, spread_ratio." in res.stdout
     rng = np.random.default_rng(0)

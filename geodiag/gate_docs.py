@@ -1,0 +1,118 @@
+"""action.yml's threshold inputs and the README's table of check flags, from the gate's table.
+
+GitHub reads action.yml as it is committed, so the part that follows the thresholds (an
+input each, its ``env:`` line, the flag it becomes) is rendered here from
+:data:`geodiag.gate.CHECKS` and written between marker lines; so is the README's table
+of ``geodiag check`` flags. ``tests/geodiag/test_gate_table.py`` fails when either file
+is stale. After adding or changing a check::
+
+    python -m geodiag.gate_docs        # rewrites action.yml and README.md in place
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from geodiag.gate import CHECKS, Check
+
+ROOT = Path(__file__).resolve().parents[1]
+REGENERATE = "python -m geodiag.gate_docs"
+
+
+def input_name(c: Check) -> str:
+    return c.flag.removeprefix("--")
+
+
+def env_name(c: Check) -> str:
+    return "GEODIAG_" + c.field.upper()
+
+
+def action_inputs(c: Check) -> list[str]:
+    # JSON strings are YAML double-quoted scalars: a help text may hold ": ".
+    description = json.dumps(f"{c.help} (geodiag default {c.default_text}).")
+    return [
+        f"{input_name(c)}:",
+        f"  description: {description}",
+        "  required: false",
+        '  default: ""',
+    ]
+
+
+def action_env(c: Check) -> list[str]:
+    return [f"{env_name(c)}: ${{{{ inputs.{input_name(c)} }}}}"]
+
+
+def action_args(c: Check) -> list[str]:
+    return [f'[ -n "${env_name(c)}" ] && args+=({c.flag} "${env_name(c)}")']
+
+
+def readme_flags(c: Check) -> list[str]:
+    default = "off" if c.default is None else f"`{c.default_text}`"
+    return [f"| `{c.flag} {c.metavar}` | {default} | {c.help} |"]
+
+
+# name -> (file, how one check renders, the marker's comment syntax, lines before, after)
+BLOCKS: dict[str, tuple[str, Callable[[Check], list[str]], str, list[str], list[str]]] = {
+    "inputs": ("action.yml", action_inputs, "#", [], []),
+    "env": ("action.yml", action_env, "#", [], []),
+    "args": ("action.yml", action_args, "#", [], []),
+    # The blank line ends the table before the comment.
+    "flags": (
+        "README.md",
+        readme_flags,
+        "<!--",
+        ["| flag | default | meaning |", "|---|---|---|"],
+        [""],
+    ),
+}
+
+
+def _markers(name: str, syntax: str) -> tuple[str, str]:
+    begin = f"BEGIN gate {name}: generated from geodiag.gate ({REGENERATE})"
+    if syntax == "#":
+        return f"# {begin}", f"# END gate {name}"
+    return f"<!-- {begin} -->", f"<!-- END gate {name} -->"
+
+
+def rows(lines_of: Callable[[Check], list[str]]) -> list[str]:
+    return [line for c in CHECKS for line in lines_of(c)]
+
+
+def render(text: str, filename: str) -> str:
+    """``text`` (the content of ``filename``) with each generated block rendered anew."""
+    for name, (file, lines_of, syntax, before, after) in BLOCKS.items():
+        if file != filename:
+            continue
+        begin, end = _markers(name, syntax)
+        pattern = re.compile(
+            rf"^(?P<indent>[ \t]*){re.escape(begin)}\n.*?^[ \t]*{re.escape(end)}\n",
+            re.MULTILINE | re.DOTALL,
+        )
+        found = pattern.search(text)
+        if found is None:
+            raise ValueError(f"{filename}: no block between '{begin}' and '{end}'")
+        pad = found["indent"]
+        body = [pad + line if line else "" for line in before + rows(lines_of) + after]
+        block = "\n".join([pad + begin, *body, pad + end]) + "\n"
+        text = text[: found.start()] + block + text[found.end() :]
+    return text
+
+
+def main(root: Path = ROOT) -> int:
+    """Rewrite the generated blocks in place; prints the files it changed."""
+    for filename in sorted({block[0] for block in BLOCKS.values()}):
+        path = root / filename
+        old = path.read_text(encoding="utf-8")
+        new = render(old, filename)
+        if new != old:
+            path.write_text(new, encoding="utf-8")
+            print(f"rewrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

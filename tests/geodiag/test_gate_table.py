@@ -1,0 +1,162 @@
+"""The gate's table of checks (geodiag.gate.GateConfig / CHECKS) and everything derived from
+it: the check command's flags, geodiag.check's keywords, the Trainer callback's collapse
+test, the report's threshold lines, action.yml and the README's table."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+import typer
+
+import geodiag
+from geodiag import gate_docs
+from geodiag.cli import app
+from geodiag.gate import (
+    CHECKS,
+    SCOPES,
+    THRESHOLDS,
+    GateConfig,
+    check_matrix,
+    collapse_checks,
+    run_gate,
+    threshold,
+)
+from geodiag.trajectory import METRICS, structure_of_report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def check_options() -> dict[str, str]:
+    """{flag: help} of `geodiag check`."""
+    command = typer.main.get_command(app).commands["check"]
+    return {o: p.help for p in command.params for o in getattr(p, "opts", [])}
+
+
+def test_every_threshold_has_a_flag_a_keyword_an_action_input_and_a_readme_row():
+    yaml = pytest.importorskip("yaml")
+    options = check_options()
+    keywords = inspect.signature(geodiag.check).parameters
+    action = yaml.safe_load((ROOT / "action.yml").read_text(encoding="utf-8"))
+    step = next(s for s in action["runs"]["steps"] if s.get("id") == "check")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert [c.field for c in CHECKS] == [f.name for f in dataclasses.fields(GateConfig)]
+    for c in CHECKS:
+        name = c.flag.removeprefix("--")
+        assert c.flag in options, c.field
+        assert keywords[c.field].kind is inspect.Parameter.KEYWORD_ONLY, c.field
+        assert action["inputs"][name] == {
+            "description": f"{c.help} (geodiag default {c.default_text}).",
+            "required": False,
+            "default": "",
+        }
+        env = gate_docs.env_name(c)
+        assert step["env"][env] == f"${{{{ inputs.{name} }}}}"
+        assert f'[ -n "${env}" ] && args+=({c.flag} "${env}")' in step["run"]
+        assert f"| `{c.flag} {c.metavar}` |" in readme, c.flag
+
+
+def test_help_shows_the_field_defaults():
+    options = check_options()
+    shown = {c.flag: options[c.flag] for c in CHECKS}
+    assert shown["--min-spread-ratio"].endswith("[0.05].")
+    assert shown["--min-rsa"].endswith("[off].")
+    for c in CHECKS:
+        default = dataclasses.fields(GateConfig)[THRESHOLDS.index(c.field)].default
+        assert shown[c.flag] == f"{c.help} [{'off' if default is None else f'{default:g}'}].", c
+
+
+@pytest.mark.parametrize("filename", ["action.yml", "README.md"])
+def test_committed_files_are_rendered_from_the_table(filename):
+    text = (ROOT / filename).read_text(encoding="utf-8")
+    assert gate_docs.render(text, filename) == text, (
+        f"{filename} is stale: run `python -m geodiag.gate_docs`"
+    )
+
+
+def test_rendering_replaces_the_blocks_and_only_them():
+    text = (ROOT / "action.yml").read_text(encoding="utf-8")
+    begin, _ = gate_docs._markers("env", "#")
+    stale = text.replace(begin + "\n", begin + "\n        GEODIAG_MAX_GONE: ${{ inputs.gone }}\n")
+    assert stale != text and gate_docs.render(stale, "action.yml") == text
+    with pytest.raises(ValueError, match="no block"):
+        gate_docs.render("a: 1\n", "action.yml")
+
+
+def test_checks_are_listed_scope_by_scope():
+    scopes = [SCOPES.index(c.scope) for c in CHECKS]
+    assert scopes == sorted(scopes)
+    assert all((c.read is None) == (c.scope == "level") for c in CHECKS)
+
+
+def test_a_threshold_takes_the_reader_of_its_scope():
+    with pytest.raises(ValueError, match="takes read_levels"):
+        threshold(0.1, help="x", scope="level", read=lambda m: None)
+    with pytest.raises(ValueError, match="takes read"):
+        threshold(0.1, help="x")
+
+
+def test_api_keywords_override_the_config(make_ckpt):
+    ckpt = make_ckpt("random")
+    base = GateConfig(min_spread_ratio=100.0)
+    assert not geodiag.check(ckpt, config=base, n_permutations=10).passed
+    # None is "not given": the config's value stands
+    assert not geodiag.check(ckpt, config=base, min_spread_ratio=None, n_permutations=10).passed
+    assert geodiag.check(ckpt, config=base, min_spread_ratio=0.5, n_permutations=10).passed
+    with pytest.raises(TypeError):
+        geodiag.check(ckpt, min_spread_ratioo=0.5)
+
+
+@pytest.mark.parametrize("kind", ["mean", "mean-noise", "line", "random", "grounded"])
+@pytest.mark.parametrize("cfg", [GateConfig(), GateConfig(min_effective_rank_ratio=0.9)])
+def test_the_callbacks_collapse_test_fails_what_the_gate_fails(make_ckpt, kind, cfg):
+    """Same checks, same verdicts and messages (less the explanation) as the gate, on every
+    collapse check the snapshot's structure records."""
+    report = geodiag.measure(make_ckpt(kind), n_permutations=10, neighbors=0)
+    structure = structure_of_report(report)
+    gate = {
+        c.name: c.message
+        for c in run_gate(report, cfg).checks
+        if c.status == "fail" and c.name in structure
+    }
+    collapse = {c.name: c.message for c in collapse_checks(structure, cfg)}
+    assert set(collapse) == set(gate) - {"rsa"}
+    assert all(gate[name].startswith(message) for name, message in collapse.items())
+    assert bool(collapse) == (kind in ("mean", "mean-noise", "line") or cfg != GateConfig())
+
+
+def test_collapse_test_covers_the_collapse_checks_the_snapshot_records():
+    tested = {c.name for c in CHECKS if c.collapse and c.name in METRICS}
+    assert tested == {"effective_rank_ratio", "spread_ratio", "mean_cosine"}
+    undefined = {"effective_rank_ratio": None, "spread_ratio": None, "mean_cosine": None}
+    failed = collapse_checks(undefined, GateConfig())
+    # an undefined floor fails, an undefined ceiling does not
+    assert [c.message for c in failed] == [
+        "effective_rank_ratio is undefined",
+        "spread_ratio is undefined",
+    ]
+
+
+def test_undefined_mean_cosine_says_why(make_ckpt):
+    report = geodiag.measure(make_ckpt("random"), n_permutations=10, neighbors=0)
+    m = report.matrices[0]
+    m = dataclasses.replace(m, new=dataclasses.replace(m.new, mean_pairwise_cosine=None))
+    (res,) = [c for c in check_matrix(m, GateConfig()) if c.name == "mean_cosine"]
+    assert res.status == "skip"
+    assert (
+        res.message
+        == "mean_cosine undefined: a new row has zero norm, so its direction is undefined"
+    )
+
+
+def test_report_threshold_lines_come_from_the_table():
+    from geodiag.report.figures import _trajectory_panels
+
+    class Report:
+        gate_config = GateConfig(max_mean_cosine=0.5)
+        trajectories = []
+
+    panels = {attr: t for _, attr, _, t in _trajectory_panels(Report())}
+    assert panels == {"effective_rank_ratio": 0.1, "spread_ratio": 0.05, "mean_cosine": 0.5}
