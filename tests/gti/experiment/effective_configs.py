@@ -19,19 +19,12 @@ GOLDEN = HERE / "effective_configs.json"
 def effective(path: Path) -> dict[str, object]:
     """The resolved config of ``path`` as JSON data."""
     from geodiag.jsonio import dumps
-    from gti.experiment.config import load_config, read_toml
+    from gti.experiment.config import load_config, read_config
     from gti.study.config import load_study_config
 
-    data = read_toml(path)
-    study = "work" in data or "preset" in data and "work" in _preset_top(data["preset"])
+    study = "work" in read_config(path)
     cfg = load_study_config(path) if study else load_config(path)
     return {"entry": "study" if study else "experiment", "config": json.loads(dumps(cfg))}
-
-
-def _preset_top(name: str) -> dict:
-    from gti.presets import read_preset
-
-    return read_preset(name)
 
 
 def main() -> None:
