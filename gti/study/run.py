@@ -125,6 +125,7 @@ def materialize(sft_cfg, snap: Path) -> Path:
     import torch
 
     from gti.checkpoint_files import partial_dir, write_checkpoint
+    from gti.data.tasks import dataset_of
     from gti.sft.checkpoint import CONFIG_FILENAME, TRAINER_STATE, quiet
     from gti.sft.loss import AnswerLoss
     from gti.sft.run import apply_freeze, load_checkpoint, make_accelerator, sft_sidecar
@@ -145,7 +146,7 @@ def materialize(sft_cfg, snap: Path) -> Path:
         accelerator.load_state(str(state_dir))
     trained = accelerator.unwrap_model(loss_fn).model
     step = int(state["step"])
-    data = str(sids.provenance.get("data") or sft_cfg.data or "")
+    data = dataset_of(sids, sft_cfg.data, sft_cfg.init)
     codebooks = Path(sft_cfg.init) / "codebooks.safetensors"
     run_config = {"materialized_from": str(state_dir), "step": step, "arm": sft_cfg.arm,
                   "seed": sft_cfg.seed, "max_history": sft_cfg.max_history,
@@ -192,7 +193,7 @@ def sft_until(sft_cfg, step: int, snap: Path, stages: Stages) -> Path:
 
 def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None) -> Path:
     """Run (or finish) one (arm, seed); returns its report folder."""
-    from gti.data.tasks import load_task_data
+    from gti.data.tasks import dataset_of, load_task_data, of_users, sample_users
     from gti.init.run import run_init
     from gti.study.geometry import measure
     from gti.study.ranking import rank_split
@@ -211,7 +212,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     from geodiag.sidecar import load
 
     sids = load(init_dir)
-    data = str(sids.provenance.get("data") or cfg.sft.data or "")
+    data = dataset_of(sids, sft_cfg.data, init_dir)
     task = load_task_data(
         sids, data, k_core_min=cfg.sft.k_core, max_history=cfg.sft.max_history,
         cache_dir=cfg.cache_dir,
@@ -220,7 +221,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     rank_kw = {"beams": cfg.evaluate.beams, "batch_size": cfg.evaluate.batch_size,
                "titles": cfg.sft.titles, "system": cfg.sft.system_prompt, "device": device,
                "progress": cfg.progress}  # fmt: skip
-    users = _users(cfg, task)
+    users = sample_users(task, cfg.evaluate.max_users, cfg.evaluate.seed)
 
     geo_path = rdir / "geometry.json"
     milestones = cfg.milestones()
@@ -247,9 +248,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
             stages.timed(f"geometry step {step}", geometry)
         splits = [cfg.curve_split] + (list(cfg.final_splits) if last else [])
         for split, path in zip(splits, want, strict=True):
-            examples = [
-                e for e in getattr(task.splits, split) if users is None or e.user_id in users
-            ]
+            examples = of_users(getattr(task.splits, split), users)
             source = {"model": arm, "seed": seed, "step": step,
                       "examples": step * cfg.sft.batch_size}  # fmt: skip
             stages.run(
@@ -289,21 +288,6 @@ def _device(spec: str) -> str:
     if spec == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return spec
-
-
-def _users(cfg: StudyConfig, task) -> set[str] | None:
-    """A seeded sample of users (the same for every arm, seed and split), or all."""
-    import numpy as np
-
-    if cfg.evaluate.max_users is None:
-        return None
-    everyone = sorted(
-        {e.user_id for e in task.splits.test} | {e.user_id for e in task.splits.valid}
-    )
-    if cfg.evaluate.max_users >= len(everyone):
-        return None
-    rng = np.random.default_rng(cfg.evaluate.seed)
-    return set(rng.choice(everyone, cfg.evaluate.max_users, replace=False).tolist())
 
 
 def tokens_per_example(cfg: StudyConfig, task, init_dir: Path, n: int) -> dict[str, float]:
