@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from geodiag.atomic import atomic_dir
 from geodiag.errors import InputError
 from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, save
 from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
+
+if TYPE_CHECKING:  # the output-folder rule is read by gti sids build, without transformers
+    from transformers import PreTrainedTokenizerBase
 
 TRAIN_LOG_FILENAME = "train_log.jsonl"
 INIT_CONFIG_FILENAME = "init_config.json"  # the run config of `gti init`
@@ -30,14 +32,25 @@ def partial_dir(out: Path) -> Path:
     return out.parent / f"{out.name}.partial"
 
 
-def check_output_dir(out: Path, config_filename: str) -> None:
-    """Refuse to replace anything but a previous checkpoint of the same stage (a folder
-    holding ``config_filename``)."""
+def check_output_dir(out: Path, marker: str, *, only: tuple[str, ...] | None = None) -> None:
+    """The one rule for a stage's output folder (``gti sids build``, ``gti init``, ``gti
+    sft``), which the stage replaces as a whole: ``out`` must be new, empty, or a previous
+    output of the same stage, that is hold the stage's ``marker`` file and, for a stage
+    whose files are a fixed list (``only``), nothing else. Anything else is refused, so a
+    wrong ``-o`` never deletes a user's files."""
     if out.exists() and not out.is_dir():
         raise InputError("-o", f"{out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / config_filename).is_file():
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    foreign = [] if only is None else sorted(p.name for p in out.iterdir() if p.name not in only)
+    if foreign:
         raise InputError(
-            "-o", f"{out} is not empty and holds no {config_filename}; choose a new or empty folder"
+            "-o",
+            f"{out} holds other files ({', '.join(foreign[:3])}); choose a new or empty folder",
+        )
+    if not (out / marker).is_file():
+        raise InputError(
+            "-o", f"{out} is not empty and holds no {marker}; choose a new or empty folder"
         )
 
 

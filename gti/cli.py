@@ -19,6 +19,7 @@ from geodiag.errors import InputError, MissingExtra, require_extra
 from geodiag.settings import options_from
 from gti.errors import exits_on_bad_input
 from gti.options import CACHE_HELP
+from gti.presets.cli import presets_app
 from gti.semantic_ids.config import SidsConfig
 
 # Every gti command trains or encodes with these; geodiag's light install has neither. torch
@@ -33,6 +34,7 @@ data_app = typer.Typer(help="Datasets: fetch and inspect.", no_args_is_help=True
 sids_app = typer.Typer(help="Semantic IDs from item text (RQ-VAE).", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(sids_app, name="sids")
+app.add_typer(presets_app, name="presets")
 
 CacheDir = Annotated[
     Path | None,

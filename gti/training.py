@@ -1,5 +1,5 @@
 """Training plumbing shared by grounding (``gti init``) and SFT (``gti sft``): the
-device, the optimizer, the result of a run, stopping on a signal, the train-log line
+device, the optimizer, the learning-rate schedule, the result of a run, stopping on a signal, the train-log line
 and the resume state's fingerprint check. Each stage keeps only its own loop.
 
 A stage that stops early raises :class:`gti.errors.Interrupted` (exit 130 in the CLI);
@@ -50,6 +50,29 @@ def make_optimizer(
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=cfg.betas)
+
+
+def get_lr(
+    step: int,
+    *,
+    lr: float,
+    warmup_steps: int,
+    total_steps: int,
+    decay: str = "cosine",
+    min_lr_ratio: float = 0.0,
+) -> float:
+    """Learning rate of optimizer step ``step`` (0-based), for grounding and SFT alike:
+    linear warm-up over ``warmup_steps`` (step k gets (k + 1) / warmup of ``lr``), then
+    constant (``decay="none"``) or a cosine from ``lr`` to ``lr * min_lr_ratio`` at the
+    last step (``total_steps - 1``)."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    if decay == "none":
+        return lr
+    span = max(1, total_steps - 1 - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / span)
+    min_lr = lr * min_lr_ratio
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from geodiag.errors import InputError
 from geodiag.sidecar import SemanticIds
-from gti.data.sequences import Splits, k_core, leave_one_out
+from gti.data.sequences import Example, Splits, k_core, leave_one_out
 from gti.data.sources import load_dataset
 from gti.prompts import item_token_ids, sid_strings
 
@@ -59,3 +59,34 @@ def load_task_data(
         title_of={i: by_id[i].title for i in items if i in by_id},
         tokens_of=item_token_ids(sids),
     )
+
+
+def dataset_of(sids: SemanticIds, given: str | None, where: object) -> str:
+    """The dataset of a stage's run, one rule for every stage: ``given`` (its ``--data``,
+    or the TOML's ``data``), else the dataset ``sids`` were built from (their provenance);
+    with neither, bad input naming ``--data``."""
+    data = given or str(sids.provenance.get("data") or "")
+    if not data:
+        raise InputError("--data", f"{where} does not record its dataset; pass --data")
+    return data
+
+
+def of_users(examples: list[Example], users: set[str] | None) -> list[Example]:
+    """The examples of ``users`` (None: all), in split order."""
+    return examples if users is None else [e for e in examples if e.user_id in users]
+
+
+def sample_users(task: TaskData, max_users: int | None, seed: int) -> set[str] | None:
+    """A seeded sample of ``max_users`` users, drawn from the validation and test users
+    together, so every arm, seed and choice of splits gets the same users; None: all."""
+    import numpy as np
+
+    if max_users is None:
+        return None
+    everyone = sorted(
+        {e.user_id for e in task.splits.test} | {e.user_id for e in task.splits.valid}
+    )
+    if max_users >= len(everyone):
+        return None
+    rng = np.random.default_rng(seed)
+    return set(rng.choice(everyone, max_users, replace=False).tolist())

@@ -22,8 +22,7 @@ from geodiag.errors import InputError
 from geodiag.jsonio import dumps
 from geodiag.sidecar import load
 from gti.checkpoint_files import SFT_CONFIG_FILENAME
-from gti.data.sequences import Example
-from gti.data.tasks import load_task_data
+from gti.data.tasks import dataset_of, load_task_data, of_users, sample_users
 from gti.evaluate.config import EvalConfig
 from gti.evaluate.decode import rank_items
 from gti.evaluate.metrics import topk_metrics
@@ -69,19 +68,13 @@ def prompt_settings(cfg: EvalConfig) -> dict[str, object]:
     return out
 
 
-def sample_users(examples: list[Example], users: set[str] | None) -> list[Example]:
-    return examples if users is None else [e for e in examples if e.user_id in users]
-
-
 def run_evaluate(cfg: EvalConfig) -> EvalResult:
     cfg.validate()
     ckpt = Path(cfg.checkpoint)
     sids = load(ckpt)
     if not sids.has_token_ids:
         raise InputError(ckpt, "semantic_ids.json records no token ids; pass a gti checkpoint")
-    data = cfg.data or str(sids.provenance.get("data") or "")
-    if not data:
-        raise InputError("--data", f"{ckpt} does not record its dataset; pass --data")
+    data = dataset_of(sids, cfg.data, ckpt)
     prompt = prompt_settings(cfg)
     task = load_task_data(
         sids,
@@ -98,15 +91,11 @@ def run_evaluate(cfg: EvalConfig) -> EvalResult:
     trie = SidTrie.build(sids)
     index = {item: i for i, item in enumerate(trie.item_ids)}
 
-    users = None
-    all_users = sorted({e.user_id for s in cfg.splits for e in getattr(task.splits, s)})
-    if cfg.max_users is not None and cfg.max_users < len(all_users):
-        rng = np.random.default_rng(cfg.seed)
-        users = set(rng.choice(all_users, cfg.max_users, replace=False).tolist())
+    users = sample_users(task, cfg.max_users, cfg.seed)
 
     results = {}
     for split in cfg.splits:
-        examples = sample_users(getattr(task.splits, split), users)
+        examples = of_users(getattr(task.splits, split), users)
         prompts = [
             prompt_ids(
                 tokenizer,

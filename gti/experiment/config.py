@@ -103,9 +103,10 @@ STAGE_SECTIONS = ("sids", "grounding", "sft", "evaluate")
 
 
 def load_config(path: Path, *, out: Path | None = None) -> ExperimentConfig:
-    """Read ``path``; ``out`` overrides its ``out`` key. Relative ``out`` is taken from the
-    current folder, as every other path of the CLI."""
-    data = read_toml(path)
+    """Read ``path`` (a TOML, or the name of a shipped preset); ``out`` overrides its
+    ``out`` key. Relative ``out`` is taken from the current folder, as every other path of
+    the CLI."""
+    data = read_config(path)
     where = str(path)
     top = {k: v for k, v in data.items() if k not in (*STAGE_SECTIONS, "report")}
     forbidden = (*STAGE_SECTIONS, "report", "source")
@@ -117,6 +118,16 @@ def load_config(path: Path, *, out: Path | None = None) -> ExperimentConfig:
         cfg.out = Path(out)
     cfg.validate()
     return cfg
+
+
+def read_config(path: Path) -> dict:
+    """The table of a config file with its presets resolved (gti.presets: defaults <
+    preset < TOML < flags); a path that does not exist may name a shipped preset."""
+    from gti.presets import preset_names, read_preset, resolve
+
+    if not Path(path).exists() and str(path) in preset_names():
+        return read_preset(str(path))
+    return resolve(read_toml(path), str(path))
 
 
 def read_toml(path: Path) -> dict:

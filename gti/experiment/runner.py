@@ -6,9 +6,10 @@ after a kill or with more arms/seeds does only what is missing):
 
     experiment.json              the resolved config; a re-run must match it
     sids/                        gti sids build
-    seed-S/init/<strategy>/      gti init (stage init); arms with one init share it
+    seed-S/init/<init name>/     gti init (stage init); arms with one init share it
     seed-S/sft/<arm>/            gti sft (stage sft)
     seed-S/eval/<arm>.json       gti evaluate
+                                 (gti.experiment.layout.experiment_paths)
     results.json, results.md     metrics per arm and split, mean (+ spread) over seeds,
                                  and the wall time of each stage
     report.html, report.json     geodiag report: every arm at both stages (first seed)
@@ -34,6 +35,7 @@ from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.evaluate.run import load_result
 from gti.experiment.arms import ARMS
 from gti.experiment.config import SECTIONS, ExperimentConfig
+from gti.experiment.layout import arm_stages, experiment_paths
 from gti.experiment.results import summarize, to_markdown
 from gti.options import PATH, UI
 
@@ -164,7 +166,6 @@ def torch_threads(n: int) -> Iterator[None]:
 
 def _run_stages(cfg: ExperimentConfig, out: Path) -> ExperimentResult:
     from gti.evaluate.run import run_evaluate
-    from gti.init.config import InitConfig
     from gti.init.run import run_init
     from gti.semantic_ids.build import build_sids
     from gti.sft.run import run_sft
@@ -177,41 +178,24 @@ def _run_stages(cfg: ExperimentConfig, out: Path) -> ExperimentResult:
     stages.run("sids", sids_dir / SIDECAR_FILENAME, lambda: build_sids(sids_cfg))
 
     for seed in cfg.seeds:
-        root = out / f"seed-{seed}"
         for arm in cfg.arms:
-            spec = ARMS[arm]
-            init_dir = root / "init" / spec.init_name
-            init_cfg = InitConfig(
-                sids=sids_dir,
-                out=init_dir,
-                strategy=spec.init,
-                start_from=spec.start_from,
-                seed=seed,
-                grounding=replace(cfg.grounding, seed=seed, progress=cfg.progress),
-                cache_dir=cfg.cache_dir,
-                allow_download=cfg.sids.allow_download,  # the same backbone as the SIDs
-                device=cfg.device,
-            )
+            paths = experiment_paths(out, arm, seed)
+            init_cfg, sft_cfg = arm_stages(cfg, arm, seed, paths, sids_dir)
+            init_name = ARMS[arm].init_name
             stages.run(
-                f"seed {seed} init {spec.init_name}",
-                init_dir / SIDECAR_FILENAME,
+                f"seed {seed} init {init_name}",
+                paths.init / SIDECAR_FILENAME,
                 lambda c=init_cfg: run_init(c),
             )
             if arm not in cfg.trained_arms:
                 continue
-            sft_dir = root / "sft" / arm
-            sft_cfg = replace(
-                cfg.sft, init=init_dir, out=sft_dir, seed=seed, tasks=spec.tasks, arm=arm,
-                device=cfg.device, **common,
-            )  # fmt: skip
             stages.run(
-                f"seed {seed} sft {arm}", sft_dir / SIDECAR_FILENAME, lambda c=sft_cfg: run_sft(c)
+                f"seed {seed} sft {arm}", paths.sft / SIDECAR_FILENAME, lambda c=sft_cfg: run_sft(c)
             )
-            eval_path = root / "eval" / f"{arm}.json"
             eval_cfg = replace(
-                cfg.evaluate, checkpoint=sft_dir, out=eval_path, device=cfg.device, **common
+                cfg.evaluate, checkpoint=paths.sft, out=paths.result, device=cfg.device, **common
             )
-            stages.run(f"seed {seed} eval {arm}", eval_path, lambda c=eval_cfg: run_evaluate(c))
+            stages.run(f"seed {seed} eval {arm}", paths.result, lambda c=eval_cfg: run_evaluate(c))
 
     results_md = results_json = None
     if cfg.trained_arms:
@@ -228,7 +212,7 @@ def _run_stages(cfg: ExperimentConfig, out: Path) -> ExperimentResult:
 def write_results(cfg: ExperimentConfig) -> tuple[Path, Path]:
     out = Path(cfg.out)
     evals = {
-        arm: {s: load_result(out / f"seed-{s}" / "eval" / f"{arm}.json") for s in cfg.seeds}
+        arm: {s: load_result(experiment_paths(out, arm, s).result) for s in cfg.seeds}
         for arm in cfg.trained_arms
     }
     summary = summarize(evals, list(cfg.evaluate.ks), list(cfg.evaluate.splits))
@@ -275,10 +259,9 @@ def time_table(cfg: ExperimentConfig, seconds: dict[str, float]) -> str:
 
 def report_inputs(cfg: ExperimentConfig) -> list[Path]:
     """Init checkpoints (one per init strategy, arm order), then the SFT checkpoints."""
-    root = Path(cfg.out) / f"seed-{cfg.seeds[0]}"
-    inits = list(dict.fromkeys(ARMS[a].init_name for a in cfg.arms))
-    paths = [root / "init" / s for s in inits]
-    return paths + [root / "sft" / a for a in cfg.arms if a in cfg.trained_arms]
+    runs = {a: experiment_paths(Path(cfg.out), a, cfg.seeds[0]) for a in cfg.arms}
+    inits = list(dict.fromkeys(runs[a].init for a in cfg.arms))
+    return inits + [runs[a].sft for a in cfg.arms if a in cfg.trained_arms]
 
 
 def report_is_current(report: Path, inputs: list[Path]) -> bool:

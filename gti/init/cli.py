@@ -15,15 +15,20 @@ import typer
 from geodiag.settings import options_from
 from gti.errors import exits_on_bad_input
 from gti.init.config import (
-    PRESETS,
     GroundingConfig,
     InitConfig,
     apply_preset,
     describe_preset,
     preset_fields,
 )
+from gti.presets import preset_names
 
 log = logging.getLogger(__name__)
+
+
+def _brief(name: str) -> str:
+    values = apply_preset(name)
+    return describe_preset({k: values[k] for k in ("steps", "batch_size", "lr")})
 
 
 @exits_on_bad_input
@@ -34,9 +39,9 @@ def init(
     preset: Annotated[
         str,
         typer.Option(
-            help="Grounding settings, steps x batch @ lr (see configs/cpu.toml): "
-            + ", ".join(f"{k}={describe_preset(v)}" for k, v in PRESETS.items())
-            + "; auto = paper on CUDA, cpu otherwise."
+            help="Grounding settings of a shipped preset (`gti presets ls`), steps x batch @ lr: "
+            + ", ".join(f"{n}={_brief(n)}" for n in preset_names())
+            + "; auto = paper on CUDA, cpu otherwise. Flags go over it."
         ),
     ] = "auto",
     grounding: GroundingConfig = GroundingConfig(),

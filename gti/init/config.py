@@ -1,8 +1,9 @@
 """Configs of ``gti init``. Import-light (no torch) so ``gti --help`` stays fast.
 
 Defaults reproduce the paper's grounding stage (arXiv 2604.02324: AdamW, lr 1e-3,
-8,000 steps x batch 128) unless a field says why it differs. ``PRESETS`` size
-the run for the hardware at hand; explicit ``--steps`` / ``--batch-size`` win.
+8,000 steps x batch 128) unless a field says why it differs. The ``[grounding]`` of a
+shipped preset (gti.presets: paper, cpu, tiny, ...) sizes the run for the hardware at
+hand; explicit ``--steps`` / ``--batch-size`` win (the rule: gti.presets).
 """
 
 from __future__ import annotations
@@ -22,18 +23,6 @@ STRATEGIES = (*ROW_STRATEGIES, "gti")
 # Optimizers of the new rows (gti.init.optim) and learning-rate decays.
 OPTIMIZERS = ("adamw", "lazy-adam", "sgd", "adagrad")
 DECAYS = ("none", "cosine")
-
-# Grounding settings per preset (GroundingConfig fields); explicit flags win.
-# ``paper``: arXiv 2604.02324's grounding (AdamW, lr 1e-3, 8,000 x 128), with the
-# structure curve every 500 steps (cheap on a GPU).
-# ``cpu``: 8 min of grounding measured on a shared 2-core CPU (load 0.3-1.9); the
-# README's "Grounding" section has the measurements behind each setting and what it
-# reaches. ``tiny``: tests and smoke runs.
-PRESETS: dict[str, dict[str, object]] = {
-    "paper": {"steps": 8000, "batch_size": 128, "lr": 1e-3, "structure_every": 500},
-    "cpu": {"steps": 74, "batch_size": 32, "lr": 5e-3, "structure_every": 5},
-    "tiny": {"steps": 4, "batch_size": 4, "lr": 1e-3},
-}
 
 
 @dataclass
@@ -210,13 +199,15 @@ def preset_fields() -> tuple[str, ...]:
 
 
 def apply_preset(preset: str, **explicit: object) -> dict[str, object]:
-    """The preset's fields, over GroundingConfig's defaults for the fields of any
-    preset it leaves out, the non-None ``explicit`` values winning."""
-    if preset not in PRESETS:
-        raise InputError("--preset", f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+    """The ``[grounding]`` of shipped preset ``preset`` (gti.presets), over
+    GroundingConfig's defaults for the fields it leaves out, the non-None ``explicit``
+    values winning: defaults < preset < flags."""
+    from gti.presets import grounding_preset
+
     defaults = GroundingConfig()
     values = {k: getattr(defaults, k) for k in preset_fields()}
-    return {**values, **PRESETS[preset], **{k: v for k, v in explicit.items() if v is not None}}
+    given = {k: v for k, v in explicit.items() if v is not None}
+    return {**values, **grounding_preset(preset), **given}
 
 
 def describe_preset(values: dict[str, object]) -> str:

@@ -12,8 +12,6 @@ occurs, bias correction counted in those steps.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from gti.init.config import OPTIMIZERS
@@ -96,15 +94,3 @@ def make_row_optimizer(
     if name == "adagrad":
         return torch.optim.Adagrad(params, lr=lr, eps=eps, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}")
-
-
-def get_lr(step: int, lr: float, warmup_steps: int, decay: str, total_steps: int) -> float:
-    """Learning rate of 0-based ``step``: linear warm-up over ``warmup_steps`` (step k
-    gets (k + 1) / warmup of ``lr``), then constant, or a cosine from ``lr`` at the end
-    of warm-up to 0 after ``total_steps``."""
-    if step < warmup_steps:
-        return lr * (step + 1) / warmup_steps
-    if decay == "cosine":
-        span = max(total_steps - warmup_steps, 1)
-        return lr * 0.5 * (1 + math.cos(math.pi * min(step - warmup_steps, span) / span))
-    return lr

@@ -20,11 +20,11 @@ from transformers import PreTrainedModel
 from gti.init.checkpoint import GroundingState
 from gti.init.config import GroundingConfig
 from gti.init.grounding import NewRows, SharedPrefix, StepLoss, fast_loss
-from gti.init.optim import LazyAdam, get_lr, make_row_optimizer, present_rows
+from gti.init.optim import LazyAdam, make_row_optimizer, present_rows
 from gti.init.pairs import PairStream
 from gti.init.structure import StructureProbe, structure_entry
 from gti.prompts import DIRECTIONS
-from gti.training import StopOnSignal, TrainResult, log_entry
+from gti.training import StopOnSignal, TrainResult, get_lr, log_entry
 
 
 def step_log(step: int, out: StepLoss, seconds: float, **extra: object) -> dict[str, object]:
@@ -90,7 +90,13 @@ def train_grounding(
         while step < cfg.steps:
             t0 = time.perf_counter()
             batch = stream.batch(step)
-            lr = get_lr(step, cfg.lr, cfg.warmup_steps, cfg.decay, cfg.steps)
+            lr = get_lr(
+                step,
+                lr=cfg.lr,
+                warmup_steps=cfg.warmup_steps,
+                total_steps=cfg.steps,
+                decay=cfg.decay,
+            )
             for group in optimizer.param_groups:
                 group["lr"] = lr
             with torch.autocast(device_type, dtype=torch.bfloat16, enabled=cfg.bf16):

@@ -26,6 +26,7 @@ import numpy as np
 from geodiag.atomic import atomic_dir
 from geodiag.errors import InputError
 from geodiag.sidecar import CODEBOOKS_FILENAME, Level, SemanticIds, level_name, save
+from gti.checkpoint_files import check_output_dir
 from gti.data.sources import load_dataset
 from gti.models.backbone import resolve_backbone
 from gti.semantic_ids.collisions import COLLISION_STRATEGIES
@@ -48,19 +49,6 @@ class SidsResult:
     stats: dict[str, object]
 
 
-def check_output_dir(out: Path) -> None:
-    """Refuse to replace a folder that holds anything but a previous run's three files."""
-    if out.exists() and not out.is_dir():
-        raise InputError("-o", f"{out} exists and is not a folder")
-    if out.is_dir():
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in OUTPUT_FILES)
-        if foreign:
-            raise InputError(
-                "-o",
-                f"{out} holds other files ({', '.join(foreign[:3])}); choose a new or empty folder",
-            )
-
-
 def effective_codebook_size(n_items: int, requested: int) -> tuple[int, str | None]:
     """k-means cannot place K codes on fewer than K items: shrink K to the largest
     power of two <= n_items (powers of two as in TIGER/LC-Rec), with a warning."""
@@ -76,7 +64,7 @@ def build_sids(cfg: SidsConfig) -> SidsResult:
     """Run the whole stage; every figure it measures ends up in ``stats.json``."""
     cfg.validate()
     out = Path(cfg.out)
-    check_output_dir(out)  # fail before spending minutes, not after
+    check_output_dir(out, SIDECAR_FILENAME, only=OUTPUT_FILES)  # fail before spending minutes
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
 

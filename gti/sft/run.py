@@ -22,7 +22,7 @@ from geodiag.errors import InputError
 from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
 from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
-from gti.data.tasks import load_task_data
+from gti.data.tasks import dataset_of, load_task_data
 from gti.errors import Interrupted
 from gti.options import fingerprinted, recorded
 from gti.sft.checkpoint import CONFIG_FILENAME, SFTState
@@ -84,9 +84,7 @@ def run_sft(cfg: SFTConfig, *, should_stop: Callable[[int], bool] | None = None)
     check_output_dir(out, CONFIG_FILENAME)
     set_seed(cfg.seed)
     model, tokenizer, sids = load_checkpoint(init, getattr(torch, cfg.dtype))
-    data = cfg.data or str(sids.provenance.get("data") or "")
-    if not data:
-        raise InputError("--data", f"{init} does not record its dataset; pass --data")
+    data = dataset_of(sids, cfg.data, init)
     task = load_task_data(
         sids, data, k_core_min=cfg.k_core, max_history=cfg.max_history, cache_dir=cfg.cache_dir
     )

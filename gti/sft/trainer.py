@@ -11,7 +11,6 @@ kill loses at most ``save_every`` steps, which a resumed run redoes identically.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -25,18 +24,7 @@ from gti.sft.checkpoint import SFTState
 from gti.sft.config import SFTConfig
 from gti.sft.data import TASK_NAMES, SFTStream
 from gti.sft.loss import AnswerLoss
-from gti.training import StopOnSignal, TrainResult, log_entry, make_optimizer
-
-
-def get_lr(step: int, cfg: SFTConfig) -> float:
-    """Learning rate of optimizer step ``step`` (0-based): linear warmup to ``cfg.lr``,
-    then cosine decay to ``cfg.lr * cfg.min_lr_ratio`` at the last step."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    span = max(1, cfg.steps - 1 - cfg.warmup_steps)
-    progress = min(1.0, (step - cfg.warmup_steps) / span)
-    min_lr = cfg.lr * cfg.min_lr_ratio
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
+from gti.training import StopOnSignal, TrainResult, get_lr, log_entry, make_optimizer
 
 
 def micro_batches(step: int, cfg: SFTConfig, rank: int, world: int) -> list[range]:
@@ -79,7 +67,13 @@ def train_sft(
     with StopOnSignal() as signals, bar:
         while step < cfg.steps:
             t0 = time.perf_counter()
-            lr = get_lr(step, cfg)
+            lr = get_lr(
+                step,
+                lr=cfg.lr,
+                warmup_steps=cfg.warmup_steps,
+                total_steps=cfg.steps,
+                min_lr_ratio=cfg.min_lr_ratio,
+            )
             for group in optimizer.param_groups:
                 group["lr"] = lr
             batches = [stream.batch(r) for r in micro_batches(step, cfg, rank, world)]

@@ -23,6 +23,7 @@ from geodiag.errors import InputError
 from geodiag.jsonio import read_json
 from gti.evaluate.rankings import Rankings, check_aligned, load_rankings, per_user_metrics
 from gti.evaluate.stats import interval, paired_test
+from gti.experiment.layout import study_runs
 
 FORMAT = "gti.study.results"
 KS = (5, 10, 20)
@@ -37,7 +38,7 @@ GEOMETRY = ("effective_rank", "spread_relative", "mean_cosine", "rsa")
 def _runs(root: Path) -> dict[str, list[dict]]:
     """arm -> run.json documents (complete runs), sorted by seed."""
     arms: dict[str, list[dict]] = {}
-    for path in sorted((root / "runs").glob("*/run.json")):
+    for path in sorted(study_runs(root).glob("*/run.json")):
         doc = read_json(path)
         if doc.get("status") != "complete":
             continue
@@ -154,7 +155,7 @@ def _geometry_intervals(root: Path, runs: dict[str, list[dict]]) -> dict | None:
     doc = read_json(path)
     if doc.get("format") != GI_FORMAT:
         raise InputError(path, f"not a {GI_FORMAT} document (format {doc.get('format')!r})")
-    problems = check_against_runs(doc, root / "runs")
+    problems = check_against_runs(doc, study_runs(root))
     covered = {(c["arm"], c["seed"]) for c in doc.get("checkpoints", [])}
     problems += [f"{d['arm']} seed {d['seed']}: a complete run the file does not cover"
                  for docs in runs.values() for d in docs

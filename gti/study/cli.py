@@ -83,6 +83,7 @@ def study_geometry_intervals(
 
     from geodiag.atomic import atomic_write
     from geodiag.errors import InputError
+    from gti.experiment.layout import study_runs
     from gti.study.config import load_study_config
     from gti.study.geometry_intervals import (
         check_against_runs,
@@ -99,10 +100,10 @@ def study_geometry_intervals(
         raise InputError(cfg.work, "no complete run has its weights here: nothing to measure")
     doc = intervals(checkpoints, n_resamples=resamples, seed=seed, progress=progress)
     doc["left_out"] = notes
-    problems = check_against_runs(doc, Path(cfg.reports) / "runs")
+    problems = check_against_runs(doc, study_runs(cfg.reports))
     if problems:
         raise InputError(
-            Path(cfg.reports) / "runs",
+            study_runs(cfg.reports),
             "RSA recomputed from the weights differs from the runs' geometry.json ("
             + "; ".join(problems[:3])
             + "): are these the weights of the committed runs?",

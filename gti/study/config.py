@@ -17,7 +17,7 @@ from pathlib import Path
 from geodiag.errors import InputError
 from gti.evaluate.config import SPLITS, EvalConfig
 from gti.experiment.arms import ARMS
-from gti.experiment.config import STAGE_SECTIONS, _fill, read_toml, stage_configs
+from gti.experiment.config import STAGE_SECTIONS, _fill, read_config, stage_configs
 from gti.init.config import GroundingConfig
 from gti.semantic_ids.config import SidsConfig
 from gti.sft.config import SFTConfig
@@ -86,7 +86,7 @@ class StudyConfig:
 
 
 def load_study_config(path: Path) -> StudyConfig:
-    data = read_toml(path)
+    data = read_config(path)
     where = str(path)
     top = {k: v for k, v in data.items() if k not in STAGE_SECTIONS}
     forbidden = (*STAGE_SECTIONS, "source", "cache_dir", "progress")

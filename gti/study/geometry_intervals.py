@@ -340,21 +340,19 @@ def summarize_cells(
 def study_checkpoints(cfg) -> tuple[dict[tuple[str, int, str], Path], list[str]]:
     """The init and final checkpoints of every complete run of ``cfg`` whose weights are
     in its work folder; (checkpoints, notes on complete runs left out)."""
-    from gti.experiment.arms import ARMS
-    from gti.study.run import run_name
+    from gti.experiment.layout import run_name, study_paths
 
     out, notes = {}, []
-    work, reports = Path(cfg.work), Path(cfg.reports)
     for arm, seed in cfg.ordered_runs():
-        run = reports / "runs" / run_name(arm, seed) / "run.json"
+        paths = study_paths(cfg.work, cfg.reports, arm, seed)
+        run = paths.result / "run.json"
         try:
             complete = json.loads(run.read_text()).get("status") == "complete"
         except (OSError, ValueError):
             complete = False
         if not complete:
             continue
-        init = work / "init" / f"{ARMS[arm].init_name}-seed{seed}"
-        final = work / run_name(arm, seed) / "sft"
+        init, final = paths.init, paths.sft
         missing = [p for p in (init, final) if not (p / "model.safetensors").is_file()]
         if missing:
             notes.append(f"{run_name(arm, seed)}: complete, but no weights at {missing[0]}")
@@ -368,10 +366,12 @@ def check_against_runs(doc: dict, runs_root: Path) -> list[str]:
     """Each checkpoint's full-sample RSA (the interval file's ``per_seed``) against the
     value its run's geometry.json recorded; returns the mismatches (none expected: both
     are geodiag's Spearman over the same rows)."""
+    from gti.experiment.layout import run_name
+
     problems = []
     for row in doc.get("rsa", []):
         for s, value in zip(row["seeds"], row["per_seed"], strict=True):
-            geo_path = Path(runs_root) / f"{row['arm']}-seed{s}" / "geometry.json"
+            geo_path = Path(runs_root) / run_name(row["arm"], s) / "geometry.json"
             try:
                 geo = json.loads(geo_path.read_text())
             except (OSError, ValueError):

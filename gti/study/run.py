@@ -8,7 +8,7 @@ resume state (``gti.sft``: the same examples, the same updates as one straight
 run) and a killed SFT resumes from its last save; a killed ranking resumes at the
 first unranked user (``gti.study.ranking``).
 
-Work folder (weights; never committed), ``<work>/``::
+Work folder (weights; never committed), ``<work>/`` (gti.experiment.layout.study_paths)::
 
     sids/                         copied from sids_from, or built
     init/<strategy>-seed<k>/      gti init (shared by arms with that init)
@@ -42,15 +42,12 @@ from pathlib import Path
 from geodiag.atomic import atomic_write
 from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.experiment.arms import ARMS
+from gti.experiment.layout import RunPaths, arm_stages, run_name, study_paths
 from gti.experiment.runner import Stages
 from gti.study.config import StudyConfig
 
 log = logging.getLogger(__name__)
 RUN_FORMAT = "gti.study.run"
-
-
-def run_name(arm: str, seed: int) -> str:
-    return f"{arm}-seed{seed}"
 
 
 def curve_file(step: int, split: str) -> str:
@@ -128,6 +125,7 @@ def materialize(sft_cfg, snap: Path) -> Path:
     import torch
 
     from gti.checkpoint_files import partial_dir, write_checkpoint
+    from gti.data.tasks import dataset_of
     from gti.sft.checkpoint import CONFIG_FILENAME, TRAINER_STATE, quiet
     from gti.sft.loss import AnswerLoss
     from gti.sft.run import apply_freeze, load_checkpoint, make_accelerator, sft_sidecar
@@ -148,7 +146,7 @@ def materialize(sft_cfg, snap: Path) -> Path:
         accelerator.load_state(str(state_dir))
     trained = accelerator.unwrap_model(loss_fn).model
     step = int(state["step"])
-    data = str(sids.provenance.get("data") or sft_cfg.data or "")
+    data = dataset_of(sids, sft_cfg.data, sft_cfg.init)
     codebooks = Path(sft_cfg.init) / "codebooks.safetensors"
     run_config = {"materialized_from": str(state_dir), "step": step, "arm": sft_cfg.arm,
                   "seed": sft_cfg.seed, "max_history": sft_cfg.max_history,
@@ -195,37 +193,26 @@ def sft_until(sft_cfg, step: int, snap: Path, stages: Stages) -> Path:
 
 def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None) -> Path:
     """Run (or finish) one (arm, seed); returns its report folder."""
-    from gti.data.tasks import load_task_data
-    from gti.init.config import InitConfig
+    from gti.data.tasks import dataset_of, load_task_data, of_users, sample_users
     from gti.init.run import run_init
     from gti.study.geometry import measure
     from gti.study.ranking import rank_split
 
     cfg.validate()
-    spec = ARMS[arm]
     name = run_name(arm, seed)
-    work, rdir = Path(cfg.work), Path(cfg.reports) / "runs" / name
+    paths = study_paths(cfg.work, cfg.reports, arm, seed)
+    init_dir, rdir = paths.init, paths.result
     rdir.mkdir(parents=True, exist_ok=True)
     stages = Stages(rdir / "timings.jsonl")
     sids_dir = prepare_sids(cfg)
-    common = {"cache_dir": cfg.cache_dir, "progress": cfg.progress}
+    init_cfg, sft_cfg = arm_stages(cfg, arm, seed, paths, sids_dir)
+    init_name = ARMS[arm].init_name
+    stages.run(f"init {init_name}", init_dir / SIDECAR_FILENAME, lambda: run_init(init_cfg))
 
-    init_dir = work / "init" / f"{spec.init_name}-seed{seed}"
-    init_cfg = InitConfig(
-        sids=sids_dir, out=init_dir, strategy=spec.init, start_from=spec.start_from, seed=seed,
-        grounding=replace(cfg.grounding, seed=seed, progress=cfg.progress),
-        cache_dir=cfg.cache_dir, allow_download=cfg.sids.allow_download, device=cfg.device,
-    )  # fmt: skip
-    stages.run(f"init {spec.init_name}", init_dir / SIDECAR_FILENAME, lambda: run_init(init_cfg))
-
-    sft_cfg = replace(
-        cfg.sft, init=init_dir, out=work / name / "sft", seed=seed, tasks=spec.tasks, arm=arm,
-        device=cfg.device, **common,
-    )  # fmt: skip
     from geodiag.sidecar import load
 
     sids = load(init_dir)
-    data = str(sids.provenance.get("data") or cfg.sft.data or "")
+    data = dataset_of(sids, sft_cfg.data, init_dir)
     task = load_task_data(
         sids, data, k_core_min=cfg.sft.k_core, max_history=cfg.sft.max_history,
         cache_dir=cfg.cache_dir,
@@ -234,7 +221,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     rank_kw = {"beams": cfg.evaluate.beams, "batch_size": cfg.evaluate.batch_size,
                "titles": cfg.sft.titles, "system": cfg.sft.system_prompt, "device": device,
                "progress": cfg.progress}  # fmt: skip
-    users = _users(cfg, task)
+    users = sample_users(task, cfg.evaluate.max_users, cfg.evaluate.seed)
 
     geo_path = rdir / "geometry.json"
     milestones = cfg.milestones()
@@ -246,7 +233,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
         if str(step) in _json(geo_path) and all(p.is_file() for p in want):
             stages.skipped.append(f"step {step}")
             continue
-        snap = work / name / f"step-{step}"
+        snap = paths.milestone(step)
         ckpt = init_dir if step == 0 else sft_until(sft_cfg, step, snap, stages)
         if str(step) not in _json(geo_path):
 
@@ -261,9 +248,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
             stages.timed(f"geometry step {step}", geometry)
         splits = [cfg.curve_split] + (list(cfg.final_splits) if last else [])
         for split, path in zip(splits, want, strict=True):
-            examples = [
-                e for e in getattr(task.splits, split) if users is None or e.user_id in users
-            ]
+            examples = of_users(getattr(task.splits, split), users)
             source = {"model": arm, "seed": seed, "step": step,
                       "examples": step * cfg.sft.batch_size}  # fmt: skip
             stages.run(
@@ -293,7 +278,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
 
         stages.timed("report", report)
     (rdir / "report.json").unlink(missing_ok=True)  # left by a kill inside report()
-    write_run_json(cfg, arm, seed, rdir, task, command)
+    write_run_json(cfg, arm, seed, paths, task, command)
     return rdir
 
 
@@ -303,21 +288,6 @@ def _device(spec: str) -> str:
     if spec == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return spec
-
-
-def _users(cfg: StudyConfig, task) -> set[str] | None:
-    """A seeded sample of users (the same for every arm, seed and split), or all."""
-    import numpy as np
-
-    if cfg.evaluate.max_users is None:
-        return None
-    everyone = sorted(
-        {e.user_id for e in task.splits.test} | {e.user_id for e in task.splits.valid}
-    )
-    if cfg.evaluate.max_users >= len(everyone):
-        return None
-    rng = np.random.default_rng(cfg.evaluate.seed)
-    return set(rng.choice(everyone, cfg.evaluate.max_users, replace=False).tolist())
 
 
 def tokens_per_example(cfg: StudyConfig, task, init_dir: Path, n: int) -> dict[str, float]:
@@ -349,14 +319,14 @@ def sft_step_seconds(train_log: Path, steps: int) -> float | None:
     return float(sum(by_step.values()))
 
 
-def write_run_json(cfg, arm, seed, rdir: Path, task, command) -> None:
+def write_run_json(cfg, arm, seed, paths: RunPaths, task, command) -> None:
     from gti.experiment.runner import stage_seconds
 
+    rdir = paths.result
     seconds = stage_seconds(rdir / "timings.jsonl")
     n_examples = cfg.sft.steps * cfg.sft.batch_size
     step_s = sft_step_seconds(rdir / "train_log.jsonl", cfg.sft.steps)
     sft_s = step_s or sum(v for k, v in seconds.items() if k.startswith("sft ->"))
-    init_dir = Path(cfg.work) / "init" / f"{ARMS[arm].init}-seed{seed}"
     doc = {
         "format": RUN_FORMAT,
         "format_version": 1,
@@ -376,7 +346,7 @@ def write_run_json(cfg, arm, seed, rdir: Path, task, command) -> None:
         "sft_seconds": round(sum(v for k, v in seconds.items() if k.startswith("sft ->")), 1),
         "sft_step_seconds": None if step_s is None else round(step_s, 1),
         "sft_examples_per_s": round(n_examples / sft_s, 4) if sft_s > 0 else None,
-        "tokens_per_example": tokens_per_example(cfg, task, init_dir, min(n_examples, 512)),
+        "tokens_per_example": tokens_per_example(cfg, task, paths.init, min(n_examples, 512)),
     }
     atomic_write(rdir / "run.json", json.dumps(doc, indent=1, allow_nan=False) + "\n")
 
@@ -397,7 +367,7 @@ def run_all(cfg: StudyConfig, *, command: str | None = None) -> list[Path]:
     """Every (arm, seed) in run order (mean and gti first); finished runs are skipped."""
     out = []
     for arm, seed in cfg.ordered_runs():
-        rdir = Path(cfg.reports) / "runs" / run_name(arm, seed)
+        rdir = study_paths(cfg.work, cfg.reports, arm, seed).result
         if _json(rdir / "run.json").get("status") == "complete":
             log.info("= %s: complete", rdir)
             out.append(rdir)

@@ -229,3 +229,29 @@ def test_gti_without_torch_prints_the_install_line_and_exits_2(monkeypatch, caps
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err == f"error: gti: needs torch and transformers (no module torch): {cli.GTI_INSTALL}\n"
+
+
+def test_one_output_folder_rule(tmp_path):
+    """New, empty, or the same stage's previous output (its marker, and for a fixed file
+    list nothing else): every stage refuses anything else before it starts."""
+    from geodiag.errors import InputError
+    from gti.checkpoint_files import check_output_dir
+
+    check_output_dir(tmp_path / "new", "init_config.json")
+    (tmp_path / "empty").mkdir()
+    check_output_dir(tmp_path / "empty", "init_config.json")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_text("")
+    with pytest.raises(InputError, match="holds no init_config.json"):
+        check_output_dir(ckpt, "init_config.json")
+    (ckpt / "init_config.json").write_text("{}")
+    check_output_dir(ckpt, "init_config.json")
+    sids = ("semantic_ids.json", "codebooks.safetensors", "stats.json")
+    with pytest.raises(
+        InputError, match=r"holds other files \(init_config.json, model.safetensors\)"
+    ):
+        check_output_dir(ckpt, "semantic_ids.json", only=sids)  # a checkpoint is not SIDs
+    (ckpt / "x").write_text("")
+    with pytest.raises(InputError, match="is not a folder"):
+        check_output_dir(ckpt / "x", "init_config.json")

@@ -98,16 +98,17 @@ def test_description_mean_equals_a_hand_computation():
 
 
 def test_presets_and_explicit_flags():
-    from gti.init.config import PRESETS, GroundingConfig, apply_preset, preset_fields
+    from gti.init.config import GroundingConfig, apply_preset, preset_fields
+    from gti.presets import grounding_preset
 
     # the paper's grounding setting, and the dataclass defaults
-    paper = PRESETS["paper"]
+    paper = grounding_preset("paper")
     assert (paper["steps"], paper["batch_size"], paper["lr"]) == (8000, 128, 1e-3)
     g = GroundingConfig()
     assert (g.steps, g.batch_size, g.lr, g.optimizer, g.decay) == (8000, 128, 1e-3, "adamw", "none")
-    assert all(set(v) <= set(preset_fields()) for v in PRESETS.values())
     cpu = apply_preset("cpu")
-    assert set(cpu) == set(preset_fields()) and cpu.items() >= PRESETS["cpu"].items()
+    assert set(cpu) == set(preset_fields()) and cpu.items() >= grounding_preset("cpu").items()
+    assert (cpu["steps"], cpu["batch_size"], cpu["lr"]) == (74, 32, 5e-3)  # README "Grounding"
     values = apply_preset("paper", steps=10, lr=5e-4, warmup_steps=None)
     assert (values["steps"], values["batch_size"], values["lr"]) == (10, 128, 5e-4)
     # a field the preset leaves out: the dataclass default, not None

@@ -14,7 +14,8 @@ from gti.data.tasks import load_task_data
 from gti.prompts import TASK_NEXT_ITEM, TEMPLATE_SYSTEM, next_item_instruction, prompt_ids
 from gti.sft.config import SFTConfig
 from gti.sft.data import SFTStream
-from gti.sft.trainer import get_lr, micro_batches
+from gti.sft.trainer import micro_batches
+from gti.training import get_lr
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +86,21 @@ def test_micro_batches_partition_the_global_batch():
 
 def test_lr_schedule_golden_values():
     cfg = SFTConfig(steps=11, lr=1.0, warmup_steps=2, min_lr_ratio=0.1)
-    lrs = [get_lr(s, cfg) for s in range(11)]
+    lrs = [get_lr(s, lr=1.0, warmup_steps=2, total_steps=11, min_lr_ratio=0.1) for s in range(11)]
     assert lrs[:2] == [0.5, 1.0]  # linear warmup
     assert lrs[2] == pytest.approx(1.0) and lrs[-1] == pytest.approx(0.1)
     assert lrs[6] == pytest.approx(0.55)  # halfway through the cosine: (1 + 0.1) / 2
     assert all(a >= b for a, b in zip(lrs[1:], lrs[2:], strict=False))
+    assert cfg.steps == 11  # the SFT loop calls it with these fields (gti.sft.trainer)
+
+
+def test_grounding_schedule_is_the_same_function():
+    """Grounding's decay reaches 0 at its last step (its --decay help), as SFT's cosine
+    reaches lr x min_lr_ratio; "none" keeps the rate after warm-up."""
+    cosine = [get_lr(s, lr=2.0, warmup_steps=1, total_steps=5, decay="cosine") for s in range(5)]
+    assert cosine == pytest.approx([2.0, 2.0, 1.5, 0.5, 0.0])  # cos over 3 steps to 0
+    flat = [get_lr(s, lr=2.0, warmup_steps=2, total_steps=5, decay="none") for s in range(5)]
+    assert flat == [1.0, 2.0, 2.0, 2.0, 2.0]
 
 
 # SmolLM2-135M-Instruct's chat template, reduced to its system-turn logic: a default

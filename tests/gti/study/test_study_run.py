@@ -369,3 +369,27 @@ def test_sft_step_seconds_counts_each_step_once_or_says_none(tmp_path):
     assert sft_step_seconds(log, 3) == pytest.approx(9.0)
     assert sft_step_seconds(log, 4) is None  # a step missing
     assert sft_step_seconds(tmp_path / "absent.jsonl", 3) is None
+
+
+def test_run_record_of_gti_from_description_reads_its_own_init(tmp_path, monkeypatch):
+    """The arm grounds from description-mean into init/gti-from-description-mean-seed<k>/
+    (where run_one writes it); its run.json measures tokens per example on that folder,
+    not on the gti arm's init/gti-seed<k>/ (which a study without the gti arm lacks)."""
+    import gti.study.run as study_run
+    from gti.study.config import StudyConfig
+
+    read = []
+    monkeypatch.setattr(
+        study_run, "tokens_per_example", lambda cfg, task, init, n: read.append(init) or {}
+    )
+    monkeypatch.setattr(study_run, "machine", lambda: {})
+    from gti.experiment.layout import study_paths
+
+    cfg = StudyConfig(work=tmp_path / "work", reports=tmp_path / "reports")
+    paths = study_paths(cfg.work, cfg.reports, "gti-from-description", 1)
+    rdir = tmp_path / "reports" / "runs" / "gti-from-description-seed1"
+    assert paths.result == rdir
+    rdir.mkdir(parents=True)
+    study_run.write_run_json(cfg, "gti-from-description", 1, paths, None, "cmd")
+    assert read == [tmp_path / "work" / "init" / "gti-from-description-mean-seed1"]
+    assert json.loads((rdir / "run.json").read_text())["arm"] == "gti-from-description"

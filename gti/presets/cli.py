@@ -1,0 +1,48 @@
+"""``gti presets ls`` / ``gti presets cp``: thin typer commands over gti.presets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gti.errors import exits_on_bad_input
+from gti.presets import HOW, RULE, copy_preset, preset_names, read_preset, summary
+
+presets_app = typer.Typer(
+    help=f"The shipped experiment and study TOMLs. Precedence: {RULE}. {HOW}",
+    no_args_is_help=True,
+)
+
+
+def entry_point(table: dict) -> str:
+    """The command a preset is for: study configs have a ``work`` folder."""
+    return "gti study run" if "work" in table else "gti experiment"
+
+
+def _steps(table: dict, section: str) -> str:
+    t = table.get(section, {})
+    return f"{t.get('steps', '-')} x {t.get('batch_size', '-')}"
+
+
+@presets_app.command("ls")
+@exits_on_bad_input
+def presets_ls() -> None:
+    """One line per preset: name, command, grounding and SFT steps x batch, what it is for."""
+    for name in preset_names():
+        table = read_preset(name)
+        typer.echo(
+            f"{name:<11} {entry_point(table):<15} grounding {_steps(table, 'grounding'):<10} "
+            f"sft {_steps(table, 'sft'):<10} {summary(name)}"
+        )
+
+
+@presets_app.command("cp")
+@exits_on_bad_input
+def presets_cp(
+    name: Annotated[str, typer.Argument(help="A preset of `gti presets ls`.")],
+    dest: Annotated[Path, typer.Argument(help="File to write, or a folder for NAME.toml.")],
+) -> None:
+    """Copy a preset (its comments included) to edit; refuses to replace a file."""
+    typer.echo(str(copy_preset(name, dest)))
