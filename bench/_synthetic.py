@@ -139,8 +139,13 @@ def write_synthetic(root: Path, strategy: str, stage: str = "init", spec: Spec =
         next_id += k
     rng = np.random.default_rng(spec.seed + 4)
     items = {f"item{i}": [int(rng.integers(k)) for _, k in spec.levels] for i in range(20)}
-    provenance = {"init_strategy": strategy, "stage": stage, "step": 0 if stage == "init" else 1000,
-                  "seed": spec.seed, "source_model": "synthetic (bench/_synthetic.py)"}  # fmt: skip
+    provenance = {
+        "init_strategy": strategy,
+        "stage": stage,
+        "step": 0 if stage == "init" else 1000,
+        "seed": spec.seed,
+        "source_model": "synthetic (bench/_synthetic.py)",
+    }
     sidecar.save(sidecar.SemanticIds(spec.base_vocab, levels, items, provenance), root)
     save_file(codebooks(spec), root / sidecar.CODEBOOKS_FILENAME)
     return root

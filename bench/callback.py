@@ -67,8 +67,10 @@ def synthetic(repeats: int) -> None:
     cb = GeodiagCallback(levels=levels, codebooks=books)
     cheap = timed(lambda: cb.measure(emb), repeats)
     full = timed(lambda: geodiag.measure(emb, levels=levels, codebooks=books, neighbors=0), repeats)
-    print(f"synthetic {n_new} x {dim}: snapshot {cheap:.3f} s; full analysis {full:.3f} s; "
-          f"ratio {full / cheap:.1f}x")  # fmt: skip
+    print(
+        f"synthetic {n_new} x {dim}: snapshot {cheap:.3f} s; full analysis {full:.3f} s; "
+        f"ratio {full / cheap:.1f}x"
+    )
 
 
 def smollm_with_sids(sids: Path):
@@ -104,9 +106,11 @@ def smollm(sids: Path, repeats: int) -> None:
     full = timed(
         lambda: geodiag.measure(model, levels=levels, codebooks=books, neighbors=0), repeats
     )
-    print(f"SmolLM2-135M + {n_new} mean-resized rows ({model.config.hidden_size} dims, "
-          f"vocab {model.config.vocab_size}): on_step_end with a snapshot {call:.3f} s; "
-          f"full analysis {full:.3f} s; ratio {full / call:.1f}x")  # fmt: skip
+    print(
+        f"SmolLM2-135M + {n_new} mean-resized rows ({model.config.hidden_size} dims, "
+        f"vocab {model.config.vocab_size}): on_step_end with a snapshot {call:.3f} s; "
+        f"full analysis {full:.3f} s; ratio {full / call:.1f}x"
+    )
 
 
 def in_trainer(sids: Path, steps: int) -> None:
@@ -139,9 +143,17 @@ def in_trainer(sids: Path, steps: int) -> None:
 
     cb.on_step_end = on_step_end
     with tempfile.TemporaryDirectory() as out:
-        args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=2,
-                                 learning_rate=1e-3, logging_steps=steps, save_strategy="no",
-                                 report_to="none", use_cpu=True, disable_tqdm=True)  # fmt: skip
+        args = TrainingArguments(
+            output_dir=out,
+            max_steps=steps,
+            per_device_train_batch_size=2,
+            learning_rate=1e-3,
+            logging_steps=steps,
+            save_strategy="no",
+            report_to="none",
+            use_cpu=True,
+            disable_tqdm=True,
+        )
         trainer = Trainer(model=model, args=args, train_dataset=Sequences(), callbacks=[cb])
         cb.attach(trainer)
         t0 = time.perf_counter()
@@ -149,9 +161,11 @@ def in_trainer(sids: Path, steps: int) -> None:
         total = time.perf_counter() - t0
     measuring = [t for s, t in times if s % 2 == 0]
     other = [t for s, t in times if s % 2]
-    print(f"Trainer run, {steps} steps in {total:.1f} s: measuring on_step_end median "
-          f"{statistics.median(measuring):.3f} s (range {min(measuring):.3f}-{max(measuring):.3f}), "
-          f"other steps {statistics.median(other) * 1e6:.0f} us")  # fmt: skip
+    print(
+        f"Trainer run, {steps} steps in {total:.1f} s: measuring on_step_end median "
+        f"{statistics.median(measuring):.3f} s (range {min(measuring):.3f}-{max(measuring):.3f}), "
+        f"other steps {statistics.median(other) * 1e6:.0f} us"
+    )
 
 
 def main() -> None:

@@ -57,7 +57,7 @@ def tiny_checkpoint(root: Path) -> Path:
             rqvae=rq,
             progress=False,
             cache_dir=root / "cache",
-        )  # fmt: skip
+        )
     )
     return run_init(InitConfig(sids=root / "sids", out=root / "init", strategy="random"))
 
@@ -83,11 +83,19 @@ def hf_rank(model, prompts, trie, beams, pad_id, item_of):
     ids, mask = left_pad(prompts, pad_id)
     L = trie.depth
     out = model.generate(
-        input_ids=ids, attention_mask=mask, num_beams=beams, num_return_sequences=beams,
-        max_new_tokens=L, prefix_allowed_tokens_fn=hf_allowed_fn(trie, ids.shape[1]),
-        do_sample=False, return_dict_in_generate=True, output_scores=True,
-        pad_token_id=pad_id, eos_token_id=None, length_penalty=1.0,
-    )  # fmt: skip
+        input_ids=ids,
+        attention_mask=mask,
+        num_beams=beams,
+        num_return_sequences=beams,
+        max_new_tokens=L,
+        prefix_allowed_tokens_fn=hf_allowed_fn(trie, ids.shape[1]),
+        do_sample=False,
+        return_dict_in_generate=True,
+        output_scores=True,
+        pad_token_id=pad_id,
+        eos_token_id=None,
+        length_penalty=1.0,
+    )
     seqs = out.sequences[:, ids.shape[1] :].reshape(len(prompts), beams, L).tolist()
     items = torch.tensor([[item_of[tuple(s)] for s in row] for row in seqs])
     return items, out.sequences_scores.reshape(len(prompts), beams) * L  # undo length norm

@@ -195,8 +195,12 @@ def mfu_report(model, ext, stream: PairStream, steps: int) -> dict[str, object]:
         peak = matmul_peak(dtype)
         seconds = fast_seconds(model, ext, stream, steps, bf16)
         achieved = flops / seconds
-        result[name] = {"peak_flops": peak, "achieved_flops": achieved, "mfu": achieved / peak,
-                        "seconds_per_step": seconds}  # fmt: skip
+        result[name] = {
+            "peak_flops": peak,
+            "achieved_flops": achieved,
+            "mfu": achieved / peak,
+            "seconds_per_step": seconds,
+        }
         print(
             f"  {name}: {achieved / 1e9:6.1f} GFLOP/s achieved, matmul peak {peak / 1e9:6.1f} "
             f"GFLOP/s -> MFU {achieved / peak:.1%} ({seconds:.2f} s/step)"

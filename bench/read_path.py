@@ -93,8 +93,12 @@ def bench_model(workdir: Path, repeats: int) -> dict:
     cfg = json.loads((ckpt / "config.json").read_text())
     end = cfg["vocab_size"]
     start = end - N_ADDED
-    runs: dict[str, list[tuple[float, float]]] = {"geodiag": [], "naive": [], "no_neighbors": [],
-                                                  "version": []}  # fmt: skip
+    runs: dict[str, list[tuple[float, float]]] = {
+        "geodiag": [],
+        "naive": [],
+        "no_neighbors": [],
+        "version": [],
+    }
     for _ in range(repeats):
         runs["geodiag"].append(run_child([*GEODIAG, "metrics", str(ckpt), "--json"])[:2])
         runs["naive"].append(
@@ -106,27 +110,35 @@ def bench_model(workdir: Path, repeats: int) -> dict:
             run_child([*GEODIAG, "metrics", str(ckpt), "--json", "--neighbors", "0"])[:2]
         )
         runs["version"].append(run_child([*GEODIAG, "--version"])[:2])
-    med = {k: (statistics.median(w for w, _ in v), statistics.median(r for _, r in v))
-           for k, v in runs.items()}  # fmt: skip
+    med = {
+        k: (statistics.median(w for w, _ in v), statistics.median(r for _, r in v))
+        for k, v in runs.items()
+    }
     return {
         "repeats": repeats,
-        "geodiag_s": med["geodiag"][0], "geodiag_rss_mib": med["geodiag"][1],
-        "naive_s": med["naive"][0], "naive_rss_mib": med["naive"][1],
+        "geodiag_s": med["geodiag"][0],
+        "geodiag_rss_mib": med["geodiag"][1],
+        "naive_s": med["naive"][0],
+        "naive_rss_mib": med["naive"][1],
         "speedup": med["naive"][0] / med["geodiag"][0],
         "rss_ratio": med["naive"][1] / med["geodiag"][1],
-        "no_neighbors_s": med["no_neighbors"][0], "version_s": med["version"][0],
+        "no_neighbors_s": med["no_neighbors"][0],
+        "version_s": med["version"][0],
         "speedup_no_neighbors": med["naive"][0] / med["no_neighbors"][0],
         "all_runs": runs,
-    }  # fmt: skip
+    }
 
 
 def machine() -> str:
     """CPU model and load, to print beside every timing (the machine may be shared)."""
     cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")),
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
         platform.processor() or "unknown CPU",
-    )  # fmt: skip
+    )
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return f"{cpu}, {os.cpu_count()} logical CPUs, load average {load}"
 
@@ -165,8 +177,12 @@ def bench_sharded(workdir: Path) -> dict:
     args = ["metrics", "--json", "--new-tokens", f"49152:{49152 + N_ADDED}"]
     _, rss_small, _ = run_child([*GEODIAG, args[0], str(small), *args[1:]])
     _, rss_big, _ = run_child([*GEODIAG, args[0], str(big), *args[1:]])
-    return {"checkpoint_gb": size_gb, "rss_emb_only_mib": rss_small, "rss_with_2gb_mib": rss_big,
-            "rss_growth": rss_big / rss_small}  # fmt: skip
+    return {
+        "checkpoint_gb": size_gb,
+        "rss_emb_only_mib": rss_small,
+        "rss_with_2gb_mib": rss_big,
+        "rss_growth": rss_big / rss_small,
+    }
 
 
 def bench_scale(workdir: Path) -> dict:
@@ -176,8 +192,14 @@ def bench_scale(workdir: Path) -> dict:
         [*GEODIAG, "metrics", str(root), "--json", "--new-tokens", f"{n_base}:{n_base + n_new}"]
     )
     rep = json.loads(out)
-    return {"n_new": n_new, "dim": dim, "seconds": wall, "rss_mib": rss, "notes": rep["notes"],
-            "effective_rank": rep["matrices"][0]["new"]["centered"]["effective_rank"]}  # fmt: skip
+    return {
+        "n_new": n_new,
+        "dim": dim,
+        "seconds": wall,
+        "rss_mib": rss,
+        "notes": rep["notes"],
+        "effective_rank": rep["matrices"][0]["new"]["centered"]["effective_rank"],
+    }
 
 
 def main() -> None:
@@ -194,22 +216,28 @@ def main() -> None:
     print(results["machine_before"])
     if not args.skip_model:
         results["smollm2"] = r = bench_model(workdir, args.repeats)
-        print(f"SmolLM2-135M + {N_ADDED} mean-resized tokens, medians of {r['repeats']}: "
-              f"geodiag metrics --json {r['geodiag_s']:.2f} s / {r['geodiag_rss_mib']:.0f} MiB; "
-              f"from_pretrained + slicing {r['naive_s']:.2f} s / {r['naive_rss_mib']:.0f} MiB; "
-              f"speedup {r['speedup']:.1f}x (target >= 10x), RSS ratio {r['rss_ratio']:.1f}x; "
-              f"without the neighbour scan {r['no_neighbors_s']:.2f} s; --version {r['version_s']:.2f} s")  # fmt: skip
+        print(
+            f"SmolLM2-135M + {N_ADDED} mean-resized tokens, medians of {r['repeats']}: "
+            f"geodiag metrics --json {r['geodiag_s']:.2f} s / {r['geodiag_rss_mib']:.0f} MiB; "
+            f"from_pretrained + slicing {r['naive_s']:.2f} s / {r['naive_rss_mib']:.0f} MiB; "
+            f"speedup {r['speedup']:.1f}x (target >= 10x), RSS ratio {r['rss_ratio']:.1f}x; "
+            f"without the neighbour scan {r['no_neighbors_s']:.2f} s; --version {r['version_s']:.2f} s"
+        )
     results["sharded"] = r = bench_sharded(workdir)
-    print(f"sharded {r['checkpoint_gb']:.2f} GB: peak RSS {r['rss_with_2gb_mib']:.0f} MiB vs "
-          f"{r['rss_emb_only_mib']:.0f} MiB for the embedding alone (x{r['rss_growth']:.2f})")  # fmt: skip
+    print(
+        f"sharded {r['checkpoint_gb']:.2f} GB: peak RSS {r['rss_with_2gb_mib']:.0f} MiB vs "
+        f"{r['rss_emb_only_mib']:.0f} MiB for the embedding alone (x{r['rss_growth']:.2f})"
+    )
     if args.skip_scale:
         results["machine_after"] = machine()
         print(results["machine_after"])
         print(json.dumps(results, indent=1))
         return
     results["scale"] = r = bench_scale(workdir)
-    print(f"scale {r['n_new']} x {r['dim']}: {r['seconds']:.1f} s, peak {r['rss_mib']:.0f} MiB "
-          f"(targets 60 s, 4096 MiB); sampled: {'; '.join(r['notes'])}")  # fmt: skip
+    print(
+        f"scale {r['n_new']} x {r['dim']}: {r['seconds']:.1f} s, peak {r['rss_mib']:.0f} MiB "
+        f"(targets 60 s, 4096 MiB); sampled: {'; '.join(r['notes'])}"
+    )
     results["machine_after"] = machine()
     print(results["machine_after"])
     print(json.dumps(results, indent=1))

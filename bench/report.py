@@ -96,8 +96,13 @@ def main() -> None:
             rendered[name] = (len(html.encode("utf-8")) / 1e6, time.perf_counter() - t0)
 
         t0 = time.perf_counter()
-        spectra = [[m.new.uncentered.singular_values + m.new.centered.singular_values
-                    for m in e.report.matrices] for e in report.checkpoints]  # fmt: skip
+        spectra = [
+            [
+                m.new.uncentered.singular_values + m.new.centered.singular_values
+                for m in e.report.matrices
+            ]
+            for e in report.checkpoints
+        ]
         payload = {"cosine_maps": [], "spectra": spectra}
         for path in ckpts:
             ck = open_checkpoint(path)
@@ -120,8 +125,10 @@ def main() -> None:
     for name, mb, secs in rows:
         ratio = f"{mb / size:>12.1f}x" if mb else ""
         print(f"{name:<54} {'' if mb is None else f'{mb:.2f}':>8} {secs:>8.1f} {ratio:>13}")
-    print(f"naive figures: {naive_mb / size:.1f}x the size, {naive_s / render_s:.1f}x the render time; "
-          f"data payload alone: {payload_mb / size:.0f}x the size of our whole page")  # fmt: skip
+    print(
+        f"naive figures: {naive_mb / size:.1f}x the size, {naive_s / render_s:.1f}x the render time; "
+        f"data payload alone: {payload_mb / size:.0f}x the size of our whole page"
+    )
     ok = cli_mb < TARGET_MB and cli_s < TARGET_S
     print(f"targets < {TARGET_MB:g} MB and < {TARGET_S:g} s: {'met' if ok else 'MISSED'}")
     sys.exit(0 if ok else 1)

@@ -74,8 +74,13 @@ def main() -> None:
         peak = matmul_peak(dtype)
         seconds = sft_seconds(model, batch, args.steps, bf16)
         achieved = flops / seconds
-        result[name] = {"peak_flops": peak, "achieved_flops": achieved, "mfu": achieved / peak,
-                        "tokens_per_s": tokens / seconds, "seconds_per_step": seconds}  # fmt: skip
+        result[name] = {
+            "peak_flops": peak,
+            "achieved_flops": achieved,
+            "mfu": achieved / peak,
+            "tokens_per_s": tokens / seconds,
+            "seconds_per_step": seconds,
+        }
         print(
             f"  {name}: {tokens / seconds:6.1f} tokens/s, {achieved / 1e9:6.1f} GFLOP/s, "
             f"matmul peak {peak / 1e9:6.1f} GFLOP/s -> MFU {achieved / peak:.1%}"

@@ -214,10 +214,17 @@ def _levels(
         elif not keep.all():
             skip, result = "rows dropped as non-finite: token rows no longer pair with codes", None
         else:
-            result = rsa(rows[sel], book, n_permutations=opts.n_permutations, seed=opts.seed,
-                         max_items=opts.rsa_max_items,
-                         names=(f"the embedding matrix of level '{name}'",
-                                f"the codebook of level '{name}'"))  # fmt: skip
+            result = rsa(
+                rows[sel],
+                book,
+                n_permutations=opts.n_permutations,
+                seed=opts.seed,
+                max_items=opts.rsa_max_items,
+                names=(
+                    f"the embedding matrix of level '{name}'",
+                    f"the codebook of level '{name}'",
+                ),
+            )
         out.append(
             LevelMetrics(name, int(sel.sum()), summarize(rows[sel], reference), result, skip)
         )
@@ -245,9 +252,16 @@ def _neighbors(
     out = []
     for qi, row_ids, cos in zip(pick, near_ids, near_cos, strict=True):
         tid = int(ids[qi])
-        out.append(TokenNeighbors(tid, ckpt.token(tid), [
-            Neighbor(int(i), ckpt.token(int(i)), float(c)) for i, c in zip(row_ids, cos, strict=True)
-        ]))  # fmt: skip
+        out.append(
+            TokenNeighbors(
+                tid,
+                ckpt.token(tid),
+                [
+                    Neighbor(int(i), ckpt.token(int(i)), float(c))
+                    for i, c in zip(row_ids, cos, strict=True)
+                ],
+            )
+        )
     return out, sampled
 
 
@@ -311,10 +325,14 @@ def _dead_code_ids(ckpt: Checkpoint) -> np.ndarray | None:
         for level, code in enumerate(codes[: len(used)]):
             used[level].add(code)
     return np.array(
-        [t for lv, u in zip(side.levels, used, strict=True)
-         for code, t in enumerate(lv.token_ids) if code not in u],
+        [
+            t
+            for lv, u in zip(side.levels, used, strict=True)
+            for code, t in enumerate(lv.token_ids)
+            if code not in u
+        ],
         dtype=np.int64,
-    )  # fmt: skip
+    )
 
 
 def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:

@@ -132,8 +132,16 @@ def _new_tokens(
     else:  # in memory with levels: the new rows are named like a sidecar names them
         ckpt.tokenizer = _Names(dict(zip(ids.tolist(), tokens, strict=True)))
     source = "sidecar" if side_path is not None else "argument"
-    new = NewTokens(ids, tokens, source, base, names, level_index, codes,
-                    "sidecar" if side_path else ("argument" if names else None))  # fmt: skip
+    new = NewTokens(
+        ids,
+        tokens,
+        source,
+        base,
+        names,
+        level_index,
+        codes,
+        "sidecar" if side_path else ("argument" if names else None),
+    )
     return new, side_path
 
 
@@ -172,7 +180,7 @@ def _memory_checkpoint(source, tokenizer=None, probe_ids=None) -> Checkpoint:
         matrices=[
             Matrix(r, m.name, m.dtype, m.shape[0], m.shape[1])
             for r, m in zip(roles, matrices, strict=False)
-        ],  # fmt: skip
+        ],
         tied=tied,
         codebooks={},
         codebooks_path=None,
@@ -261,11 +269,22 @@ def measure(
     tokenizer that names the rows in memory (neighbour tables). ``options`` wins over
     ``seed`` / ``n_permutations`` / ``neighbors``. Raises :class:`InputError` on bad input.
     """
-    opts = options or AnalyzeOptions(seed=seed, n_permutations=n_permutations,
-                                     neighbors_k=neighbors, neighbors_max=500 if neighbors else 0)  # fmt: skip
+    opts = options or AnalyzeOptions(
+        seed=seed,
+        n_permutations=n_permutations,
+        neighbors_k=neighbors,
+        neighbors_max=500 if neighbors else 0,
+    )
     with gathered(source) if hasattr(source, "get_input_embeddings") else _nothing():
-        ckpt = open_source(source, new_ids=new_ids, base_vocab_size=base_vocab_size,
-                           levels=levels, codebooks=codebooks, read=read, tokenizer=tokenizer)  # fmt: skip
+        ckpt = open_source(
+            source,
+            new_ids=new_ids,
+            base_vocab_size=base_vocab_size,
+            levels=levels,
+            codebooks=codebooks,
+            read=read,
+            tokenizer=tokenizer,
+        )
         return analyze_checkpoint(ckpt, opts)
 
 

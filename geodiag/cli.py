@@ -99,8 +99,12 @@ def metrics(
     from geodiag.jsonio import dumps
     from geodiag.render_text import metrics_table
 
-    opts = AnalyzeOptions(seed=seed, n_permutations=permutations, neighbors_k=neighbors,
-                          allow_nonfinite=read.allow_nonfinite)  # fmt: skip
+    opts = AnalyzeOptions(
+        seed=seed,
+        n_permutations=permutations,
+        neighbors_k=neighbors,
+        allow_nonfinite=read.allow_nonfinite,
+    )
     report = analyze(ckpt, read, opts)
     # Compact JSON: the C encoder; indenting goes through json's pure-Python one, which took
     # a tenth of the run on SmolLM2 (pipe through `jq` to read it).
@@ -138,8 +142,12 @@ def check(
     from geodiag.jsonio import dumps
 
     cfg = resolve_config(config, thresholds)
-    opts = AnalyzeOptions(seed=seed, n_permutations=permutations, neighbors_max=0,
-                          allow_nonfinite=read.allow_nonfinite)  # fmt: skip
+    opts = AnalyzeOptions(
+        seed=seed,
+        n_permutations=permutations,
+        neighbors_max=0,
+        allow_nonfinite=read.allow_nonfinite,
+    )
     reports = [analyze(p, read, opts) for p in ckpt]
     results = [run_gate(rep, cfg) for rep in reports]
     if junit is not None:
@@ -237,9 +245,15 @@ def report(
     from geodiag.gate import resolve_config
     from geodiag.report import ReportOptions, write_report
 
-    opts = ReportOptions(title=title, seed=seed, n_permutations=permutations, gate=resolve_config(config, {}),
-                         heatmap_max_tokens=heatmap_max_tokens, allow_nonfinite=read.allow_nonfinite,
-                         command_line=shlex.join(["geodiag", *sys.argv[1:]]))  # fmt: skip
+    opts = ReportOptions(
+        title=title,
+        seed=seed,
+        n_permutations=permutations,
+        gate=resolve_config(config, {}),
+        heatmap_max_tokens=heatmap_max_tokens,
+        allow_nonfinite=read.allow_nonfinite,
+        command_line=shlex.join(["geodiag", *sys.argv[1:]]),
+    )
     files = write_report(ckpt, output, read, opts, progress=lambda msg: typer.echo(msg, err=True))
     _say(f"wrote {files.html} ({files.html_bytes / 1e6:.2f} MB) and {files.json}")
 

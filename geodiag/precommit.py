@@ -19,8 +19,12 @@ CHECKPOINT_FILE = re.compile(
     r"|adapter_model\.safetensors|adapter_config\.json|semantic_ids\.json|codebooks\.safetensors"
     r"|config\.json|tokenizer\.json)$"
 )
-WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-           "adapter_model.safetensors")  # fmt: skip
+WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "adapter_model.safetensors",
+)
 
 
 def _has_weights(folder: Path) -> bool:

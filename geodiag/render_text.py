@@ -74,18 +74,53 @@ def _metric_rows(m: MatrixReport) -> list[tuple[str, str, str]]:
     return [
         ("", "new tokens", "vocab reference"),
         ("rows", str(m.n_new), str(m.reference_size)),
-        ("effective rank (centered)", _f(m.new.centered.effective_rank), r(lambda g: g.centered.effective_rank)),
-        ("  ratio to min(n, d)", _f(m.new.centered.effective_rank_ratio), r(lambda g: g.centered.effective_rank_ratio)),
-        ("effective rank (uncentered)", _f(m.new.uncentered.effective_rank), r(lambda g: g.uncentered.effective_rank)),
-        ("stable rank (centered)", _f(m.new.centered.stable_rank), r(lambda g: g.centered.stable_rank)),
-        ("participation ratio (centered)", _f(m.new.centered.participation_ratio), r(lambda g: g.centered.participation_ratio)),
-        ("top-1 energy share (uncentered)", _f(m.new.uncentered.top1_energy_share), r(lambda g: g.uncentered.top1_energy_share)),
-        ("mean pairwise cosine", _f(m.new.mean_pairwise_cosine), r(lambda g: g.mean_pairwise_cosine)),
-        ("row norm mean (std)", f"{_f(m.new.row_norms.mean)} ({_f(m.new.row_norms.std)})",
-         "undefined" if ref is None else f"{_f(ref.row_norms.mean)} ({_f(ref.row_norms.std)})"),
+        (
+            "effective rank (centered)",
+            _f(m.new.centered.effective_rank),
+            r(lambda g: g.centered.effective_rank),
+        ),
+        (
+            "  ratio to min(n, d)",
+            _f(m.new.centered.effective_rank_ratio),
+            r(lambda g: g.centered.effective_rank_ratio),
+        ),
+        (
+            "effective rank (uncentered)",
+            _f(m.new.uncentered.effective_rank),
+            r(lambda g: g.uncentered.effective_rank),
+        ),
+        (
+            "stable rank (centered)",
+            _f(m.new.centered.stable_rank),
+            r(lambda g: g.centered.stable_rank),
+        ),
+        (
+            "participation ratio (centered)",
+            _f(m.new.centered.participation_ratio),
+            r(lambda g: g.centered.participation_ratio),
+        ),
+        (
+            "top-1 energy share (uncentered)",
+            _f(m.new.uncentered.top1_energy_share),
+            r(lambda g: g.uncentered.top1_energy_share),
+        ),
+        (
+            "mean pairwise cosine",
+            _f(m.new.mean_pairwise_cosine),
+            r(lambda g: g.mean_pairwise_cosine),
+        ),
+        (
+            "row norm mean (std)",
+            f"{_f(m.new.row_norms.mean)} ({_f(m.new.row_norms.std)})",
+            "undefined" if ref is None else f"{_f(ref.row_norms.mean)} ({_f(ref.row_norms.std)})",
+        ),
         ("spread (RMS to centroid)", _f(m.new.spread), r(lambda g: g.spread)),
-        ("spread relative to vocabulary", _f(m.new.spread_relative), "undefined" if ref is None else "1"),
-    ]  # fmt: skip
+        (
+            "spread relative to vocabulary",
+            _f(m.new.spread_relative),
+            "undefined" if ref is None else "1",
+        ),
+    ]
 
 
 def _untrained_lines(m: MatrixReport) -> list[str]:
@@ -93,8 +128,10 @@ def _untrained_lines(m: MatrixReport) -> list[str]:
     u = m.untrained
     if u is None:
         return []
-    lines = [f"  untrained rows: {u.n_untrained} of {m.n_new} (one point: closer than "
-             f"{_f(u.tolerance)} = {u.tolerance_rule})"]  # fmt: skip
+    lines = [
+        f"  untrained rows: {u.n_untrained} of {m.n_new} (one point: closer than "
+        f"{_f(u.tolerance)} = {u.tolerance_rule})"
+    ]
 
     def named(g) -> str:
         return ", ".join(g.tokens) + (", ..." if g.size > len(g.tokens) else "")

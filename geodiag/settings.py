@@ -76,10 +76,20 @@ def setting(
 ) -> Any:
     """A dataclass field that describes its command-line option (``help`` None: none)."""
     spec = Spec(
-        help=help, flags=tuple(flags), cli_type=cli_type, parse=parse, cli_default=cli_default,
-        ge=ge, gt=gt, le=le, lt=lt, tags=frozenset(tags), argument=argument, nested=nested,
+        help=help,
+        flags=tuple(flags),
+        cli_type=cli_type,
+        parse=parse,
+        cli_default=cli_default,
+        ge=ge,
+        gt=gt,
+        le=le,
+        lt=lt,
+        tags=frozenset(tags),
+        argument=argument,
+        nested=nested,
         typer_kwargs=tuple(sorted(typer_kwargs.items())),
-    )  # fmt: skip
+    )
     return field(default=default, default_factory=default_factory, metadata={KEY: spec})
 
 

@@ -178,8 +178,13 @@ class GeodiagCallback(TrainerCallback):
     def _open(self, model):
         from geodiag.api import open_source
 
-        return open_source(model, new_ids=self.new_token_ids, levels=self.levels,
-                           codebooks=self.codebooks, base_vocab_size=self.base_vocab_size)  # fmt: skip
+        return open_source(
+            model,
+            new_ids=self.new_token_ids,
+            levels=self.levels,
+            codebooks=self.codebooks,
+            base_vocab_size=self.base_vocab_size,
+        )
 
     # -- measuring ----------------------------------------------------------------------
 
@@ -204,8 +209,14 @@ class GeodiagCallback(TrainerCallback):
                     if name in ckpt.codebooks and ckpt.new.level_index is not None:
                         li = ckpt.new.level_names.index(name)
                         levels[name] = (rows[ckpt.new.level_index == li], ckpt.codebooks[name])
-                snap = snapshot(rows, reference, levels, rsa_max_items=self.rsa_sample,
-                                n_permutations=self.rsa_permutations, seed=self.seed)  # fmt: skip
+                snap = snapshot(
+                    rows,
+                    reference,
+                    levels,
+                    rsa_max_items=self.rsa_sample,
+                    n_permutations=self.rsa_permutations,
+                    seed=self.seed,
+                )
                 out[matrix.role] = structure_of_snapshot(snap)
             return out
 
@@ -279,16 +290,19 @@ class GeodiagCallback(TrainerCallback):
         except (InputError, ValueError) as e:
             if main:
                 logger.warning("geodiag snapshot at step %d skipped: %s", step, e)
-                self._write(args, record(step, self._elapsed(), _empty(), kind="skipped",
-                                         reason=str(e)))  # fmt: skip
+                self._write(
+                    args, record(step, self._elapsed(), _empty(), kind="skipped", reason=str(e))
+                )
             return
         s = structures["input"]
         self.last_structure = s
         collapse = collapse_of(s, self.gate)
         due = self.collapse_after_steps is not None and step >= self.collapse_after_steps
         if due and collapse.collapsed:
-            msg = (f"geodiag: the new-token rows are still collapsed at step {step} "
-                   f"({'; '.join(collapse.why)})")  # fmt: skip
+            msg = (
+                f"geodiag: the new-token rows are still collapsed at step {step} "
+                f"({'; '.join(collapse.why)})"
+            )
             if self.on_collapse == "stop":
                 control.should_training_stop = True
                 if main:
@@ -299,8 +313,17 @@ class GeodiagCallback(TrainerCallback):
         if not main:
             return
         extra = {k: v for k, v in structures.items() if k != "input"}
-        self._write(args, record(step, self._elapsed(), s, kind="snapshot", collapsed=collapse.collapsed,
-                                 **({"structure_output": extra["output"]} if extra else {})))  # fmt: skip
+        self._write(
+            args,
+            record(
+                step,
+                self._elapsed(),
+                s,
+                kind="snapshot",
+                collapsed=collapse.collapsed,
+                **({"structure_output": extra["output"]} if extra else {}),
+            ),
+        )
         if log:
             logs = self._logs_of(structures)
             logs[self.prefix + "collapsed"] = float(collapse.collapsed)
@@ -343,15 +366,28 @@ class GeodiagCallback(TrainerCallback):
         from geodiag.jsonio import dumps
 
         if folder.is_dir():
-            summary = {"passed": result.passed, "measured": source, "gate_config": self.gate,
-                       "result": result}  # fmt: skip
+            summary = {
+                "passed": result.passed,
+                "measured": source,
+                "gate_config": self.gate,
+                "result": result,
+            }
             atomic_write(folder / CHECK_FILENAME, dumps(summary) + "\n")
         failed = [f"{c.name} ({c.matrix})" for c in result.checks if c.status == "fail"]
         if failed:
             logger.warning("geodiag gate FAILED on %s: %s", folder, ", ".join(failed))
         gate = {"passed": result.passed, "failed": failed, "measured": source}
-        self._write(args, record(state.global_step, self._elapsed(), structure_of_report(report),
-                                 kind="gate", checkpoint=str(folder), gate=gate))  # fmt: skip
+        self._write(
+            args,
+            record(
+                state.global_step,
+                self._elapsed(),
+                structure_of_report(report),
+                kind="gate",
+                checkpoint=str(folder),
+                gate=gate,
+            ),
+        )
         logs = {self.prefix + "gate_passed": float(result.passed)}
         if self._trainer is not None:
             self._trainer.log(logs)  # on_save comes after this step's log event
@@ -364,8 +400,12 @@ class GeodiagCallback(TrainerCallback):
         from geodiag.gate import run_gate
 
         opts = AnalyzeOptions(seed=self.seed, neighbors_max=0)
-        kw = dict(new_ids=self.new_token_ids, levels=self.levels, codebooks=self.codebooks,
-                  base_vocab_size=self.base_vocab_size)  # fmt: skip
+        kw = dict(
+            new_ids=self.new_token_ids,
+            levels=self.levels,
+            codebooks=self.codebooks,
+            base_vocab_size=self.base_vocab_size,
+        )
         from geodiag.analysis import analyze_checkpoint
 
         if not self._reads_memory(folder):
@@ -376,8 +416,9 @@ class GeodiagCallback(TrainerCallback):
                 # In memory instead, unless that needs a gather the other ranks won't join.
                 if model is None or _partitioned(model):
                     raise
-                logger.warning("geodiag: reading %s failed (%s); measuring the model in memory",
-                               folder, e)  # fmt: skip
+                logger.warning(
+                    "geodiag: reading %s failed (%s); measuring the model in memory", folder, e
+                )
         if model is None:
             raise InputError(folder, "no model to measure")
         from geodiag.io.memory import gathered
@@ -428,8 +469,13 @@ def _numpy(x):
 
 
 def _empty() -> dict:
-    return {"effective_rank_ratio": None, "spread_ratio": None, "mean_cosine": None,
-            "rsa": {}, "rsa_p": {}}  # fmt: skip
+    return {
+        "effective_rank_ratio": None,
+        "spread_ratio": None,
+        "mean_cosine": None,
+        "rsa": {},
+        "rsa_p": {},
+    }
 
 
 def _partitioned(model) -> bool:

@@ -203,8 +203,13 @@ def from_jsonl(path: Path, label: str | None = None) -> tuple[Trajectory, list[s
     steps = sorted(by_step)
     rows = [by_step[s] for s in steps]
     name = label or (path.parent.name + "/" + path.name if path.parent.name else path.name)
-    traj = from_structures(name, str(path), steps, [_finite(r.get("elapsed_s")) for r in rows],
-                           [r["structure"] for r in rows])  # fmt: skip
+    traj = from_structures(
+        name,
+        str(path),
+        steps,
+        [_finite(r.get("elapsed_s")) for r in rows],
+        [r["structure"] for r in rows],
+    )
     return traj, notes
 
 
@@ -255,11 +260,16 @@ def checkpoint_series(
         first = Path(paths[members[0][1]])
         name = first.parent.name if key.startswith("run ") else labels[members[0][1]].split(" ")[0]
         name = f"{name or first.parent} (checkpoints)"
-        out.append(from_structures(
-            name, "checkpoints", [s for s, _ in members],
-            [None] * len(members), [structure_of_report(reports[i]) for _, i in members],
-            [str(paths[i]) for _, i in members],
-        ))  # fmt: skip
+        out.append(
+            from_structures(
+                name,
+                "checkpoints",
+                [s for s, _ in members],
+                [None] * len(members),
+                [structure_of_report(reports[i]) for _, i in members],
+                [str(paths[i]) for _, i in members],
+            )
+        )
     return out
 
 

@@ -322,8 +322,13 @@ class SafetensorsFile:
 def _as_storable(name: str, x: np.ndarray, dtype: str | None) -> tuple[str, bytes]:
     x = np.asarray(x)
     if dtype is None:
-        dtype = {np.dtype("f8"): "F64", np.dtype("f4"): "F32", np.dtype("f2"): "F16",
-                 np.dtype("i8"): "I64", np.dtype("i4"): "I32"}.get(x.dtype)  # fmt: skip
+        dtype = {
+            np.dtype("f8"): "F64",
+            np.dtype("f4"): "F32",
+            np.dtype("f2"): "F16",
+            np.dtype("i8"): "I64",
+            np.dtype("i4"): "I32",
+        }.get(x.dtype)
         if dtype is None:
             raise ValueError(f"tensor '{name}': cannot store numpy dtype {x.dtype}; pass dtype=")
     if dtype == "BF16":

@@ -69,7 +69,7 @@ def _merge_hits(
     c: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each query's best c of its candidates (q, c) plus sparse hits (query qi, id, score),
-    by score descending then id ascending."""  # fmt: skip
+    by score descending then id ascending."""
     q = cand_ids.shape[0]
     if not len(qi):
         return cand_ids, cand_score

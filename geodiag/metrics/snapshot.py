@@ -106,7 +106,13 @@ def _snapshot(x, reference, levels, rsa_max_items, n_permutations, seed) -> Snap
         mean_cosine=_mean_pairwise_cosine(x, row_norms(x)),
     )
     for name, (rows, book) in (levels or {}).items():
-        r = rsa(rows, book, n_permutations=n_permutations, seed=seed, max_items=rsa_max_items,
-                names=(f"the rows of level '{name}'", f"the codebook of level '{name}'"))  # fmt: skip
+        r = rsa(
+            rows,
+            book,
+            n_permutations=n_permutations,
+            seed=seed,
+            max_items=rsa_max_items,
+            names=(f"the rows of level '{name}'", f"the codebook of level '{name}'"),
+        )
         out.rsa[name], out.rsa_p[name], out.rsa_n_items[name] = r.spearman, r.p_value, r.n_items
     return out

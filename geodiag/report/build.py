@@ -259,8 +259,12 @@ def _build_report(
         traj, found = from_jsonl(f)
         trajectories.append(traj)
         traj_notes += found
-    aopts = AnalyzeOptions(seed=opts.seed, n_permutations=opts.n_permutations, neighbors_k=opts.neighbors_k,
-                           allow_nonfinite=opts.allow_nonfinite)  # fmt: skip
+    aopts = AnalyzeOptions(
+        seed=opts.seed,
+        n_permutations=opts.n_permutations,
+        neighbors_k=opts.neighbors_k,
+        allow_nonfinite=opts.allow_nonfinite,
+    )
     reports, ckpts, norms, maps = [], [], [], []
     for i, path in enumerate(paths, 1):
         say(f"[{i}/{len(paths)}] analyzing {path}")
@@ -281,7 +285,12 @@ def _build_report(
 
     edges = {}
     for role in ("input", "output"):
-        arrays = [n for rep, ns in zip(reports, norms, strict=True) for m, n in zip(rep.matrices, ns, strict=True) if m.role == role]  # fmt: skip
+        arrays = [
+            n
+            for rep, ns in zip(reports, norms, strict=True)
+            for m, n in zip(rep.matrices, ns, strict=True)
+            if m.role == role
+        ]
         if arrays:
             edges[role] = _edges(arrays, opts.histogram_bins)
     entries = []

@@ -144,8 +144,10 @@ def spectra(report: Report, style: FigureFormat) -> str:
                 )
             s2 = np.asarray(g.uncentered.singular_values) ** 2
             axes[2].plot(np.arange(1, len(s2) + 1), np.cumsum(s2) / s2.sum(), **kw)
-        for ax, low, title in ((axes[0], lowest[0], "singular values / largest (uncentered)"),
-                               (axes[1], lowest[1], "singular values / largest (centered)")):  # fmt: skip
+        for ax, low, title in (
+            (axes[0], lowest[0], "singular values / largest (uncentered)"),
+            (axes[1], lowest[1], "singular values / largest (centered)"),
+        ):
             ax.set_yscale("log")
             ax.set_ylim(low / 2, 1.6)
             ax.set_title(title)
@@ -229,8 +231,14 @@ def row_norms(report: Report, style: FigureFormat) -> str:
             ref_summary = e.report.matrices[0].reference
             ref = ref_summary.row_norms if ref_summary is not None else None
             if ref is not None:  # None: every row is new (--all-rows-new)
-                ax.axvspan(ref.min, ref.max, color=REFERENCE_COLOR, alpha=0.12, lw=0,
-                           label="vocabulary min-max")  # fmt: skip
+                ax.axvspan(
+                    ref.min,
+                    ref.max,
+                    color=REFERENCE_COLOR,
+                    alpha=0.12,
+                    lw=0,
+                    label="vocabulary min-max",
+                )
                 ax.axvline(
                     ref.median, color=REFERENCE_COLOR, ls="--", lw=1, label="vocabulary median"
                 )
@@ -282,8 +290,16 @@ def trajectories(report: Report, style: FigureFormat) -> str:
                 for k, (level, values) in enumerate(lines):
                     y = np.array([np.nan if v is None else v for v in values], dtype=float)
                     name = t.label if level is None else f"{t.label} {level}"
-                    ax.plot(x, y, color=color, ls=styles[k % len(styles)], marker="o", ms=2.5,
-                            lw=1.3, label=name)  # fmt: skip
+                    ax.plot(
+                        x,
+                        y,
+                        color=color,
+                        ls=styles[k % len(styles)],
+                        marker="o",
+                        ms=2.5,
+                        lw=1.3,
+                        label=name,
+                    )
                     if attr == "code_accuracy" and level in t.code_accuracy_chance:
                         chance = [v for v in t.code_accuracy_chance[level] if v is not None]
                         if chance:

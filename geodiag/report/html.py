@@ -122,8 +122,11 @@ def metrics_table(report: Report, p: _Ptr) -> tuple[list[str], list[list[Cell]]]
         row = [Cell(label)]
         for ci, mi in columns:
             m = report.checkpoints[ci].report.matrices[mi]
-            row.append(p.num("checkpoints", ci, "report", "matrices", mi, "level_cosine", key)
-                       if m.level_cosine is not None else Cell("-", None, "num"))  # fmt: skip
+            row.append(
+                p.num("checkpoints", ci, "report", "matrices", mi, "level_cosine", key)
+                if m.level_cosine is not None
+                else Cell("-", None, "num")
+            )
         row.append(Cell("-", None, "num"))
         rows.append(row)
     status = [Cell("gate")]
@@ -183,14 +186,22 @@ def drift_rows(report: Report, p: _Ptr, levels: list[str]) -> list[list[Cell]]:
         for ri, r in enumerate(pair.reports):
             at = ("drift", pi, "reports", ri, "drift")
             rsa = r.drift.structure_rsa
-            row = [Cell(f"{pair.before} -> {pair.after}", cls="pair"), Cell(r.matrix), p.num("drift", pi, "reports", ri, "n_tokens"),
-                   p.num(*at, "cosine_mean"), p.num(*at, "cosine_median"), p.num(*at, "cosine_min"),
-                   p.num(*at, "relative_change")]  # fmt: skip
+            row = [
+                Cell(f"{pair.before} -> {pair.after}", cls="pair"),
+                Cell(r.matrix),
+                p.num("drift", pi, "reports", ri, "n_tokens"),
+                p.num(*at, "cosine_mean"),
+                p.num(*at, "cosine_median"),
+                p.num(*at, "cosine_min"),
+                p.num(*at, "relative_change"),
+            ]
             if rsa.spearman is None:
                 row += [Cell("undefined", None, "num"), Cell("", None, "num")]
             else:
-                row += [p.num(*at, "structure_rsa", "spearman", digits=3),
-                        p.num(*at, "structure_rsa", "p_value", digits=3)]  # fmt: skip
+                row += [
+                    p.num(*at, "structure_rsa", "spearman", digits=3),
+                    p.num(*at, "structure_rsa", "p_value", digits=3),
+                ]
             for name in levels:
                 lv = r.levels.get(name)
                 if lv is None or lv.structure_rsa.spearman is None:
@@ -272,8 +283,11 @@ def trajectory_table(report: Report, p: _Ptr) -> tuple[list[str], list[list[Cell
         for _, attr in TRAJECTORY_COLUMNS:
             row += [p.num("trajectories", ti, attr, 0), p.num("trajectories", ti, attr, last)]
         for name in levels:
-            row.append(p.num("trajectories", ti, "rsa", name, last, digits=3)
-                       if name in t.rsa else Cell("-", None, "num"))  # fmt: skip
+            row.append(
+                p.num("trajectories", ti, "rsa", name, last, digits=3)
+                if name in t.rsa
+                else Cell("-", None, "num")
+            )
         rows.append(row)
     return header, rows
 

@@ -343,10 +343,16 @@ def verdict(report: CheckpointReport, gate: GateResult) -> Verdict:
     remedies = {m.role: _collapse_remedy(report, m) for m in report.matrices}
     shown = [c for c in gate.checks if not (c.status == "skip" and c.message == "check disabled")]
     checks = [
-        CheckVerdict(c.name, c.matrix, c.status, c.value, c.threshold,
-                     check_sentence(c, by_role[c.matrix], remedies[c.matrix]))
+        CheckVerdict(
+            c.name,
+            c.matrix,
+            c.status,
+            c.value,
+            c.threshold,
+            check_sentence(c, by_role[c.matrix], remedies[c.matrix]),
+        )
         for c in shown
-    ]  # fmt: skip
+    ]
     status = min((c.status for c in gate.checks), key=_ORDER.__getitem__, default="pass")
     status = "pass" if status == "skip" else status
     sentences = []

@@ -83,8 +83,12 @@ def run_baselines(
     results = {}
     for name in baselines:
         t0 = time.perf_counter()
-        source: dict[str, object] = {"model": name, "data": data, "k_core": k_core_min,
-                                     "max_history": max_history}  # fmt: skip
+        source: dict[str, object] = {
+            "model": name,
+            "data": data,
+            "k_core": k_core_min,
+            "max_history": max_history,
+        }
         model = COUNTING[name]().fit(sd.train_sequences, sd.catalog)
         rankings = {
             s: rank_split(s, getattr(sd.splits, s), model.rank, top, source)

@@ -242,13 +242,20 @@ def time_table(cfg: ExperimentConfig, seconds: dict[str, float]) -> str:
     """
     if not seconds:
         return ""
-    lines = ["", "## wall time per arm (seconds)", "",
-             "| arm | seed | init | sft | eval | total |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "",
+        "## wall time per arm (seconds)",
+        "",
+        "| arm | seed | init | sft | eval | total |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for seed in cfg.seeds:
         for arm in cfg.trained_arms:
-            parts = [seconds.get(f"seed {seed} init {ARMS[arm].init_name}"),
-                     seconds.get(f"seed {seed} sft {arm}"),
-                     seconds.get(f"seed {seed} eval {arm}")]  # fmt: skip
+            parts = [
+                seconds.get(f"seed {seed} init {ARMS[arm].init_name}"),
+                seconds.get(f"seed {seed} sft {arm}"),
+                seconds.get(f"seed {seed} eval {arm}"),
+            ]
             cells = ["-" if p is None else f"{p:.0f}" for p in parts]
             total = "-" if None in parts else f"{sum(parts):.0f}"  # type: ignore[arg-type]
             lines.append(f"| {arm} | {seed} | " + " | ".join(cells) + f" | {total} |")

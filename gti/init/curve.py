@@ -39,8 +39,13 @@ def plot_curves(runs: dict[str, list[dict[str, object]]], out: Path) -> Path:
         for col, xs in enumerate((steps, secs)):
             for level in ("a", "b", "c"):
                 ys = [e["structure"]["rsa"][level] for e in curve]  # type: ignore[index]
-                axes[0, col].plot(xs, [float("nan") if y is None else y for y in ys], ls,
-                                  color=colors[level], label=f"{label}: RSA {level}")  # fmt: skip
+                axes[0, col].plot(
+                    xs,
+                    [float("nan") if y is None else y for y in ys],
+                    ls,
+                    color=colors[level],
+                    label=f"{label}: RSA {level}",
+                )
             for key in ("a", "sid"):
                 ys = [e["structure"]["code_accuracy"][key] for e in curve]  # type: ignore[index]
                 axes[1, col].plot(xs, ys, ls, color=colors[key], label=f"{label}: acc {key}")

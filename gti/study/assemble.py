@@ -30,8 +30,13 @@ KS = (5, 10, 20)
 CURVE_METRICS = ("recall@10", "recall@20")
 # (A, B) pairs reported as A - B when both arms ran: GTI against each other init with
 # plain SFT, and with the LC-Rec task mix on both sides (the paper's two comparisons).
-PAIRS = (("gti", "mean"), ("gti", "random"), ("gti", "description-mean"),
-         ("gti+lcrec", "lcrec"), ("lcrec", "mean"))  # fmt: skip
+PAIRS = (
+    ("gti", "mean"),
+    ("gti", "random"),
+    ("gti", "description-mean"),
+    ("gti+lcrec", "lcrec"),
+    ("lcrec", "mean"),
+)
 GEOMETRY = ("effective_rank", "spread_relative", "mean_cosine", "rsa")
 
 
@@ -69,8 +74,13 @@ def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str
     runs = _runs(root)
     if not runs and not (root / "baselines").is_dir():
         raise InputError(root, "holds neither complete runs (runs/*/run.json) nor baselines/")
-    out: dict[str, object] = {"format": FORMAT, "format_version": 1, "n_resamples": n_resamples,
-                              "bootstrap_seed": seed, "ks": list(KS)}  # fmt: skip
+    out: dict[str, object] = {
+        "format": FORMAT,
+        "format_version": 1,
+        "n_resamples": n_resamples,
+        "bootstrap_seed": seed,
+        "ks": list(KS),
+    }
 
     baselines: dict[str, dict] = {}
     baseline_lists: dict[tuple[str, str], Rankings] = {}  # (baseline, split) -> lists
@@ -82,8 +92,10 @@ def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str
                 r = load_rankings(p)
                 baseline_lists[(folder.name, split)] = r
                 m = _stack([r])
-                entry[split] = {"n_users": len(r.users),
-                                "metrics": {k: _ci(v, n_resamples, seed) for k, v in m.items()}}  # fmt: skip
+                entry[split] = {
+                    "n_users": len(r.users),
+                    "metrics": {k: _ci(v, n_resamples, seed) for k, v in m.items()},
+                }
         if entry:
             baselines[folder.name] = entry
     out["baselines"] = baselines
@@ -100,23 +112,34 @@ def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str
         curves[arm] = {}
         per_seed: dict[str, dict] = {str(s): {"curve": [], "final": {}} for s in seeds}
         for step in steps:
-            by_seed = {d["seed"]: load_rankings(d["_dir"] / f"curve/step-{step:06d}.{split}.rankings.json")
-                       for d in docs}  # fmt: skip
+            by_seed = {
+                d["seed"]: load_rankings(d["_dir"] / f"curve/step-{step:06d}.{split}.rankings.json")
+                for d in docs
+            }
             curves[arm][step] = by_seed
             m = _stack(list(by_seed.values()))
-            curve.append({"step": step, "examples": step * per_step, "n_users": m["recall@10"].shape[1],
-                          "metrics": {k: _ci(v, n_resamples, seed) for k, v in m.items()}})  # fmt: skip
+            curve.append(
+                {
+                    "step": step,
+                    "examples": step * per_step,
+                    "n_users": m["recall@10"].shape[1],
+                    "metrics": {k: _ci(v, n_resamples, seed) for k, v in m.items()},
+                }
+            )
             for i, s in enumerate(seeds):
                 per_seed[str(s)]["curve"].append({"step": step, **_means(m, i)})
         final = {}
         finals[arm] = {}
         for fs in docs[0]["final_splits"]:
-            by_seed = {d["seed"]: load_rankings(d["_dir"] / "final" / f"{fs}.rankings.json")
-                       for d in docs}  # fmt: skip
+            by_seed = {
+                d["seed"]: load_rankings(d["_dir"] / "final" / f"{fs}.rankings.json") for d in docs
+            }
             finals[arm][fs] = by_seed
             m = _stack(list(by_seed.values()))
-            final[fs] = {"n_users": m["recall@10"].shape[1],
-                         "metrics": {k: _ci(v, n_resamples, seed) for k, v in m.items()}}  # fmt: skip
+            final[fs] = {
+                "n_users": m["recall@10"].shape[1],
+                "metrics": {k: _ci(v, n_resamples, seed) for k, v in m.items()},
+            }
             for i, s in enumerate(seeds):
                 per_seed[str(s)]["final"][fs] = _means(m, i)
         geometry = _geometry(docs)
@@ -136,8 +159,9 @@ def collect(root: Path, *, n_resamples: int = 10_000, seed: int = 0) -> dict[str
     out["arms"] = arms
     out["paired"] = _paired(finals, runs, n_resamples, seed)
     out["paired_curve"] = _paired_curve(curves, arms, n_resamples, seed)
-    out["versus_baselines"] = _versus_baselines(curves, finals, arms, baseline_lists,
-                                                n_resamples, seed)  # fmt: skip
+    out["versus_baselines"] = _versus_baselines(
+        curves, finals, arms, baseline_lists, n_resamples, seed
+    )
     out["geometry_intervals"] = _geometry_intervals(root, runs)
     return out
 
@@ -157,9 +181,12 @@ def _geometry_intervals(root: Path, runs: dict[str, list[dict]]) -> dict | None:
         raise InputError(path, f"not a {GI_FORMAT} document (format {doc.get('format')!r})")
     problems = check_against_runs(doc, study_runs(root))
     covered = {(c["arm"], c["seed"]) for c in doc.get("checkpoints", [])}
-    problems += [f"{d['arm']} seed {d['seed']}: a complete run the file does not cover"
-                 for docs in runs.values() for d in docs
-                 if (d["arm"], d["seed"]) not in covered]  # fmt: skip
+    problems += [
+        f"{d['arm']} seed {d['seed']}: a complete run the file does not cover"
+        for docs in runs.values()
+        for d in docs
+        if (d["arm"], d["seed"]) not in covered
+    ]
     return {"document": doc, "problems": problems}
 
 
@@ -183,11 +210,17 @@ def _paired_curve(curves, arms, n_resamples, seed) -> dict[str, list[dict]]:
             a = _stack([a_by_seed[s] for s in seeds], ks=(10, 20))
             b = _stack([b_by_seed[s] for s in seeds], ks=(10, 20))
             check_aligned(a_by_seed[seeds[0]], b_by_seed[seeds[0]], "paired arms")
-            rows.append({
-                "step": step, "examples": examples[step], "seeds": seeds,
-                "metrics": {k: paired_test(a[k], b[k], n_resamples=n_resamples, seed=seed).to_dict()
-                            for k in CURVE_METRICS},
-            })  # fmt: skip
+            rows.append(
+                {
+                    "step": step,
+                    "examples": examples[step],
+                    "seeds": seeds,
+                    "metrics": {
+                        k: paired_test(a[k], b[k], n_resamples=n_resamples, seed=seed).to_dict()
+                        for k in CURVE_METRICS
+                    },
+                }
+            )
         if rows:
             out[f"{arm_a} - {arm_b}"] = rows
     return out
@@ -208,8 +241,9 @@ def _versus_baselines(curves, finals, arms, baseline_lists, n_resamples, seed) -
     where, an arm crosses a baseline."""
     rows: list[dict] = []
     for arm, a in arms.items():
-        points = [(a["curve_split"], p["step"], p["examples"], curves[arm][p["step"]])
-                  for p in a["curve"]]  # fmt: skip
+        points = [
+            (a["curve_split"], p["step"], p["examples"], curves[arm][p["step"]]) for p in a["curve"]
+        ]
         last = a["curve"][-1] if a["curve"] else None
         for split, by_seed in finals.get(arm, {}).items():
             if last is not None:
@@ -222,14 +256,24 @@ def _versus_baselines(curves, finals, arms, baseline_lists, n_resamples, seed) -
                     continue
                 check_aligned(by_seed[seeds[0]], r, f"{arm} against baseline {name}")
                 y = per_user_metrics(r, (10, 20))
-                tests = {k: paired_test(x[k], np.broadcast_to(y[k], x[k].shape),
-                                        n_resamples=n_resamples, seed=seed).to_dict()
-                         for k in CURVE_METRICS}  # fmt: skip
-                rows.append({
-                    "arm": arm, "baseline": name, "split": split, "step": step,
-                    "examples": examples, "seeds": seeds, "metrics": tests,
-                    "verdict": {k: _verdict(t["difference"]) for k, t in tests.items()},
-                })  # fmt: skip
+                tests = {
+                    k: paired_test(
+                        x[k], np.broadcast_to(y[k], x[k].shape), n_resamples=n_resamples, seed=seed
+                    ).to_dict()
+                    for k in CURVE_METRICS
+                }
+                rows.append(
+                    {
+                        "arm": arm,
+                        "baseline": name,
+                        "split": split,
+                        "step": step,
+                        "examples": examples,
+                        "seeds": seeds,
+                        "metrics": tests,
+                        "verdict": {k: _verdict(t["difference"]) for k, t in tests.items()},
+                    }
+                )
     return rows
 
 
@@ -276,8 +320,14 @@ def _geometry(docs: list[dict]) -> list[dict]:
     for step in docs[0]["milestones"]:
         per = [g[str(step)] for g in geos if str(step) in g]
         row: dict[str, object] = {"step": step, "examples": per[0]["examples"] if per else None}
-        for key in ("effective_rank", "centered_effective_rank", "spread_relative", "mean_cosine",
-                    "within_level_cosine", "between_level_cosine"):  # fmt: skip
+        for key in (
+            "effective_rank",
+            "centered_effective_rank",
+            "spread_relative",
+            "mean_cosine",
+            "within_level_cosine",
+            "between_level_cosine",
+        ):
             row[key] = _spread([p.get(key) for p in per])
         levels = per[0]["levels"] if per else {}
         row["rsa"] = {lv: _spread([p["levels"][lv]["rsa"] for p in per]) for lv in levels}
@@ -314,14 +364,22 @@ def _per_seed_markdown(res: dict) -> list[str]:
     for arm, a in res["arms"].items():
         steps = [pt["step"] for pt in a["curve"]]
         splits = list(a["final"])
-        lines += [f"{arm}:", "",
-                  "| seed | " + " | ".join(f"{a['curve_split']} step {s}" for s in steps)
-                  + "".join(f" | {fs} final" for fs in splits) + " |",
-                  "|---:|" + "---:|" * (len(steps) + len(splits))]  # fmt: skip
+        lines += [
+            f"{arm}:",
+            "",
+            "| seed | "
+            + " | ".join(f"{a['curve_split']} step {s}" for s in steps)
+            + "".join(f" | {fs} final" for fs in splits)
+            + " |",
+            "|---:|" + "---:|" * (len(steps) + len(splits)),
+        ]
         for seed, ps in a["per_seed"].items():
             cells = [pt for pt in ps["curve"]] + [ps["final"][fs] for fs in splits]
-            lines.append(f"| {seed} | " + " | ".join(
-                f"{c['recall@10']:.4f} / {c['recall@20']:.4f}" for c in cells) + " |")  # fmt: skip
+            lines.append(
+                f"| {seed} | "
+                + " | ".join(f"{c['recall@10']:.4f} / {c['recall@20']:.4f}" for c in cells)
+                + " |"
+            )
         lines.append("")
     return lines
 
@@ -330,10 +388,13 @@ def to_markdown(res: dict) -> str:
     lines = ["# ML-100k study: results", ""]
     if not res["arms"]:
         lines += ["No complete (arm, seed) run yet: baselines only.", ""]
-    lines += [f"Intervals: 95% percentile bootstrap, {res['n_resamples']} resamples (seed "
-              f"{res['bootstrap_seed']}), over seeds and users (two-way) for the arms, over "
-              "users for the baselines. Every number is recomputed from the committed "
-              "per-user rankings by `gti study assemble`.", ""]  # fmt: skip
+    lines += [
+        f"Intervals: 95% percentile bootstrap, {res['n_resamples']} resamples (seed "
+        f"{res['bootstrap_seed']}), over seeds and users (two-way) for the arms, over "
+        "users for the baselines. Every number is recomputed from the committed "
+        "per-user rankings by `gti study assemble`.",
+        "",
+    ]
     names = [f"{m}@{k}" for m in ("recall", "ndcg") for k in res["ks"]]
     for split in ("test", "valid"):
         rows = []
@@ -347,75 +408,112 @@ def to_markdown(res: dict) -> str:
                 rows.append((f"baseline: {b}", entry[split]))
         if not rows:
             continue
-        lines += [f"## {split}, final budget", "", "| model | users | " + " | ".join(names) + " |",
-                  "|---|---:|" + "---:|" * len(names)]  # fmt: skip
+        lines += [
+            f"## {split}, final budget",
+            "",
+            "| model | users | " + " | ".join(names) + " |",
+            "|---|---:|" + "---:|" * len(names),
+        ]
         for label, entry in rows:
             cells = [_fmt(entry["metrics"][n]) for n in names]
             lines.append(f"| {label} | {entry['n_users']} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += ["## learning curves (" + ", ".join(CURVE_METRICS) + ")", "",
-              "| arm | step | examples | users | " + " | ".join(CURVE_METRICS) + " |",
-              "|---|---:|---:|---:|" + "---:|" * len(CURVE_METRICS)]  # fmt: skip
+    lines += [
+        "## learning curves (" + ", ".join(CURVE_METRICS) + ")",
+        "",
+        "| arm | step | examples | users | " + " | ".join(CURVE_METRICS) + " |",
+        "|---|---:|---:|---:|" + "---:|" * len(CURVE_METRICS),
+    ]
     for arm, a in res["arms"].items():
         for pt in a["curve"]:
             cells = [_fmt(pt["metrics"][m]) for m in CURVE_METRICS]
-            lines.append(f"| {arm} | {pt['step']} | {pt['examples']} | {pt['n_users']} | "
-                         + " | ".join(cells) + " |")  # fmt: skip
+            lines.append(
+                f"| {arm} | {pt['step']} | {pt['examples']} | {pt['n_users']} | "
+                + " | ".join(cells)
+                + " |"
+            )
     lines.append("")
     lines += _per_seed_markdown(res)
     if res["paired"]:
-        lines += ["## paired differences (final budget)", "",
-                  "| comparison | seeds | metric | difference [95%] | p (sign-flip) | users +/- |",
-                  "|---|---:|---|---:|---:|---:|"]  # fmt: skip
+        lines += [
+            "## paired differences (final budget)",
+            "",
+            "| comparison | seeds | metric | difference [95%] | p (sign-flip) | users +/- |",
+            "|---|---:|---|---:|---:|---:|",
+        ]
         for name, entry in res["paired"].items():
             for metric in ("recall@10", "recall@20", "ndcg@10"):
                 t = entry["metrics"][metric]
-                lines.append(f"| {name} | {len(entry['seeds'])} | {metric} | "
-                             f"{_fmt(t['difference'])} | {t['p_value']:.4g} | "
-                             f"{t['wins']}/{t['losses']} |")  # fmt: skip
+                lines.append(
+                    f"| {name} | {len(entry['seeds'])} | {metric} | "
+                    f"{_fmt(t['difference'])} | {t['p_value']:.4g} | "
+                    f"{t['wins']}/{t['losses']} |"
+                )
         lines.append("")
     if res.get("paired_curve"):
-        lines += ["## learning curves, paired (A - B, same users and seeds)", "",
-                  "| comparison | step | examples | seeds | "
-                  + " | ".join(f"{m} difference [95%] | p" for m in CURVE_METRICS) + " |",
-                  "|---|---:|---:|---:|" + "---:|---:|" * len(CURVE_METRICS)]  # fmt: skip
+        lines += [
+            "## learning curves, paired (A - B, same users and seeds)",
+            "",
+            "| comparison | step | examples | seeds | "
+            + " | ".join(f"{m} difference [95%] | p" for m in CURVE_METRICS)
+            + " |",
+            "|---|---:|---:|---:|" + "---:|---:|" * len(CURVE_METRICS),
+        ]
         for name, rows in res["paired_curve"].items():
             for row in rows:
-                cells = [f"{_fmt(row['metrics'][m]['difference'])} | {row['metrics'][m]['p_value']:.4g}"
-                         for m in CURVE_METRICS]  # fmt: skip
-                lines.append(f"| {name} | {row['step']} | {row['examples']} | "
-                             f"{len(row['seeds'])} | " + " | ".join(cells) + " |")  # fmt: skip
+                cells = [
+                    f"{_fmt(row['metrics'][m]['difference'])} | {row['metrics'][m]['p_value']:.4g}"
+                    for m in CURVE_METRICS
+                ]
+                lines.append(
+                    f"| {name} | {row['step']} | {row['examples']} | "
+                    f"{len(row['seeds'])} | " + " | ".join(cells) + " |"
+                )
         lines.append("")
     if res.get("versus_baselines"):
-        lines += ["## arms against the baselines (arm - baseline, same users)", "",
-                  "Verdict from the 95% interval of the difference: above / below / not "
-                  "distinguishable.", "",
-                  "| arm | split | examples | baseline | "
-                  + " | ".join(f"{m} difference [95%] | verdict" for m in CURVE_METRICS) + " |",
-                  "|---|---|---:|---|" + "---:|---|" * len(CURVE_METRICS)]  # fmt: skip
+        lines += [
+            "## arms against the baselines (arm - baseline, same users)",
+            "",
+            "Verdict from the 95% interval of the difference: above / below / not distinguishable.",
+            "",
+            "| arm | split | examples | baseline | "
+            + " | ".join(f"{m} difference [95%] | verdict" for m in CURVE_METRICS)
+            + " |",
+            "|---|---|---:|---|" + "---:|---|" * len(CURVE_METRICS),
+        ]
         for row in res["versus_baselines"]:
-            cells = [f"{_fmt(row['metrics'][m]['difference'])} | {row['verdict'][m]}"
-                     for m in CURVE_METRICS]  # fmt: skip
-            lines.append(f"| {row['arm']} ({len(row['seeds'])} seed(s)) | {row['split']} | "
-                         f"{row['examples']} | {row['baseline']} | " + " | ".join(cells) + " |")  # fmt: skip
+            cells = [
+                f"{_fmt(row['metrics'][m]['difference'])} | {row['verdict'][m]}"
+                for m in CURVE_METRICS
+            ]
+            lines.append(
+                f"| {row['arm']} ({len(row['seeds'])} seed(s)) | {row['split']} | "
+                f"{row['examples']} | {row['baseline']} | " + " | ".join(cells) + " |"
+            )
         lines.append("")
-    lines += ["## geometry through SFT (mean over seeds)", "",
-              "RSA per level: mean over seeds (seeds with permutation p < 0.05 / seeds with "
-              "RSA defined).", "",
-              "| arm | step | eff. rank | centered eff. rank | spread rel. | mean cos | "
-              "RSA per level |",
-              "|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    lines += [
+        "## geometry through SFT (mean over seeds)",
+        "",
+        "RSA per level: mean over seeds (seeds with permutation p < 0.05 / seeds with "
+        "RSA defined).",
+        "",
+        "| arm | step | eff. rank | centered eff. rank | spread rel. | mean cos | RSA per level |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for arm, a in res["arms"].items():
         for g in a["geometry"]:
 
             def f(x):
                 return "-" if x is None else f"{x['mean']:.3f}"
 
-            rsa = ", ".join(f"{lv} {f(v)}{_significant(g['rsa_p'][lv])}"
-                            for lv, v in g["rsa"].items())  # fmt: skip
-            lines.append(f"| {arm} | {g['step']} | {f(g['effective_rank'])} | "
-                         f"{f(g['centered_effective_rank'])} | "
-                         f"{f(g['spread_relative'])} | {f(g['mean_cosine'])} | {rsa} |")  # fmt: skip
+            rsa = ", ".join(
+                f"{lv} {f(v)}{_significant(g['rsa_p'][lv])}" for lv, v in g["rsa"].items()
+            )
+            lines.append(
+                f"| {arm} | {g['step']} | {f(g['effective_rank'])} | "
+                f"{f(g['centered_effective_rank'])} | "
+                f"{f(g['spread_relative'])} | {f(g['mean_cosine'])} | {rsa} |"
+            )
     lines.append("")
     if res.get("geometry_intervals"):
         from gti.study.geometry_intervals import to_markdown as intervals_markdown
@@ -428,8 +526,10 @@ def to_markdown(res: dict) -> str:
             parts = ", ".join(f"{k} {v:.0f}" for k, v in secs.items())
             lines.append(f"- {arm} seed {seed}: {parts}")
         tpe = a["tokens_per_example"] or {}
-        lines.append(f"- {arm}: SFT examples/s per seed (training steps only) {a['sft_examples_per_s']}, tokens/example "
-                     f"{tpe.get('tokens', 0):.1f} (answer {tpe.get('answer_tokens', 0):.1f})")  # fmt: skip
+        lines.append(
+            f"- {arm}: SFT examples/s per seed (training steps only) {a['sft_examples_per_s']}, tokens/example "
+            f"{tpe.get('tokens', 0):.1f} (answer {tpe.get('answer_tokens', 0):.1f})"
+        )
     lines += ["", "## commands and machines", ""]
     for arm, a in res["arms"].items():
         for c in a["commands"]:
@@ -464,8 +564,13 @@ def plot(res: dict, folder: Path) -> list[Path]:
         split = next(iter(res["arms"].values()))["curve_split"] if res["arms"] else "valid"
         for i, (b, entry) in enumerate(res["baselines"].items()):
             if split in entry:
-                ax.axhline(entry[split]["metrics"][metric]["estimate"], ls="--", lw=1,
-                           color=f"C{7 + i % 3}", label=f"baseline: {b}")  # fmt: skip
+                ax.axhline(
+                    entry[split]["metrics"][metric]["estimate"],
+                    ls="--",
+                    lw=1,
+                    color=f"C{7 + i % 3}",
+                    label=f"baseline: {b}",
+                )
         ax.set_xlabel("SFT examples")
         ax.set_ylabel(f"{split} {metric}")
         ax.grid(alpha=0.3)
@@ -478,10 +583,19 @@ def plot(res: dict, folder: Path) -> list[Path]:
             for name, rows in res["paired_curve"].items():
                 x = [r["examples"] for r in rows]
                 d = [r["metrics"][metric]["difference"] for r in rows]
-                (line,) = ax.plot(x, [c["estimate"] for c in d], marker="o",
-                                  label=f"{name} ({len(rows[-1]['seeds'])} seed(s))")  # fmt: skip
-                ax.fill_between(x, [c["low"] for c in d], [c["high"] for c in d],
-                                color=line.get_color(), alpha=0.15)  # fmt: skip
+                (line,) = ax.plot(
+                    x,
+                    [c["estimate"] for c in d],
+                    marker="o",
+                    label=f"{name} ({len(rows[-1]['seeds'])} seed(s))",
+                )
+                ax.fill_between(
+                    x,
+                    [c["low"] for c in d],
+                    [c["high"] for c in d],
+                    color=line.get_color(),
+                    alpha=0.15,
+                )
             ax.axhline(0, color="k", lw=0.8)
             ax.set_xlabel("SFT examples")
             ax.set_ylabel(f"paired difference in {metric} (95% interval)")
@@ -500,8 +614,14 @@ def plot(res: dict, folder: Path) -> list[Path]:
             if key == "rsa":
                 for j, lv in enumerate(g[0]["rsa"] if g else {}):
                     y = [np.nan if r["rsa"][lv] is None else r["rsa"][lv]["mean"] for r in g]
-                    ax.plot(x, y, marker="o", color=f"C{i}", ls=("-", "--", ":")[j % 3],
-                            label=f"{arm} {lv}")  # fmt: skip
+                    ax.plot(
+                        x,
+                        y,
+                        marker="o",
+                        color=f"C{i}",
+                        ls=("-", "--", ":")[j % 3],
+                        label=f"{arm} {lv}",
+                    )
             else:
                 y = [np.nan if r[key] is None else r[key]["mean"] for r in g]
                 ax.plot(x, y, marker="o", color=f"C{i}", label=arm)

@@ -157,9 +157,14 @@ def baselines(
             typer.echo(f"wrote {p}")
 
     res = run_baselines(
-        data, out, baselines=tuple(baseline or ("most-popular", "transitions")),
-        k_core_min=k_core, max_history=max_history, n_resamples=resamples, cache_dir=cache_dir,
-    )  # fmt: skip
+        data,
+        out,
+        baselines=tuple(baseline or ("most-popular", "transitions")),
+        k_core_min=k_core,
+        max_history=max_history,
+        n_resamples=resamples,
+        cache_dir=cache_dir,
+    )
     for name, m in res.items():
         for split, s in m["splits"].items():
             cells = {k: round(v["estimate"], 4) for k, v in s["metrics"].items()}

@@ -200,11 +200,14 @@ def replicates(
         rows, cols = tri[lv] = np.triu_indices(n, k=1)
         ones = np.ones(len(rows))
         rb = weighted_ranks(books[lv], ones)
-        point[lv] = np.array([
-            np.nan if lv not in c.pairs
-            else _or_nan(weighted_spearman(weighted_ranks(c.pairs[lv], ones), rb, ones))
-            for c in cells
-        ])  # fmt: skip
+        point[lv] = np.array(
+            [
+                np.nan
+                if lv not in c.pairs
+                else _or_nan(weighted_spearman(weighted_ranks(c.pairs[lv], ones), rb, ones))
+                for c in cells
+            ]
+        )
         reps[lv] = np.full((n_resamples, len(cells)), np.nan)
     it = range(n_resamples)
     if progress:
@@ -258,10 +261,12 @@ def intervals(
         raise InputError("--resamples", f"must be >= 1, got {n_resamples}")
     start = time.perf_counter()
     cells, books, sizes = load_cells(checkpoints)
-    doc = summarize_cells(cells, books, sizes, n_resamples=n_resamples, seed=seed, level=level,
-                          progress=progress)  # fmt: skip
-    doc["checkpoints"] = [{"arm": c.arm, "seed": c.seed, "stage": c.stage, "path": str(c.path)}
-                          for c in cells]  # fmt: skip
+    doc = summarize_cells(
+        cells, books, sizes, n_resamples=n_resamples, seed=seed, level=level, progress=progress
+    )
+    doc["checkpoints"] = [
+        {"arm": c.arm, "seed": c.seed, "stage": c.stage, "path": str(c.path)} for c in cells
+    ]
     doc["seconds"] = round(time.perf_counter() - start, 1)
     return doc
 
@@ -277,8 +282,9 @@ def summarize_cells(
     progress: bool = False,
 ) -> dict[str, object]:
     """The document of ``intervals`` from cells already read."""
-    point, reps = replicates(cells, books, sizes, n_resamples=n_resamples, seed=seed,
-                             progress=progress)  # fmt: skip
+    point, reps = replicates(
+        cells, books, sizes, n_resamples=n_resamples, seed=seed, progress=progress
+    )
     index = {(c.arm, c.seed, c.stage): j for j, c in enumerate(cells)}
 
     def summary(cols_a: list[int], cols_b: list[int] | None, lv: str, label: str) -> dict:
@@ -302,25 +308,50 @@ def summarize_cells(
                 cols = [index[(arm, s, stage)] for s in seeds]
                 if not cols or not np.isfinite(point[lv][cols]).all():
                     continue  # no checkpoint, or RSA undefined (mean init)
-                rsa.append({"arm": arm, "stage": stage, "level": lv, "seeds": seeds,
-                            **summary(cols, None, lv, f"{arm} {stage}")})  # fmt: skip
-        seeds = sorted(s for (a, s, st) in index if a == arm and st == "init"
-                       and (a, s, "final") in index)  # fmt: skip
+                rsa.append(
+                    {
+                        "arm": arm,
+                        "stage": stage,
+                        "level": lv,
+                        "seeds": seeds,
+                        **summary(cols, None, lv, f"{arm} {stage}"),
+                    }
+                )
+        seeds = sorted(
+            s for (a, s, st) in index if a == arm and st == "init" and (a, s, "final") in index
+        )
         for lv in sizes:
             fin = [index[(arm, s, "final")] for s in seeds]
             ini = [index[(arm, s, "init")] for s in seeds]
             if seeds and np.isfinite(point[lv][fin + ini]).all():
-                through.append({"arm": arm, "comparison": "final - init", "level": lv,
-                                "seeds": seeds, **summary(fin, ini, lv, f"{arm} final - init")})  # fmt: skip
+                through.append(
+                    {
+                        "arm": arm,
+                        "comparison": "final - init",
+                        "level": lv,
+                        "seeds": seeds,
+                        **summary(fin, ini, lv, f"{arm} final - init"),
+                    }
+                )
     for other in COMPARISONS:
-        seeds = sorted(s for (a, s, st) in index if a == "gti" and st == "final"
-                       and (other, s, "final") in index)  # fmt: skip
+        seeds = sorted(
+            s
+            for (a, s, st) in index
+            if a == "gti" and st == "final" and (other, s, "final") in index
+        )
         for lv in sizes:
             a = [index[("gti", s, "final")] for s in seeds]
             b = [index[(other, s, "final")] for s in seeds]
             if seeds and np.isfinite(point[lv][a + b]).all():
-                paired.append({"comparison": f"gti - {other}", "stage": "final", "level": lv,
-                               "seeds": seeds, **summary(a, b, lv, f"gti - {other}")})  # fmt: skip
+                paired.append(
+                    {
+                        "comparison": f"gti - {other}",
+                        "stage": "final",
+                        "level": lv,
+                        "seeds": seeds,
+                        **summary(a, b, lv, f"gti - {other}"),
+                    }
+                )
     return {
         "format": FORMAT,
         "format_version": 1,
@@ -380,8 +411,10 @@ def check_against_runs(doc: dict, runs_root: Path) -> list[str]:
             step = "0" if row["stage"] == "init" else max(geo, key=int)
             want = geo[step]["levels"][row["level"]]["rsa"]
             if want is None or abs(want - value) > 1e-9:
-                problems.append(f"{row['arm']} seed {s} {row['stage']} level {row['level']}: "
-                                f"{value} here, {want} in {geo_path}")  # fmt: skip
+                problems.append(
+                    f"{row['arm']} seed {s} {row['stage']} level {row['level']}: "
+                    f"{value} here, {want} in {geo_path}"
+                )
     return problems
 
 
@@ -396,28 +429,41 @@ def to_markdown(doc: dict, problems: list[str]) -> list[str]:
     def seeds(r: dict) -> str:
         return ", ".join("-" if x is None else f"{x:+.3f}" for x in r["per_seed"])
 
-    lines = ["## RSA with intervals (two-way bootstrap over seeds and codes)", "",
-             f"From `geometry_intervals.json` (`gti study geometry-intervals`, "
-             f"{doc['n_resamples']} resamples, seed {doc['bootstrap_seed']}; codes per level: "
-             + ", ".join(f"{lv} {n}" for lv, n in doc["codes_per_level"].items())
-             + f"): {doc['interval']}. Seeds are paired across arms and stages. The interval "
-             "is conservative (on null data it covered 0 in 60 of 60 sets; "
-             "gti/study/geometry_intervals.py).", ""]  # fmt: skip
+    lines = [
+        "## RSA with intervals (two-way bootstrap over seeds and codes)",
+        "",
+        f"From `geometry_intervals.json` (`gti study geometry-intervals`, "
+        f"{doc['n_resamples']} resamples, seed {doc['bootstrap_seed']}; codes per level: "
+        + ", ".join(f"{lv} {n}" for lv, n in doc["codes_per_level"].items())
+        + f"): {doc['interval']}. Seeds are paired across arms and stages. The interval "
+        "is conservative (on null data it covered 0 in 60 of 60 sets; "
+        "gti/study/geometry_intervals.py).",
+        "",
+    ]
     if problems:
         lines += ["**Does not match the runs' geometry.json** (rerun the command):", ""]
         lines += [f"- {p}" for p in problems] + [""]
-    lines += ["| arm | stage | level | seeds | RSA [95%] | per seed |",
-              "|---|---|---|---:|---:|---|"]  # fmt: skip
+    lines += [
+        "| arm | stage | level | seeds | RSA [95%] | per seed |",
+        "|---|---|---|---:|---:|---|",
+    ]
     for r in doc["rsa"]:
-        lines.append(f"| {r['arm']} | {r['stage']} | {r['level']} | {r['n_seeds']} | {ci(r)} | "
-                     f"{seeds(r)} |")  # fmt: skip
-    lines += ["", "| difference | level | seeds | RSA difference [95%] | per seed |",
-              "|---|---|---:|---:|---|"]  # fmt: skip
+        lines.append(
+            f"| {r['arm']} | {r['stage']} | {r['level']} | {r['n_seeds']} | {ci(r)} | {seeds(r)} |"
+        )
+    lines += [
+        "",
+        "| difference | level | seeds | RSA difference [95%] | per seed |",
+        "|---|---|---:|---:|---|",
+    ]
     for r in doc["paired"]:
-        lines.append(f"| {r['comparison']} (final) | {r['level']} | {r['n_seeds']} | {ci(r)} | "
-                     f"{seeds(r)} |")  # fmt: skip
+        lines.append(
+            f"| {r['comparison']} (final) | {r['level']} | {r['n_seeds']} | {ci(r)} | {seeds(r)} |"
+        )
     for r in doc["through_sft"]:
-        lines.append(f"| {r['arm']}: {r['comparison']} | {r['level']} | {r['n_seeds']} | "
-                     f"{ci(r)} | {seeds(r)} |")  # fmt: skip
+        lines.append(
+            f"| {r['arm']}: {r['comparison']} | {r['level']} | {r['n_seeds']} | "
+            f"{ci(r)} | {seeds(r)} |"
+        )
     lines.append("")
     return lines

@@ -93,10 +93,16 @@ def rank_split(
         pad_id = pad_id_of(tokenizer)
         trie = SidTrie.build(sids)
         part.parent.mkdir(parents=True, exist_ok=True)
-        with part.open("a", encoding="utf-8") as f, tqdm(
-            total=len(examples), initial=len(done), desc=f"rank {split}", unit="user",
-            disable=not progress,
-        ) as bar:  # fmt: skip
+        with (
+            part.open("a", encoding="utf-8") as f,
+            tqdm(
+                total=len(examples),
+                initial=len(done),
+                desc=f"rank {split}",
+                unit="user",
+                disable=not progress,
+            ) as bar,
+        ):
             for start in range(0, len(todo), chunk):
                 batch = todo[start : start + chunk]
                 prompts = [

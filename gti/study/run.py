@@ -148,14 +148,26 @@ def materialize(sft_cfg, snap: Path) -> Path:
     step = int(state["step"])
     data = dataset_of(sids, sft_cfg.data, sft_cfg.init)
     codebooks = Path(sft_cfg.init) / "codebooks.safetensors"
-    run_config = {"materialized_from": str(state_dir), "step": step, "arm": sft_cfg.arm,
-                  "seed": sft_cfg.seed, "max_history": sft_cfg.max_history,
-                  "k_core": sft_cfg.k_core, "titles": sft_cfg.titles,
-                  "system_prompt": sft_cfg.system_prompt}  # fmt: skip
+    run_config = {
+        "materialized_from": str(state_dir),
+        "step": step,
+        "arm": sft_cfg.arm,
+        "seed": sft_cfg.seed,
+        "max_history": sft_cfg.max_history,
+        "k_core": sft_cfg.k_core,
+        "titles": sft_cfg.titles,
+        "system_prompt": sft_cfg.system_prompt,
+    }
     write_checkpoint(
-        snap, trained, tokenizer, sft_sidecar(sids, sft_cfg, step, data),
-        codebooks if codebooks.is_file() else None, CONFIG_FILENAME, run_config, state["log"],
-    )  # fmt: skip
+        snap,
+        trained,
+        tokenizer,
+        sft_sidecar(sids, sft_cfg, step, data),
+        codebooks if codebooks.is_file() else None,
+        CONFIG_FILENAME,
+        run_config,
+        state["log"],
+    )
     return snap
 
 
@@ -214,13 +226,21 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     sids = load(init_dir)
     data = dataset_of(sids, sft_cfg.data, init_dir)
     task = load_task_data(
-        sids, data, k_core_min=cfg.sft.k_core, max_history=cfg.sft.max_history,
+        sids,
+        data,
+        k_core_min=cfg.sft.k_core,
+        max_history=cfg.sft.max_history,
         cache_dir=cfg.cache_dir,
-    )  # fmt: skip
+    )
     device = _device(cfg.device)
-    rank_kw = {"beams": cfg.evaluate.beams, "batch_size": cfg.evaluate.batch_size,
-               "titles": cfg.sft.titles, "system": cfg.sft.system_prompt, "device": device,
-               "progress": cfg.progress}  # fmt: skip
+    rank_kw = {
+        "beams": cfg.evaluate.beams,
+        "batch_size": cfg.evaluate.batch_size,
+        "titles": cfg.sft.titles,
+        "system": cfg.sft.system_prompt,
+        "device": device,
+        "progress": cfg.progress,
+    }
     users = sample_users(task, cfg.evaluate.max_users, cfg.evaluate.seed)
 
     geo_path = rdir / "geometry.json"
@@ -249,8 +269,12 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
         splits = [cfg.curve_split] + (list(cfg.final_splits) if last else [])
         for split, path in zip(splits, want, strict=True):
             examples = of_users(getattr(task.splits, split), users)
-            source = {"model": arm, "seed": seed, "step": step,
-                      "examples": step * cfg.sft.batch_size}  # fmt: skip
+            source = {
+                "model": arm,
+                "seed": seed,
+                "step": step,
+                "examples": step * cfg.sft.batch_size,
+            }
             stages.run(
                 f"rank {split} step {step}",
                 path,
@@ -268,8 +292,11 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     if cfg.report_html and seed == cfg.seeds[0] and not (rdir / "report.html").is_file():
         from geodiag.report import ReportOptions, write_report
 
-        opts = ReportOptions(title=f"{cfg.name}: {name}, init vs final SFT",
-                             n_permutations=cfg.permutations, seed=seed)  # fmt: skip
+        opts = ReportOptions(
+            title=f"{cfg.name}: {name}, init vs final SFT",
+            n_permutations=cfg.permutations,
+            seed=seed,
+        )
 
         def report() -> None:
             write_report([init_dir, final], rdir / "report.html", opts=opts)
@@ -297,9 +324,16 @@ def tokens_per_example(cfg: StudyConfig, task, init_dir: Path, n: int) -> dict[s
     from gti.sft.data import SFTStream
 
     tok = AutoTokenizer.from_pretrained(init_dir, local_files_only=True)
-    stream = SFTStream(tok, task, tasks="next-item", align_ratio=0.0, titles=cfg.sft.titles,
-                       seed=0, max_text_chars=cfg.sft.max_text_chars,
-                       system=cfg.sft.system_prompt)  # fmt: skip
+    stream = SFTStream(
+        tok,
+        task,
+        tasks="next-item",
+        align_ratio=0.0,
+        titles=cfg.sft.titles,
+        seed=0,
+        max_text_chars=cfg.sft.max_text_chars,
+        system=cfg.sft.system_prompt,
+    )
     lengths = [len(stream.example(i).input_ids) for i in range(n)]
     answers = [len(e.input_ids) - e.answer_start for e in map(stream.example, range(n))]
     return {"examples": n, "tokens": sum(lengths) / n, "answer_tokens": sum(answers) / n}

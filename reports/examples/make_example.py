@@ -49,7 +49,7 @@ def screenshot(html: Path, png: Path, height: int = 2300) -> bool:
              f"--user-data-dir={profile}", "--hide-scrollbars", f"--screenshot={png}",
              f"--window-size=1280,{height}", html.as_uri()],
             check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
+        )
     from PIL import Image
 
     Image.open(png).convert("RGB").quantize(colors=256).save(png, optimize=True)

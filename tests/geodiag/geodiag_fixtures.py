@@ -107,8 +107,12 @@ def write_checkpoint(
         save_file(tensors, root / "model.safetensors", dtype=dtype)
     names = [sidecar.token_string(lv, c) for lv, k in LEVELS for c in range(k)]
     if with_config:
-        config = {"model_type": "llama", "hidden_size": DIM, "vocab_size": len(emb),
-                  "tie_word_embeddings": untied_head is None}  # fmt: skip
+        config = {
+            "model_type": "llama",
+            "hidden_size": DIM,
+            "vocab_size": len(emb),
+            "tie_word_embeddings": untied_head is None,
+        }
         (root / "config.json").write_text(json.dumps(config))
     if with_tokenizer:
         (root / "tokenizer.json").write_text(json.dumps(tokenizer_json(len(base), names)))

@@ -25,8 +25,16 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 WORDS = [f"w{i}" for i in range(120)]
-BASE_ADDED = ["<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
-              "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]  # fmt: skip
+BASE_ADDED = [
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+]
 SIDS = [f"<a_{i}>" for i in range(8)] + [f"<b_{i}>" for i in range(8)]
 D = 32
 
@@ -53,9 +61,14 @@ def _write_base(root: Path, tied: bool, pad_to: int | None = None) -> Path:
     """A Qwen2-style base: its own added tokens have trained (distinct) rows."""
     tok = _tokenizer()
     cfg = transformers.Qwen2Config(
-        vocab_size=len(tok), hidden_size=D, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=tied,
-    )  # fmt: skip
+        vocab_size=len(tok),
+        hidden_size=D,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=tied,
+    )
     torch.manual_seed(0)
     model = transformers.Qwen2ForCausalLM(cfg)
     if pad_to is not None:  # Qwen pads its matrix past the tokenizer
@@ -141,8 +154,10 @@ def test_mean_resized_block_beside_trained_added_tokens_fails_without_base(qwen)
     assert u.groups[0].size == 16 and u.groups[0].ids == planted[:8]
     assert any("two populations" in n and "--base" in n for n in rep.notes)
     # The three block checks alone still pass: the trained rows carry them.
-    assert all(_checks(res)[(n, "input")]["status"] == "pass"
-               for n in ("effective_rank_ratio", "spread_ratio", "mean_cosine"))  # fmt: skip
+    assert all(
+        _checks(res)[(n, "input")]["status"] == "pass"
+        for n in ("effective_rank_ratio", "spread_ratio", "mean_cosine")
+    )
 
 
 def test_base_makes_the_new_tokens_exactly_those_it_lacks(qwen):
@@ -197,8 +212,13 @@ def test_new_ids_on_the_base_padding_rows_are_named(tmp_path):
 
 
 def test_special_added_tokens_are_named_and_measured_with_base(qwen, tmp_path):
-    ckpt, _ = _extend(qwen["tied"], tmp_path / "sp", special=["<sid_begin>", "<sid_end>"],
-                      mean_resizing=True, trained=True)  # fmt: skip
+    ckpt, _ = _extend(
+        qwen["tied"],
+        tmp_path / "sp",
+        special=["<sid_begin>", "<sid_end>"],
+        mean_resizing=True,
+        trained=True,
+    )
     rep = analyze(ckpt, ReadOptions())
     assert rep.n_new_tokens == 24  # non-special only without a base: said in a note
     assert any("special token(s) not measured" in n and "<sid_begin>" in n for n in rep.notes)
@@ -210,8 +230,14 @@ def test_special_added_tokens_are_named_and_measured_with_base(qwen, tmp_path):
 
 def test_only_special_added_tokens_says_they_exist(tmp_path):
     tok = _bare_tokenizer()
-    cfg = transformers.Qwen2Config(vocab_size=len(WORDS) + 1, hidden_size=D, intermediate_size=64,
-                                   num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    cfg = transformers.Qwen2Config(
+        vocab_size=len(WORDS) + 1,
+        hidden_size=D,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     model = transformers.Qwen2ForCausalLM(cfg)
     tok.add_special_tokens({"additional_special_tokens": [f"<s_{i}>" for i in range(16)]})
     model.resize_token_embeddings(len(tok))

@@ -86,8 +86,9 @@ def test_check_returns_the_gates_result():
     assert {"effective_rank_ratio", "spread_ratio", "mean_cosine", "rsa[a]"} <= names
     # a threshold keyword overrides the defaults; a GateConfig replaces them
     assert not geodiag.check(full("random"), levels=LEVEL_IDS, min_spread_ratio=100.0).passed
-    assert not geodiag.check(full("random"), new_ids=LEVEL_IDS["a"],
-                             config=GateConfig(min_effective_rank=50.0)).passed  # fmt: skip
+    assert not geodiag.check(
+        full("random"), new_ids=LEVEL_IDS["a"], config=GateConfig(min_effective_rank=50.0)
+    ).passed
 
 
 def test_check_reads_a_toml_config(tmp_path):

@@ -53,9 +53,14 @@ def run_action(tmp_path: Path, **given: str):
         assert not v.get("required") or inputs[key], f"required input {key} missing"
     output, summary = tmp_path / "gh_output", tmp_path / "gh_summary.md"
     output.write_text("")
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-           "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary),
-           "GITHUB_ACTIONS": "true", "GITHUB_ACTION_PATH": str(ROOT)}  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "GITHUB_OUTPUT": str(output),
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_ACTION_PATH": str(ROOT),
+    }
     log, rc = [], 0
     for step in spec["runs"]["steps"]:
         if "uses" in step:  # setup-python: the runner's job, not modelled; check its guard
@@ -67,8 +72,13 @@ def run_action(tmp_path: Path, **given: str):
         step_env = {**env, **{k: substitute(v, inputs) for k, v in step.get("env", {}).items()}}
         script = tmp_path / "step.sh"
         script.write_text(step["run"])
-        res = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
-                             env=step_env, cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+        res = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+            env=step_env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        )
         log.append(res.stdout + res.stderr)
         rc = res.returncode
         if rc:
@@ -86,8 +96,9 @@ def junit_counts(path: Path) -> tuple[int, int]:
 
 def test_action_passes_a_healthy_checkpoint(make_ckpt, tmp_path):
     ckpt = make_ckpt("random")
-    rc, out, summary, log = run_action(tmp_path, checkpoints=str(ckpt), install="none",
-                                       args="--permutations 50")  # fmt: skip
+    rc, out, summary, log = run_action(
+        tmp_path, checkpoints=str(ckpt), install="none", args="--permutations 50"
+    )
     assert rc == 0, log
     assert out == {"passed": "true", "junit": "geodiag-junit.xml"}
     tests, failures = junit_counts(tmp_path / "geodiag-junit.xml")
@@ -99,8 +110,13 @@ def test_action_fails_the_job_on_a_collapsed_checkpoint(make_ckpt, tmp_path):
     make_ckpt("random")
     make_ckpt("mean")
     pattern = str(tmp_path / "*[mr]*")  # a glob, expanded by the step: mean and random
-    rc, out, summary, log = run_action(tmp_path, checkpoints=f"{pattern}\n", install="none",
-                                       junit="reports/gate.xml", args="--permutations 50")  # fmt: skip
+    rc, out, summary, log = run_action(
+        tmp_path,
+        checkpoints=f"{pattern}\n",
+        install="none",
+        junit="reports/gate.xml",
+        args="--permutations 50",
+    )
     assert rc == 1, log
     assert out == {"passed": "false", "junit": "reports/gate.xml"}
     tests, failures = junit_counts(tmp_path / "reports" / "gate.xml")
@@ -111,16 +127,25 @@ def test_action_fails_the_job_on_a_collapsed_checkpoint(make_ckpt, tmp_path):
 
 def test_action_thresholds_and_config_inputs(make_ckpt, tmp_path):
     ckpt = make_ckpt("random")
-    rc, out, _, log = run_action(tmp_path, checkpoints=str(ckpt), install="none",
-                                 min_spread_ratio="100", args="--permutations 20")  # fmt: skip
+    rc, out, _, log = run_action(
+        tmp_path,
+        checkpoints=str(ckpt),
+        install="none",
+        min_spread_ratio="100",
+        args="--permutations 20",
+    )
     assert rc == 1 and out["passed"] == "false", log
-    case = [c for c in ET.parse(tmp_path / "geodiag-junit.xml").iter("testcase")
-            if c.get("name") == "spread_ratio"][0]  # fmt: skip
+    case = [
+        c
+        for c in ET.parse(tmp_path / "geodiag-junit.xml").iter("testcase")
+        if c.get("name") == "spread_ratio"
+    ][0]
     assert "< 100" in case.find("failure").get("message")
     cfg = tmp_path / "gate.toml"
     cfg.write_text("max_mean_cosine = -1\n")
-    rc, _, _, log = run_action(tmp_path, checkpoints=str(ckpt), install="none",
-                               config=str(cfg), args="--permutations 20")  # fmt: skip
+    rc, _, _, log = run_action(
+        tmp_path, checkpoints=str(ckpt), install="none", config=str(cfg), args="--permutations 20"
+    )
     assert rc == 1 and "mean_cosine" in log
 
 
@@ -132,9 +157,12 @@ def test_action_rejects_a_pattern_that_matches_nothing(tmp_path):
 
 def test_action_installs_geodiag_from_its_own_checkout(make_ckpt, tmp_path):
     # --dry-run: resolve and build the action's checkout as pip would, without installing.
-    rc, _, _, log = run_action(tmp_path, checkpoints=str(make_ckpt("random")),
-                               pip_args="--dry-run --no-deps --no-build-isolation",
-                               args="--permutations 10")  # fmt: skip
+    rc, _, _, log = run_action(
+        tmp_path,
+        checkpoints=str(make_ckpt("random")),
+        pip_args="--dry-run --no-deps --no-build-isolation",
+        args="--permutations 10",
+    )
     assert rc == 0, log
     assert "Would install geodiag-0.1.0" in log
 
@@ -162,8 +190,13 @@ def test_manifest_is_valid_for_pre_commit():
     # The hook's files pattern is the entry's own notion of a checkpoint file.
     assert by_id["geodiag-check"]["files"] == CHECKPOINT_FILE.pattern
     files = re.compile(by_id["geodiag-check"]["files"])
-    for name in ("runs/a/model.safetensors", "ck/model-00001-of-00002.safetensors",
-                 "ck/semantic_ids.json", "adapter/adapter_model.safetensors", "pytorch_model.bin"):  # fmt: skip
+    for name in (
+        "runs/a/model.safetensors",
+        "ck/model-00001-of-00002.safetensors",
+        "ck/semantic_ids.json",
+        "adapter/adapter_model.safetensors",
+        "pytorch_model.bin",
+    ):
         assert files.search(name), name
     for name in ("README.md", "src/model.py", "notmodel.safetensors.bak"):
         assert not files.search(name), name
@@ -181,13 +214,19 @@ def test_hook_checks_each_changed_folder_once(make_ckpt, tmp_path):
     res = hook("--permutations", "20", *map(str, names), cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count(f"{good}: PASS") == 1
-    res = hook("--permutations", "20", str(good / "model.safetensors"),
-               str(bad / "codebooks.safetensors"), cwd=tmp_path)  # fmt: skip
+    res = hook(
+        "--permutations",
+        "20",
+        str(good / "model.safetensors"),
+        str(bad / "codebooks.safetensors"),
+        cwd=tmp_path,
+    )
     assert res.returncode == 1
     assert f"{bad}: FAIL" in res.stdout and f"{good}: PASS" in res.stdout
     # thresholds from the hook's args
-    res = hook("--min-spread-ratio", "100", "--permutations", "20", str(good / "config.json"),
-               cwd=tmp_path)  # fmt: skip
+    res = hook(
+        "--min-spread-ratio", "100", "--permutations", "20", str(good / "config.json"), cwd=tmp_path
+    )
     assert res.returncode == 1
 
 
@@ -201,6 +240,10 @@ def test_hook_without_checkpoint_folders_passes(tmp_path):
 def test_explicit_form_entry_is_geodiag_check(make_ckpt, tmp_path):
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     entry = next(h["entry"] for h in hooks if h["id"] == "geodiag-check-paths").split()
-    res = subprocess.run([str(BIN / entry[0]), *entry[1:], str(make_ckpt("line")), "--permutations", "20"],
-                         capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    res = subprocess.run(
+        [str(BIN / entry[0]), *entry[1:], str(make_ckpt("line")), "--permutations", "20"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert res.returncode == 1 and "effective_rank_ratio" in res.stdout

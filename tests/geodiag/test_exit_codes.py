@@ -84,8 +84,13 @@ def test_unwritable_junit_exits_2_whatever_the_verdict(make_ckpt, tmp_path, a_fi
 @pytest.mark.parametrize("where", ["parent is a file", "is a folder"])
 def test_unwritable_step_summary_exits_2(make_ckpt, tmp_path, a_file, where):
     summary = a_file / "summary.md" if where == "parent is a file" else tmp_path
-    res = run("check", make_ckpt("random"), "--permutations", 10,
-              env={"GITHUB_STEP_SUMMARY": str(summary)})  # fmt: skip
+    res = run(
+        "check",
+        make_ckpt("random"),
+        "--permutations",
+        10,
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )
     assert "GITHUB_STEP_SUMMARY" in error_line(res, summary)
 
 
@@ -169,7 +174,7 @@ def _deep_header(path: Path) -> None:
         "config.json",
         "semantic_ids.json",
         "model.safetensors.index.json",
-    ],  # fmt: skip
+    ],
 )
 def test_deeply_nested_json_is_bad_input(make_ckpt, name):
     ckpt = make_ckpt(

@@ -92,9 +92,11 @@ def test_llamafactory_noise_init_is_fingerprinted_on_both_matrices(tmp_path):
     )
     report, v = diagnose(ckpt)
     assert report.stack == {
-        "name": "llamafactory", "evidence": "trainer_log.jsonl",
-        "init_special_tokens": "noise_init", "resize_vocab": "true",
-    }  # fmt: skip
+        "name": "llamafactory",
+        "evidence": "trainer_log.jsonl",
+        "init_special_tokens": "noise_init",
+        "resize_vocab": "true",
+    }
     assert [m.role for m in report.matrices] == ["input", "output"]
     for m in report.matrices:
         expected = np.sqrt((N_NEW - 1) / N_NEW)
@@ -171,8 +173,17 @@ def test_all_rows_new_report_renders(tmp_path):
     rng = np.random.default_rng(0)
     root = _tiger(tmp_path, rng.normal(size=(16, DIM)))
     out = tmp_path / "r.html"
-    res = run("report", root, "--tensor", "sid_embedding.weight", "--all-rows-new", "-o", out,
-              "--permutations", 10)  # fmt: skip
+    res = run(
+        "report",
+        root,
+        "--tensor",
+        "sid_embedding.weight",
+        "--all-rows-new",
+        "-o",
+        out,
+        "--permutations",
+        10,
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["checkpoints"][0]["report"]["matrices"][0]["reference"] is None
@@ -183,8 +194,9 @@ def test_all_rows_new_report_renders(tmp_path):
 
 
 def test_transformers_mean_resizing_names_the_option(tmp_path):
-    ckpt = write_checkpoint(tmp_path / "hf", planted_new_rows("mean-noise", base_rows()),
-                            with_sidecar=False)  # fmt: skip
+    ckpt = write_checkpoint(
+        tmp_path / "hf", planted_new_rows("mean-noise", base_rows()), with_sidecar=False
+    )
     (ckpt / "trainer_state.json").write_text("{}")
     report, v = diagnose(ckpt)
     assert report.stack["name"] == "transformers"
@@ -194,8 +206,9 @@ def test_transformers_mean_resizing_names_the_option(tmp_path):
 
 
 def test_unknown_stack_names_the_likely_producer_by_the_numbers(tmp_path):
-    ckpt = write_checkpoint(tmp_path / "bare", planted_new_rows("mean", base_rows()),
-                            with_sidecar=False)  # fmt: skip
+    ckpt = write_checkpoint(
+        tmp_path / "bare", planted_new_rows("mean", base_rows()), with_sidecar=False
+    )
     report, v = diagnose(ckpt)
     assert report.stack["name"] == "unknown"
     assert "likely an exact mean init" in v.sentence and "add_new_tokens" in v.sentence
@@ -203,8 +216,14 @@ def test_unknown_stack_names_the_likely_producer_by_the_numbers(tmp_path):
 
 
 def test_gti_init_without_structure_says_ground_longer_with_the_numbers(tmp_path):
-    prov = {"stage": "init", "init_strategy": "gti", "step": 40, "seed": 0, "data": "movielens-100k",
-            "sids_provenance": {"encoder": "lm", "strategy": "rqvae"}}  # fmt: skip
+    prov = {
+        "stage": "init",
+        "init_strategy": "gti",
+        "step": 40,
+        "seed": 0,
+        "data": "movielens-100k",
+        "sids_provenance": {"encoder": "lm", "strategy": "rqvae"},
+    }
     ckpt = write_checkpoint(
         tmp_path / "gti", planted_new_rows("random", base_rows()), provenance=prov
     )
@@ -229,8 +248,13 @@ def test_gti_sft_keeps_the_init_provenance_in_the_advice(tmp_path):
 
 
 def test_provenance_line_is_readable(tmp_path):
-    prov = {"stage": "sft", "step": 30, "init_strategy": "gti", "sft_tasks": ["seq", "align"],
-            "init": {"stage": "init", "step": 250, "sids_provenance": {"encoder": "lm"}}}  # fmt: skip
+    prov = {
+        "stage": "sft",
+        "step": 30,
+        "init_strategy": "gti",
+        "sft_tasks": ["seq", "align"],
+        "init": {"stage": "init", "step": 250, "sids_provenance": {"encoder": "lm"}},
+    }
     ckpt = write_checkpoint(
         tmp_path / "p", planted_new_rows("random", base_rows()), provenance=prov
     )
@@ -248,8 +272,12 @@ def test_provenance_line_is_readable(tmp_path):
 
 
 def test_report_renders_nested_provenance_readably(tmp_path):
-    prov = {"stage": "sft", "step": 30, "init_strategy": "gti",
-            "init": {"stage": "init", "step": 250, "sids_provenance": {"encoder": "lm"}}}  # fmt: skip
+    prov = {
+        "stage": "sft",
+        "step": 30,
+        "init_strategy": "gti",
+        "init": {"stage": "init", "step": 250, "sids_provenance": {"encoder": "lm"}},
+    }
     ckpt = write_checkpoint(
         tmp_path / "p", planted_new_rows("random", base_rows()), provenance=prov
     )
@@ -265,8 +293,14 @@ def test_gti_init_with_some_levels_unstructured_gets_the_gti_remedy_not_a_random
 ):
     from geodiag_fixtures import LEVELS
 
-    prov = {"stage": "init", "init_strategy": "gti", "step": 74, "seed": 0, "data": "movielens-100k",
-            "sids_provenance": {"encoder": "lm"}}  # fmt: skip
+    prov = {
+        "stage": "init",
+        "init_strategy": "gti",
+        "step": 74,
+        "seed": 0,
+        "data": "movielens-100k",
+        "sids_provenance": {"encoder": "lm"},
+    }
     n_first = LEVELS[0][1]
     rows = planted_new_rows("random", base_rows())
     rows[:n_first] = planted_new_rows("grounded", base_rows())[:n_first]  # only level 1 grounded

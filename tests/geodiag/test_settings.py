@@ -21,9 +21,13 @@ class Toy:
     cap: int = setting(5, help="At most.", le=10)
     out: Path | None = setting(None, help="Where.", flags=("-o", "--out"), tags=("pinned",))
     names: tuple[str, ...] = setting(
-        (), help="Repeatable.", flags=("--name",), cli_type=list[str] | None, cli_default=None,
+        (),
+        help="Repeatable.",
+        flags=("--name",),
+        cli_type=list[str] | None,
+        cli_default=None,
         parse=lambda v: tuple(v or ()),
-    )  # fmt: skip
+    )
     hidden: int = 7  # not an option
 
 

@@ -33,9 +33,14 @@ def mean_init_model(tie: bool = True):
     """A tiny Llama whose new rows are all the mean of the original ones (collapsed)."""
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=DIM, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=tie,
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        hidden_size=DIM,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        tie_word_embeddings=tie,
+    )
     model = transformers.LlamaForCausalLM(cfg)
     with torch.no_grad():
         w = model.get_input_embeddings().weight
@@ -69,13 +74,25 @@ class Recorder(transformers.TrainerCallback):
 
 def train(tmp_path, callback, *, lr=1e-2, steps=6, save_steps=3, model=None, attach=True):
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "run"), max_steps=steps, per_device_train_batch_size=4,
-        logging_steps=100, save_steps=save_steps, save_strategy="steps", learning_rate=lr,
-        report_to="none", use_cpu=True, disable_tqdm=True, seed=0,
-    )  # fmt: skip
+        output_dir=str(tmp_path / "run"),
+        max_steps=steps,
+        per_device_train_batch_size=4,
+        logging_steps=100,
+        save_steps=save_steps,
+        save_strategy="steps",
+        learning_rate=lr,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
     recorder = Recorder()
-    trainer = transformers.Trainer(model=model or mean_init_model(), args=args,
-                                   train_dataset=Sequences(), callbacks=[recorder, callback])  # fmt: skip
+    trainer = transformers.Trainer(
+        model=model or mean_init_model(),
+        args=args,
+        train_dataset=Sequences(),
+        callbacks=[recorder, callback],
+    )
     if attach:
         callback.attach(trainer)
     trainer.train()
@@ -85,8 +102,13 @@ def train(tmp_path, callback, *, lr=1e-2, steps=6, save_steps=3, model=None, att
 def test_logs_jsonl_and_save_time_gate(tmp_path):
     cb = GeodiagCallback(levels=LEVELS, codebooks=BOOKS, every_n_steps=2, rsa_sample=10)
     trainer, recorder = train(tmp_path, cb)
-    keys = {"geodiag/effective_rank_ratio", "geodiag/spread_ratio", "geodiag/mean_cosine",
-            "geodiag/rsa_a", "geodiag/collapsed"}  # fmt: skip
+    keys = {
+        "geodiag/effective_rank_ratio",
+        "geodiag/spread_ratio",
+        "geodiag/mean_cosine",
+        "geodiag/rsa_a",
+        "geodiag/collapsed",
+    }
     history = {h["step"]: h for h in trainer.state.log_history if "geodiag/spread_ratio" in h}
     assert sorted(history) == [2, 4, 6] and all(keys <= set(h) for h in history.values())
     assert all("loss" in h for h in history.values())  # one event with the loss, same step
@@ -102,8 +124,13 @@ def test_logs_jsonl_and_save_time_gate(tmp_path):
     records, notes = read_records(out / "geodiag_trajectory.jsonl")
     assert notes == []
     assert [(r["step"], r["kind"]) for r in records] == [
-        (0, "snapshot"), (2, "snapshot"), (3, "gate"), (4, "snapshot"), (6, "snapshot"), (6, "gate"),
-    ]  # fmt: skip
+        (0, "snapshot"),
+        (2, "snapshot"),
+        (3, "gate"),
+        (4, "snapshot"),
+        (6, "snapshot"),
+        (6, "gate"),
+    ]
     for r in records:
         assert set(r) >= {"step", "elapsed_s", "structure"}
         s = r["structure"]
@@ -136,17 +163,27 @@ def test_logs_jsonl_and_save_time_gate(tmp_path):
     bare = geodiag.measure(out / "checkpoint-6", n_permutations=50, neighbors=0)
     assert [lv.name for lv in bare.matrices[0].levels] == ["a", "b"]
     assert all(lv.rsa is not None for lv in bare.matrices[0].levels)
-    files = write_report(sorted(out.glob("checkpoint-*")) + [out / "geodiag_trajectory.jsonl"],
-                         tmp_path / "r.html", opts=ReportOptions(n_permutations=20))  # fmt: skip
+    files = write_report(
+        sorted(out.glob("checkpoint-*")) + [out / "geodiag_trajectory.jsonl"],
+        tmp_path / "r.html",
+        opts=ReportOptions(n_permutations=20),
+    )
     trajs = json.loads(files.json.read_text())["trajectories"]
     assert [(t["label"], t["steps"]) for t in trajs] == [
-        ("run/geodiag_trajectory.jsonl", [0, 2, 4, 6]), ("run (checkpoints)", [3, 6])]  # fmt: skip
+        ("run/geodiag_trajectory.jsonl", [0, 2, 4, 6]),
+        ("run (checkpoints)", [3, 6]),
+    ]
     assert set(trajs[1]["rsa"]) == {"a", "b"}
 
 
 def test_stop_when_still_collapsed(tmp_path, caplog):
-    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=2, collapse_after_steps=3,
-                         on_collapse="stop", gate_on_save=False)  # fmt: skip
+    cb = GeodiagCallback(
+        new_token_ids=NEW,
+        every_n_steps=2,
+        collapse_after_steps=3,
+        on_collapse="stop",
+        gate_on_save=False,
+    )
     with caplog.at_level(logging.WARNING, logger="geodiag.trainer"):
         trainer, _ = train(tmp_path, cb, lr=0.0, steps=10, save_steps=100)
     # lr 0: the rows stay the mean. Step 2 is before K = 3; step 4 is the first check.
@@ -157,8 +194,9 @@ def test_stop_when_still_collapsed(tmp_path, caplog):
 
 
 def test_warn_once_and_keep_training(tmp_path, caplog):
-    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=1, collapse_after_steps=1,
-                         gate_on_save=False)  # fmt: skip
+    cb = GeodiagCallback(
+        new_token_ids=NEW, every_n_steps=1, collapse_after_steps=1, gate_on_save=False
+    )
     with caplog.at_level(logging.WARNING, logger="geodiag.trainer"):
         trainer, _ = train(tmp_path, cb, lr=0.0, steps=3, save_steps=100, attach=False)
     assert trainer.state.global_step == 3
@@ -194,8 +232,9 @@ def test_peft_model_is_measured_through_its_modules(tmp_path):
 
 
 def _state(step, main=True, max_steps=10):
-    return transformers.TrainerState(global_step=step, max_steps=max_steps,
-                                     is_world_process_zero=main)  # fmt: skip
+    return transformers.TrainerState(
+        global_step=step, max_steps=max_steps, is_world_process_zero=main
+    )
 
 
 def test_only_the_main_process_measures_and_writes(tmp_path):
@@ -208,8 +247,9 @@ def test_only_the_main_process_measures_and_writes(tmp_path):
     assert not (tmp_path / "geodiag_trajectory.jsonl").exists()
     assert not control.should_log and not control.should_training_stop
     # With the stop option every rank measures (same weights, same decision), none writes.
-    stop = GeodiagCallback(new_token_ids=NEW, every_n_steps=2, collapse_after_steps=0,
-                           on_collapse="stop")  # fmt: skip
+    stop = GeodiagCallback(
+        new_token_ids=NEW, every_n_steps=2, collapse_after_steps=0, on_collapse="stop"
+    )
     stop.on_step_end(args, _state(2, main=False), control, model=model)
     assert control.should_training_stop and not control.should_log
     assert not (tmp_path / "geodiag_trajectory.jsonl").exists()
@@ -283,8 +323,12 @@ def test_zero3_every_rank_joins_the_gather(tmp_path, monkeypatch):
     control = transformers.TrainerControl()
     for rank, main in ((1, False), (0, True)):
         out = tmp_path / f"rank{rank}"
-        cb.on_step_end(SimpleNamespace(output_dir=str(out), report_to=[]), _state(1, main=main),
-                       control, model=model)  # fmt: skip
+        cb.on_step_end(
+            SimpleNamespace(output_dir=str(out), report_to=[]),
+            _state(1, main=main),
+            control,
+            model=model,
+        )
     assert entered == [(1, None), (1, None)]  # the tied embedding: one parameter, all ranks
     assert not (tmp_path / "rank1").exists()
     assert json.loads((tmp_path / "rank0" / "geodiag_trajectory.jsonl").read_text())["step"] == 1
@@ -299,12 +343,20 @@ def test_numbers_reach_tensorboard(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
     cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=2, gate_on_save=False)
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "run"), max_steps=4, per_device_train_batch_size=4,
-        logging_steps=100, save_strategy="no", learning_rate=1e-2, report_to=["tensorboard"],
-        use_cpu=True, disable_tqdm=True, seed=0,
-    )  # fmt: skip
-    trainer = transformers.Trainer(model=mean_init_model(), args=args, train_dataset=Sequences(),
-                                   callbacks=[cb])  # fmt: skip
+        output_dir=str(tmp_path / "run"),
+        max_steps=4,
+        per_device_train_batch_size=4,
+        logging_steps=100,
+        save_strategy="no",
+        learning_rate=1e-2,
+        report_to=["tensorboard"],
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
+    trainer = transformers.Trainer(
+        model=mean_init_model(), args=args, train_dataset=Sequences(), callbacks=[cb]
+    )
     names = [type(c).__name__ for c in trainer.callback_handler.callbacks]
     assert names.index("TensorBoardCallback") < names.index("GeodiagCallback")
     cb.attach(trainer)
@@ -316,8 +368,11 @@ def test_numbers_reach_tensorboard(tmp_path, monkeypatch):
     # transformers' TensorBoardCallback rewrites the train keys as train/<name>
     tag = next(t for t in tags if t.endswith("geodiag/spread_ratio"))
     points = [(e.step, e.value) for e in events.Scalars(tag)]
-    history = [(h["step"], h["geodiag/spread_ratio"]) for h in trainer.state.log_history
-               if "geodiag/spread_ratio" in h]  # fmt: skip
+    history = [
+        (h["step"], h["geodiag/spread_ratio"])
+        for h in trainer.state.log_history
+        if "geodiag/spread_ratio" in h
+    ]
     assert [s for s, _ in points] == [2, 4]
     # TensorBoard stores float32: the logged float64 rounded to 24 significand bits.
     assert [v for _, v in points] == pytest.approx([v for _, v in history], rel=1e-7)

@@ -14,11 +14,16 @@ def test_k_core_iterates_until_stable():
     # k=2. Round 1 drops item "rare" (1 event); that leaves user "c" with 1 event,
     # so round 2 drops "c", which leaves item "y" with 1 event: round 3 drops it.
     rows = [
-        ("a", "x", 1), ("a", "z", 2),
-        ("b", "x", 1), ("b", "z", 2),
-        ("c", "rare", 1), ("c", "y", 2),
-        ("d", "y", 1), ("d", "x", 2), ("d", "z", 3),
-    ]  # fmt: skip
+        ("a", "x", 1),
+        ("a", "z", 2),
+        ("b", "x", 1),
+        ("b", "z", 2),
+        ("c", "rare", 1),
+        ("c", "y", 2),
+        ("d", "y", 1),
+        ("d", "x", 2),
+        ("d", "z", 3),
+    ]
     kept = k_core(log(rows), k=2)
     assert sorted({x.item_id for x in kept}) == ["x", "z"]
     assert sorted({x.user_id for x in kept}) == ["a", "b", "d"]

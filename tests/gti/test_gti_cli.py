@@ -135,9 +135,22 @@ def test_fewer_items_than_codes_shrinks_the_codebook(tmp_path, tiny_model_dir):
     out = tmp_path / "small"
     result = runner.invoke(
         app,
-        ["sids", "build", "--data", "synthetic", "-o", str(out), "--model", str(tiny_model_dir),
-         "--encoder", "bow", "--epochs", "5", "--no-progress"],
-    )  # fmt: skip
+        [
+            "sids",
+            "build",
+            "--data",
+            "synthetic",
+            "-o",
+            str(out),
+            "--model",
+            str(tiny_model_dir),
+            "--encoder",
+            "bow",
+            "--epochs",
+            "5",
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 0, result.output
     stats = json.loads((out / "stats.json").read_text())
     assert (stats["codebook_size_requested"], stats["codebook_size"]) == (256, 128)  # 192 items

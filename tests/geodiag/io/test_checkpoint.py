@@ -153,7 +153,9 @@ def test_sidecar_out_of_range_and_disagreement(make_ckpt):
     with pytest.raises(InputError, match="repeat"):
         open_checkpoint(root)
     side["levels"][0]["token_ids"], side["levels"][1]["token_ids"] = (
-        side["levels"][1]["token_ids"], side["levels"][0]["token_ids"])  # fmt: skip
+        side["levels"][1]["token_ids"],
+        side["levels"][0]["token_ids"],
+    )
     side["levels"][2]["token_ids"][-1] = BASE_VOCAB + N_NEW - 1
     (root / "semantic_ids.json").write_text(json.dumps(side))
     with pytest.raises(InputError, match="disagrees with tokenizer.json: id 308 is '<b_0>'"):

@@ -37,9 +37,14 @@ EPS32 = 2.0**-23  # 2u: twice float32's unit roundoff
 
 def _tiny(tied: bool, vocab: int = V0):
     cfg = transformers.LlamaConfig(
-        vocab_size=vocab, hidden_size=D, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=tied,
-    )  # fmt: skip
+        vocab_size=vocab,
+        hidden_size=D,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        tie_word_embeddings=tied,
+    )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(cfg)
 
@@ -227,9 +232,13 @@ def test_lora_on_the_embedding_equals_merge(tmp_path, tied):
     alpha, not the config's defaults. PEFT saves the resized base layer alongside."""
     base = _write_base(tmp_path, tied, resized=False)
     cfg = peft.LoraConfig(
-        r=2, lora_alpha=3, use_rslora=True, target_modules=["embed_tokens", "q_proj"],
-        rank_pattern={"embed_tokens": 6}, alpha_pattern={"embed_tokens": 5},
-    )  # fmt: skip
+        r=2,
+        lora_alpha=3,
+        use_rslora=True,
+        target_modules=["embed_tokens", "q_proj"],
+        rank_pattern={"embed_tokens": 6},
+        alpha_pattern={"embed_tokens": 5},
+    )
     folder, merged = _adapter(tmp_path, base, cfg, "lora-emb", resize_to=V0 + N_NEW)
     got, want = _rows(folder, None, ALL, new_tokens=(V0, V0 + N_NEW)), _merged(merged, ALL)
     ckpt = open_checkpoint(folder, ReadOptions(new_tokens=(V0, V0 + N_NEW)))
@@ -309,8 +318,14 @@ def test_bad_adapters_exit_2_naming_the_file(tt_adapter, tmp_path):
     _edit_config(folder, trainable_token_indices=NEW)
     # A base with another hidden size.
     other = tmp_path / "other-base"
-    cfg = transformers.LlamaConfig(vocab_size=V0 + N_NEW, hidden_size=8, intermediate_size=16,
-                                   num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)  # fmt: skip
+    cfg = transformers.LlamaConfig(
+        vocab_size=V0 + N_NEW,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
     transformers.LlamaForCausalLM(cfg).save_pretrained(other)
     res = _run("metrics", folder, "--base", other)
     assert res.exit_code == 2 and "adapter_model.safetensors" in res.output
@@ -394,8 +409,9 @@ def test_untrained_adapter_over_a_mean_resized_base_is_diagnosed_in_peft_terms(t
 def test_modules_to_save_of_other_layers_are_not_token_tables(tmp_path):
     """A norm in modules_to_save (a 1-D weight) is saved like the embedding but is not read."""
     base = _write_base(tmp_path, tied=True, resized=True)
-    cfg = peft.LoraConfig(r=4, target_modules=["q_proj"], trainable_token_indices=NEW,
-                          modules_to_save=["norm"])  # fmt: skip
+    cfg = peft.LoraConfig(
+        r=4, target_modules=["q_proj"], trainable_token_indices=NEW, modules_to_save=["norm"]
+    )
     folder, merged = _adapter(tmp_path, base, cfg, "norm")
     ckpt = open_checkpoint(folder)
     assert ckpt.adapter["embedding_changes"] == {"model.embed_tokens.weight": "trainable tokens"}

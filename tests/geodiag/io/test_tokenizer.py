@@ -9,7 +9,22 @@ from geodiag.io.tokenizer import _read_hf_layout, load_tokenizer
 
 # Token strings that trip a hand-rolled scanner: quotes, backslashes, brackets and braces,
 # the key names the reader looks for, unicode escapes (json.dumps writes \u0120 for "Ġ").
-TRICKY = ['"', "\\", '\\"', "[", "]", "{", "}", '"}]}', "merges", '"merges": [', "model", "Ġthe", "é", "😀"]  # fmt: skip
+TRICKY = [
+    '"',
+    "\\",
+    '\\"',
+    "[",
+    "]",
+    "{",
+    "}",
+    '"}]}',
+    "merges",
+    '"merges": [',
+    "model",
+    "Ġthe",
+    "é",
+    "😀",
+]
 
 
 def hf_like(*, merges_first=False, with_merges=True, decoder_after_model=False) -> dict:
@@ -37,7 +52,11 @@ def reference(text: str) -> tuple:
     """What the reader must return: json.loads of the whole text, read directly."""
     data = json.loads(text)
     vocab = data["model"]["vocab"]
-    by_id = {i: s for s, i in vocab.items()} if isinstance(vocab, dict) else dict(enumerate(p[0] for p in vocab))  # fmt: skip
+    by_id = (
+        {i: s for s, i in vocab.items()}
+        if isinstance(vocab, dict)
+        else dict(enumerate(p[0] for p in vocab))
+    )
     added = [(t["id"], t["content"], t["special"]) for t in data["added_tokens"]]
     kinds = {data["decoder"]["type"]} | {d["type"] for d in data["decoder"].get("decoders", [])}
     return by_id, added, "ByteLevel" in kinds

@@ -196,5 +196,11 @@ def test_result_is_strict_json():
     r = rsa(rows, book, n_permutations=50)
     data = json.loads(json.dumps(dataclasses.asdict(r), allow_nan=False))
     assert set(data) == {
-        "spearman", "p_value", "n_items", "n_total", "n_permutations", "sampled", "undefined_reason"
-    }  # fmt: skip
+        "spearman",
+        "p_value",
+        "n_items",
+        "n_total",
+        "n_permutations",
+        "sampled",
+        "undefined_reason",
+    }

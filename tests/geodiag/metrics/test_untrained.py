@@ -81,8 +81,13 @@ ONE = ("--base-vocab-size", BASE_VOCAB)
 
 
 def _one_new(make_ckpt, row, name):
-    return make_ckpt(np.asarray(row)[None, :], name=name, with_sidecar=False,
-                     with_codebooks=False, with_tokenizer=False)  # fmt: skip
+    return make_ckpt(
+        np.asarray(row)[None, :],
+        name=name,
+        with_sidecar=False,
+        with_codebooks=False,
+        with_tokenizer=False,
+    )
 
 
 def test_one_new_token_is_not_called_collapsed(make_ckpt):
@@ -128,14 +133,19 @@ def test_rows_far_longer_than_the_vocabulary_fail(make_ckpt):
     res = run("check", ckpt)
     assert res.exit_code == 1, res.output
     assert "[fail] norm_ratio" in res.stdout and "emit it everywhere" in res.stdout
-    ok = make_ckpt(rows * np.linalg.norm(base_rows(), axis=1).max(), name="ok",
-                   with_sidecar=False, with_codebooks=False)  # fmt: skip
+    ok = make_ckpt(
+        rows * np.linalg.norm(base_rows(), axis=1).max(),
+        name="ok",
+        with_sidecar=False,
+        with_codebooks=False,
+    )
     assert "[pass] norm_ratio 1 <= 10" in run("check", ok).stdout
 
 
 def test_allow_nonfinite_with_every_new_row_nonfinite_blames_the_new_rows(make_ckpt):
-    ckpt = make_ckpt(np.full((24, DIM), np.nan), name="nan", with_sidecar=False,
-                     with_codebooks=False)  # fmt: skip
+    ckpt = make_ckpt(
+        np.full((24, DIM), np.nan), name="nan", with_sidecar=False, with_codebooks=False
+    )
     res = run("check", ckpt, "--allow-nonfinite")
     assert res.exit_code == 2
     assert "all 24 new-token rows" in res.stderr and "original rows" not in res.stderr
@@ -152,8 +162,12 @@ def test_dead_codes_are_named_as_such(make_ckpt):
     ckpt = make_ckpt(rows, name="probe")
     side = sidecar_mod.load(ckpt / sidecar_mod.FILENAME)
     used = [{codes[li] for codes in side.items.values()} for li in range(len(LEVELS))]
-    dead = [sum(k for _, k in LEVELS[:li]) + c for li, (_, k) in enumerate(LEVELS)
-            for c in range(k) if c not in used[li]]  # fmt: skip
+    dead = [
+        sum(k for _, k in LEVELS[:li]) + c
+        for li, (_, k) in enumerate(LEVELS)
+        for c in range(k)
+        if c not in used[li]
+    ]
     assert len(dead) >= 2  # the planted case
     rows[dead] = rows[dead[0]]  # one fallback row for every dead code
     ckpt = make_ckpt(rows, name="dead")

@@ -15,8 +15,14 @@ from report_fixtures import write_set
 
 from geodiag.report import ReportOptions, write_report
 
-CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"),
-                             "/usr/bin/chromium") if p and Path(p).exists()), None)  # fmt: skip
+CHROMIUM = next(
+    (
+        p
+        for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium")
+        if p and Path(p).exists()
+    ),
+    None,
+)
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium not installed (apt-get install chromium)"
 )
@@ -33,13 +39,24 @@ def render(page: Path, tmp: Path) -> tuple[np.ndarray, list[str]]:
         tmp / f"{page.stem}-profile",
     )
     cmd = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--disable-default-apps", f"--user-data-dir={profile}",
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-default-apps",
+        f"--user-data-dir={profile}",
         "--host-resolver-rules=MAP * ~NOTFOUND",  # nothing could leave the machine anyway
-        f"--log-net-log={netlog}", "--hide-scrollbars", f"--screenshot={shot}",
-        "--window-size=1280,2000", page.as_uri(),
-    ]  # fmt: skip
+        f"--log-net-log={netlog}",
+        "--hide-scrollbars",
+        f"--screenshot={shot}",
+        "--window-size=1280,2000",
+        page.as_uri(),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     import matplotlib.image
 

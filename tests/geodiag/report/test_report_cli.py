@@ -81,8 +81,13 @@ def test_report_failure_keeps_the_previous_report(make_ckpt, tmp_path, monkeypat
 def evil_checkpoint(tmp_path):
     """No sidecar; tokenizer.json adds a <script> token and tokens holding a tab and a newline."""
     names = [EVIL, "tab\there", "new\nline"] + [f"<z_{i}>" for i in range(N_NEW - 3)]
-    root = write_checkpoint(tmp_path / "ck_<b>bold</b>", planted_new_rows("random", base_rows()),
-                            with_sidecar=False, with_tokenizer=False, with_codebooks=False)  # fmt: skip
+    root = write_checkpoint(
+        tmp_path / "ck_<b>bold</b>",
+        planted_new_rows("random", base_rows()),
+        with_sidecar=False,
+        with_tokenizer=False,
+        with_codebooks=False,
+    )
     (root / "tokenizer.json").write_text(json.dumps(tokenizer_json(BASE_VOCAB, names)))
     return root
 
@@ -90,8 +95,18 @@ def evil_checkpoint(tmp_path):
 def test_report_escapes_every_checkpoint_string(tmp_path, monkeypatch):
     root = evil_checkpoint(tmp_path)
     monkeypatch.chdir(tmp_path)
-    res = run("report", root, "--new-tokens", f"{BASE_VOCAB}:{BASE_VOCAB + N_NEW}", "-o", "out/e.html",
-              "--title", EVIL_TITLE, "--permutations", 10)  # fmt: skip
+    res = run(
+        "report",
+        root,
+        "--new-tokens",
+        f"{BASE_VOCAB}:{BASE_VOCAB + N_NEW}",
+        "-o",
+        "out/e.html",
+        "--title",
+        EVIL_TITLE,
+        "--permutations",
+        10,
+    )
     assert res.exit_code == 0, res.output
     html = (tmp_path / "out" / "e.html").read_text()
     assert EVIL not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -145,8 +160,13 @@ def test_export_projector_untied_head_gets_its_own_files(make_ckpt, tmp_path):
     ckpt = make_ckpt("grounded", untied_head=head)
     res = run("export-projector", ckpt, "-o", tmp_path / "proj")
     assert res.exit_code == 0, res.output
-    assert files_under(tmp_path / "proj") == ["metadata.tsv", "metadata_output.tsv", "projector_config.pbtxt",
-                                              "vectors.tsv", "vectors_output.tsv"]  # fmt: skip
+    assert files_under(tmp_path / "proj") == [
+        "metadata.tsv",
+        "metadata_output.tsv",
+        "projector_config.pbtxt",
+        "vectors.tsv",
+        "vectors_output.tsv",
+    ]
     out = np.loadtxt(tmp_path / "proj" / "vectors_output.tsv", delimiter="\t")
     np.testing.assert_allclose(out, head[BASE_VOCAB:].astype(np.float32), rtol=1e-6)
     assert (tmp_path / "proj" / "projector_config.pbtxt").read_text().count("embeddings {") == 2

@@ -39,9 +39,16 @@ def test_writes_exactly_the_two_files(built, tmp_path_factory):
 def test_sections_present_in_reading_order(built):
     html, _, page, _ = built
     assert [i for i in page.ids if i in SECTIONS] == SECTIONS
-    for heading in ["Verdict", "Metrics side by side", "Singular spectra", "Cosine-similarity maps",
-                    "RSA against the codebooks", "Drift between checkpoints",
-                    "Row norms and nearest original tokens", "Provenance"]:  # fmt: skip
+    for heading in [
+        "Verdict",
+        "Metrics side by side",
+        "Singular spectra",
+        "Cosine-similarity maps",
+        "RSA against the codebooks",
+        "Drift between checkpoints",
+        "Row norms and nearest original tokens",
+        "Provenance",
+    ]:
         assert f"</span>{heading}</h2>" in html
     figures = [a for tag, a in page.tags if tag == "img"]
     assert len(figures) == 4  # spectra, cosine maps, drift, row norms

@@ -49,7 +49,11 @@ def test_checkpoint_folders_form_a_series_ordered_by_step(tmp_path):
     assert [p.name for p in paths] == ["checkpoint-10", "checkpoint-2", "checkpoint-5"]
     files = write_report(paths, tmp_path / "out" / "r.html", opts=OPTS)
     data = strict_json(files.json.read_text())
-    assert [c["label"] for c in data["checkpoints"]] == ["checkpoint-2", "checkpoint-5", "checkpoint-10"]  # fmt: skip
+    assert [c["label"] for c in data["checkpoints"]] == [
+        "checkpoint-2",
+        "checkpoint-5",
+        "checkpoint-10",
+    ]
     (traj,) = data["trajectories"]
     assert traj["label"] == "run (checkpoints)" and traj["steps"] == [2, 5, 10]
     for i, step in enumerate((2, 5, 10)):
@@ -64,7 +68,9 @@ def test_checkpoint_folders_form_a_series_ordered_by_step(tmp_path):
     assert traj["spread_ratio"] == sorted(traj["spread_ratio"])  # planted: spread grows
     # drift pairs follow the steps, not the glob
     assert [(d["before"], d["after"]) for d in data["drift"]] == [
-        ("checkpoint-2", "checkpoint-5"), ("checkpoint-5", "checkpoint-10")]  # fmt: skip
+        ("checkpoint-2", "checkpoint-5"),
+        ("checkpoint-5", "checkpoint-10"),
+    ]
     html = files.html.read_text()
     page = Page(html)
     assert "trajectory" in page.ids and "</span>Training trajectory</h2>" in html
@@ -97,9 +103,13 @@ def train_log(path, with_code_accuracy=True):
     lines = []
     for step in range(0, 50, 10):
         lines.append({"step": step, "loss": 3.0 - step / 50})
-        structure = {"effective_rank_ratio": 0.1 + step / 100, "spread_ratio": step / 50,
-                     "mean_cosine": 1 - step / 60, "rsa": {"a": step / 500, "b": None},
-                     "rsa_p": {"a": 0.5, "b": None}}  # fmt: skip
+        structure = {
+            "effective_rank_ratio": 0.1 + step / 100,
+            "spread_ratio": step / 50,
+            "mean_cosine": 1 - step / 60,
+            "rsa": {"a": step / 500, "b": None},
+            "rsa_p": {"a": 0.5, "b": None},
+        }
         if with_code_accuracy:
             # as gti grounding writes them (issue 11): level a and the full SID
             structure["code_accuracy"] = {"a": step / 60, "sid": step / 120}
@@ -125,8 +135,13 @@ def test_trajectory_jsonl_alone(tmp_path):
     assert "<script" not in html.lower() and "Content-Security-Policy" in html
     (img,) = [a["src"] for tag, a in page.tags if tag == "img"]
     svg = svg_text(img)
-    for title in ("effective-rank ratio", "RSA against the codebook", "code accuracy, per level",
-                  "code accuracy vs time", "elapsed seconds"):  # fmt: skip
+    for title in (
+        "effective-rank ratio",
+        "RSA against the codebook",
+        "code accuracy, per level",
+        "code accuracy vs time",
+        "elapsed seconds",
+    ):
         assert title in svg, title
     for ptr, text in page.marked:
         value = resolve(data, ptr)
@@ -169,6 +184,12 @@ def test_a_run_folder_stands_for_its_checkpoints_and_trajectory(tmp_path):
     data = strict_json(
         write_report([tmp_path / "run"], tmp_path / "r.html", opts=OPTS).json.read_text()
     )
-    assert [c["label"] for c in data["checkpoints"]] == ["checkpoint-2", "checkpoint-5", "checkpoint-10"]  # fmt: skip
+    assert [c["label"] for c in data["checkpoints"]] == [
+        "checkpoint-2",
+        "checkpoint-5",
+        "checkpoint-10",
+    ]
     assert [(t["label"], t["steps"]) for t in data["trajectories"]] == [
-        ("run/geodiag_trajectory.jsonl", [0, 10, 20, 30, 40]), ("run (checkpoints)", [2, 5, 10])]  # fmt: skip
+        ("run/geodiag_trajectory.jsonl", [0, 10, 20, 30, 40]),
+        ("run (checkpoints)", [2, 5, 10]),
+    ]

@@ -22,8 +22,11 @@ CATALOG = ["a", "b", "c", "d", "e", "x", "y", "z"]
 
 
 def test_training_sequences_drop_the_two_held_out_targets():
-    assert training_sequences(SEQS) == {"u1": ["a", "b", "c"], "u2": ["a", "b", "d"],
-                                        "u3": ["b", "c", "a"]}  # fmt: skip
+    assert training_sequences(SEQS) == {
+        "u1": ["a", "b", "c"],
+        "u2": ["a", "b", "d"],
+        "u3": ["b", "c", "a"],
+    }
     assert training_sequences({"u": ["a", "b"]}) == {}
 
 
@@ -75,8 +78,19 @@ def test_cli_writes_baselines_export_and_summary(tmp_path):
     runner = CliRunner()
     out = tmp_path / "bl"
     export = tmp_path / "recbole" / "syn"
-    args = ["baselines", "--data", "synthetic", "--k-core", "1", "-o", str(out),
-            "--resamples", "100", "--export-recbole", str(export)]  # fmt: skip
+    args = [
+        "baselines",
+        "--data",
+        "synthetic",
+        "--k-core",
+        "1",
+        "-o",
+        str(out),
+        "--resamples",
+        "100",
+        "--export-recbole",
+        str(export),
+    ]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "transitions test:" in res.output
@@ -88,8 +102,18 @@ def test_cli_writes_baselines_export_and_summary(tmp_path):
         assert lines[1:] == want
     # --summarize recomputes metrics.json from rankings files alone (as for SASRec).
     (out / "most-popular" / "metrics.json").unlink()
-    res = runner.invoke(app, ["baselines", "-o", str(out), "--summarize",
-                              str(out / "most-popular"), "--resamples", "100"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "baselines",
+            "-o",
+            str(out),
+            "--summarize",
+            str(out / "most-popular"),
+            "--resamples",
+            "100",
+        ],
+    )
     assert res.exit_code == 0, res.output
     saved = json.loads((out / "most-popular" / "metrics.json").read_text())
     r = load_rankings(out / "most-popular" / "test.rankings.json")

@@ -25,8 +25,19 @@ def test_sasrec_ranks_every_leave_one_out_user(tmp_path):
     data = tmp_path / "data" / "syn"
     write_benchmark_files(sd.splits, data, "syn")
     out = tmp_path / "out"
-    subprocess.run([python, str(ROOT / "scripts" / "sasrec_recbole.py"), str(data), "syn",
-                    str(out), "--epochs", "1"], check=True, timeout=600)  # fmt: skip
+    subprocess.run(
+        [
+            python,
+            str(ROOT / "scripts" / "sasrec_recbole.py"),
+            str(data),
+            "syn",
+            str(out),
+            "--epochs",
+            "1",
+        ],
+        check=True,
+        timeout=600,
+    )
     for split in ("valid", "test"):
         r = load_rankings(out / f"{split}.rankings.json")
         examples = getattr(sd.splits, split)

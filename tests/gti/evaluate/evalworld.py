@@ -15,10 +15,21 @@ WORDS = "the user watched these movies and liked them which one is next".split()
 LEVELS = (("a", 4), ("b", 3), ("c", 3))
 # 14 items with unique codes; code a=3 and several (a, b) prefixes are carried by no item.
 CODES = [
-    [0, 0, 0], [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 2, 2],
-    [1, 0, 0], [1, 1, 1], [1, 1, 2], [1, 2, 0],
-    [2, 0, 1], [2, 1, 0], [2, 1, 1], [2, 1, 2], [2, 2, 2],
-]  # fmt: skip
+    [0, 0, 0],
+    [0, 0, 1],
+    [0, 0, 2],
+    [0, 1, 0],
+    [0, 2, 2],
+    [1, 0, 0],
+    [1, 1, 1],
+    [1, 1, 2],
+    [1, 2, 0],
+    [2, 0, 1],
+    [2, 1, 0],
+    [2, 1, 1],
+    [2, 1, 2],
+    [2, 2, 2],
+]
 
 
 @dataclass

@@ -30,8 +30,9 @@ pytestmark = pytest.mark.numerics  # every test here compares scores or rankings
 ATOL = 1e-9
 
 
-def assert_same_ranking(items: torch.Tensor, ref_items: torch.Tensor, ref_scores: torch.Tensor,
-                        atol: float) -> None:  # fmt: skip
+def assert_same_ranking(
+    items: torch.Tensor, ref_items: torch.Tensor, ref_scores: torch.Tensor, atol: float
+) -> None:
     """Same items in the same order, except that items whose scores lie within ``atol``
     of a neighbour's (near-ties, which rounding may swap) need only occupy the same
     group of positions."""
@@ -125,11 +126,19 @@ def test_matches_transformers_generate(sid_model):
         return list(node)
 
     out = sid_model.model.generate(
-        input_ids=ids, attention_mask=mask, num_beams=W, num_return_sequences=W,
-        max_new_tokens=L, prefix_allowed_tokens_fn=allowed, do_sample=False,
-        return_dict_in_generate=True, output_scores=True, pad_token_id=pad,
-        eos_token_id=None, length_penalty=1.0,
-    )  # fmt: skip
+        input_ids=ids,
+        attention_mask=mask,
+        num_beams=W,
+        num_return_sequences=W,
+        max_new_tokens=L,
+        prefix_allowed_tokens_fn=allowed,
+        do_sample=False,
+        return_dict_in_generate=True,
+        output_scores=True,
+        pad_token_id=pad,
+        eos_token_id=None,
+        length_penalty=1.0,
+    )
     item_of = {tuple(t): i for i, t in enumerate(tokens)}
     hf_items = [
         [item_of[tuple(s)] for s in seq] for seq in out.sequences[:, T:].view(-1, W, L).tolist()

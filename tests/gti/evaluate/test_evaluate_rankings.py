@@ -47,14 +47,29 @@ def test_metrics_match_the_index_implementation():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ('{"format": "gti.rankings", "format_version": 1, "top": 3, "users": [["u1"', "not valid JSON"),
+        (
+            '{"format": "gti.rankings", "format_version": 1, "top": 3, "users": [["u1"',
+            "not valid JSON",
+        ),
         ('{"format": "other"}', "not a gti.rankings file"),
-        ('{"format": "gti.rankings", "format_version": 9, "top": 3, "users": []}', "format_version"),
-        ('{"format": "gti.rankings", "format_version": 1, "top": 3, "users": [["u1", "a", ["a", "a"]]]}', "lists an item twice"),
-        ('{"format": "gti.rankings", "format_version": 1, "top": 1, "users": [["u1", "a", ["a", "b"]]]}', "user row 0"),
-        ('{"format": "gti.rankings", "format_version": 1, "top": 2, "users": [["u2", "a", []], ["u1", "a", []]]}', "sorted"),
+        (
+            '{"format": "gti.rankings", "format_version": 9, "top": 3, "users": []}',
+            "format_version",
+        ),
+        (
+            '{"format": "gti.rankings", "format_version": 1, "top": 3, "users": [["u1", "a", ["a", "a"]]]}',
+            "lists an item twice",
+        ),
+        (
+            '{"format": "gti.rankings", "format_version": 1, "top": 1, "users": [["u1", "a", ["a", "b"]]]}',
+            "user row 0",
+        ),
+        (
+            '{"format": "gti.rankings", "format_version": 1, "top": 2, "users": [["u2", "a", []], ["u1", "a", []]]}',
+            "sorted",
+        ),
     ],
-)  # fmt: skip
+)
 def test_defects_are_one_clear_error_naming_the_file(tmp_path, text, message):
     path = tmp_path / "bad.rankings.json"
     path.write_text(text)

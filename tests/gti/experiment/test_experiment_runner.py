@@ -23,8 +23,13 @@ app.command("experiment")(experiment)
 app.command("noop")(lambda: None)  # two commands: `experiment` is a subcommand, as in gti
 
 TINY = Path(__file__).parents[3] / "configs" / "tiny.toml"
-HF = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-      "tokenizer_config.json"]  # fmt: skip
+HF = [
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+]
 INIT = sorted([*HF, "semantic_ids.json", "codebooks.safetensors", "init_config.json"])
 SFT = sorted(
     [*HF, "semantic_ids.json", "codebooks.safetensors", "sft_config.json", "train_log.jsonl"]
@@ -45,8 +50,14 @@ def tree(root: Path) -> list[str]:
 
 
 def expected_tree(arms: list[str], inits: list[str]) -> list[str]:
-    files = ["experiment.json", "report.html", "report.json", "results.json", "results.md",
-             "timings.jsonl"]  # fmt: skip
+    files = [
+        "experiment.json",
+        "report.html",
+        "report.json",
+        "results.json",
+        "results.md",
+        "timings.jsonl",
+    ]
     files += [f"sids/{f}" for f in ("codebooks.safetensors", "semantic_ids.json", "stats.json")]
     files += [f"seed-0/init/{s}/{f}" for s in inits for f in INIT]
     files += ["seed-0/init/gti/train_log.jsonl"] if "gti" in inits else []

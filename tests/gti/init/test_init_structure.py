@@ -26,7 +26,9 @@ from gti.init.structure import (
 from gti.prompts import TEXT_TO_SID, render
 from gti.vocab import extend_vocabulary
 
-BOOKS = {name: np.random.default_rng(i).normal(size=(size, 5)) for i, (name, size) in enumerate(LEVELS)}  # fmt: skip
+BOOKS = {
+    name: np.random.default_rng(i).normal(size=(size, 5)) for i, (name, size) in enumerate(LEVELS)
+}
 
 
 def setup(chat: bool, codes=CODES, tied: bool = True):
@@ -180,8 +182,11 @@ def test_curve_plot_reads_the_log_and_writes_a_png(tmp_path):
     log = tmp_path / "train_log.jsonl"
     lines = [{"step": 1, "loss": 3.0, "seconds": 0.5}]
     for step, r in ((0, None), (2, 0.1), (4, 0.2)):
-        s = {"rsa": {"a": r, "b": r, "c": r}, "code_accuracy": {"a": 0.1, "sid": 0.0},
-             "code_accuracy_chance": {"a": 0.02, "sid": 0.004}}  # fmt: skip
+        s = {
+            "rsa": {"a": r, "b": r, "c": r},
+            "code_accuracy": {"a": 0.1, "sid": 0.0},
+            "code_accuracy_chance": {"a": 0.02, "sid": 0.004},
+        }
         lines.append({"step": step, "elapsed_s": step * 0.5, "measure_s": 0.1, "structure": s})
     log.write_text("".join(json.dumps(x) + "\n" for x in lines))
     curve = read_curve(log)

@@ -18,11 +18,31 @@ app.command("sft")(sft)
 app.command("noop")(lambda: None)  # two commands: `sft` is a subcommand, as in gti
 
 # save_pretrained of a tiny Llama + a fast tokenizer, then our own files.
-HF_FILES = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-            "tokenizer_config.json"}  # fmt: skip
+HF_FILES = {
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+}
 OWN_FILES = {"semantic_ids.json", "codebooks.safetensors", "sft_config.json", "train_log.jsonl"}
-FLAGS = ["--steps", "3", "--batch-size", "4", "--micro-batch-size", "2", "--k-core", "1",
-         "--max-history", "3", "--warmup-steps", "1", "--no-progress", "--device", "cpu"]  # fmt: skip
+FLAGS = [
+    "--steps",
+    "3",
+    "--batch-size",
+    "4",
+    "--micro-batch-size",
+    "2",
+    "--k-core",
+    "1",
+    "--max-history",
+    "3",
+    "--warmup-steps",
+    "1",
+    "--no-progress",
+    "--device",
+    "cpu",
+]
 
 
 def test_writes_a_contract_checkpoint_with_stage_sft(world, tmp_path):

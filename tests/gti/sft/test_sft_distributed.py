@@ -44,15 +44,33 @@ def test_two_processes_match_one(world, tmp_path):
             device="cpu",
             progress=False,
             **SETTINGS,
-        )  # fmt: skip
+        )
     )
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in SETTINGS.items()]
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-        "-m", "gti.cli", "sft", "--init", str(world.init), "-o", str(tmp_path / "two"),
-        "--micro-batch-size", "2", "--device", "cpu", "--no-progress", *flags,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "gti.cli",
+        "sft",
+        "--init",
+        str(world.init),
+        "-o",
+        str(tmp_path / "two"),
+        "--micro-batch-size",
+        "2",
+        "--device",
+        "cpu",
+        "--no-progress",
+        *flags,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

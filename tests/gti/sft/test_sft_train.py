@@ -16,9 +16,19 @@ from gti.sft.run import run_sft
 
 def config(world, out, **kw) -> SFTConfig:
     base = dict(
-        init=world.init, out=out, steps=8, batch_size=4, micro_batch_size=4, lr=3e-3,
-        warmup_steps=1, k_core=1, max_history=3, save_every=100, progress=False, device="cpu",
-    )  # fmt: skip
+        init=world.init,
+        out=out,
+        steps=8,
+        batch_size=4,
+        micro_batch_size=4,
+        lr=3e-3,
+        warmup_steps=1,
+        k_core=1,
+        max_history=3,
+        save_every=100,
+        progress=False,
+        device="cpu",
+    )
     return SFTConfig(**{**base, **kw})
 
 

@@ -147,8 +147,9 @@ def test_seeds_are_resampled_too():
     for k, s in enumerate((1.0, 0.0, 0.0)):
         x = s * book @ proj + rng.normal(size=(n, 12))
         cells.append(Cell("gti", k, "final", None, {"a": sort_pairs(triangle(x))}))
-    doc = summarize_cells(cells, {"a": sort_pairs(triangle(book))}, {"a": n},
-                          n_resamples=2000, seed=0)  # fmt: skip
+    doc = summarize_cells(
+        cells, {"a": sort_pairs(triangle(book))}, {"a": n}, n_resamples=2000, seed=0
+    )
     (row,) = doc["rsa"]
     top = max(row["per_seed"])
     assert top > 0.3

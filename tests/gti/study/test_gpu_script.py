@@ -19,8 +19,11 @@ def test_gpu_script_refuses_a_machine_without_cuda(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "BUDGET_S": "5"}
     res = subprocess.run(
         ["bash", str(ROOT / "scripts" / "gpu-study.sh")],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 1
     assert "gpu-study: torch sees no CUDA device" in res.stderr
     assert not (ROOT / "reports" / "ml100k-study-gpu" / "runs").exists()

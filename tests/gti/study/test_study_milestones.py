@@ -32,9 +32,21 @@ def world(tmp_path_factory):
 
 
 def config(world, out) -> SFTConfig:
-    return SFTConfig(init=world.init, out=out, steps=6, batch_size=4, micro_batch_size=2,
-                     lr=3e-3, warmup_steps=1, k_core=1, max_history=3, save_every=100,
-                     progress=False, device="cpu", dtype="float64")  # fmt: skip
+    return SFTConfig(
+        init=world.init,
+        out=out,
+        steps=6,
+        batch_size=4,
+        micro_batch_size=2,
+        lr=3e-3,
+        warmup_steps=1,
+        k_core=1,
+        max_history=3,
+        save_every=100,
+        progress=False,
+        device="cpu",
+        dtype="float64",
+    )
 
 
 def log_steps(folder: Path) -> list[int]:

@@ -28,10 +28,22 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -
 
     root = tmp_path_factory.mktemp("rank-world")
     rq = RQVAEConfig(codebook_size=8, epochs=3, hidden_dims=(32,), latent_dim=8, batch_size=64)
-    build_sids(SidsConfig(data="synthetic", model=str(tiny_model_dir), out=root / "sids",
-                          encoder="bow", rqvae=rq, progress=False, cache_dir=root / "cache"))  # fmt: skip
-    return run_init(InitConfig(sids=root / "sids", out=root / "init", strategy="random",
-                               cache_dir=root / "cache"))  # fmt: skip
+    build_sids(
+        SidsConfig(
+            data="synthetic",
+            model=str(tiny_model_dir),
+            out=root / "sids",
+            encoder="bow",
+            rqvae=rq,
+            progress=False,
+            cache_dir=root / "cache",
+        )
+    )
+    return run_init(
+        InitConfig(
+            sids=root / "sids", out=root / "init", strategy="random", cache_dir=root / "cache"
+        )
+    )
 
 
 def test_killed_ranking_resumes_at_the_first_unranked_user(tmp_path, checkpoint):

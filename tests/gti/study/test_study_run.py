@@ -74,8 +74,13 @@ def files(root: Path) -> list[str]:
 
 
 def expected_run_files(with_report: bool) -> list[str]:
-    names = ["run.json", "timings.jsonl", "geometry.json", "train_log.jsonl",
-             "final/test.rankings.json"]  # fmt: skip
+    names = [
+        "run.json",
+        "timings.jsonl",
+        "geometry.json",
+        "train_log.jsonl",
+        "final/test.rankings.json",
+    ]
     names += [curve_file(s, "valid") for s in (0, 2, 4)]
     names += ["report.html"] if with_report else []
     return sorted(names)
@@ -119,8 +124,14 @@ def test_study_runs_assembles_and_reruns_nothing(tmp_path, tiny_model_dir):
 
     result = runner.invoke(app, ["study", "assemble", str(reports), "--resamples", "200"])
     assert result.exit_code == 0, result.output
-    assert {"results.md", "results.json", "learning_curves.png", "geometry.png",
-            "spectra.png", "learning_curves_paired.png"} <= set(files(reports))  # fmt: skip
+    assert {
+        "results.md",
+        "results.json",
+        "learning_curves.png",
+        "geometry.png",
+        "spectra.png",
+        "learning_curves_paired.png",
+    } <= set(files(reports))
     res = json.loads((reports / "results.json").read_text())
     assert res == collect(reports, n_resamples=200)  # deterministic, from the files alone
 
@@ -142,10 +153,14 @@ def test_study_runs_assembles_and_reruns_nothing(tmp_path, tiny_model_dir):
                 assert ci["estimate"] == pytest.approx(want, abs=1e-12)
                 assert ci["low"] <= ci["estimate"] <= ci["high"]
         test = res["arms"][arm]["final"]["test"]["metrics"]["recall@20"]["estimate"]
-        want = np.mean([
-            recompute(load_rankings(reports / "runs" / f"{arm}-seed{s}" / "final/test.rankings.json"))["recall@20"]
-            for s in (0, 1)
-        ])  # fmt: skip
+        want = np.mean(
+            [
+                recompute(
+                    load_rankings(reports / "runs" / f"{arm}-seed{s}" / "final/test.rankings.json")
+                )["recall@20"]
+                for s in (0, 1)
+            ]
+        )
         assert test == pytest.approx(want, abs=1e-12)
     diff = res["paired"]["gti - mean (test)"]["metrics"]["recall@10"]["difference"]["estimate"]
     assert diff == pytest.approx(
@@ -169,13 +184,17 @@ def test_study_runs_assembles_and_reruns_nothing(tmp_path, tiny_model_dir):
     assert "| gti - mean (test) | 2 | recall@10 |" in md
     assert "| gti - mean | 4 | 16 | 2 |" in md
     seed1 = res["arms"]["gti"]["per_seed"]["1"]
-    cells = [f"{c['recall@10']:.4f} / {c['recall@20']:.4f}"
-             for c in [*seed1["curve"], seed1["final"]["test"]]]  # fmt: skip
+    cells = [
+        f"{c['recall@10']:.4f} / {c['recall@20']:.4f}"
+        for c in [*seed1["curve"], seed1["final"]["test"]]
+    ]
     assert "| 1 | " + " | ".join(cells) + " |" in md
     # Geometry rows: the mean over seeds of each run's geometry.json, with the count of
     # seeds whose RSA permutation p is below 0.05 (recomputed here from the files).
-    geos = [json.loads((reports / "runs" / f"gti-seed{s}" / "geometry.json").read_text())
-            for s in (0, 1)]  # fmt: skip
+    geos = [
+        json.loads((reports / "runs" / f"gti-seed{s}" / "geometry.json").read_text())
+        for s in (0, 1)
+    ]
     last = geos[0]["4"]
     rsa = []
     for lv in last["levels"]:
@@ -216,8 +235,10 @@ def check_geometry_intervals(tmp_path: Path, reports: Path) -> None:
     doc = json.loads((reports / "geometry_intervals.json").read_text())
     got = {(r["arm"], r["stage"], r["level"]): r for r in doc["rsa"]}
     for arm in ("mean", "gti"):
-        geos = [json.loads((reports / "runs" / f"{arm}-seed{s}" / "geometry.json").read_text())
-                for s in (0, 1)]  # fmt: skip
+        geos = [
+            json.loads((reports / "runs" / f"{arm}-seed{s}" / "geometry.json").read_text())
+            for s in (0, 1)
+        ]
         for stage, step in (("init", "0"), ("final", "4")):
             for lv in geos[0][step]["levels"]:
                 want = [g[step]["levels"][lv]["rsa"] for g in geos]
@@ -267,8 +288,13 @@ def check_geometry_intervals(tmp_path: Path, reports: Path) -> None:
     assert "left out: gti-seed1: complete, but no weights" in result.output
     doc = json.loads((reports / "geometry_intervals.json").read_text())
     assert got[("gti", "final", "a")]["per_seed"][0] == pytest.approx(
-        next(r for r in doc["rsa"] if r["arm"] == "gti" and r["stage"] == "final"
-             and r["level"] == "a")["per_seed"][0], abs=1e-12)  # fmt: skip
+        next(
+            r
+            for r in doc["rsa"]
+            if r["arm"] == "gti" and r["stage"] == "final" and r["level"] == "a"
+        )["per_seed"][0],
+        abs=1e-12,
+    )
     for p in (tmp_path / "work").glob("*-seed*/sft/model.safetensors"):
         p.unlink()
     result = runner.invoke(app, args)
@@ -321,10 +347,17 @@ def test_curve_pairs_and_baseline_verdicts_on_planted_hits():
     n = 10
     g4, m4 = [i < 8 for i in range(n)], [i < 2 for i in range(n)]
     same = [i < 3 for i in range(n)]
-    curves = {"gti": {0: {0: planted(same), 1: planted(same)}, 4: {0: planted(g4), 1: planted(g4)}},
-              "mean": {0: {0: planted(same), 1: planted(same)}, 4: {0: planted(m4), 1: planted(m4)}}}  # fmt: skip
-    arms = {a: {"curve_split": "valid", "curve": [{"step": 0, "examples": 0}, {"step": 4, "examples": 16}]}
-            for a in curves}  # fmt: skip
+    curves = {
+        "gti": {0: {0: planted(same), 1: planted(same)}, 4: {0: planted(g4), 1: planted(g4)}},
+        "mean": {0: {0: planted(same), 1: planted(same)}, 4: {0: planted(m4), 1: planted(m4)}},
+    }
+    arms = {
+        a: {
+            "curve_split": "valid",
+            "curve": [{"step": 0, "examples": 0}, {"step": 4, "examples": 16}],
+        }
+        for a in curves
+    }
     rows = _paired_curve(curves, arms, 2000, 0)["gti - mean"]
     assert [r["step"] for r in rows] == [0, 4] and rows[1]["seeds"] == [0, 1]
     step0, step4 = rows[0]["metrics"]["recall@20"], rows[1]["metrics"]["recall@20"]
@@ -345,8 +378,10 @@ def test_curve_pairs_and_baseline_verdicts_on_planted_hits():
     assert (d["wins"], d["losses"]) == (4, 1)
 
 
-@pytest.mark.parametrize(("arm_hits", "base_hits", "verdict"),
-                         [(True, False, "above"), (False, True, "below"), (True, True, "not distinguishable")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("arm_hits", "base_hits", "verdict"),
+    [(True, False, "above"), (False, True, "below"), (True, True, "not distinguishable")],
+)
 def test_baseline_verdicts_follow_the_interval(arm_hits, base_hits, verdict):
     n = 50
     curves = {"gti": {4: {0: planted([arm_hits] * n)}}}
