@@ -1,6 +1,6 @@
 """Exploration harness for issue 11: one grounding run with the structure curve.
 
-    .venv/bin/python scripts/probes/ground.py --sids runs/ml100k/sids --out runs/probe/X \
+    .venv/bin/python reports/grounding/probes/ground.py --sids runs/ml100k/sids --out runs/probe/X \
         --optimizer lazy-adam --lr 1e-2 --seconds 300 --every 10
 
 Writes OUT/log.jsonl (per-step losses, structure entries, optional diagnostics)
