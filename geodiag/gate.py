@@ -30,7 +30,8 @@ from typing import Any
 
 from geodiag.analysis import CheckpointReport, MatrixReport
 from geodiag.atomic import atomic_path
-from geodiag.errors import InputError, cannot_read, nested_too_deeply
+from geodiag.errors import InputError
+from geodiag.jsonio import read_document
 from geodiag.settings import setting
 
 
@@ -349,16 +350,7 @@ class GateResult:
 
 def load_config(path: Path) -> dict:
     """Threshold keys from a TOML file: top level, ``[geodiag]`` or ``[tool.geodiag]``."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "config file not found") from None
-    except OSError as e:
-        raise cannot_read(path, e) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise InputError(path, f"not valid TOML ({e})") from None
-    except RecursionError:
-        raise nested_too_deeply(path, "TOML") from None
+    data = read_document(path, tomllib.loads, "TOML", missing="config file not found")
     table = data.get("tool", {}).get("geodiag") or data.get("geodiag")
     if table is None:
         table = {} if path.name == "pyproject.toml" else data

@@ -33,21 +33,27 @@ def to_jsonable(obj: object) -> object:
     return obj
 
 
-def read_json(path: Path) -> object:
-    """The document in a JSON file; a missing, undecodable or invalid file is an
-    :class:`~geodiag.errors.InputError` naming it."""
+def read_document(path: Path, parse, kind: str = "JSON", *, missing: str = "file not found"):
+    """``parse`` of a text file's contents; a missing, unreadable, undecodable, invalid or
+    too deeply nested file is an :class:`~geodiag.errors.InputError` naming it. ``parse``
+    raises ValueError on invalid text (json's and tomllib's errors both are)."""
     from geodiag.errors import InputError, cannot_read, nested_too_deeply
 
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return parse(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError(path, "file not found") from None
+        raise InputError(path, missing) from None
     except OSError as e:
         raise cannot_read(path, e) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(path, f"not valid JSON ({e}); truncated or corrupt?") from None
+    except ValueError as e:  # JSONDecodeError, TOMLDecodeError, UnicodeDecodeError
+        raise InputError(path, f"not valid {kind} ({e}); truncated or corrupt?") from None
     except RecursionError:
-        raise nested_too_deeply(path) from None
+        raise nested_too_deeply(path, kind) from None
+
+
+def read_json(path: Path) -> object:
+    """The document in a JSON file (:func:`read_document`)."""
+    return read_document(path, json.loads)
 
 
 def read_json_object(path: Path) -> dict:

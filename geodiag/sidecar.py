@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from geodiag.atomic import atomic_write
-from geodiag.errors import InputError, cannot_read, nested_too_deeply
+from geodiag.errors import InputError
+from geodiag.jsonio import read_json
 
 FILENAME = "semantic_ids.json"
 CODEBOOKS_FILENAME = "codebooks.safetensors"
@@ -123,16 +124,7 @@ def load(path: str | os.PathLike[str]) -> SemanticIds:
     p = Path(path)
     if p.is_dir():
         p = p / FILENAME
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(p, "file not found") from None
-    except OSError as e:
-        raise cannot_read(p, e) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(p, f"not valid JSON ({e})") from None
-    except RecursionError:
-        raise nested_too_deeply(p) from None
+    data = read_json(p)
     return parse(data, p)
 
 
