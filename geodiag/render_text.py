@@ -68,53 +68,26 @@ def metrics_table(report: CheckpointReport) -> str:
 def _metric_rows(m: MatrixReport) -> list[tuple[str, str, str]]:
     ref = m.reference
 
-    def r(get) -> str:  # the vocabulary column; undefined without a vocabulary
-        return "undefined" if ref is None else _f(get(ref))
+    def norms(g) -> str:
+        return f"{_f(g.row_norms.mean)} ({_f(g.row_norms.std)})"
 
+    # (label, the figure of a GeometrySummary): the same figure for the new rows and for
+    # the vocabulary reference, which is undefined without a vocabulary.
+    figures = [
+        ("effective rank (centered)", lambda g: _f(g.centered.effective_rank)),
+        ("  ratio to min(n, d)", lambda g: _f(g.centered.effective_rank_ratio)),
+        ("effective rank (uncentered)", lambda g: _f(g.uncentered.effective_rank)),
+        ("stable rank (centered)", lambda g: _f(g.centered.stable_rank)),
+        ("participation ratio (centered)", lambda g: _f(g.centered.participation_ratio)),
+        ("top-1 energy share (uncentered)", lambda g: _f(g.uncentered.top1_energy_share)),
+        ("mean pairwise cosine", lambda g: _f(g.mean_pairwise_cosine)),
+        ("row norm mean (std)", norms),
+        ("spread (RMS to centroid)", lambda g: _f(g.spread)),
+    ]
     return [
         ("", "new tokens", "vocab reference"),
         ("rows", str(m.n_new), str(m.reference_size)),
-        (
-            "effective rank (centered)",
-            _f(m.new.centered.effective_rank),
-            r(lambda g: g.centered.effective_rank),
-        ),
-        (
-            "  ratio to min(n, d)",
-            _f(m.new.centered.effective_rank_ratio),
-            r(lambda g: g.centered.effective_rank_ratio),
-        ),
-        (
-            "effective rank (uncentered)",
-            _f(m.new.uncentered.effective_rank),
-            r(lambda g: g.uncentered.effective_rank),
-        ),
-        (
-            "stable rank (centered)",
-            _f(m.new.centered.stable_rank),
-            r(lambda g: g.centered.stable_rank),
-        ),
-        (
-            "participation ratio (centered)",
-            _f(m.new.centered.participation_ratio),
-            r(lambda g: g.centered.participation_ratio),
-        ),
-        (
-            "top-1 energy share (uncentered)",
-            _f(m.new.uncentered.top1_energy_share),
-            r(lambda g: g.uncentered.top1_energy_share),
-        ),
-        (
-            "mean pairwise cosine",
-            _f(m.new.mean_pairwise_cosine),
-            r(lambda g: g.mean_pairwise_cosine),
-        ),
-        (
-            "row norm mean (std)",
-            f"{_f(m.new.row_norms.mean)} ({_f(m.new.row_norms.std)})",
-            "undefined" if ref is None else f"{_f(ref.row_norms.mean)} ({_f(ref.row_norms.std)})",
-        ),
-        ("spread (RMS to centroid)", _f(m.new.spread), r(lambda g: g.spread)),
+        *[(label, get(m.new), "undefined" if ref is None else get(ref)) for label, get in figures],
         (
             "spread relative to vocabulary",
             _f(m.new.spread_relative),
