@@ -52,6 +52,14 @@ def make_optimizer(
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=cfg.betas)
 
 
+def set_lr(optimizer, lr: float) -> float:
+    """Every parameter group of ``optimizer`` at learning rate ``lr`` (from :func:`get_lr`);
+    returns ``lr``, for the step's log."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
 def get_lr(
     step: int,
     *,

@@ -24,7 +24,7 @@ from gti.init.optim import LazyAdam, make_row_optimizer, present_rows
 from gti.init.pairs import PairStream
 from gti.init.structure import StructureProbe, structure_entry
 from gti.prompts import DIRECTIONS
-from gti.training import StopOnSignal, TrainResult, get_lr, log_entry
+from gti.training import StopOnSignal, TrainResult, get_lr, log_entry, set_lr
 
 
 def step_log(step: int, out: StepLoss, seconds: float, **extra: object) -> dict[str, object]:
@@ -90,15 +90,16 @@ def train_grounding(
         while step < cfg.steps:
             t0 = time.perf_counter()
             batch = stream.batch(step)
-            lr = get_lr(
-                step,
-                lr=cfg.lr,
-                warmup_steps=cfg.warmup_steps,
-                total_steps=cfg.steps,
-                decay=cfg.decay,
+            lr = set_lr(
+                optimizer,
+                get_lr(
+                    step,
+                    lr=cfg.lr,
+                    warmup_steps=cfg.warmup_steps,
+                    total_steps=cfg.steps,
+                    decay=cfg.decay,
+                ),
             )
-            for group in optimizer.param_groups:
-                group["lr"] = lr
             with torch.autocast(device_type, dtype=torch.bfloat16, enabled=cfg.bf16):
                 out = fast_loss(model, rows, batch, shared=shared)
             optimizer.zero_grad(set_to_none=True)

@@ -24,7 +24,7 @@ from gti.sft.checkpoint import SFTState
 from gti.sft.config import SFTConfig
 from gti.sft.data import TASK_NAMES, SFTStream
 from gti.sft.loss import AnswerLoss
-from gti.training import StopOnSignal, TrainResult, get_lr, log_entry, make_optimizer
+from gti.training import StopOnSignal, TrainResult, get_lr, log_entry, make_optimizer, set_lr
 
 
 def micro_batches(step: int, cfg: SFTConfig, rank: int, world: int) -> list[range]:
@@ -67,15 +67,16 @@ def train_sft(
     with StopOnSignal() as signals, bar:
         while step < cfg.steps:
             t0 = time.perf_counter()
-            lr = get_lr(
-                step,
-                lr=cfg.lr,
-                warmup_steps=cfg.warmup_steps,
-                total_steps=cfg.steps,
-                min_lr_ratio=cfg.min_lr_ratio,
+            lr = set_lr(
+                optimizer,
+                get_lr(
+                    step,
+                    lr=cfg.lr,
+                    warmup_steps=cfg.warmup_steps,
+                    total_steps=cfg.steps,
+                    min_lr_ratio=cfg.min_lr_ratio,
+                ),
             )
-            for group in optimizer.param_groups:
-                group["lr"] = lr
             batches = [stream.batch(r) for r in micro_batches(step, cfg, rank, world)]
             local = torch.tensor([float(sum(b.n_answer_tokens for b in batches))], device=device)
             n_tokens = float(accelerator.reduce(local, reduction="sum").item())

@@ -355,6 +355,18 @@ def _fmt(ci: dict) -> str:
     return f"{ci['estimate']:.4f} [{ci['low']:.4f}, {ci['high']:.4f}]"
 
 
+def _difference_header(first: str, second: str, align: str, second_align: str) -> list[str]:
+    """The header and alignment rows of a table with one "difference | second" pair per
+    curve metric after the ``first`` columns."""
+    pairs = " | ".join(f"{m} difference [95%] | {second}" for m in CURVE_METRICS)
+    return [f"| {first} | {pairs} |", align + ("---:|" + second_align) * len(CURVE_METRICS)]
+
+
+def _difference_cells(row: dict, second) -> list[str]:
+    """Per curve metric, "difference [95%] | second(row, metric)" for a markdown row."""
+    return [f"{_fmt(row['metrics'][m]['difference'])} | {second(row, m)}" for m in CURVE_METRICS]
+
+
 def _per_seed_markdown(res: dict) -> list[str]:
     """One row per (arm, seed): recall@10 / recall@20 at every curve milestone and on
     each final split (point estimates over users), so the seed-to-seed spread shows."""
@@ -454,17 +466,13 @@ def to_markdown(res: dict) -> str:
         lines += [
             "## learning curves, paired (A - B, same users and seeds)",
             "",
-            "| comparison | step | examples | seeds | "
-            + " | ".join(f"{m} difference [95%] | p" for m in CURVE_METRICS)
-            + " |",
-            "|---|---:|---:|---:|" + "---:|---:|" * len(CURVE_METRICS),
+            *_difference_header(
+                "comparison | step | examples | seeds", "p", "|---|---:|---:|---:|", "---:|"
+            ),
         ]
         for name, rows in res["paired_curve"].items():
             for row in rows:
-                cells = [
-                    f"{_fmt(row['metrics'][m]['difference'])} | {row['metrics'][m]['p_value']:.4g}"
-                    for m in CURVE_METRICS
-                ]
+                cells = _difference_cells(row, lambda r, m: f"{r['metrics'][m]['p_value']:.4g}")
                 lines.append(
                     f"| {name} | {row['step']} | {row['examples']} | "
                     f"{len(row['seeds'])} | " + " | ".join(cells) + " |"
@@ -476,16 +484,12 @@ def to_markdown(res: dict) -> str:
             "",
             "Verdict from the 95% interval of the difference: above / below / not distinguishable.",
             "",
-            "| arm | split | examples | baseline | "
-            + " | ".join(f"{m} difference [95%] | verdict" for m in CURVE_METRICS)
-            + " |",
-            "|---|---|---:|---|" + "---:|---|" * len(CURVE_METRICS),
+            *_difference_header(
+                "arm | split | examples | baseline", "verdict", "|---|---|---:|---|", "---|"
+            ),
         ]
         for row in res["versus_baselines"]:
-            cells = [
-                f"{_fmt(row['metrics'][m]['difference'])} | {row['verdict'][m]}"
-                for m in CURVE_METRICS
-            ]
+            cells = _difference_cells(row, lambda r, m: r["verdict"][m])
             lines.append(
                 f"| {row['arm']} ({len(row['seeds'])} seed(s)) | {row['split']} | "
                 f"{row['examples']} | {row['baseline']} | " + " | ".join(cells) + " |"
