@@ -199,6 +199,7 @@ class GeodiagCallback(TrainerCallback):
         self._grads: dict[str, float | None] = {}
         self._grad_step: int | None = None
         self._tokenizer = None
+        self._ids: np.ndarray | None = None
         self.last_structure: dict | None = None
         self.last_untrained: list[str] = []  # names of the untrained tokens, last snapshot
 
@@ -236,11 +237,15 @@ class GeodiagCallback(TrainerCallback):
         )
 
     def _new_ids(self) -> np.ndarray:
-        if self.new_token_ids is not None:
-            return np.asarray(self.new_token_ids, dtype=np.int64)
-        from geodiag.api import _levels
+        if self._ids is None:
+            if self.new_token_ids is not None:
+                self._ids = np.asarray(self.new_token_ids, dtype=np.int64)
+            else:
+                from geodiag.api import _levels
 
-        return np.concatenate([np.asarray(v, np.int64) for v in _levels(self.levels)[0].values()])
+                by_level = _levels(self.levels)[0].values()  # may read a semantic_ids.json
+                self._ids = np.concatenate([np.asarray(v, np.int64) for v in by_level])
+        return self._ids
 
     # -- measuring ----------------------------------------------------------------------
 
