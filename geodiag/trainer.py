@@ -3,7 +3,9 @@
 Every ``every_n_steps`` optimizer steps (and at the last step) the callback takes a
 cheap snapshot of the new rows (:mod:`geodiag.metrics.snapshot`: centered
 effective-rank ratio, spread against a seeded sample of original rows, mean cosine,
-RSA of the chosen levels on a seeded sample) and
+RSA of the chosen levels on a seeded sample; row by row, their movement since the run's
+first snapshot, the rows that have not moved, per level, and those in a group of
+identical rows; and the new rows' gradient norm at that optimizer step) and
 
 - logs it through the Trainer as ``geodiag/<metric>``: it asks for a log event at that
   step (``control.should_log``) and adds its numbers to that event's ``logs`` and to
@@ -14,7 +16,21 @@ RSA of the chosen levels on a seeded sample) and
   :mod:`geodiag.trajectory`; ``geodiag report`` plots it);
 - optionally warns, or stops training (``control.should_training_stop``), when the rows
   are still collapsed at or after ``collapse_after_steps``: they fail one of the gate's
-  collapse checks that the snapshot records (:func:`geodiag.gate.collapse_checks`).
+  collapse checks that the snapshot records (:func:`geodiag.gate.collapse_checks`: the
+  effective rank, ratio and absolute, the spread, the mean cosine, and
+  ``max_untrained_tokens`` over the untrained rows below);
+- optionally warns, or stops, when tokens are untrained at or after
+  ``untrained_after_steps``, naming them. Untrained: the row has not moved since the
+  first snapshot, or sits in a group of identical rows, where a distance counts when it
+  exceeds :data:`geodiag.metrics.untrained.TOLERANCE` x the vocabulary's spread (RMS
+  distance of the original rows to their mean, taken at the first snapshot), the rule of
+  the gate's untrained check. The alarm fires when more than the gate's
+  ``max_untrained_tokens`` (0 when that check is off) are untrained.
+
+The gradient norm is read in ``on_pre_optimizer_step``: the ``.grad`` of the embedding
+(and of an untied head) as the optimizer is about to use it, after gradient clipping and
+the data-parallel average; ``null`` under ZeRO-3 (deepspeed keeps the gradients) and for
+LoRA on the embedding.
 
 At every save it runs the full gate (``geodiag check``) on the saved checkpoint folder,
 writes ``geodiag_check.json`` into it, logs ``geodiag/gate_passed`` and appends a line
@@ -27,12 +43,17 @@ rows (:mod:`geodiag.io.memory`). An untied output head is measured as its own ma
 (``geodiag/output/<metric>``).
 
 Distributed: under DDP only the main process (``state.is_world_process_zero``) measures,
-logs and writes; with ``on_collapse="stop"`` every process measures (the weights are the
+logs and writes; with a ``"stop"`` option every process measures (the weights are the
 same on every rank, so each reaches the same decision without communicating). Under
 DeepSpeed ZeRO-3 the embedding is partitioned: every process enters
 ``deepspeed.zero.GatheredParameters`` for the embedding weights (a collective), the main
 process measures inside it. If deepspeed cannot be imported the snapshot is skipped with
-a warning and a ``"skipped"`` line; training goes on.
+a warning and a ``"skipped"`` line; training goes on. Under FSDP2 (``fully_shard``: the
+embedding is a DTensor sharded by rows) every process ``unshard()``-s the module that
+holds it (a collective) and reshards after, and gathers the new rows' DTensor gradient
+(``full_tensor()``, a collective) on each measured step. The figures equal a
+single-process run's on the same data and seed, to float32 rounding
+(tests/geodiag/test_trainer_distributed.py: DDP and FSDP2, gloo, two processes).
 """
 
 from __future__ import annotations
@@ -52,6 +73,7 @@ from geodiag.errors import InputError
 from geodiag.gate import GateConfig, collapse_checks
 from geodiag.io.safetensors import save_file
 from geodiag.metrics.snapshot import snapshot
+from geodiag.metrics.untrained import TOLERANCE, TOLERANCE_RULE, vocabulary_stats
 from geodiag.trajectory import (
     TRAJECTORY_FILENAME,
     append_record,
@@ -63,6 +85,17 @@ from geodiag.trajectory import (
 
 logger = logging.get_logger(__name__)
 CHECK_FILENAME = "geodiag_check.json"
+SHOWN_TOKENS = 20  # untrained tokens an alarm names
+
+
+@dataclass
+class _Rows:
+    """What the first snapshot fixes for the row-by-row findings of one matrix."""
+
+    first: np.ndarray  # (n, d) the new rows then
+    scale: float  # the vocabulary's spread (or the new rows' own, without a vocabulary)
+    tolerance: float  # TOLERANCE x scale
+    rule: str
 
 
 @dataclass
@@ -99,6 +132,9 @@ class GeodiagCallback(TrainerCallback):
             that lacks them, so ``geodiag check|report run/checkpoint-*`` need no flags.
         collapse_after_steps: from this step on, a collapsed snapshot triggers ``on_collapse``.
         on_collapse: ``"warn"`` (once) or ``"stop"`` (``control.should_training_stop``).
+        untrained_after_steps: from this step on, untrained tokens (not moved since the
+            first snapshot, or in a group of identical rows) trigger ``on_untrained``.
+        on_untrained: ``"warn"`` (once) or ``"stop"``; the message names the tokens.
         trajectory_file: file name in ``args.output_dir``; ``None`` writes nothing.
         prefix: of the logged metric names.
     """
@@ -120,6 +156,8 @@ class GeodiagCallback(TrainerCallback):
         describe_checkpoints: bool = True,
         collapse_after_steps: int | None = None,
         on_collapse: str = "warn",
+        untrained_after_steps: int | None = None,
+        on_untrained: str = "warn",
         trajectory_file: str | None = TRAJECTORY_FILENAME,
         prefix: str = "geodiag/",
     ) -> None:
@@ -129,6 +167,8 @@ class GeodiagCallback(TrainerCallback):
             raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
         if on_collapse not in ("warn", "stop"):
             raise ValueError(f"on_collapse must be 'warn' or 'stop', got {on_collapse!r}")
+        if on_untrained not in ("warn", "stop"):
+            raise ValueError(f"on_untrained must be 'warn' or 'stop', got {on_untrained!r}")
         self.new_token_ids = None if new_token_ids is None else [int(i) for i in new_token_ids]
         self.every_n_steps = every_n_steps
         self.levels = levels
@@ -143,6 +183,8 @@ class GeodiagCallback(TrainerCallback):
         self.describe_checkpoints = describe_checkpoints
         self.collapse_after_steps = collapse_after_steps
         self.on_collapse = on_collapse
+        self.untrained_after_steps = untrained_after_steps
+        self.on_untrained = on_untrained
         self.trajectory_file = trajectory_file
         self.prefix = prefix
         self._attached = False
@@ -152,7 +194,14 @@ class GeodiagCallback(TrainerCallback):
         self._t0 = time.monotonic()
         self._elapsed_offset = 0.0
         self._warned_collapse = False
+        self._warned_untrained = False
+        self._rows: dict[str, _Rows] = {}  # role -> fixed at the first snapshot
+        self._grads: dict[str, float | None] = {}
+        self._grad_step: int | None = None
+        self._tokenizer = None
+        self._ids: np.ndarray | None = None
         self.last_structure: dict | None = None
+        self.last_untrained: list[str] = []  # names of the untrained tokens, last snapshot
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -184,12 +233,31 @@ class GeodiagCallback(TrainerCallback):
             levels=self.levels,
             codebooks=self.codebooks,
             base_vocab_size=self.base_vocab_size,
+            tokenizer=self._tokenizer,
         )
+
+    def _new_ids(self) -> np.ndarray:
+        if self._ids is None:
+            if self.new_token_ids is not None:
+                self._ids = np.asarray(self.new_token_ids, dtype=np.int64)
+            else:
+                from geodiag.api import _levels
+
+                by_level = _levels(self.levels)[0].values()  # may read a semantic_ids.json
+                self._ids = np.concatenate([np.asarray(v, np.int64) for v in by_level])
+        return self._ids
 
     # -- measuring ----------------------------------------------------------------------
 
     def measure(self, model) -> dict[str, dict]:
-        """{matrix role: structure} of ``model`` now (cheap snapshot). Raises InputError."""
+        """{matrix role: structure} of ``model`` now (cheap snapshot). Raises InputError.
+
+        The first call of a run fixes the reference of the row-by-row findings (the rows
+        then, and the tolerance from the vocabulary's spread then)."""
+        return {role: s for role, (s, _) in self._measure(model).items()}
+
+    def _measure(self, model) -> dict[str, tuple[dict, list[str]]]:
+        """{role: (structure, names of the untrained tokens, the first SHOWN_TOKENS)}."""
         from geodiag.io.memory import gathered
 
         with gathered(model):
@@ -209,6 +277,11 @@ class GeodiagCallback(TrainerCallback):
                     if name in ckpt.codebooks and ckpt.new.level_index is not None:
                         li = ckpt.new.level_names.index(name)
                         levels[name] = (rows[ckpt.new.level_index == li], ckpt.codebooks[name])
+                fixed = self._rows.get(matrix.role)
+                first = None if fixed is None else fixed.first  # None: this is the first
+                if fixed is None:
+                    fixed = self._rows[matrix.role] = _first_rows(ckpt, matrix, rows)
+                index = ckpt.new.level_index
                 snap = snapshot(
                     rows,
                     reference,
@@ -216,16 +289,22 @@ class GeodiagCallback(TrainerCallback):
                     rsa_max_items=self.rsa_sample,
                     n_permutations=self.rsa_permutations,
                     seed=self.seed,
+                    first=first,
+                    scale=fixed.scale,
+                    tolerance=fixed.tolerance,
+                    level_of=None if index is None else (index, list(ckpt.new.level_names)),
                 )
-                out[matrix.role] = structure_of_snapshot(snap)
+                assert snap.rows is not None
+                shown = np.sort(ckpt.new.ids[snap.rows.untrained])[:SHOWN_TOKENS]
+                out[matrix.role] = (structure_of_snapshot(snap), [ckpt.token(i) for i in shown])
             return out
 
     def _logs_of(self, structures: dict[str, dict]) -> dict[str, float]:
         logs = {}
         for role, s in structures.items():
             pre = self.prefix + ("" if role == "input" else f"{role}/")
-            for key in ("effective_rank_ratio", "spread_ratio", "mean_cosine"):
-                if s[key] is not None:
+            for key in _LOGGED:
+                if s.get(key) is not None:
                     logs[pre + key] = float(s[key])
             for level, v in s["rsa"].items():
                 if v is not None:
@@ -236,6 +315,8 @@ class GeodiagCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._t0 = time.monotonic()
+        self._rows, self._grads, self._grad_step = {}, {}, None
+        self._tokenizer = kwargs.get("processing_class")
         if not state.is_world_process_zero:
             if state.global_step == 0 and model is not None:
                 self._measure_on_this_rank(args, state, control, model, log=False)
@@ -255,9 +336,26 @@ class GeodiagCallback(TrainerCallback):
         if state.global_step == 0 and model is not None:
             self._measure_on_this_rank(args, state, control, model, log=False)  # the start
 
-    def _due(self, state) -> bool:
-        step = state.global_step
+    def _due(self, state, step: int | None = None) -> bool:
+        step = state.global_step if step is None else step
         return step > 0 and (step % self.every_n_steps == 0 or step == state.max_steps)
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        """The new rows' gradient norm for the snapshot of the step about to end. Every
+        rank reads it (under FSDP2 a collective gather; elsewhere cheap and local)."""
+        step = state.global_step + 1
+        if model is None or not self._due(state, step):
+            return control
+        from geodiag.io.memory import gradient_norms
+
+        try:
+            self._grads = gradient_norms(model, self._new_ids())
+        except (AttributeError, InputError, ValueError) as e:
+            self._grads = {}
+            if state.is_world_process_zero:
+                logger.warning("geodiag: gradient of the new rows not read at step %d: %s", step, e)
+        self._grad_step = step
+        return control
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if model is None or not self._due(state):
@@ -268,7 +366,7 @@ class GeodiagCallback(TrainerCallback):
     def _measure_on_this_rank(self, args, state, control, model, *, log: bool) -> None:
         """The main process measures; the others too when they must decide a stop, and
         otherwise only join the ZeRO-3 gather (a collective) without measuring."""
-        if state.is_world_process_zero or self.on_collapse == "stop":
+        if state.is_world_process_zero or "stop" in (self.on_collapse, self.on_untrained):
             self._snapshot(args, state, control, model, log=log)
         elif _partitioned(model):
             self._enter_gather_only(model)
@@ -286,7 +384,7 @@ class GeodiagCallback(TrainerCallback):
         main = state.is_world_process_zero
         step = state.global_step
         try:
-            structures = self.measure(model)
+            measured = self._measure(model)
         except (InputError, ValueError) as e:
             if main:
                 logger.warning("geodiag snapshot at step %d skipped: %s", step, e)
@@ -294,8 +392,11 @@ class GeodiagCallback(TrainerCallback):
                     args, record(step, self._elapsed(), _empty(), kind="skipped", reason=str(e))
                 )
             return
-        s = structures["input"]
-        self.last_structure = s
+        structures = {role: s for role, (s, _) in measured.items()}
+        for role, s in structures.items():
+            s["grad_norm"] = self._grads.get(role) if self._grad_step == step else None
+        s, names = measured["input"]
+        self.last_structure, self.last_untrained = s, names
         collapse = collapse_of(s, self.gate)
         due = self.collapse_after_steps is not None and step >= self.collapse_after_steps
         if due and collapse.collapsed:
@@ -303,13 +404,15 @@ class GeodiagCallback(TrainerCallback):
                 f"geodiag: the new-token rows are still collapsed at step {step} "
                 f"({'; '.join(collapse.why)})"
             )
-            if self.on_collapse == "stop":
-                control.should_training_stop = True
-                if main:
-                    logger.warning("%s: stopping training", msg)
-            elif main and not self._warned_collapse:
-                logger.warning("%s", msg)
-                self._warned_collapse = True
+            self._alarm(control, main, msg, self.on_collapse, "_warned_collapse")
+        if self._untrained_due(step, s):
+            msg = (
+                f"geodiag: {s['untrained_tokens']} of {len(self._new_ids())} new tokens are "
+                f"untrained after {step} steps ({self._untrained_why(s)}): "
+                + ", ".join(names)
+                + (", ..." if s["untrained_tokens"] > len(names) else "")
+            )
+            self._alarm(control, main, msg, self.on_untrained, "_warned_untrained")
         if not main:
             return
         extra = {k: v for k, v in structures.items() if k != "input"}
@@ -329,6 +432,31 @@ class GeodiagCallback(TrainerCallback):
             logs[self.prefix + "collapsed"] = float(collapse.collapsed)
             self._queue(logs, step)
             control.should_log = True
+
+    def _alarm(self, control, main: bool, msg: str, action: str, warned: str) -> None:
+        """``action`` "stop": stop (every rank decides the same); "warn": once per run."""
+        if action == "stop":
+            control.should_training_stop = True
+            if main:
+                logger.warning("%s: stopping training", msg)
+        elif main and not getattr(self, warned):
+            logger.warning("%s", msg)
+            setattr(self, warned, True)
+
+    def _untrained_due(self, step: int, s: dict) -> bool:
+        if self.untrained_after_steps is None or step < self.untrained_after_steps:
+            return False
+        limit = self.gate.max_untrained_tokens
+        return s.get("untrained_tokens", 0) > (0 if limit is None else limit)
+
+    def _untrained_why(self, s: dict) -> str:
+        fixed = self._rows["input"]
+        parts = []
+        if s.get("n_unmoved"):
+            parts.append(f"{s['n_unmoved']} not moved since the first snapshot")
+        if s.get("identical_rows"):
+            parts.append(f"{s['identical_rows']} in a group of identical rows")
+        return "; ".join(parts) + f"; tolerance {fixed.tolerance:.3g} = {fixed.rule}"
 
     def _queue(self, logs: dict[str, float], step: int) -> None:
         if self._pending_step is not None and self._pending_step != step:
@@ -468,6 +596,33 @@ def _numpy(x):
     return x.detach().cpu().numpy() if hasattr(x, "detach") else x
 
 
+# The structure's numbers logged as geodiag/<key> (RSA per level besides).
+_LOGGED = (
+    "effective_rank_ratio",
+    "spread_ratio",
+    "mean_cosine",
+    "untrained_tokens",
+    "unmoved_fraction",
+    "movement",
+    "grad_norm",
+)
+
+
+def _first_rows(ckpt, matrix, rows: np.ndarray) -> _Rows:
+    """The reference of the row-by-row findings: the rows now, and the gate's tolerance
+    (geodiag.analysis._untrained): TOLERANCE x the vocabulary's spread, exact over all
+    original rows, or x the new rows' own spread without a vocabulary."""
+    from geodiag.analysis import MIN_REFERENCE_ROWS
+    from geodiag.metrics.geometry import spread
+
+    vocab = vocabulary_stats(block for _, block in ckpt.iter_original(matrix))
+    scale, rule = (vocab.spread, TOLERANCE_RULE) if vocab is not None else (0.0, "")
+    if vocab is None or vocab.n_rows < MIN_REFERENCE_ROWS or scale <= 0:
+        scale = spread(rows)
+        rule = f"{TOLERANCE:g} x the new rows' own spread (no vocabulary)"
+    return _Rows(rows.copy(), float(scale), TOLERANCE * float(scale), rule)
+
+
 def _empty() -> dict:
     return {
         "effective_rank_ratio": None,
@@ -479,10 +634,10 @@ def _empty() -> dict:
 
 
 def _partitioned(model) -> bool:
-    from geodiag.io.memory import partitioned_embeddings
+    from geodiag.io.memory import fsdp_owners, partitioned_embeddings
 
     try:
-        return bool(partitioned_embeddings(model))
+        return bool(partitioned_embeddings(model)) or bool(fsdp_owners(model))
     except AttributeError:
         return False
 

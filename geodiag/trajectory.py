@@ -7,7 +7,21 @@ keys)::
      "structure": {"effective_rank_ratio": float | null, "spread_ratio": float | null,
                    "mean_cosine": float | null,
                    "rsa": {"<level>": float | null, ...}, "rsa_p": {"<level>": float | null, ...},
-                   "code_accuracy": {...} (optional), "code_accuracy_chance": {...} (optional)}}
+                   "code_accuracy": {...} (optional), "code_accuracy_chance": {...} (optional),
+                   "effective_rank": float (optional), "untrained_tokens": int (optional),
+                   "movement": float | null, "n_unmoved": int | null,
+                   "unmoved_fraction": float | null, "unmoved_by_level": {"<level>": float},
+                   "identical_rows": int, "grad_norm": float | null (optional, the callback)}}
+
+The optional keys of the callback's snapshots: ``effective_rank`` (centered, absolute),
+``untrained_tokens`` (rows not moved since the run's first snapshot, or in a group of
+identical rows; :func:`geodiag.metrics.snapshot.untrained`), ``movement`` (RMS distance of
+the new rows to their first snapshot / the vocabulary's spread), ``n_unmoved`` and
+``unmoved_fraction`` (null at the first snapshot), per level ``unmoved_by_level``,
+``identical_rows`` (rows in a group of identical rows) and ``grad_norm`` (L2 norm of the
+new rows' gradient at that optimizer step, after clipping; null where the Trainer does not
+expose it). A full analysis (``"kind": "gate"``, checkpoint series) records
+``effective_rank`` and ``untrained_tokens`` by the gate's definition.
 
 A series comes from such a file (``geodiag_trajectory.jsonl`` of
 :class:`geodiag.trainer.GeodiagCallback`, or any JSONL whose lines carry
@@ -32,6 +46,8 @@ from geodiag.metrics.snapshot import Snapshot
 TRAJECTORY_FILENAME = "geodiag_trajectory.jsonl"
 CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")  # transformers' PREFIX_CHECKPOINT_DIR
 METRICS = ("effective_rank_ratio", "spread_ratio", "mean_cosine")
+# Series that only some records carry (the callback's row-by-row findings): None elsewhere.
+ROW_METRICS = ("effective_rank", "untrained_tokens", "movement", "unmoved_fraction", "grad_norm")
 
 
 def _finite(x: object) -> float | None:
@@ -41,13 +57,25 @@ def _finite(x: object) -> float | None:
 
 
 def structure_of_snapshot(s: Snapshot) -> dict:
-    return {
+    out = {
         "effective_rank_ratio": s.effective_rank_ratio,
+        "effective_rank": s.effective_rank,
         "spread_ratio": s.spread_ratio,
         "mean_cosine": s.mean_cosine,
         "rsa": dict(s.rsa),
         "rsa_p": dict(s.rsa_p),
     }
+    r = s.rows
+    if r is not None:
+        out.update(
+            untrained_tokens=r.n_untrained,
+            movement=r.movement,
+            n_unmoved=r.n_unmoved,
+            unmoved_fraction=None if r.n_unmoved is None else r.n_unmoved / max(s.n_tokens, 1),
+            unmoved_by_level=dict(r.unmoved_by_level),
+            identical_rows=r.n_identical,
+        )
+    return out
 
 
 def structure_of_report(report: CheckpointReport, matrix: int = 0) -> dict:
@@ -57,10 +85,12 @@ def structure_of_report(report: CheckpointReport, matrix: int = 0) -> dict:
     rsa_p = {lv.name: (lv.rsa.p_value if lv.rsa else None) for lv in m.levels}
     return {
         "effective_rank_ratio": m.new.centered.effective_rank_ratio,
+        "effective_rank": m.new.centered.effective_rank,
         "spread_ratio": m.new.spread_relative,
         "mean_cosine": m.new.mean_pairwise_cosine,
         "rsa": rsa,
         "rsa_p": rsa_p,
+        "untrained_tokens": None if m.untrained is None else m.untrained.n_untrained,
     }
 
 
@@ -153,6 +183,13 @@ class Trajectory:
     code_accuracy: dict[str, list[float | None]] = field(default_factory=dict)
     code_accuracy_chance: dict[str, list[float | None]] = field(default_factory=dict)
     checkpoints: list[str] = field(default_factory=list)  # per step, for checkpoint series
+    # Row by row (ROW_METRICS; the callback's snapshots): None where a record lacks them.
+    effective_rank: list[float | None] = field(default_factory=list)
+    untrained_tokens: list[float | None] = field(default_factory=list)
+    movement: list[float | None] = field(default_factory=list)
+    unmoved_fraction: list[float | None] = field(default_factory=list)
+    unmoved_by_level: dict[str, list[float | None]] = field(default_factory=dict)
+    grad_norm: list[float | None] = field(default_factory=list)
 
 
 def _per_key(structures: list[dict], key: str) -> dict[str, list[float | None]]:
@@ -190,6 +227,8 @@ def from_structures(
         code_accuracy=_per_key(structures, "code_accuracy"),
         code_accuracy_chance=_per_key(structures, "code_accuracy_chance"),
         checkpoints=checkpoints or [],
+        **{k: [_finite(s.get(k)) for s in structures] for k in ROW_METRICS},
+        unmoved_by_level=_per_key(structures, "unmoved_by_level"),
     )
 
 

@@ -187,21 +187,74 @@ def _active_weight(module):
 
 def partitioned_embeddings(model) -> list:
     """The embedding parameters that DeepSpeed ZeRO-3 has partitioned (they carry ``ds_id``)."""
-    modules = [model.get_input_embeddings()]
-    if hasattr(model, "get_output_embeddings") and model.get_output_embeddings() is not None:
-        modules.append(model.get_output_embeddings())
+    modules = _embedding_modules(model)
     unique = {id(p): p for m in modules for p in m.parameters() if hasattr(p, "ds_id")}
     return list(unique.values())  # a tied head shares the embedding's parameter
 
 
+def _embedding_modules(model) -> list:
+    modules = [model.get_input_embeddings()]
+    if hasattr(model, "get_output_embeddings") and model.get_output_embeddings() is not None:
+        modules.append(model.get_output_embeddings())
+    return modules
+
+
+def _is_fsdp2(module) -> bool:
+    return any(c.__name__ == "FSDPModule" for c in type(module).__mro__)
+
+
+def fsdp_owners(model) -> list:
+    """The FSDP2 (``fully_shard``) modules whose sharded parameters include the embedding
+    (or the head): the innermost ``fully_shard``-ed module around each, since FSDP2 gives a
+    parameter to the closest such module that contains it. Empty when nothing is sharded
+    (the parameters are DTensors only while sharded)."""
+    named = list(model.named_modules())
+    fsdp = [(name, m) for name, m in named if _is_fsdp2(m)]
+    if not fsdp:
+        return []
+    where = {id(m): name for name, m in named}
+    owners = {}
+    for module in _embedding_modules(model):
+        if not any(type(p).__name__ == "DTensor" for p in module.parameters()):
+            continue
+        name = where.get(id(module), "")
+        around = [(n, m) for n, m in fsdp if n == "" or name == n or name.startswith(n + ".")]
+        if around:
+            owner = max(around, key=lambda nm: len(nm[0]))[1]
+            owners[id(owner)] = owner
+    return list(owners.values())
+
+
+def _unsharded(owners: list):
+    """FSDP2's own gather: ``unshard()`` puts whole (plain) parameters in the modules until
+    ``reshard()``. Both are collectives."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def context():
+        for m in owners:
+            m.unshard()
+        try:
+            yield
+        finally:
+            for m in owners:
+                m.reshard()
+
+    return context()
+
+
 def gathered(model):
-    """Context in which ZeRO-3 partitioned embedding parameters are whole (a collective:
-    every rank must enter it). Without partitioned parameters it does nothing; with them
-    and no importable deepspeed it raises :class:`InputError`."""
+    """Context in which sharded embedding parameters are whole: DeepSpeed ZeRO-3
+    partitioned ones, or FSDP2 (``fully_shard``, DTensor) sharded ones. A collective: every
+    rank must enter it. Without sharded parameters it does nothing; with ZeRO-3 ones and no
+    importable deepspeed it raises :class:`InputError`."""
     import contextlib
 
     if not hasattr(model, "get_input_embeddings"):  # an array or a tensor: nothing to gather
         return contextlib.nullcontext()
+    owners = fsdp_owners(model)
+    if owners:
+        return _unsharded(owners)
     params = partitioned_embeddings(model)
     if not params:
         return contextlib.nullcontext()
@@ -255,3 +308,57 @@ def model_matrices(model, probe_ids: np.ndarray | None = None) -> tuple[list[Mem
         )
     matrices.append(MemoryMatrix("output head", shape, _torch_dtype(w), head_read))
     return matrices, False
+
+
+def _row_grad(weight, ids: np.ndarray):
+    """Rows ``ids`` of ``weight.grad`` as float64 (k, d), or None without a gradient. A
+    DTensor gradient (FSDP2) is gathered whole first: a collective, every rank calls it."""
+    import torch
+
+    g = weight.grad
+    if g is None:
+        return None
+    if type(g).__name__ == "DTensor":
+        g = g.full_tensor()
+    with torch.no_grad():
+        return g.detach()[torch.from_numpy(ids).to(g.device)].to(torch.float64).cpu().numpy()
+
+
+def _embedding_grad(module, ids: np.ndarray):
+    """The gradient of the new rows of an input embedding: its weight's rows, or for PEFT
+    trainable tokens their delta's (rows it does not train get none: zero). None when the
+    rows' gradient is not a slice of one parameter (LoRA on the embedding)."""
+    if _base_layer(module) is module:
+        return _row_grad(module.weight, ids)
+    layer = getattr(module, "token_adapter", module)  # PEFT's TrainableTokensWrapper
+    delta = getattr(layer, "trainable_tokens_delta", None)
+    if delta is None or getattr(layer, "merged", False) or len(layer.active_adapters) != 1:
+        return None
+    name = layer.active_adapters[0]
+    if name not in delta:
+        return None
+    trained = {int(t): k for k, t in enumerate(layer.token_indices[name])}
+    where = np.array([trained.get(int(i), -1) for i in ids], dtype=np.int64)
+    rows = _row_grad(delta[name], np.maximum(where, 0))
+    if rows is None:
+        return None
+    rows[where < 0] = 0.0
+    return rows
+
+
+def gradient_norms(model, ids: np.ndarray) -> dict[str, float | None]:
+    """{"input": L2 norm of the new rows' gradient [, "output": the untied head's]}, read
+    from the parameters' ``.grad`` (what the optimizer is about to use). None where there
+    is no gradient to read: none yet, ZeRO-3 (deepspeed keeps its own), LoRA. Under FSDP2
+    a collective."""
+    ids = np.asarray(ids, dtype=np.int64)
+    emb = model.get_input_embeddings()
+    out: dict[str, float | None] = {}
+    rows = None if partitioned_embeddings(model) else _embedding_grad(emb, ids)
+    out["input"] = None if rows is None else float(np.linalg.norm(rows))
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and _base_layer(head) is head and _base_layer(emb) is emb:
+        if head.weight is not emb.weight and not partitioned_embeddings(model):
+            rows = _row_grad(head.weight, ids)
+            out["output"] = None if rows is None else float(np.linalg.norm(rows))
+    return out

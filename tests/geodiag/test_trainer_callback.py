@@ -137,6 +137,16 @@ def test_logs_jsonl_and_save_time_gate(tmp_path):
         assert set(s) >= {"effective_rank_ratio", "spread_ratio", "mean_cosine", "rsa", "rsa_p"}
     assert records[0]["structure"]["effective_rank_ratio"] == 0.0  # the mean init, step 0
     assert records[0]["collapsed"] is True
+    start = records[0]["structure"]  # the mean init: one group of 20 identical rows
+    assert (start["identical_rows"], start["untrained_tokens"], start["n_unmoved"]) == (
+        20,
+        20,
+        None,
+    )
+    # Tied head: every row moved, but the rows not drawn yet moved alike (same logits, same
+    # softmax gradient), so they are still one group of identical rows.
+    step2 = records[1]["structure"]
+    assert step2["n_unmoved"] == 0 and step2["untrained_tokens"] == step2["identical_rows"]
     assert set(records[1]["structure"]["rsa"]) == {"a"}  # the snapshot: first level only
     assert set(records[2]["structure"]["rsa"]) == {"a", "b"}  # the gate: every level
     elapsed = [r["elapsed_s"] for r in records]
@@ -225,6 +235,8 @@ def test_peft_model_is_measured_through_its_modules(tmp_path):
     ]
     assert records[0]["structure"]["spread_ratio"] == 0.0
     assert records[1]["structure"]["spread_ratio"] > 0.0  # the trainable tokens moved
+    assert records[1]["structure"]["untrained_tokens"] == 0
+    assert records[1]["structure"]["grad_norm"] > 0.0  # read off the trainable tokens' delta
     # An adapter folder is not a model: the gate measured the model in memory.
     assert records[2]["gate"]["measured"] == "model in memory"
     now = geodiag.measure(trainer.model, new_ids=NEW, neighbors=0).matrices[0].new
@@ -376,3 +388,104 @@ def test_numbers_reach_tensorboard(tmp_path, monkeypatch):
     assert [s for s, _ in points] == [2, 4]
     # TensorBoard stores float32: the logged float64 rounded to 24 significand bits.
     assert [v for _, v in points] == pytest.approx([v for _, v in history], rel=1e-7)
+
+
+class FirstLevelOnly(torch.utils.data.Dataset):
+    """Sequences that use only level a's tokens: with an untied head, level b's input rows
+    get no gradient and never move."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        x = torch.cat(
+            [torch.randint(0, 100, (4,), generator=g), torch.randint(100, 110, (4,), generator=g)]
+        )
+        return {"input_ids": x, "labels": x}
+
+
+class GradRecorder(transformers.TrainerCallback):
+    """The reference: the new rows' gradient norm and the rows, read with torch directly."""
+
+    def __init__(self):
+        self.grad, self.rows = {}, {}
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.rows[0] = model.get_input_embeddings().weight.detach().double().clone()
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        g = model.get_input_embeddings().weight.grad[NEW]
+        self.grad[state.global_step + 1] = float(g.double().norm())
+
+
+def test_untrained_alarm_names_the_tokens_and_stops(tmp_path, caplog):
+    """A real Trainer run: level b's rows never move, so from step K the alarm names them
+    and stops; movement, the unmoved fraction per level and the gradient norm are recorded."""
+    model = mean_init_model(tie=False)
+    with torch.no_grad():  # new rows distinct (no identical group): only movement flags
+        w = model.get_input_embeddings().weight
+        w[100:] = torch.randn(20, DIM, generator=torch.Generator().manual_seed(1)) * 0.02
+    cb = GeodiagCallback(
+        levels=LEVELS,
+        every_n_steps=2,
+        untrained_after_steps=3,
+        on_untrained="stop",
+        gate_on_save=False,
+    )
+    ref = GradRecorder()
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        max_steps=10,
+        per_device_train_batch_size=4,
+        logging_steps=100,
+        save_strategy="no",
+        learning_rate=1e-2,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
+    trainer = transformers.Trainer(
+        model=model, args=args, train_dataset=FirstLevelOnly(), callbacks=[ref, cb]
+    )
+    with caplog.at_level(logging.WARNING, logger="geodiag.trainer"):
+        trainer.train()
+    assert trainer.state.global_step == 4  # step 2 is before K = 3; step 4 stops
+    b_names = [f"<b_{i}>" for i in range(10)]  # names from the levels (no tokenizer)
+    assert "10 of 20 new tokens are untrained after 4 steps" in caplog.text
+    assert "10 not moved since the first snapshot" in caplog.text
+    assert ", ".join(b_names) in caplog.text and "stopping training" in caplog.text
+    assert cb.last_untrained == b_names
+
+    records, _ = read_records(tmp_path / "run" / "geodiag_trajectory.jsonl")
+    assert [r["step"] for r in records] == [0, 2, 4]
+    first, *later = [r["structure"] for r in records]
+    # The first snapshot: nothing could move yet; no identical rows.
+    assert (first["n_unmoved"], first["movement"], first["untrained_tokens"]) == (None, None, 0)
+    assert first["identical_rows"] == 0 and records[0]["collapsed"] is False
+    # By step 2 a few of a's tokens have not been drawn yet (Adam leaves a row without
+    # gradient where it is); by step 4 all have.
+    assert later[0]["unmoved_by_level"]["b"] == 1.0 and later[0]["n_unmoved"] > 10
+    last = later[-1]
+    assert last["n_unmoved"] == 10 and last["unmoved_fraction"] == 0.5
+    assert last["unmoved_by_level"] == {"a": 0.0, "b": 1.0}
+    assert last["untrained_tokens"] == 10 and last["identical_rows"] == 0
+    # max_untrained_tokens (0) is one of the collapse checks the callback tests.
+    assert [r["collapsed"] for r in records] == [False, True, True]
+    # The gradient norm equals torch's on the same .grad; movement equals torch's on the
+    # rows, over the vocabulary's spread at the first snapshot (the callback fixes it then).
+    assert [s["grad_norm"] for s in later] == pytest.approx([ref.grad[2], ref.grad[4]], rel=1e-12)
+    assert first["grad_norm"] is None
+    w0 = ref.rows[0]
+    w = trainer.model.get_input_embeddings().weight.detach().double()
+    moved = (w[NEW] - w0[NEW]).norm(dim=1)  # (20,)
+    assert (moved[10:] == 0).all() and (moved[:10] > 0).all()
+    spread = (w0[:100] - w0[:100].mean(0)).pow(2).sum(1).mean().sqrt()
+    assert last["movement"] == pytest.approx(float(moved.pow(2).mean().sqrt() / spread), rel=1e-9)
+    logged = [h for h in trainer.state.log_history if "geodiag/untrained_tokens" in h]
+    assert [(h["step"], h["geodiag/untrained_tokens"]) for h in logged] == [
+        (2, later[0]["n_unmoved"]),
+        (4, 10.0),
+    ]
+    assert all(h["geodiag/grad_norm"] > 0 for h in logged)

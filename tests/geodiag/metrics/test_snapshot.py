@@ -59,3 +59,32 @@ def test_snapshot_rejects_nonfinite_rows():
     x[1, 1] = np.nan
     with pytest.raises(ValueError, match="NaN or Inf"):
         snapshot(x, np.ones((5, 3)))
+
+
+def test_untrained_rows_against_a_direct_count():
+    """Movement since the first snapshot and the untrained rows, against plain numpy: rows
+    0-5 moved by 1e-2, rows 6-9 moved by 1e-6 (under the tolerance), rows 10-11 not at
+    all; rows 10 and 11 are also one point (an identical pair)."""
+    from geodiag.metrics.snapshot import untrained
+
+    rng = np.random.default_rng(3)
+    first = rng.normal(size=(12, 8))
+    first[11] = first[10] + 1e-7
+    x = first.copy()
+    x[:6] += 1e-2 * rng.normal(size=(6, 8))
+    x[6:10] += 1e-7 * rng.normal(size=(4, 8))
+    level = np.array([0] * 6 + [1] * 6)
+    tol, scale = 1e-4, 2.0
+    r = untrained(x, first, scale, tol, (level, ["a", "b"]))
+    dist = np.linalg.norm(x - first, axis=1)
+    assert r.n_unmoved == int((dist <= tol).sum()) == 6
+    assert r.unmoved_by_level == {"a": 0.0, "b": 1.0}
+    assert r.movement == pytest.approx(np.sqrt(np.mean(dist**2)) / scale, rel=1e-12)
+    assert (r.n_identical, r.n_identical_groups) == (2, 1)
+    assert r.untrained.tolist() == [False] * 6 + [True] * 6 and r.n_untrained == 6
+    # The first snapshot: nothing measured as movement, the identical pair still counts.
+    r0 = untrained(first, None, scale, tol)
+    assert (r0.n_unmoved, r0.movement, r0.n_untrained) == (None, None, 2)
+    s = snapshot(x, rng.normal(size=(20, 8)), first=first, scale=scale, tolerance=tol)
+    assert s.rows is not None and s.rows.n_untrained == 6
+    assert snapshot(x, rng.normal(size=(20, 8))).rows is None  # not asked
