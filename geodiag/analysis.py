@@ -6,6 +6,7 @@ report all format what :func:`analyze` returns and compute nothing themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,20 +15,24 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from geodiag.errors import InputError
+from geodiag.findings import (  # noqa: F401  (TokenGroup, UntrainedRows: their old home)
+    MIN_REFERENCE_ROWS,
+    SHOWN_GROUPS,
+    SHOWN_TOKENS,
+    TokenFinding,
+    TokenGroup,
+    UntrainedRows,
+    row_findings,
+)
+from geodiag.integrity import IntegrityFinding, integrity
 from geodiag.io.checkpoint import Checkpoint, Matrix, check_rows, open_checkpoint
 from geodiag.io.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
+from geodiag.metrics.codebook import CodebookHealth, codebook_health
 from geodiag.metrics.geometry import GeometrySummary, LevelCosine, level_cosine, summarize
 from geodiag.metrics.neighbors import nearest_rows
 from geodiag.metrics.rsa import RSAResult, rsa
-from geodiag.metrics.untrained import (
-    TOLERANCE,
-    TOLERANCE_RULE,
-    VocabularyStats,
-    identical_groups,
-    near_point,
-    vocabulary_stats,
-)
+from geodiag.metrics.untrained import vocabulary_stats
 from geodiag.version import __version__
 
 if TYPE_CHECKING:  # drift is loaded by the commands that measure it, not by every gate
@@ -69,48 +74,6 @@ class TokenNeighbors:
     nearest: list[Neighbor]
 
 
-# How many tokens of a group, or of a finding, are named in reports (the count is exact).
-SHOWN_TOKENS = 8
-SHOWN_GROUPS = 10
-
-
-@dataclass
-class TokenGroup:
-    """Some new tokens, named: a group of identical rows, or the rows of one finding."""
-
-    size: int
-    ids: list[int]  # the first SHOWN_TOKENS, ascending
-    tokens: list[str]
-
-
-@dataclass
-class UntrainedRows:
-    """New rows that never left their init, found row by row (geodiag.metrics.untrained).
-
-    Untrained: in a group of numerically identical rows, at the vocabulary's mean, or
-    unchanged from the base's padding row of the same id. ``tolerance`` is the distance
-    under which two rows (or a row and the mean) count as one point.
-    """
-
-    n_untrained: int
-    n_trained: int  # the other measured rows
-    tolerance: float
-    tolerance_rule: str
-    n_groups: int
-    groups: list[TokenGroup]  # the first SHOWN_GROUPS groups of identical rows
-    at_vocabulary_mean: TokenGroup | None
-    unchanged_padding: TokenGroup | None
-    untrained: TokenGroup | None  # all of them, for the verdict
-    # The untrained tokens that are codes no item uses (the sidecar's item map): no
-    # training example reaches them. None without a sidecar's items.
-    dead_codes: TokenGroup | None = None
-
-    @property
-    def two_populations(self) -> bool:
-        """Some rows untrained beside rows that are not: e.g. a base's own added tokens."""
-        return self.n_untrained > 0 and self.n_trained > 0
-
-
 @dataclass
 class MatrixReport:
     role: str  # "input" | "output" (an untied head is its own matrix)
@@ -133,6 +96,8 @@ class MatrixReport:
     # Largest new-row norm / largest original-row norm (all original rows); None without
     # a vocabulary. Rows far longer than any known token dominate every softmax.
     norm_ratio: float | None = None
+    # Percentiles of the original rows' norms (geodiag.metrics.untrained.NORM_PERCENTILES).
+    vocabulary_norms: dict[str, float] | None = None
 
 
 @dataclass
@@ -152,6 +117,10 @@ class CheckpointReport:
     notes: list[str] = field(default_factory=list)
     adapter: dict = field(default_factory=dict)  # PEFT adapter read over a base: what it changed
     stack: dict = field(default_factory=dict)  # the training stack that wrote it, when known
+    # Usage of the codes by the sidecar's items (None without a sidecar's items).
+    codebook: CodebookHealth | None = None
+    integrity: list[IntegrityFinding] = field(default_factory=list)  # save / merge / reload
+    reference: str | None = None  # --reference, when given
 
 
 def _reference_ids(ckpt: Checkpoint, n_new: int, opts: AnalyzeOptions) -> np.ndarray:
@@ -175,10 +144,6 @@ def _reference_rows(
             "(all zero or non-finite): nothing to compare the new tokens with",
         )
     return rows[ok]
-
-
-# An equal-size sample of fewer rows than this has no spread to compare with.
-MIN_REFERENCE_ROWS = 2
 
 
 def new_rows(
@@ -242,11 +207,14 @@ def _neighbors(
 ):
     if opts.neighbors_max <= 0 or opts.neighbors_k <= 0 or not ckpt.has_vocabulary:
         return [], False
-    pick = np.arange(len(ids))
-    sampled = len(ids) > opts.neighbors_max
+    # A zero row has no direction, so no nearest rows: it is a finding of its own.
+    pick = np.flatnonzero(np.any(rows != 0, axis=1))
+    sampled = len(pick) > opts.neighbors_max
     if sampled:
         rng = np.random.default_rng(opts.seed)
-        pick = np.sort(rng.choice(len(ids), size=opts.neighbors_max, replace=False))
+        pick = np.sort(rng.choice(pick, size=opts.neighbors_max, replace=False))
+    if not len(pick):
+        return [], False
     k = min(opts.neighbors_k, ckpt.new.base_vocab_size)
     near_ids, near_cos = nearest_rows(rows[pick], ckpt.iter_original(matrix), k=k)
     out = []
@@ -265,83 +233,14 @@ def _neighbors(
     return out, sampled
 
 
-def _token_group(ckpt: Checkpoint, ids: np.ndarray) -> TokenGroup:
-    shown = np.sort(ids)[:SHOWN_TOKENS]
-    return TokenGroup(int(len(ids)), [int(i) for i in shown], [ckpt.token(int(i)) for i in shown])
-
-
-def _untrained(
-    ckpt: Checkpoint,
-    matrix: Matrix,
-    rows: np.ndarray,
-    ids: np.ndarray,
-    vocab: VocabularyStats | None,
-    opts: AnalyzeOptions,
-) -> UntrainedRows:
-    """Rows at one point with others, at the vocabulary mean, or left as base padding."""
-    from geodiag.metrics.geometry import spread
-
-    scale = vocab.spread if vocab is not None and vocab.n_rows >= MIN_REFERENCE_ROWS else 0.0
-    rule = TOLERANCE_RULE
-    if scale <= 0:  # no vocabulary to measure by: the new rows' own spread
-        scale, rule = spread(rows), f"{TOLERANCE:g} x the new rows' own spread (no vocabulary)"
-    tol = TOLERANCE * scale
-    groups = identical_groups(rows, tol, seed=opts.seed)
-    flagged = np.zeros(len(rows), bool)
-    for g in groups:
-        flagged[g] = True
-    at_mean = near_point(rows, vocab.mean, tol) if vocab is not None else np.zeros(len(rows), bool)
-    padding = np.zeros(len(rows), bool)
-    base_rows = ckpt.base_padding_rows(matrix, ids)
-    if base_rows is not None:
-        mask, values = base_rows
-        padding[mask] = np.all(rows[mask] == values, axis=1)
-    untrained = flagged | at_mean | padding
-    dead = _dead_code_ids(ckpt)
-    dead_untrained = untrained & np.isin(ids, dead) if dead is not None else None
-    return UntrainedRows(
-        n_untrained=int(untrained.sum()),
-        n_trained=int((~untrained).sum()),
-        tolerance=float(tol),
-        tolerance_rule=rule,
-        n_groups=len(groups),
-        groups=[_token_group(ckpt, ids[g]) for g in groups[:SHOWN_GROUPS]],
-        at_vocabulary_mean=_token_group(ckpt, ids[at_mean]) if at_mean.any() else None,
-        unchanged_padding=_token_group(ckpt, ids[padding]) if padding.any() else None,
-        untrained=_token_group(ckpt, ids[untrained]) if untrained.any() else None,
-        dead_codes=None
-        if dead_untrained is None or not dead_untrained.any()
-        else _token_group(ckpt, ids[dead_untrained]),
-    )
-
-
-def _dead_code_ids(ckpt: Checkpoint) -> np.ndarray | None:
-    """Token ids of the codes no item uses, from the sidecar's item map (None without)."""
-    side = ckpt.sidecar
-    if side is None or not side.items or not side.has_token_ids or ckpt.new.source != "sidecar":
-        return None
-    used = [set() for _ in side.levels]
-    for codes in side.items.values():
-        for level, code in enumerate(codes[: len(used)]):
-            used[level].add(code)
-    return np.array(
-        [
-            t
-            for lv, u in zip(side.levels, used, strict=True)
-            for code, t in enumerate(lv.token_ids)
-            if code not in u
-        ],
-        dtype=np.int64,
-    )
-
-
 def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:
     rows, keep = new_rows(ckpt, matrix, opts.allow_nonfinite)
     ids = ckpt.new.ids[keep]
     reference, undefined = None, NO_VOCABULARY
-    vocab = None
+    vocab, sample = None, np.zeros(0, np.int64)
     if ckpt.has_vocabulary:
         vocab = vocabulary_stats(block for _, block in ckpt.iter_original(matrix))
+        sample = _reference_ids(ckpt, len(rows), opts)
         reference = _reference_rows(ckpt, matrix, opts, len(rows))
         if len(reference) < MIN_REFERENCE_ROWS or len(rows) < 2:
             undefined = (
@@ -373,8 +272,9 @@ def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> Ma
         neighbors=neighbors,
         neighbors_sampled=sampled,
         reference_undefined_reason=None if reference is not None else undefined,
-        untrained=_untrained(ckpt, matrix, rows, ids, vocab, opts),
+        untrained=row_findings(ckpt, matrix, rows, ids, vocab, sample, seed=opts.seed),
         norm_ratio=norm_ratio,
+        vocabulary_norms=None if vocab is None else vocab.norm_percentiles,
     )
 
 
@@ -432,6 +332,12 @@ def analyze_checkpoint(ckpt: Checkpoint, opts: AnalyzeOptions) -> CheckpointRepo
             f"vocabulary reference: {m0.reference_size} original rows (fewer than the new rows)"
         )
     notes += [_populations_note(ckpt, m) for m in matrices if _populations_note(ckpt, m)]
+    side = ckpt.sidecar
+    health = None
+    if side is not None and side.items and ckpt.new.source == "sidecar":
+        health = codebook_health(
+            side.items, [lv.name for lv in side.levels], [lv.size for lv in side.levels]
+        )
     return CheckpointReport(
         geodiag_version=__version__,
         path=str(ckpt.path),
@@ -448,6 +354,9 @@ def analyze_checkpoint(ckpt: Checkpoint, opts: AnalyzeOptions) -> CheckpointRepo
         notes=notes,
         adapter=ckpt.adapter,
         stack=ckpt.stack,
+        codebook=health,
+        integrity=integrity(ckpt, matrices),
+        reference=None if ckpt.reference is None else str(ckpt.reference.path),
     )
 
 
@@ -470,6 +379,7 @@ def analyze_drift(
     """Per-token cosine and structure RSA between two checkpoints with the same new tokens."""
     read = read or ReadOptions()
     opts = opts or AnalyzeOptions(allow_nonfinite=read.allow_nonfinite)
+    read = dataclasses.replace(read, reference=None)
     a, b = open_checkpoint(before, read), open_checkpoint(after, read)
     if a.new.tokens != b.new.tokens or not np.array_equal(a.new.ids, b.new.ids):
         raise InputError(

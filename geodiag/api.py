@@ -197,8 +197,21 @@ def open_source(
     codebooks: Codebooks | None = None,
     read: ReadOptions | None = None,
     tokenizer=None,
+    reference=None,
 ) -> Checkpoint:
-    """A :class:`Checkpoint` over a path, an array, a tensor or a model, with overrides."""
+    """A :class:`Checkpoint` over a path, an array, a tensor or a model, with overrides;
+    ``reference`` (any such source, read with the same overrides) is set as its reference."""
+    ckpt = _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, tokenizer)
+    if reference is not None:
+        from geodiag.io.checkpoint import same_vocab
+
+        ref = _open_source(reference, new_ids, base_vocab_size, levels, codebooks, read, tokenizer)
+        same_vocab(ref, ckpt, "reference", "reference")
+        ckpt.reference = ref
+    return ckpt
+
+
+def _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, tokenizer):
     from_file = isinstance(source, str | os.PathLike)
     explicit = new_ids is not None or levels is not None
     given = None
@@ -253,6 +266,7 @@ def measure(
     codebooks: Codebooks | None = None,
     read: ReadOptions | None = None,
     tokenizer=None,
+    reference=None,
     options: AnalyzeOptions | None = None,
     seed: int = 0,
     n_permutations: int = 1000,
@@ -266,7 +280,9 @@ def measure(
     ``codebooks.safetensors`` is used when ``codebooks`` is not given). codebooks:
     ``{name: (codes, code_dim) array}`` or a ``.safetensors`` file. base_vocab_size:
     original rows are ``[0, N)`` (default: the smallest new id). tokenizer: a transformers
-    tokenizer that names the rows in memory (neighbour tables). ``options`` wins over
+    tokenizer that names the rows in memory (neighbour tables). reference: an earlier state
+    of the same rows (a path, an array, a tensor or a model, e.g. the init checkpoint): rows
+    that barely moved since it count as untrained (``--reference``). ``options`` wins over
     ``seed`` / ``n_permutations`` / ``neighbors``. Raises :class:`InputError` on bad input.
     """
     opts = options or AnalyzeOptions(
@@ -284,6 +300,7 @@ def measure(
             codebooks=codebooks,
             read=read,
             tokenizer=tokenizer,
+            reference=reference,
         )
         return analyze_checkpoint(ckpt, opts)
 

@@ -187,7 +187,7 @@ def _append_step_summary(path: Path, text: str) -> None:
 
 @app.command()
 @exits_2_on_any_error
-@reads_checkpoints(without=("sidecar", "codebooks", "allow_nonfinite"))
+@reads_checkpoints(without=("sidecar", "codebooks", "allow_nonfinite", "reference"))
 def drift(
     before: Annotated[Path, typer.Argument(help="Earlier checkpoint (e.g. after init).")],
     after: Annotated[
@@ -211,7 +211,7 @@ def drift(
 
 @app.command()
 @exits_2_on_any_error
-@reads_checkpoints()
+@reads_checkpoints(without=("reference",))  # each checkpoint's reference: its init (drift pair)
 def report(
     ckpt: Annotated[
         list[Path],
@@ -260,7 +260,7 @@ def report(
 
 @app.command("export-projector")
 @exits_2_on_any_error
-@reads_checkpoints(without=("codebooks",))
+@reads_checkpoints(without=("codebooks", "reference"))
 def export_projector(
     ckpt: Annotated[Path, typer.Argument(help="Checkpoint folder or weights file.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the projector files.")],

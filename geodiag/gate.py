@@ -95,6 +95,21 @@ def _mean_cosine(m: MatrixReport) -> Reading:
     return Reading(cos, f"the {m.n_new} new rows all point the same way (mean initialization?)")
 
 
+def untrained_kinds(u) -> list[str]:
+    """How the untrained rows of ``u`` (an UntrainedRows) were found, as the messages say it."""
+    return [
+        k
+        for k in (
+            f"{u.n_groups} group(s) of identical rows" if u.n_groups else "",
+            "at the vocabulary mean" if u.at_vocabulary_mean else "",
+            f"{u.zero.size} all zero" if u.zero else "",
+            "unchanged padding rows of the base" if u.unchanged_padding else "",
+            f"{u.barely_moved.size} barely moved since the reference" if u.barely_moved else "",
+        )
+        if k
+    ]
+
+
 def _untrained_tokens(m: MatrixReport) -> Reading:
     u = m.untrained
     if u is None:
@@ -104,14 +119,9 @@ def _untrained_tokens(m: MatrixReport) -> Reading:
         names = ", ".join(u.untrained.tokens) + (
             ", ..." if u.untrained.size > len(u.untrained.tokens) else ""
         )
-        kinds = [
-            f"{u.n_groups} group(s) of identical rows" if u.n_groups else "",
-            "at the vocabulary mean" if u.at_vocabulary_mean else "",
-            "unchanged padding rows of the base" if u.unchanged_padding else "",
-        ]
         why = (
             f"{u.n_untrained} of {m.n_new} new rows never left their init "
-            f"({'; '.join(k for k in kinds if k)}): {names}"
+            f"({'; '.join(untrained_kinds(u))}): {names}"
         )
     return Reading(u.n_untrained, why, shown=f"{u.n_untrained}")
 
@@ -248,7 +258,8 @@ class GateConfig:
     max_untrained_tokens: float | None = threshold(
         0,
         help="New rows still at their init, found row by row: in a group of identical "
-        "rows, at the vocabulary mean, or a base padding row left as it was",
+        "rows, at the vocabulary mean, all zero, a base padding row left as it was, or "
+        "barely moved since --reference",
         metavar="K",
         scope="row",
         read=_untrained_tokens,

@@ -60,6 +60,9 @@ def metrics_table(report: CheckpointReport) -> str:
         if m.reference_undefined_reason:
             lines.append(f"  (vocabulary reference undefined: {m.reference_undefined_reason})")
         lines += _matrix_details(m)
+    lines += codebook_lines(report)
+    for f in report.integrity:
+        lines.append(f"{'warning' if f.status == 'warn' else 'note'}: {f.message}")
     for note in report.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
@@ -116,11 +119,82 @@ def _untrained_lines(m: MatrixReport) -> list[str]:
     if u.at_vocabulary_mean is not None:
         g = u.at_vocabulary_mean
         lines.append(f"    {g.size} at the vocabulary mean: {named(g)}")
+    if u.zero is not None:
+        lines.append(f"    {u.zero.size} all zero: {named(u.zero)}")
     if u.unchanged_padding is not None:
         g = u.unchanged_padding
         lines.append(f"    {g.size} on the base's padding rows, unchanged: {named(g)}")
+    if u.movement is not None:
+        mv = u.movement
+        lines.append(
+            f"    {u.barely_moved.size if u.barely_moved else 0} barely moved since the reference "
+            f"(less than {_f(mv.threshold)}: {mv.rule}; median movement of the original rows "
+            f"{_f(mv.median_original)}, of the new rows {_f(mv.median_new)})"
+        )
+        if u.barely_moved is not None:
+            lines.append(f"      {named(u.barely_moved)}")
+    for g, what in ((u.norm_small, "norm too small"), (u.norm_large, "norm too large")):
+        if g is not None:
+            lines.append(f"  {g.size} new rows with a {what} ({u.norm_rule}): {named(g)}")
     if m.norm_ratio is not None:
         lines.append(f"  longest new row / longest original row: {_f(m.norm_ratio)}")
+    lines += _token_lines(u)
+    return lines
+
+
+SHOWN_TOKEN_LINES = 10  # flagged tokens printed one per line (all are in --json)
+
+
+def _token_lines(u) -> list[str]:
+    """The first flagged tokens, one per line: id, token, code and item count, findings."""
+    if not u.tokens:
+        return []
+    moved = {"reference": "moved", "vocabulary mean": "from mean"}.get(u.movement_basis or "")
+    lines = [f"  flagged tokens: {u.n_flagged} (first {min(SHOWN_TOKEN_LINES, u.n_flagged)}):"]
+    for t in u.tokens[:SHOWN_TOKEN_LINES]:
+        items = "" if t.n_items is None else f"  {t.n_items} item(s)"
+        dist = "" if t.movement is None or moved is None else f"  {moved} {_f(t.movement, 3)}"
+        lines.append(f"    {t.id:>8}  {t.token}{items}{dist}: {', '.join(t.findings)}")
+    if u.usage_movement:
+        lines.append(f"  by items per code (untrained / tokens, median {moved or 'movement'}):")
+        lines.append(
+            "    "
+            + "; ".join(
+                f"{_range(b.min_items, b.max_items)}: {b.n_untrained}/{b.n_tokens}, "
+                f"{_f(b.median_movement, 3)}"
+                for b in u.usage_movement
+            )
+        )
+    return lines
+
+
+def _range(lo: int, hi: int) -> str:
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def codebook_lines(report: CheckpointReport) -> list[str]:
+    """Codebook health: usage per level and SID collisions."""
+    h = report.codebook
+    if h is None:
+        return []
+    lines = [
+        "",
+        f"codebook usage by {h.n_items} items: level, utilization, perplexity (normalized "
+        "entropy), max code share, dead codes",
+    ]
+    for lv in h.levels:
+        dead = ", ".join(str(c) for c in lv.dead_codes) + (
+            ", ..." if lv.n_dead > len(lv.dead_codes) else ""
+        )
+        lines.append(
+            f"  {lv.name:<4} {lv.n_used}/{lv.n_codes} = {lv.utilization:.3f}  "
+            f"{lv.perplexity:.4g} ({_f(lv.normalized_entropy, 3)})  {lv.max_code_share:.3g}  "
+            f"{lv.n_dead}{': ' + dead if lv.n_dead else ''}"
+        )
+    lines.append(
+        f"  SID collisions: {h.n_colliding_items} items share {h.n_colliding_tuples} code tuples"
+        + (f" (up to {h.max_items_per_tuple} on one)" if h.n_colliding_tuples else "")
+    )
     return lines
 
 

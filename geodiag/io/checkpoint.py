@@ -17,7 +17,7 @@ Resolution order (DESIGN.md, checkpoint contract):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +99,8 @@ class Checkpoint:
     adapter: dict = field(default_factory=dict)  # a PEFT adapter's provenance, when one was read
     stack: dict = field(default_factory=dict)  # which training stack wrote it (stack.py)
     base: BaseCheckpoint | None = None  # --base on a checkpoint that is not an adapter
+    # --reference: an earlier checkpoint with the same new tokens (e.g. the run's init)
+    reference: Checkpoint | None = None
     _codebook_digest: str | None = None
 
     def base_padding_rows(
@@ -234,7 +236,7 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
     book_path = opts.codebooks or beside(sidecar_mod.CODEBOOKS_FILENAME)
     books, book_note, book_digest = _codebooks(book_path, opts, new)
     provenance = adapter.provenance() if adapter is not None else None
-    return Checkpoint(
+    ckpt = Checkpoint(
         path=path,
         store=store,
         config=config,
@@ -252,6 +254,29 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
         base=base_ckpt,
         _codebook_digest=book_digest,
     )
+    if opts.reference is not None:
+        ckpt.reference = open_reference(ckpt, opts.reference, replace(opts, reference=None))
+    return ckpt
+
+
+def open_reference(ckpt: Checkpoint, path: Path, opts: ReadOptions) -> Checkpoint:
+    """``--reference``: the checkpoint the new rows' movement is measured from; it must
+    have the same new tokens (ids and strings) as ``ckpt``."""
+    if not Path(path).exists():
+        raise InputError("--reference", f"{path}: no such file or folder")
+    ref = open_checkpoint(path, opts)
+    same_vocab(ref, ckpt, path, "--reference")
+    return ref
+
+
+def same_vocab(a: Checkpoint, b: Checkpoint, where: object, what: str) -> None:
+    """Raise unless ``a`` and ``b`` have the same new tokens (ids and strings)."""
+    if a.new.tokens != b.new.tokens or not np.array_equal(a.new.ids, b.new.ids):
+        raise InputError(
+            where,
+            f"{what}: new tokens differ ({len(a.new.ids)} here, {len(b.new.ids)} in the "
+            "checkpoint measured): the movement of a row needs the same row in both",
+        )
 
 
 def _open_weights(
@@ -401,9 +426,11 @@ def _codebooks(
 def check_rows(
     ckpt: Checkpoint, matrix: Matrix, rows: np.ndarray, allow_nonfinite: bool
 ) -> np.ndarray:
-    """Reject NaN/Inf rows (unless allowed: then they are dropped) and all-zero rows.
+    """Reject NaN/Inf rows (unless allowed: then they are dropped).
 
-    Returns a boolean mask of the rows kept.
+    All-zero rows are kept: they are untrained rows (a zero init, or rows a save never
+    wrote), a finding of the analysis (geodiag.findings), measured as they are; the
+    metrics whose cosine they leave undefined say so. Returns a boolean mask of the rows kept.
     """
     where = ckpt.store.file_of(matrix.tensor)
     finite = np.isfinite(rows).all(axis=1)
@@ -421,12 +448,4 @@ def check_rows(
                 f"all {bad.size} new-token rows of '{matrix.tensor}' hold NaN/Inf (ids "
                 f"{bad[:5].tolist()}): nothing left to measure with --allow-nonfinite",
             )
-    zero = finite & ~np.any(rows != 0, axis=1)
-    if zero.any():
-        bad = ckpt.new.ids[zero]
-        raise InputError(
-            where,
-            f"{bad.size} new-token rows of '{matrix.tensor}' are all zero (ids {bad[:5].tolist()}): "
-            "never initialized, or zero-initialized (a collapse); directions of zero rows are undefined",
-        )
     return finite

@@ -53,6 +53,12 @@ class ReadOptions:
         "(default: its base_model_name_or_path, when a local folder).",
         flags=("--base",),
     )
+    reference: Path | None = setting(
+        None,
+        help="An earlier checkpoint with the same new tokens (e.g. the run's init): new rows "
+        "that barely moved since it count as untrained.",
+        flags=("--reference",),
+    )
     all_rows_new: bool = setting(
         False,
         help="Every row of the tensor is a new token (a separate table, e.g. TIGER's codes).",

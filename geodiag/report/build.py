@@ -20,7 +20,7 @@ from geodiag.analysis import (
     AnalyzeOptions,
     CheckpointReport,
     DriftReport,
-    analyze,
+    analyze_checkpoint,
     analyze_drift,
     command_line,
     new_rows,
@@ -265,23 +265,27 @@ def _build_report(
         neighbors_k=opts.neighbors_k,
         allow_nonfinite=opts.allow_nonfinite,
     )
-    reports, ckpts, norms, maps = [], [], [], []
+    ckpts = []
     for i, path in enumerate(paths, 1):
+        say(f"[{i}/{len(paths)}] reading {path}")
+        ckpts.append(open_checkpoint(path, read))
+    provenances = [dict(c.sidecar.provenance) if c.sidecar else {} for c in ckpts]
+    order = series_order(list(paths), provenances)
+    paths, ckpts = [paths[i] for i in order], [ckpts[i] for i in order]
+    labels = checkpoint_labels(list(paths), [provenances[i] for i in order])
+    pairs_found = _drift_groups(list(zip(labels, ckpts, strict=True)))
+    # Each later checkpoint of a pair is measured from the earlier one (its init): the rows
+    # that barely moved since are untrained, and the movement plot shows distance from it.
+    for a, b in pairs_found:
+        ckpts[b].reference = ckpts[a]
+    reports, norms, maps = [], [], []
+    for i, (path, ckpt) in enumerate(zip(paths, ckpts, strict=True), 1):
         say(f"[{i}/{len(paths)}] analyzing {path}")
-        reports.append(analyze(path, read, aopts))
-        ckpt = open_checkpoint(path, read)
-        ckpts.append(ckpt)
+        reports.append(analyze_checkpoint(ckpt, aopts))
         rows = [new_rows(ckpt, m, opts.allow_nonfinite) for m in ckpt.matrices]
         norms.append([row_norms(r) for r, _ in rows])
-        maps.append(cosine_map(str(path), ckpt, *rows[0], opts))  # input matrix; labelled below
-    order = series_order(list(paths), [r.provenance for r in reports])
-    paths = [paths[i] for i in order]
-    reports, ckpts = [reports[i] for i in order], [ckpts[i] for i in order]
-    norms, maps = [norms[i] for i in order], [maps[i] for i in order]
-    labels = checkpoint_labels(list(paths), [r.provenance for r in reports])
+        maps.append(cosine_map(labels[i - 1], ckpt, *rows[0], opts))
     trajectories += checkpoint_series(list(paths), reports, labels)
-    for label, cmap in zip(labels, maps, strict=True):
-        cmap.label = label
 
     edges = {}
     for role in ("input", "output"):
@@ -301,7 +305,7 @@ def _build_report(
 
     notes, pairs = list(traj_notes), []
     cos_edges = np.linspace(-1.0, 1.0, opts.histogram_bins + 1)
-    for a, b in _drift_groups(list(zip(labels, ckpts, strict=True))):
+    for a, b in pairs_found:
         say(f"drift {labels[a]} -> {labels[b]}")
         try:
             drifts = analyze_drift(paths[a], paths[b], read, aopts)

@@ -255,6 +255,44 @@ def row_norms(report: Report, style: FigureFormat) -> str:
         return _uri(fig, "svg", style)
 
 
+def usage_movement(report: Report, style: FigureFormat) -> str | None:
+    """Per checkpoint: each new token's movement against the items that use its code."""
+    entries = [
+        e
+        for e in report.checkpoints
+        if (u := e.report.matrices[0].untrained) is not None
+        and u._n_items is not None
+        and u._movement is not None
+    ]
+    if not entries:
+        return None
+    mpl, Figure = _mpl()
+    rows, cols = _grid(len(entries))
+    with mpl.rc_context(_rc(style)):
+        fig = Figure(figsize=(3.6 * cols, 2.6 * rows))
+        axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+        for ax, e in zip(axes, entries, strict=False):
+            u = e.report.matrices[0].untrained
+            codes = u._n_items >= 0
+            x, y, bad = u._n_items[codes], u._movement[codes], u._untrained[codes]
+            floor = float(y[y > 0].min()) / 2 if (y > 0).any() else 1e-12
+            y = np.maximum(y, floor)  # unmoved rows sit on the floor of the log axis
+            jitter = np.random.default_rng(0).uniform(-0.2, 0.2, len(x))
+            ax.scatter(x[~bad] + jitter[~bad], y[~bad], s=4, color="#4c72b0", label="trained")
+            ax.scatter(x[bad] + jitter[bad], y[bad], s=4, color="#c44e52", label="untrained")
+            ax.set_xscale("symlog", linthresh=1)
+            ax.set_yscale("log")
+            ax.set_title(e.label)
+            ax.set_xlabel("items per code")
+            basis = "moved since init" if u.movement_basis == "reference" else "from vocab mean"
+            ax.set_ylabel(basis)
+        axes[0].legend(loc="lower right", frameon=False)
+        for ax in axes[len(entries) :]:
+            ax.set_visible(False)
+        fig.tight_layout()
+        return _uri(fig, "png", style)
+
+
 def _trajectory_panels(report: Report) -> list[tuple[str, str, str, float | None]]:
     """(title, attribute, x axis, gate threshold) of each trajectory panel with data: one
     per gate check with a label (geodiag.gate.CHECKS), per-level ones when measured."""
@@ -323,6 +361,8 @@ def render_all(report: Report, style: FigureFormat | None = None) -> dict[str, s
         out["spectra"] = spectra(report, style)
         out["cosine_maps"] = cosine_maps(report, style)
         out["row_norms"] = row_norms(report, style)
+        if (figure := usage_movement(report, style)) is not None:
+            out["usage_movement"] = figure
     if report.drift:
         out["drift"] = drift(report, style)
     if report.trajectories:

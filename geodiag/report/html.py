@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from geodiag.findings import FINDINGS
 from geodiag.jsonio import to_jsonable
 from geodiag.render_text import provenance_lines
 from geodiag.report.build import Report
@@ -259,6 +260,72 @@ def neighbor_table(report: Report, p: _Ptr, shown: int, top: int = 3) -> list[di
     return rows
 
 
+SHOWN_FINDING_ROWS = 20  # flagged tokens per checkpoint in the page; the JSON has more
+
+
+def findings_tables(report: Report, p: _Ptr) -> list[dict]:
+    """Per checkpoint and matrix: its first flagged tokens (token, id, level/code, items
+    per code, movement, findings), each number read from the JSON by pointer."""
+    out = []
+    for ci, e in enumerate(report.checkpoints):
+        for mi, m in enumerate(e.report.matrices):
+            u = m.untrained
+            if u is None or not u.tokens:
+                continue
+            at = ("checkpoints", ci, "report", "matrices", mi, "untrained")
+            rows = []
+            for ti, t in enumerate(u.tokens[:SHOWN_FINDING_ROWS]):
+                code = "-" if t.level is None else f"{t.level} {t.code}"
+                rows.append(
+                    [
+                        Cell(t.token, cls="tok"),
+                        p.num(*at, "tokens", ti, "id"),
+                        Cell(code),
+                        Cell("-", None, "num")
+                        if t.n_items is None
+                        else p.num(*at, "tokens", ti, "n_items"),
+                        Cell("-", None, "num")
+                        if t.movement is None
+                        else p.num(*at, "tokens", ti, "movement", digits=3),
+                        Cell(", ".join(FINDINGS[k] for k in t.findings)),
+                    ]
+                )
+            out.append(
+                {
+                    "label": e.label + (" (output head)" if m.role == "output" else ""),
+                    "n_flagged": p.num(*at, "n_flagged"),
+                    "n_untrained": p.num(*at, "n_untrained"),
+                    "basis": u.movement_basis,
+                    "rows": rows,
+                }
+            )
+    return out
+
+
+def codebook_rows(report: Report, p: _Ptr) -> list[list[Cell]]:
+    """Per checkpoint with a sidecar's items and per level: usage of the codes."""
+    rows = []
+    for ci, e in enumerate(report.checkpoints):
+        h = e.report.codebook
+        if h is None:
+            continue
+        at = ("checkpoints", ci, "report", "codebook")
+        for li, lv in enumerate(h.levels):
+            rows.append(
+                [
+                    Cell(e.label if li == 0 else ""),
+                    Cell(lv.name),
+                    p.num(*at, "levels", li, "utilization", digits=3),
+                    p.num(*at, "levels", li, "perplexity", digits=4),
+                    p.num(*at, "levels", li, "normalized_entropy", digits=3),
+                    p.num(*at, "levels", li, "max_code_share", digits=3),
+                    p.num(*at, "levels", li, "n_dead"),
+                    p.num(*at, "n_colliding_items") if li == 0 else Cell("", None),
+                ]
+            )
+    return rows
+
+
 TRAJECTORY_COLUMNS = [  # (header, attribute of Trajectory)
     ("effective-rank ratio", "effective_rank_ratio"),
     ("spread ratio", "spread_ratio"),
@@ -330,4 +397,6 @@ def render_html(report: Report, style: FigureFormat | None = None, neighbors_sho
         gate=data["gate_config"],
         traj_header=traj_header,
         traj_rows=traj_rows,
+        findings=findings_tables(report, p),
+        codebook_rows=codebook_rows(report, p),
     )

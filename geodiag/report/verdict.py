@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from geodiag.analysis import CheckpointReport, MatrixReport
-from geodiag.gate import CheckResult, GateResult
+from geodiag.gate import CheckResult, GateResult, untrained_kinds
 
 GTI = "`gti init --strategy gti`"
 GROUND = f"ground them with {GTI}"
@@ -199,17 +199,12 @@ def _untrained_phrase(m: MatrixReport) -> str:
     """ "k of n new tokens never left their init (how): names", from the row findings."""
     u = m.untrained
     assert u is not None and u.untrained is not None
-    how = [
-        f"{u.n_groups} group(s) of identical rows" if u.n_groups else "",
-        "at the vocabulary mean" if u.at_vocabulary_mean else "",
-        "the base's padding rows, unchanged" if u.unchanged_padding else "",
-    ]
+    how = untrained_kinds(u)
     names = ", ".join(u.untrained.tokens) + (
         ", ..." if u.untrained.size > len(u.untrained.tokens) else ""
     )
     return (
-        f"{u.n_untrained} of {m.n_new} new tokens never left their init "
-        f"({'; '.join(h for h in how if h)}): {names}"
+        f"{u.n_untrained} of {m.n_new} new tokens never left their init ({'; '.join(how)}): {names}"
     )
 
 

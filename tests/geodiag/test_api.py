@@ -31,9 +31,16 @@ def matrix_json(report, i=0):
     d.pop("tensor")
     d.pop("dtype")
     d["neighbors"] = [[(n["id"], n["cosine"]) for n in t["nearest"]] for t in d["neighbors"]]
-    # Which untrained tokens are dead codes needs the sidecar's item map: a file has one,
-    # rows in memory with their levels do not.
-    d["untrained"].pop("dead_codes")
+    # Which untrained tokens are dead codes (and items per code) needs the sidecar's item
+    # map: a file has one, rows in memory with their levels do not.
+    u = d["untrained"]
+    for key in ("dead_codes", "usage_movement", "n_flagged"):
+        u.pop(key)
+    u["tokens"] = [
+        {**t, "n_items": None, "findings": [f for f in t["findings"] if f != "dead_code"]}
+        for t in u["tokens"]
+    ]
+    u["tokens"] = [t for t in u["tokens"] if t["findings"]]
     return d
 
 

@@ -51,7 +51,8 @@ def test_sections_present_in_reading_order(built):
     ]:
         assert f"</span>{heading}</h2>" in html
     figures = [a for tag, a in page.tags if tag == "img"]
-    assert len(figures) == 4  # spectra, cosine maps, drift, row norms
+    # spectra, cosine maps, drift, row norms, and movement against items per code
+    assert len(figures) == 5
     assert "1 Verdict" in html and "sha256" in html
 
 

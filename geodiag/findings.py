@@ -1,0 +1,310 @@
+"""Per-token findings of one matrix: which new rows never left their init, and which are odd.
+
+Untrained (the gate's ``untrained_tokens`` counts them): in a group of numerically identical
+rows, at the vocabulary's mean, all zero, unchanged from the base's padding row of the same
+id (``--base``), or barely moved since a reference checkpoint (``--reference``). Beside
+them, findings that do not make a row untrained: a code no item uses (dead code), a norm far
+outside the vocabulary's. Rules and thresholds: :mod:`geodiag.metrics.untrained`.
+
+Each flagged token gets one :class:`TokenFinding` row, joined to its level, code and the
+number of items whose SID uses that code (the sidecar's item map), and to how far it moved:
+since the reference with ``--reference``, else from the vocabulary mean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from geodiag.io.checkpoint import Checkpoint, Matrix
+from geodiag.metrics.untrained import (
+    NORM_RULE,
+    TOLERANCE,
+    TOLERANCE_RULE,
+    Movement,
+    VocabularyStats,
+    barely_moved,
+    identical_groups,
+    near_point,
+    norm_outliers,
+    quantile,
+    zero_rows,
+)
+
+# How many tokens of a group, or of a finding, are named in reports (the count is exact).
+SHOWN_TOKENS = 8
+SHOWN_GROUPS = 10
+# Flagged tokens listed one by one (the counts are exact); a mean-initialized block of
+# 100,000 tokens is one finding, not 100,000 lines of JSON.
+SHOWN_FINDINGS = 1000
+# An equal-size sample of fewer rows than this has no spread to compare with.
+MIN_REFERENCE_ROWS = 2
+
+# The kinds of per-token finding, in the order a token's findings are listed; the first
+# five make a row untrained.
+FINDINGS = {
+    "identical": "in a group of identical rows",
+    "vocabulary_mean": "at the vocabulary mean",
+    "zero": "all zero",
+    "unchanged_padding": "the base's padding row, unchanged",
+    "barely_moved": "barely moved since the reference",
+    "dead_code": "a code no item uses",
+    "norm_small": "norm far below the vocabulary's (never emitted)",
+    "norm_large": "norm far above the vocabulary's (always emitted)",
+}
+UNTRAINED = ("identical", "vocabulary_mean", "zero", "unchanged_padding", "barely_moved")
+
+
+@dataclass
+class TokenGroup:
+    """Some new tokens, named: a group of identical rows, or the rows of one finding."""
+
+    size: int
+    ids: list[int]  # the first SHOWN_TOKENS, ascending
+    tokens: list[str]
+
+
+@dataclass
+class TokenFinding:
+    """One flagged new token: what was found, and what the sidecar knows of it."""
+
+    id: int
+    token: str
+    findings: list[str]  # keys of FINDINGS
+    level: str | None = None
+    code: int | None = None
+    n_items: int | None = None  # items whose SID uses this code; None without a sidecar
+    movement: float | None = None  # see UntrainedRows.movement_basis
+    norm: float | None = None
+
+
+@dataclass
+class UsageBucket:
+    """New tokens whose code this many items use: how many stay untrained, how far they moved."""
+
+    min_items: int
+    max_items: int  # inclusive
+    n_tokens: int
+    n_untrained: int
+    median_movement: float
+
+
+@dataclass
+class UntrainedRows:
+    """New rows that never left their init, found row by row, and the other row findings.
+
+    ``tolerance`` is the distance under which two rows (or a row and the mean) count as
+    one point.
+    """
+
+    n_untrained: int
+    n_trained: int  # the other measured rows
+    tolerance: float
+    tolerance_rule: str
+    n_groups: int
+    groups: list[TokenGroup]  # the first SHOWN_GROUPS groups of identical rows
+    at_vocabulary_mean: TokenGroup | None
+    unchanged_padding: TokenGroup | None
+    untrained: TokenGroup | None  # all of them, for the verdict
+    # The untrained tokens that are codes no item uses (the sidecar's item map): no
+    # training example reaches them. None without a sidecar's items.
+    dead_codes: TokenGroup | None = None
+    zero: TokenGroup | None = None
+    barely_moved: TokenGroup | None = None
+    movement: Movement | None = None  # the barely-moved cut; None without --reference
+    norm_small: TokenGroup | None = None
+    norm_large: TokenGroup | None = None
+    norm_rule: str | None = None  # None without a vocabulary
+    # "reference": ||row - the reference's row||; "vocabulary mean": ||row - mean||
+    movement_basis: str | None = None
+    n_flagged: int = 0  # tokens with any finding
+    tokens: list[TokenFinding] = field(default_factory=list)  # the first SHOWN_FINDINGS
+    usage_movement: list[UsageBucket] = field(default_factory=list)  # with a sidecar's items
+    # Figure data (not in the JSON): per measured row, in token order.
+    _movement: np.ndarray | None = None
+    _n_items: np.ndarray | None = None
+    _untrained: np.ndarray | None = None
+
+    @property
+    def two_populations(self) -> bool:
+        """Some rows untrained beside rows that are not: e.g. a base's own added tokens."""
+        return self.n_untrained > 0 and self.n_trained > 0
+
+
+def token_group(ckpt: Checkpoint, ids: np.ndarray) -> TokenGroup:
+    shown = np.sort(ids)[:SHOWN_TOKENS]
+    return TokenGroup(int(len(ids)), [int(i) for i in shown], [ckpt.token(int(i)) for i in shown])
+
+
+def items_per_code(ckpt: Checkpoint, ids: np.ndarray) -> np.ndarray | None:
+    """(n,) items whose SID uses each token's code, from the sidecar's item map; -1 for a
+    token that is no code. None without a sidecar's items."""
+    side = ckpt.sidecar
+    if side is None or not side.items or not side.has_token_ids or ckpt.new.source != "sidecar":
+        return None
+    from geodiag.metrics.codebook import code_counts
+
+    codes = np.array(list(side.items.values()), dtype=np.int64)  # (n_items, n_levels)
+    counts = code_counts(codes, [lv.size for lv in side.levels])
+    by_id = {
+        t: int(c)
+        for lv, cs in zip(side.levels, counts, strict=True)
+        for t, c in zip(lv.token_ids, cs.tolist(), strict=True)
+    }
+    return np.array([by_id.get(int(i), -1) for i in ids], dtype=np.int64)
+
+
+def _movement(
+    ckpt: Checkpoint, matrix: Matrix, rows: np.ndarray, ids: np.ndarray, sample: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """(||row - reference row|| per new row, the same for the sampled original rows ``sample``),
+    None without a reference or when it lacks this matrix."""
+    ref = ckpt.reference
+    if ref is None:
+        return None
+    theirs = next((m for m in ref.matrices if m.role == matrix.role), None)
+    if theirs is None or theirs.dim != matrix.dim:
+        return None
+    diff = rows - ref.read_rows(theirs, ids)
+    moved = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    original = None
+    if len(sample):
+        o = ckpt.read_rows(matrix, sample) - ref.read_rows(theirs, sample)
+        original = np.sqrt(np.einsum("ij,ij->i", o, o))
+        original = original[np.isfinite(original)]
+    return moved, original
+
+
+def _buckets(n_items: np.ndarray, untrained: np.ndarray, movement: np.ndarray) -> list:
+    """Tokens by items per code: 0, 1, 2-3, 4-7, ... (codes only: n_items >= 0)."""
+    out = []
+    codes = n_items >= 0
+    if not codes.any():
+        return out
+    lo = 0
+    top = int(n_items[codes].max())
+    while lo <= top:
+        hi = 0 if lo == 0 else 2 * lo - 1
+        sel = codes & (n_items >= lo) & (n_items <= hi)
+        if sel.any():
+            out.append(
+                UsageBucket(
+                    lo,
+                    hi,
+                    int(sel.sum()),
+                    int(untrained[sel].sum()),
+                    quantile(movement[sel], 0.5),
+                )
+            )
+        lo = 1 if lo == 0 else 2 * lo
+    return out
+
+
+def row_findings(
+    ckpt: Checkpoint,
+    matrix: Matrix,
+    rows: np.ndarray,
+    ids: np.ndarray,
+    vocab: VocabularyStats | None,
+    sample: np.ndarray,
+    seed: int = 0,
+) -> UntrainedRows:
+    """Every per-token finding of the measured ``rows`` (n, d) of ``ids`` (n,).
+
+    ``sample``: the ids of the original rows sampled as the vocabulary reference (their
+    movement since ``--reference`` sets the barely-moved cut)."""
+    from geodiag.metrics.geometry import spread
+
+    n = len(rows)
+    scale = vocab.spread if vocab is not None and vocab.n_rows >= MIN_REFERENCE_ROWS else 0.0
+    rule = TOLERANCE_RULE
+    if scale <= 0:  # no vocabulary to measure by: the new rows' own spread
+        scale, rule = spread(rows), f"{TOLERANCE:g} x the new rows' own spread (no vocabulary)"
+    tol = TOLERANCE * scale
+    groups = identical_groups(rows, tol, seed=seed)
+    masks = {k: np.zeros(n, bool) for k in FINDINGS}
+    for g in groups:
+        masks["identical"][g] = True
+    if vocab is not None:
+        masks["vocabulary_mean"] = near_point(rows, vocab.mean, tol)
+    masks["zero"] = zero_rows(rows)
+    base_rows = ckpt.base_padding_rows(matrix, ids)
+    if base_rows is not None:
+        mask, values = base_rows
+        masks["unchanged_padding"][mask] = np.all(rows[mask] == values, axis=1)
+    moved = _movement(ckpt, matrix, rows, ids, sample)
+    movement_cut = None
+    if moved is not None:
+        masks["barely_moved"], movement_cut = barely_moved(*moved)
+        movement, basis = moved[0], "reference"
+    elif vocab is not None:
+        diff = rows - vocab.mean
+        movement, basis = np.sqrt(np.einsum("ij,ij->i", diff, diff)), "vocabulary mean"
+    else:
+        movement, basis = None, None
+    untrained = np.logical_or.reduce([masks[k] for k in UNTRAINED])
+    n_items = items_per_code(ckpt, ids)
+    if n_items is not None:
+        masks["dead_code"] = n_items == 0
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    if vocab is not None and vocab.norm_percentiles is not None:
+        masks["norm_small"], masks["norm_large"] = norm_outliers(norms, vocab.norm_percentiles)
+
+    def group(kind: str) -> TokenGroup | None:
+        return token_group(ckpt, ids[masks[kind]]) if masks[kind].any() else None
+
+    dead_untrained = masks["dead_code"] & untrained
+    flagged = np.logical_or.reduce(list(masks.values()))
+    return UntrainedRows(
+        n_untrained=int(untrained.sum()),
+        n_trained=int((~untrained).sum()),
+        tolerance=float(tol),
+        tolerance_rule=rule,
+        n_groups=len(groups),
+        groups=[token_group(ckpt, ids[g]) for g in groups[:SHOWN_GROUPS]],
+        at_vocabulary_mean=group("vocabulary_mean"),
+        unchanged_padding=group("unchanged_padding"),
+        untrained=token_group(ckpt, ids[untrained]) if untrained.any() else None,
+        dead_codes=token_group(ckpt, ids[dead_untrained]) if dead_untrained.any() else None,
+        zero=group("zero"),
+        barely_moved=group("barely_moved"),
+        movement=movement_cut,
+        norm_small=group("norm_small"),
+        norm_large=group("norm_large"),
+        norm_rule=NORM_RULE if vocab is not None else None,
+        movement_basis=basis,
+        n_flagged=int(flagged.sum()),
+        tokens=_token_rows(ckpt, ids, masks, flagged, n_items, movement, norms),
+        usage_movement=[]
+        if n_items is None or movement is None
+        else _buckets(n_items, untrained, movement),
+        _movement=movement,
+        _n_items=n_items,
+        _untrained=untrained,
+    )
+
+
+def _token_rows(ckpt, ids, masks, flagged, n_items, movement, norms) -> list[TokenFinding]:
+    new = ckpt.new
+    position = {int(t): i for i, t in enumerate(new.ids)}
+    out = []
+    for i in np.flatnonzero(flagged)[:SHOWN_FINDINGS]:
+        tid = int(ids[i])
+        at = position[tid]
+        level = code = None
+        if new.level_index is not None and new.codes is not None:
+            level, code = new.level_names[int(new.level_index[at])], int(new.codes[at])
+        out.append(
+            TokenFinding(
+                id=tid,
+                token=ckpt.token(tid),
+                findings=[k for k in FINDINGS if masks[k][i]],
+                level=level,
+                code=code,
+                n_items=None if n_items is None or n_items[i] < 0 else int(n_items[i]),
+                movement=None if movement is None else float(movement[i]),
+                norm=float(norms[i]),
+            )
+        )
+    return out

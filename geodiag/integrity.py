@@ -1,0 +1,216 @@
+"""What a save, a merge or a reload did to the new rows: findings about the checkpoint as a whole.
+
+- ``tied_head_differs``: config.json says the head is tied, but the file stores a head
+  whose new rows differ from the embedding's. A loader that ties drops the stored head
+  (the model emits with the embedding's rows); one that does not keeps two matrices:
+  which of them was trained is a coin toss. Read the new rows of both and compare.
+- ``head_not_moved``: an untied head whose new rows barely moved since ``--reference``
+  while the input rows did: the head was frozen (or not saved), so the model cannot
+  emit the tokens it learned to read.
+- ``padding_rows``: rows past the tokenizer's length (``len(tokenizer) <= id < rows``),
+  counted apart from the new tokens; a model can still sample one when its head row is
+  not zero.
+- ``embedding_scale``: Gemma-family models multiply the input embedding by sqrt(d)
+  (their normalizer) before the first layer: input and head norms are compared after it.
+- ``adapter_server``: an adapter whose embedding changes a common server does not load
+  (vLLM loads LoRA adapters, not ``modules_to_save`` nor ``trainable_tokens_delta``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from geodiag.findings import TokenGroup, UntrainedRows, token_group
+from geodiag.io.checkpoint import Checkpoint
+from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES
+from geodiag.metrics.untrained import quantile
+
+# Gemma's forward pass scales the input embedding by sqrt(hidden_size) (the "normalizer").
+SCALED_INPUT_MODEL_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "recurrent_gemma")
+# A copy written by one save is bit-exact; across dtypes (one of them cast to bf16, ~3
+# significant digits) two copies of a row agree to this fraction of its norm.
+COPY_RTOL = 1e-2
+# Padding rows read at most: past this many, count them and read no rows.
+MAX_PADDING_ROWS = 100_000
+SERVER_KINDS = ("modules_to_save", "trainable tokens")
+
+
+@dataclass
+class IntegrityFinding:
+    kind: str  # one of the module docstring's names
+    status: str  # "warn": a model built from these files misbehaves; "note": informational
+    message: str
+    tokens: TokenGroup | None = None  # the rows concerned, when they are new tokens
+    count: int | None = None
+
+
+def input_scale(config: dict) -> float:
+    """The factor the forward pass multiplies input embeddings by: sqrt(d) for Gemma, else 1."""
+    hidden = config.get("hidden_size")
+    if config.get("model_type") in SCALED_INPUT_MODEL_TYPES and isinstance(hidden, int):
+        return float(np.sqrt(hidden))
+    return 1.0
+
+
+def _stored_tied_head(ckpt: Checkpoint) -> str | None:
+    """The head tensor stored beside a tied embedding (analyzed as a copy), if any."""
+    if not ckpt.tied or not ckpt.matrices:
+        return None
+    emb = ckpt.matrices[0]
+    names = set(ckpt.store.names())
+    for name in OUTPUT_HEAD_NAMES:
+        if name in names and name != emb.tensor and ckpt.store.shape(name) == (emb.n_rows, emb.dim):
+            return name
+    return None
+
+
+def tied_head_differs(ckpt: Checkpoint) -> IntegrityFinding | None:
+    """A tied config whose file stores a head that differs from the embedding on new rows."""
+    head = _stored_tied_head(ckpt)
+    if head is None or not len(ckpt.new.ids):
+        return None
+    ids = ckpt.new.ids
+    emb = ckpt.read_rows(ckpt.matrices[0], ids)
+    out = ckpt.store.read_rows(head, ids)
+    scale = input_scale(ckpt.config)
+    rtol = 0.0 if ckpt.store.dtype(head) == ckpt.matrices[0].dtype else COPY_RTOL
+
+    def differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if rtol == 0.0 and a is emb:
+            return ~np.all(a == b, axis=1)
+        diff = np.sqrt(np.einsum("ij,ij->i", a - b, a - b))
+        norm = np.maximum(np.sqrt(np.einsum("ij,ij->i", a, a)), np.finfo(np.float64).tiny)
+        return ~(diff <= max(rtol, 1e-6) * norm)  # NaN rows differ
+
+    bad = differ(emb, out)
+    if not bad.any():
+        return None
+    scaled = scale != 1.0 and not differ(emb * scale, out).any()
+    what = (
+        f"holds the embedding's rows times Gemma's sqrt(d) = {scale:.4g} (the input scaling "
+        "baked into the head)"
+        if scaled
+        else "differs from the embedding"
+    )
+    return IntegrityFinding(
+        "tied_head_differs",
+        "warn",
+        f"config.json ties the head to the embedding, but the stored '{head}' {what} on "
+        f"{int(bad.sum())} of {len(ids)} new rows: a loader that ties drops it (and emits "
+        "with the embedding's rows), one that does not keeps both; save with "
+        "tie_word_embeddings matching what was trained",
+        token_group(ckpt, ids[bad]),
+        int(bad.sum()),
+    )
+
+
+def head_not_moved(
+    inputs: UntrainedRows | None, head: UntrainedRows | None, n_new: int
+) -> IntegrityFinding | None:
+    """An untied head whose new rows barely moved since ``--reference`` while the input rows did."""
+    if inputs is None or head is None or head.movement is None or inputs.movement is None:
+        return None
+    still = head.barely_moved.size if head.barely_moved else 0
+    moved_in = n_new - (inputs.barely_moved.size if inputs.barely_moved else 0)
+    if still < n_new or moved_in == 0:
+        return None
+    return IntegrityFinding(
+        "head_not_moved",
+        "warn",
+        f"the untied output head's {n_new} new rows barely moved since the reference while "
+        f"{moved_in} input rows did: the head was frozen or not saved, so the model cannot "
+        "emit the tokens it learned to read (train lm_head too, e.g. PEFT modules_to_save)",
+        head.barely_moved,
+        still,
+    )
+
+
+def padding_rows(ckpt: Checkpoint, norm_median: float | None) -> IntegrityFinding | None:
+    """Rows past the tokenizer's length that are not new tokens: count, norm, samplable?"""
+    if ckpt.tokenizer is None or not ckpt.matrices or not hasattr(ckpt.tokenizer, "__len__"):
+        return None
+    emb = ckpt.matrices[0]
+    n_tok = len(ckpt.tokenizer)
+    ids = np.arange(n_tok, emb.n_rows, dtype=np.int64)
+    ids = ids[~np.isin(ids, ckpt.new.ids)]
+    if not len(ids):
+        return None
+    if len(ids) > MAX_PADDING_ROWS:
+        return IntegrityFinding(
+            "padding_rows",
+            "note",
+            f"{len(ids)} rows past the tokenizer's {n_tok} tokens (not read: too many)",
+            count=int(len(ids)),
+        )
+    head = ckpt.matrices[1] if len(ckpt.matrices) > 1 else emb
+    rows = ckpt.read_rows(emb, ids)
+    head_rows = rows if head is emb else ckpt.read_rows(head, ids)
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    relative = (
+        f", median norm {quantile(norms, 0.5) / norm_median:.3g}x the vocabulary's"
+        if norm_median
+        else ""
+    )
+    live = np.any(head_rows != 0, axis=1)
+    where = "output head" if head is not emb else "tied embedding"
+    if not live.any():
+        return IntegrityFinding(
+            "padding_rows",
+            "note",
+            f"{len(ids)} padding rows past the tokenizer's {n_tok} tokens (ids {int(ids[0])}.."
+            f"{int(ids[-1])}){relative}; their {where} rows are zero",
+            count=int(len(ids)),
+        )
+    return IntegrityFinding(
+        "padding_rows",
+        "warn",
+        f"{len(ids)} padding rows past the tokenizer's {n_tok} tokens (ids {int(ids[0])}.."
+        f"{int(ids[-1])}){relative}; {int(live.sum())} of their {where} rows are not zero, "
+        "so the model can sample ids no tokenizer decodes (mask them, or zero those head rows)",
+        count=int(len(ids)),
+    )
+
+
+def embedding_scale(ckpt: Checkpoint) -> IntegrityFinding | None:
+    scale = input_scale(ckpt.config)
+    if scale == 1.0:
+        return None
+    return IntegrityFinding(
+        "embedding_scale",
+        "note",
+        f"{ckpt.config.get('model_type')}: the forward pass multiplies the input embedding by "
+        f"sqrt(d) = {scale:.4g}; the stored rows are compared as stored (the head, tied or "
+        "not, is not scaled)",
+    )
+
+
+def adapter_server(ckpt: Checkpoint) -> IntegrityFinding | None:
+    changes = (ckpt.adapter or {}).get("embedding_changes") or {}
+    hit = {name: kinds for name, kinds in changes.items() if any(k in kinds for k in SERVER_KINDS)}
+    if not hit:
+        return None
+    what = "; ".join(f"{name}: {kinds}" for name, kinds in hit.items())
+    return IntegrityFinding(
+        "adapter_server",
+        "warn",
+        f"the adapter changes the embedding in a way common servers do not load ({what}): "
+        "vLLM loads LoRA weights, not modules_to_save or trainable_tokens_delta; merge "
+        "first (PeftModel.merge_and_unload(), then save_pretrained) and serve the merged model",
+    )
+
+
+def integrity(ckpt: Checkpoint, matrices: list) -> list[IntegrityFinding]:
+    """Every integrity finding of ``ckpt``; ``matrices``: its MatrixReports, input first."""
+    inputs = matrices[0].untrained if matrices else None
+    head = matrices[1].untrained if len(matrices) > 1 else None
+    vocab_norms = matrices[0].vocabulary_norms if matrices else None
+    found = [
+        tied_head_differs(ckpt),
+        head_not_moved(inputs, head, matrices[0].n_new) if head is not None else None,
+        padding_rows(ckpt, (vocab_norms or {}).get("p50")),
+        embedding_scale(ckpt),
+        adapter_server(ckpt),
+    ]
+    return [f for f in found if f is not None]
