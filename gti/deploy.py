@@ -92,15 +92,7 @@ def requantize(src: Path, dst: Path, qtype: str) -> Path:
     reader = gguf.GGUFReader(src)
     arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
     writer = gguf.GGUFWriter(dst, arch=arch)
-    for field in reader.fields.values():
-        if field.name.startswith("GGUF.") or field.name in (
-            gguf.Keys.General.ARCHITECTURE,
-            gguf.Keys.General.FILE_TYPE,
-        ):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+    copy_metadata(reader, writer, skip=(gguf.Keys.General.FILE_TYPE,))
     file_type = getattr(gguf.LlamaFileType, f"MOSTLY_{target.name}", None)
     if file_type is not None:
         writer.add_file_type(file_type)
@@ -122,6 +114,22 @@ def requantize(src: Path, dst: Path, qtype: str) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return dst
+
+
+def copy_metadata(reader, writer, skip: tuple[str, ...] = ()) -> None:
+    """Every key of a ``gguf.GGUFReader`` into a ``gguf.GGUFWriter`` (not the header's
+    own GGUF.* fields, nor the architecture the writer was made with)."""
+    import gguf
+
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name in (
+            gguf.Keys.General.ARCHITECTURE,
+            *skip,
+        ):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
 
 
 def export(checkpoint: Path, out: Path, qtype: str, cache: Path = CACHE) -> Path:
