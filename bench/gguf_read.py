@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 CHILD = """
-import json, resource, sys, time
+import json, sys, time
 t0 = time.perf_counter()
 from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.options import ReadOptions
@@ -37,7 +37,10 @@ t1 = time.perf_counter()
 ck = open_checkpoint(sys.argv[1], ReadOptions(sidecar=sys.argv[2]))
 rows = ck.read_rows(ck.matrices[0], ck.new.ids)
 t2 = time.perf_counter()
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child of a large parent
+# would report the parent's peak.
+status = open("/proc/self/status").read().split("VmHWM:")[1]
+rss = int(status.split()[0]) / 1024
 print(json.dumps({"read_s": t2 - t1, "imports_s": t1 - t0, "rss_mb": rss, "n": len(rows),
                   "sum": float(rows.sum())}))
 """

@@ -32,6 +32,7 @@ INSTALL = "pip install 'geodiag[gguf]' (llama.cpp's gguf package)"
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 EMBEDDING = "token_embd.weight"
+TOKENS = "tokenizer.ggml.tokens"
 OUTPUT_HEAD = "output.weight"
 # llama.cpp's token types (gguf.TokenType): USER_DEFINED marks added tokens, CONTROL
 # special ones.
@@ -110,6 +111,31 @@ class _Header:
         start, n = self.string_span(what)
         return bytes(self.buf[start : start + n]).decode("utf-8", errors="replace")
 
+    def _walk_strings(self, count: int, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(starts, lengths) of the token strings; other string arrays (the merges) are
+        only skipped over: None."""
+        keep = key == TOKENS
+        try:
+            starts, end = (
+                _walk(self.buf, self.at, count) if keep else ([], _skip(self.buf, self.at, count))
+            )
+        except struct.error:  # a length field itself past the end
+            end = len(self.buf) + 1
+        if end > len(self.buf):
+            raise InputError(
+                self.path,
+                f"truncated or corrupt GGUF header: the strings of '{key}' from byte "
+                f"{self.at} run past the end of the file ({len(self.buf)} bytes)",
+            )
+        self.at = end
+        if not keep:
+            return None
+        if not count:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        first = np.asarray(starts, dtype=np.int64)
+        after = np.append(first[1:] - 8, end)  # each string ends where the next length starts
+        return first, after - first
+
     def value(self, vtype: int, key: str):
         """A metadata value: a scalar, a str, or for arrays (elem type, count, start byte,
         string spans or None); arrays are skipped over, not decoded."""
@@ -128,12 +154,31 @@ class _Header:
             return _Array(etype, count, start, None)
         if etype == _STRING:
             self._need(count * 8, f"array '{key}'")  # at least the lengths
-            starts = np.empty(count, np.int64)
-            lengths = np.empty(count, np.int64)
-            for i in range(count):
-                starts[i], lengths[i] = self.string_span(f"string {i} of '{key}'")
-            return _Array(etype, count, start, (starts, lengths))
+            return _Array(etype, count, start, self._walk_strings(count, key))
         raise InputError(self.path, f"corrupt GGUF header: array '{key}' of type {etype}")
+
+
+_U64 = struct.Struct("<Q").unpack_from
+
+
+def _walk(buf: mmap.mmap, at: int, count: int) -> tuple[list[int], int]:
+    """Start offsets of ``count`` length-prefixed strings from byte ``at``, and the end.
+    One tight loop (SmolLM2's 98k tokens and merges: ~30 ms); a length past the end is
+    caught by the caller (offsets only grow, so checking the end checks them all)."""
+    starts = [0] * count
+    for i in range(count):
+        (n,) = _U64(buf, at)
+        at += 8
+        starts[i] = at
+        at += n
+    return starts, at
+
+
+def _skip(buf: mmap.mmap, at: int, count: int) -> int:
+    """The end of ``count`` length-prefixed strings from byte ``at`` (as :func:`_walk`)."""
+    for _ in range(count):
+        at += 8 + _U64(buf, at)[0]
+    return at
 
 
 @dataclass(frozen=True)
@@ -316,7 +361,7 @@ class GGUFStore:
 
     def _strings(self, key: str) -> _Array | None:
         arr = self._arrays.get(key)
-        if arr is not None and arr.etype != _STRING:
+        if arr is not None and (arr.etype != _STRING or arr.spans is None):
             raise InputError(self.path, f"metadata '{key}' is not an array of strings")
         return arr
 
@@ -334,7 +379,7 @@ class GGUFStore:
         return np.frombuffer(self._map, "<i4", arr.count, arr.start).copy()
 
     def _check_token_list(self) -> None:
-        tokens, types = self._strings("tokenizer.ggml.tokens"), self.token_types()
+        tokens, types = self._strings(TOKENS), self.token_types()
         if tokens is None:
             return
         if types is not None and len(types) != tokens.count:
@@ -353,7 +398,7 @@ class GGUFStore:
     def tokenizer_info(self) -> TokenizerInfo | None:
         """Token strings from ``tokenizer.ggml.tokens``; the added tokens are those typed
         USER_DEFINED (added, not special) or CONTROL (special), as llama.cpp marks them."""
-        tokens = self._strings("tokenizer.ggml.tokens")
+        tokens = self._strings(TOKENS)
         if tokens is None:
             return None
         types = self.token_types()

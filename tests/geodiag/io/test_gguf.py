@@ -260,3 +260,13 @@ def test_reading_safetensors_never_imports_gguf(make_ckpt):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_report_side_by_side_with_its_gguf(make_ckpt, tmp_path):
+    pytest.importorskip("matplotlib")
+    ck, g = _ckpt_and_gguf(make_ckpt, tmp_path, "Q4_1")
+    out = tmp_path / "r.html"
+    args = ["report", str(ck), str(g), "-o", str(out), "--permutations", "20"]
+    res = CliRunner().invoke(app, [*args, "--sidecar", str(ck / "semantic_ids.json")])
+    assert res.exit_code == 0, res.output
+    assert "Q4_1" in out.read_text() and out.with_suffix(".json").is_file()
