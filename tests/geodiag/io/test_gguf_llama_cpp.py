@@ -28,6 +28,13 @@ transformers = pytest.importorskip("transformers")
 SIDS = [f"<{lv}_{c}>" for lv in "abc" for c in range(8)]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _only_with_m_slow(request):  # module scope: before the module's wheel fixture
+    """Minutes of CPU and a 93 MB wheel: run with ``-m slow`` (as tests/gti's slow ones)."""
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("llama.cpp converter and SmolLM2 wheel; run with -m slow")
+
+
 @pytest.fixture(scope="module")
 def smollm2_gguf(tmp_path_factory) -> Path:
     from gti.models.smollm2 import REQUIREMENT
