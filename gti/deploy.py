@@ -89,6 +89,12 @@ def requantize(src: Path, dst: Path, qtype: str) -> Path:
     except KeyError:
         raise InputError("--type", f"unknown ggml type {qtype!r}") from None
     block = gguf.GGML_QUANT_SIZES[target][0]
+    try:  # one block first: a type gguf-py cannot write fails before any file is made
+        gguf.quants.quantize(np.zeros((1, block), np.float32), target)
+    except NotImplementedError:
+        raise InputError(
+            "--type", f"gguf-py cannot write {target.name} (llama-quantize can)"
+        ) from None
     reader = gguf.GGUFReader(src)
     arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
     writer = gguf.GGUFWriter(dst, arch=arch)
@@ -100,12 +106,7 @@ def requantize(src: Path, dst: Path, qtype: str) -> Path:
     for t in reader.tensors:
         data = np.asarray(t.data)
         if t.tensor_type in floats and data.ndim == 2 and data.shape[1] % block == 0:
-            try:
-                q = gguf.quants.quantize(data.astype(np.float32), target)
-            except NotImplementedError:
-                raise InputError(
-                    "--type", f"gguf-py cannot write {target.name} (llama-quantize can)"
-                ) from None
+            q = gguf.quants.quantize(data.astype(np.float32), target)
             writer.add_tensor(t.name, q, raw_dtype=target)
         else:
             writer.add_tensor(t.name, data, raw_dtype=t.tensor_type)
