@@ -78,9 +78,9 @@ def convert(checkpoint: Path, out: Path, outtype: str = "f32", cache: Path = CAC
     return out
 
 
-def requantize(src: Path, dst: Path, qtype: str) -> Path:
-    """A copy of the GGUF ``src`` with its 2-D F32/F16 weights quantized to ``qtype`` by
-    gguf-py (metadata and other tensors copied as they are)."""
+def writable_type(qtype: str):
+    """The ``gguf.GGMLQuantizationType`` named ``qtype``, when gguf-py can write it (one
+    block is quantized to find out, before any file is converted or written)."""
     import gguf
     import numpy as np
 
@@ -88,13 +88,24 @@ def requantize(src: Path, dst: Path, qtype: str) -> Path:
         target = gguf.GGMLQuantizationType[qtype.upper()]
     except KeyError:
         raise InputError("--type", f"unknown ggml type {qtype!r}") from None
-    block = gguf.GGML_QUANT_SIZES[target][0]
-    try:  # one block first: a type gguf-py cannot write fails before any file is made
+    try:
+        block = gguf.GGML_QUANT_SIZES[target][0]
         gguf.quants.quantize(np.zeros((1, block), np.float32), target)
-    except NotImplementedError:
+    except (NotImplementedError, KeyError):
         raise InputError(
-            "--type", f"gguf-py cannot write {target.name} (llama-quantize can)"
+            "--type", f"gguf-py cannot write {target.name} (llama.cpp's llama-quantize can)"
         ) from None
+    return target
+
+
+def requantize(src: Path, dst: Path, qtype: str) -> Path:
+    """A copy of the GGUF ``src`` with its 2-D F32/F16 weights quantized to ``qtype`` by
+    gguf-py (metadata and other tensors copied as they are)."""
+    import gguf
+    import numpy as np
+
+    target = writable_type(qtype)
+    block = gguf.GGML_QUANT_SIZES[target][0]
     reader = gguf.GGUFReader(src)
     arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
     writer = gguf.GGUFWriter(dst, arch=arch)
@@ -138,6 +149,7 @@ def export(checkpoint: Path, out: Path, qtype: str, cache: Path = CACHE) -> Path
     else its F32 file requantized by gguf-py."""
     if qtype.lower() in CONVERTER_TYPES:
         return convert(checkpoint, out, qtype.lower(), cache)
+    writable_type(qtype)
     with tempfile.TemporaryDirectory(prefix="gguf-f32-", dir=out.parent) as tmp:
         f32 = convert(checkpoint, Path(tmp) / "f32.gguf", "f32", cache)
         return requantize(f32, out, qtype)
