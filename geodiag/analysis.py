@@ -37,6 +37,7 @@ from geodiag.version import __version__
 
 if TYPE_CHECKING:  # drift is loaded by the commands that measure it, not by every gate
     from geodiag.metrics.drift import DriftResult
+    from geodiag.metrics.quantization import QuantizationFindings
 
 
 @dataclass(frozen=True)
@@ -368,6 +369,7 @@ class DriftReport:
     n_tokens: int
     drift: DriftResult
     levels: dict[str, DriftResult]
+    quantization: QuantizationFindings | None = None  # when AFTER is a GGUF file
 
 
 def analyze_drift(
@@ -380,7 +382,8 @@ def analyze_drift(
     read = read or ReadOptions()
     opts = opts or AnalyzeOptions(allow_nonfinite=read.allow_nonfinite)
     read = dataclasses.replace(read, reference=None)
-    a, b = open_checkpoint(before, read), open_checkpoint(after, read)
+    a = open_checkpoint(before, read)
+    b = open_checkpoint(after, _deployed_read(read, a, Path(after)))
     if a.new.tokens != b.new.tokens or not np.array_equal(a.new.ids, b.new.ids):
         raise InputError(
             after, f"new tokens differ from those of {before}: drift needs the same vocabulary"
@@ -390,6 +393,20 @@ def analyze_drift(
         for ma, mb in zip(a.matrices, b.matrices, strict=False):
             out.append(_drift_matrix(a, b, ma, mb, before, after, opts))
     return out
+
+
+def _deployed_read(read: ReadOptions, a: Checkpoint, after: Path) -> ReadOptions:
+    """A GGUF file converted from ``a`` keeps its token ids: without a sidecar of its own
+    it is read with ``a``'s (levels, codes), checked against its token list."""
+    from dataclasses import replace
+
+    from geodiag.sidecar import FILENAME
+
+    own = after.parent / FILENAME
+    theirs = (a.path if a.path.is_dir() else a.path.parent) / FILENAME
+    if after.suffix != ".gguf" or read.sidecar or own.is_file() or not theirs.is_file():
+        return read
+    return replace(read, sidecar=theirs)
 
 
 def _drift_matrix(
@@ -409,7 +426,23 @@ def _drift_matrix(
         for li, name in enumerate(a.new.level_names):
             sel = a.new.level_index == li
             levels[name] = drift(ra[sel], rb[sel], **kw)
-    return DriftReport(str(before), str(after), ma.role, len(ra), drift(ra, rb, **kw), levels)
+    whole = drift(ra, rb, **kw)
+    found = None
+    if getattr(b.store, "dequantizes", False):  # a deployed file: what export did
+        from geodiag.metrics.quantization import quantization_findings
+
+        books = a.codebooks or b.codebooks
+        masks = {n: a.new.level_index == li for li, n in enumerate(a.new.level_names)}
+        found = quantization_findings(
+            ra,
+            rb,
+            dtype=mb.dtype,
+            tokens=a.new.tokens,
+            structure=whole.structure_rsa,
+            levels={n: (masks[n], book) for n, book in books.items()},
+            **kw,
+        )
+    return DriftReport(str(before), str(after), ma.role, len(ra), whole, levels, found)
 
 
 def command_line() -> str:

@@ -249,4 +249,19 @@ def drift_table(reports: list[DriftReport]) -> str:
             lines.append(
                 f"    level {name}: cosine mean {_f(lv.cosine_mean)}, structure RSA {lrsa_s}"
             )
+        if r.quantization is not None:
+            lines += _quantization_lines(r.quantization)
     return "\n".join(lines)
+
+
+def _quantization_lines(q) -> list[str]:
+    """What export did (``geodiag drift CKPT model.gguf``): errors, merges, the verdict."""
+    lines = [
+        f"  export to {q.dtype}: relative error per token mean {_f(q.relative_error_mean)}, "
+        f"max {_f(q.relative_error_max)}",
+        f"  tokens made identical: {q.identical_pairs} pair(s)"
+        + "".join(f"; {x} = {y}" for x, y in q.identical_examples),
+        f"  nearest new-token neighbour changed: {q.neighbour_changed} token(s)"
+        + "".join(f"; {c.token}: {c.before} -> {c.after}" for c in q.neighbour_examples),
+    ]
+    return [*lines, f"  verdict: {q.verdict}"]

@@ -5,9 +5,11 @@ Bottom to top, each module importing only those above it in this list:
 - ``safetensors``: a validating safetensors reader that reads only the rows asked for,
   and a small writer;
 - ``store``: the :class:`~geodiag.io.store.TensorStore` questions (names, shape, dtype,
-  rows) over one file, a sharded set or a torch pickle;
+  rows) over one file, a sharded set, a torch pickle or a GGUF file;
 - ``memory``: the same questions over a numpy array, a torch tensor or a model;
 - ``tokenizer``: token strings and added tokens from ``tokenizer.json``;
+- ``gguf``: a GGUF file's tensors (rows dequantized by llama.cpp's ``gguf`` package),
+  metadata and token list, opened by ``store`` only for a ``.gguf``;
 - ``tensor_names``: which tensor is the input embedding, which the output head;
 - ``peft_adapter``: a PEFT adapter folder over its base, rows as PEFT merges them;
 - ``stack``: which training stack wrote a checkpoint;

@@ -2,7 +2,8 @@
 
 Resolution order (DESIGN.md, checkpoint contract):
 - weights: a PEFT adapter folder over its base (``geodiag.io.peft_adapter``), else a
-  safetensors file, a sharded set or a torch state dict (``geodiag.io.store``); files
+  safetensors file, a sharded set, a torch state dict or a GGUF file (``geodiag.io.store``;
+  a GGUF's metadata and token list stand for config.json and tokenizer.json); files
   beside them (config, tokenizer, sidecar, codebooks) from the adapter's folder first,
   else its base's;
 - tensors: ``--tensor`` override, else the known embedding names of common
@@ -210,9 +211,7 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
     store, adapter, roots = _open_weights(path, opts)
     base_ckpt = open_base(Path(opts.base)) if adapter is None and opts.base is not None else None
     beside = _finder(roots)
-    config = read_json_object(beside("config.json")) if beside("config.json").is_file() else {}
-    tok_path = beside("tokenizer.json")
-    tok = load_tokenizer(tok_path) if tok_path.is_file() else None
+    config, tok = _config_and_tokenizer(store, beside)
 
     untied_by_adapter = _untied_by_adapter(adapter)
     matrices, tied, head_notes = _matrices(store, path, config, opts, adapter, untied_by_adapter)
@@ -291,6 +290,18 @@ def _open_weights(
     return open_store(path), None, [path if path.is_dir() else path.parent]
 
 
+def _config_and_tokenizer(
+    store: TensorStore, beside: Callable[[str], Path]
+) -> tuple[dict, TokenizerInfo | None]:
+    """config.json and tokenizer.json beside the weights; a GGUF file carries its own
+    (its metadata and token list), which win over files that happen to sit beside it."""
+    if hasattr(store, "tokenizer_info"):
+        return store.config(), store.tokenizer_info()
+    config = read_json_object(beside("config.json")) if beside("config.json").is_file() else {}
+    tok_path = beside("tokenizer.json")
+    return config, load_tokenizer(tok_path) if tok_path.is_file() else None
+
+
 def _finder(roots: list[Path]) -> Callable[[str], Path]:
     """``beside(name)``: the first root holding the file ``name``, else the first root's path."""
 
@@ -331,7 +342,7 @@ def _matrices(
             raise InputError(
                 where, f"tensor '{name}' has shape {list(shape)}, expected [vocab, hidden]"
             )
-        if not is_float(dtype):
+        if not (is_float(dtype) or getattr(store, "dequantizes", False)):
             raise InputError(
                 where, f"tensor '{name}' has dtype {dtype}; expected {', '.join(FLOAT_DTYPES)}"
             )

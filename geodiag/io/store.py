@@ -1,4 +1,5 @@
-"""Where a checkpoint's tensors live: one safetensors file, a sharded set, or a torch pickle.
+"""Where a checkpoint's tensors live: one safetensors file, a sharded set, a torch pickle,
+or a GGUF file (``geodiag.io.gguf``, imported only when one is opened).
 
 All stores answer the same questions (names, shape, dtype, read rows) so the
 checkpoint logic above them never cares about the layout. Safetensors stores
@@ -197,7 +198,13 @@ def open_store(path: str | os.PathLike[str]) -> TensorStore:
             return SafetensorsStore.single(p)
         if p.suffix in (".bin", ".pt", ".pth"):
             return TorchStore(p)
-        raise InputError(p, "unknown weights format (expected .safetensors, .bin, .pt or a folder)")
+        if p.suffix == ".gguf":
+            from geodiag.io.gguf import GGUFStore  # llama.cpp's gguf package, only here
+
+            return GGUFStore(p)
+        raise InputError(
+            p, "unknown weights format (expected .safetensors, .bin, .pt, .gguf or a folder)"
+        )
     for index in ("model.safetensors.index.json",):
         if (p / index).is_file():
             return SafetensorsStore.sharded(p / index)

