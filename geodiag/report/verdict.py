@@ -175,9 +175,7 @@ def check_sentence(c: CheckResult, m: MatrixReport, remedy: str = GROUND) -> str
         u = m.untrained
         if ok or u is None or u.untrained is None:
             return f"no new row is still at its init (none within {_g(u.tolerance if u else None)} of another row or of the vocabulary mean)."
-        if u.dead_codes is not None and u.dead_codes.size == u.n_untrained:
-            return f"{_untrained_phrase(m)}: codes no item uses (dead codes)."
-        return f"{_untrained_phrase(m)}; {remedy}."
+        return _untrained_diagnosis(m, remedy)
     if c.name == "norm_ratio":
         if ok:
             return f"the longest new row is {v:.3g}x the longest original row (<= {t:g})."
@@ -208,6 +206,29 @@ def _untrained_phrase(m: MatrixReport) -> str:
     )
 
 
+def _untrained_diagnosis(m: MatrixReport, remedy: str) -> str:
+    """Why the untrained tokens are untrained, and what to do: the cause all of them share
+    (dead codes, barely moved since the reference), else the init's remedy."""
+    u = m.untrained
+    assert u is not None
+    if u.dead_codes is not None and u.dead_codes.size == u.n_untrained:
+        return (
+            f"{_untrained_phrase(m)}; each is a code no item uses (a dead code), so no "
+            "training example reaches it: drop those tokens, re-fit the codebook, or allow "
+            "them with --max-untrained-tokens."
+        )
+    if u.barely_moved is not None and u.barely_moved.size == u.n_untrained:
+        return (
+            f"{_untrained_phrase(m)}; training has not reached them since the reference (their "
+            "codes are rare in the data, or the run is short): train longer, or check that "
+            "the training data uses them."
+        )
+    rest = ""
+    if u.two_populations:
+        rest = f" (the other {u.n_trained} rows are distinct: trained before, or by you)"
+    return f"{_untrained_phrase(m)}{rest}; {remedy}."
+
+
 def _collapse(m: MatrixReport, failed: set[str], remedy: str) -> str | None:
     """The diagnosis of a failed matrix, most specific cause first."""
     n, g = m.n_new, m.new
@@ -236,19 +257,7 @@ def _collapse(m: MatrixReport, failed: set[str], remedy: str) -> str | None:
             f"vector); give each token its own starting point, or {GROUND}."
         )
     if "untrained_tokens" in failed and m.untrained is not None and m.untrained.untrained:
-        u = m.untrained
-        if u.dead_codes is not None and u.dead_codes.size == u.n_untrained:
-            return (
-                f"{_untrained_phrase(m)}; each is a code no item uses (a dead code), so no "
-                "training example reaches it: drop those tokens, re-fit the codebook, or allow "
-                "them with --max-untrained-tokens."
-            )
-        rest = ""
-        if m.untrained.two_populations:
-            rest = (
-                f" (the other {m.untrained.n_trained} rows are distinct: trained before, or by you)"
-            )
-        return f"{_untrained_phrase(m)}{rest}; {remedy}."
+        return _untrained_diagnosis(m, remedy)
     if "norm_ratio" in failed:
         return (
             f"the longest new row is {_g(m.norm_ratio)}x the longest original row: the model "

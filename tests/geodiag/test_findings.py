@@ -76,6 +76,11 @@ def test_rows_that_barely_moved_since_the_reference(make_ckpt, planted):
     for i in planted:
         expect = np.linalg.norm(after[i].astype(np.float32) - init[i].astype(np.float32))
         assert moved[BASE_VOCAB + i] == pytest.approx(expect, rel=1e-5)
+    if planted:  # the verdict names the cause they share, not the init's remedy
+        res = run("check", ckpt, "--reference", ref, "--permutations", 0)
+        assert res.exit_code == 1
+        assert "training has not reached them since the reference" in res.stdout
+        assert "trained before, or by you" not in res.stdout
     # A reference with other new tokens is bad input naming the flag.
     other = make_ckpt(init[:20], name="other", with_sidecar=False, with_tokenizer=False)
     res = run("check", ckpt, "--reference", other, "--base-vocab-size", BASE_VOCAB)
