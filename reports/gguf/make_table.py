@@ -5,7 +5,7 @@ gguf-py requantizes the F32 file to Q4_0, Q4_1, Q5_0 and Q5_1; ``geodiag drift C
 FILE.gguf`` (``analyze_drift``) compares the new rows. Prints the markdown table of
 README.md and writes table.json beside this script.
 
-    PYTHONPATH=. python reports/gguf/make_table.py /work/main/runs/demo/seed-0/sft
+    PYTHONPATH=. python reports/gguf/make_table.py runs/demo/seed-0/sft
 """
 
 from __future__ import annotations
