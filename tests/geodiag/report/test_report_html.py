@@ -97,14 +97,23 @@ def test_verdicts_name_cause_and_remedy(built):
     assert mean["status"] == "fail"
     assert "all 24 new tokens are the same vector" in mean["sentence"].lower()
     assert "gti init --strategy gti" in mean["sentence"]
-    for c in mean["checks"]:
-        if c["status"] == "fail":
-            assert "gti init --strategy gti" in c["sentence"], c
+    for c in mean["checks"]:  # check lines state the finding; the diagnosis the remedy
+        assert "gti init --strategy gti" not in c["sentence"], c
     random_ = by_label["random/init"]["verdict"]
     assert random_["status"] == "warn"
     assert "carries no structure" in random_["sentence"] and "RSA ~" in random_["sentence"]
     assert by_label["gti/init"]["verdict"]["status"] == "pass"
     assert "healthy" in by_label["gti/init"]["verdict"]["sentence"].lower()
+
+
+def test_each_card_gives_its_remedy_once(built):
+    html, _, _, _ = built
+    cards = html.split('<div class="card ')[1:]
+    assert len(cards) == 4
+    mean = next(c for c in cards if "mean/init" in c.split("</h3>")[0])
+    assert mean.split("</ul>")[0].count("gti init --strategy gti") == 1
+    for card in cards:
+        assert card.split("</ul>")[0].count("gti init --strategy gti") <= 1
 
 
 def test_drift_pairs_init_and_sft_of_the_same_strategy(built):
