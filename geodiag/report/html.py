@@ -322,6 +322,7 @@ def finding_counts(report: Report, p: _Ptr) -> list[list[Cell]]:
             rows.append(
                 [
                     Cell(e.label + (" (output head)" if m.role == "output" else "")),
+                    Cell(e.verdict.status, None, f"status {e.verdict.status}"),
                     p.num("checkpoints", ci, "report", "matrices", mi, "n_new"),
                     p.num(*at, "n_untrained"),
                     count("dead_codes", u._n_items is not None),

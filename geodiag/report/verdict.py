@@ -199,9 +199,8 @@ def _untrained_phrase(m: MatrixReport) -> str:
     u = m.untrained
     assert u is not None and u.untrained is not None
     how = untrained_kinds(u)
-    names = ", ".join(u.untrained.tokens) + (
-        ", ..." if u.untrained.size > len(u.untrained.tokens) else ""
-    )
+    more = u.untrained.size - len(u.untrained.tokens)
+    names = ", ".join(u.untrained.tokens) + (f" and {more} more" if more > 0 else "")
     return (
         f"{u.n_untrained} of {m.n_new} new tokens never left their init ({'; '.join(how)}): {names}"
     )

@@ -284,7 +284,10 @@ def final_screen(cfg: ExperimentConfig, result: ExperimentResult) -> str:
         if arm in cfg.trained_arms:
             names[str(paths.sft)] = (arm, stage)
     assert result.report_html is not None
-    note_users = cfg.evaluate.max_users if cfg.trained_arms else None
+    note_users = None
+    if result.results_json is not None:  # the fewest users any arm was evaluated on
+        arms = json.loads(result.results_json.read_text())["arms"].values()
+        note_users = min(n for a in arms for s in a["splits"].values() for n in s["n_users"])
     text = load_screen(
         result.report_html.with_suffix(".json"), names, note_users, result.results_md
     )
