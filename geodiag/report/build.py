@@ -99,6 +99,11 @@ class CosineMap:
     level_names: list[str]
     level_starts: list[int]  # cell index where each level starts
     _values: np.ndarray  # (n_cells, n_cells), in [-1, 1]
+    # The same map of the rows minus their mean: a large common component (every row
+    # = shared offset + its own part) makes every raw cosine ~1 and hides the blocks;
+    # centered, the cosines compare the rows' own parts. NaN where a centered row is zero
+    # (identical rows: all of it).
+    _centered: np.ndarray | None = None
 
 
 @dataclass
@@ -197,19 +202,28 @@ def cosine_map(
         index, names = new.level_index[keep], list(new.level_names)
     else:
         index, names = np.zeros(n, np.int64), []
+    centered = rows - rows.mean(axis=0, dtype=np.float64) if n else rows  # (n, d)
     if n <= opts.heatmap_max_tokens:
         starts = [
             int(np.flatnonzero(index == li)[0]) for li in range(len(names)) if (index == li).any()
         ]
-        return CosineMap(label, n, False, 1, n, names, starts, cosine_matrix(rows))
+        return CosineMap(
+            label, n, False, 1, n, names, starts, cosine_matrix(rows), cosine_matrix(centered)
+        )
     block = -(-n // min(opts.heatmap_blocks, opts.heatmap_max_tokens))
     blocks, starts = _block_index(index, max(len(names), 1), block)
     n_cells = int(blocks.max()) + 1
+    values, centered_values = (_block_means(x, blocks, n_cells) for x in (rows, centered))
+    starts = starts if names else []
+    return CosineMap(label, n, True, block, n_cells, names, starts, values, centered_values)
+
+
+def _block_means(rows: np.ndarray, blocks: np.ndarray, n_cells: int) -> np.ndarray:
+    """(n_cells, n_cells) mean cosine between blocks of ``rows`` (n, d); NaN if undefined."""
     lc = level_cosine(rows, blocks, [str(b) for b in range(n_cells)])
-    values = np.array(
+    return np.array(
         [[np.nan if v is None else v for v in row] for row in lc.matrix], dtype=np.float64
     )
-    return CosineMap(label, n, True, block, n_cells, names, starts if names else [], values)
 
 
 def _drift_groups(entries: list[tuple[str, Checkpoint]]) -> list[tuple[int, int]]:

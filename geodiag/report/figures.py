@@ -161,8 +161,9 @@ def spectra(report: Report, style: FigureFormat) -> str:
         return _uri(fig, "svg", style)
 
 
-def cosine_maps(report: Report, style: FigureFormat) -> str:
-    """One cosine heatmap per checkpoint, shared color scale, level boundaries."""
+def cosine_maps(report: Report, style: FigureFormat, centered: bool = False) -> str:
+    """One cosine heatmap per checkpoint, shared color scale, level boundaries; of the rows
+    as they are, or (``centered``) of the rows minus their mean."""
     mpl, Figure = _mpl()
     maps = report.cosine_maps
     rows, cols = _grid(len(maps))
@@ -170,7 +171,10 @@ def cosine_maps(report: Report, style: FigureFormat) -> str:
         fig = Figure(figsize=(3.5 * cols + 0.8, 3.5 * rows + 0.3))
         axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
         for ax, cm in zip(axes, maps, strict=False):
-            _heatmap(ax, cm._values, rasterized=style.compact)
+            values = cm._centered if centered else cm._values
+            if values is None:  # a map built without its centered view
+                values = np.full_like(cm._values, np.nan)
+            _heatmap(ax, values, rasterized=style.compact)
             bounds = cm.level_starts[1:]
             for b in bounds:
                 ax.axhline(b, color="black", lw=0.8)
@@ -181,14 +185,19 @@ def cosine_maps(report: Report, style: FigureFormat) -> str:
                 ax.set_xticks(centers, cm.level_names)
                 ax.set_yticks(centers, cm.level_names)
                 ax.tick_params(length=0)
-            title = f"{cm.label}  ({cm.n_tokens:,} tokens)"
+            title = f"{cm.label}  ({cm.n_tokens:,} tokens, {'centered' if centered else 'raw'})"
+            if centered and not np.isfinite(values).any():
+                ax.text(
+                    cm.n_cells / 2, cm.n_cells / 2, "identical rows:\nno direction", ha="center"
+                )
             if cm.aggregated:
                 title += f"\nblock means, {cm.block_size} tokens per block"
             ax.set_title(title)
         for ax in axes[len(maps) :]:
             ax.set_visible(False)
         mappable = axes[0].collections[0]
-        fig.colorbar(mappable, ax=list(axes[: len(maps)]), shrink=0.8, label="cosine similarity")
+        label = "cosine of rows minus their mean" if centered else "cosine similarity (raw)"
+        fig.colorbar(mappable, ax=list(axes[: len(maps)]), shrink=0.8, label=label)
         return _uri(fig, "png", style)
 
 
@@ -359,6 +368,7 @@ def render_all(report: Report, style: FigureFormat | None = None) -> dict[str, s
     out = {}
     if report.checkpoints:
         out["spectra"] = spectra(report, style)
+        out["cosine_maps_centered"] = cosine_maps(report, style, centered=True)
         out["cosine_maps"] = cosine_maps(report, style)
         out["row_norms"] = row_norms(report, style)
         if (figure := usage_movement(report, style)) is not None:

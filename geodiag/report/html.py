@@ -302,6 +302,38 @@ def findings_tables(report: Report, p: _Ptr) -> list[dict]:
     return out
 
 
+def finding_counts(report: Report, p: _Ptr) -> list[list[Cell]]:
+    """Per checkpoint and matrix, one row of counts: new tokens, untrained, of them dead
+    codes, barely moved since the reference, at the vocabulary mean, flagged for anything.
+    "none": measured, no token; "-": not measurable (no reference, no item map)."""
+    rows = []
+    for ci, e in enumerate(report.checkpoints):
+        for mi, m in enumerate(e.report.matrices):
+            u = m.untrained
+            if u is None:
+                continue
+            at = ("checkpoints", ci, "report", "matrices", mi, "untrained")
+
+            def count(key: str, measured: bool, at=at, u=u) -> Cell:
+                if getattr(u, key) is not None:
+                    return p.num(*at, key, "size")
+                return Cell("none" if measured else "-", None, "num miss")
+
+            rows.append(
+                [
+                    Cell(e.label + (" (output head)" if m.role == "output" else "")),
+                    Cell(e.verdict.status, None, f"status {e.verdict.status}"),
+                    p.num("checkpoints", ci, "report", "matrices", mi, "n_new"),
+                    p.num(*at, "n_untrained"),
+                    count("dead_codes", u._n_items is not None),
+                    count("barely_moved", u.movement is not None),
+                    count("at_vocabulary_mean", True),
+                    p.num(*at, "n_flagged"),
+                ]
+            )
+    return rows
+
+
 def codebook_rows(report: Report, p: _Ptr) -> list[list[Cell]]:
     """Per checkpoint with a sidecar's items and per level: usage of the codes."""
     rows = []
@@ -398,5 +430,6 @@ def render_html(report: Report, style: FigureFormat | None = None, neighbors_sho
         traj_header=traj_header,
         traj_rows=traj_rows,
         findings=findings_tables(report, p),
+        finding_counts=finding_counts(report, p),
         codebook_rows=codebook_rows(report, p),
     )

@@ -1,7 +1,9 @@
-"""One sentence of cause and remedy per gate check, in the terms of someone who just ran an init.
+"""Cause and remedy of a gate result, in the terms of someone who just ran an init.
 
 The gate (:mod:`geodiag.gate`) decides pass / warn / fail; this module only explains
-its decisions. Remedies speak the language of the stack that wrote the checkpoint
+its decisions: one diagnosis per checkpoint, which carries the remedy once, and one
+finding per gate check, which states what was measured and no remedy (a card whose six
+check lines repeat one remedy reads as six problems). Remedies speak the language of the stack that wrote the checkpoint
 (:mod:`geodiag.io.stack`): the option that produced a collapse and its alternative in
 transformers, Unsloth, LLaMA-Factory or PEFT, with gti as one option among them. A gti
 checkpoint's sidecar provenance (strategy, grounding steps) shapes the advice.
@@ -126,7 +128,7 @@ def _where(m: MatrixReport, n_matrices: int) -> str:
     return f"{'output head' if m.role == 'output' else 'input embedding'} ({m.tensor}): "
 
 
-def _rsa_sentence(c: CheckResult, m: MatrixReport, remedy: str) -> str:
+def _rsa_sentence(c: CheckResult, m: MatrixReport) -> str:
     level = c.name[len("rsa[") : -1]
     lv = next(lv for lv in m.levels if lv.name == level)
     if lv.rsa is None:
@@ -134,18 +136,19 @@ def _rsa_sentence(c: CheckResult, m: MatrixReport, remedy: str) -> str:
         return f"level {level}: not measured ({lv.rsa_skip_reason}){hint}."
     r, p = lv.rsa.spearman, lv.rsa.p_value
     if r is None:
-        return f"level {level}: RSA undefined, the rows have no pairwise structure; {remedy}."
+        return f"level {level}: RSA undefined, the rows have no pairwise structure."
     if c.status == "fail":
-        return f"level {level}: RSA {r:.3f} < {c.threshold:g}, the codebook's structure is lost; {GROUND}."
+        return f"level {level}: RSA {r:.3f} < {c.threshold:g}, the codebook's structure is lost."
     if c.status == "warn":
-        return f"level {level}: RSA {r:.3f} (p = {_g(p)}), no trace of the codebook; {GROUND}."
+        return f"level {level}: RSA {r:.3f} (p = {_g(p)}), no trace of the codebook."
     return f"level {level} keeps the codebook's structure: RSA {r:.3f} (p = {_g(p)})."
 
 
-def check_sentence(c: CheckResult, m: MatrixReport, remedy: str = GROUND) -> str:
-    """Cause (and, unless it passed, ``remedy``) of one gate check, in one sentence."""
+def check_sentence(c: CheckResult, m: MatrixReport) -> str:
+    """The finding of one gate check, in one sentence. No remedy: the card's diagnosis
+    (:func:`verdict`'s sentence) carries it, once."""
     if c.name.startswith("rsa["):
-        return _rsa_sentence(c, m, remedy)
+        return _rsa_sentence(c, m)
     if c.status == "skip":
         return c.message if c.message.endswith(".") else c.message + "."
     g, v, t = m.new, c.value, c.threshold
@@ -154,42 +157,40 @@ def check_sentence(c: CheckResult, m: MatrixReport, remedy: str = GROUND) -> str
     if c.name in ("effective_rank_ratio", "effective_rank"):
         erank = g.centered.effective_rank
         if erank == 0:
-            return f"the rows are identical: rank 0 around their mean; {remedy}."
+            return "the rows are identical: rank 0 around their mean."
         shown = f"ratio {_g(v)}" if c.name == "effective_rank_ratio" else f"rank {_g(v)}"
         if ok:
             return f"{erank:.3g} effective directions of {k} possible ({shown} >= {t:g})."
         return (
             f"only {erank:.3g} effective direction(s) of {k} ({shown} < {t:g}): a line or a thin "
-            f"subspace; give each token its own init, e.g. {GTI}."
+            "subspace."
         )
     if c.name == "spread_ratio":
         if v is None:
             return f"spread ratio undefined ({c.message})."
         if ok:
             return f"spread {v:.3g}x the vocabulary's (>= {t:g})."
-        return (
-            f"spread only {v:.2g}x the vocabulary's (< {t:g}): one point, as after mean init; "
-            f"{remedy}."
-        )
+        return f"spread only {v:.2g}x the vocabulary's (< {t:g}): one point, as after mean init."
     if c.name == "untrained_tokens":
         u = m.untrained
         if ok or u is None or u.untrained is None:
             return f"no new row is still at its init (none within {_g(u.tolerance if u else None)} of another row or of the vocabulary mean)."
-        return _untrained_diagnosis(m, remedy)
+        return _untrained_finding(m)
     if c.name == "norm_ratio":
         if ok:
             return f"the longest new row is {v:.3g}x the longest original row (<= {t:g})."
         return (
             f"the longest new row is {v:.3g}x the longest original row (> {t:g}): logits scale "
-            "with the norm, so the model will emit it everywhere; rescale the new rows to the "
-            "vocabulary's norms."
+            "with the norm, so the model will emit it everywhere."
         )
     if c.name == "mean_cosine":
         if ok:
             return (
                 f"mean pairwise cosine {v:.3g} (<= {t:g}): the rows point in different directions."
             )
-        return f"mean pairwise cosine {v:.3g} (> {t:g}): all point the same way, as after mean init; {remedy}."
+        return (
+            f"mean pairwise cosine {v:.3g} (> {t:g}): all point the same way, as after mean init."
+        )
     return c.message
 
 
@@ -198,35 +199,61 @@ def _untrained_phrase(m: MatrixReport) -> str:
     u = m.untrained
     assert u is not None and u.untrained is not None
     how = untrained_kinds(u)
-    names = ", ".join(u.untrained.tokens) + (
-        ", ..." if u.untrained.size > len(u.untrained.tokens) else ""
-    )
+    more = u.untrained.size - len(u.untrained.tokens)
+    names = ", ".join(u.untrained.tokens) + (f" and {more} more" if more > 0 else "")
     return (
         f"{u.n_untrained} of {m.n_new} new tokens never left their init ({'; '.join(how)}): {names}"
     )
 
 
-def _untrained_diagnosis(m: MatrixReport, remedy: str) -> str:
-    """Why the untrained tokens are untrained, and what to do: the cause all of them share
-    (dead codes, barely moved since the reference), else the init's remedy."""
+def _untrained_cause(m: MatrixReport) -> str | None:
+    """The cause all untrained tokens share: "dead_codes", "barely_moved", or None."""
     u = m.untrained
     assert u is not None
     if u.dead_codes is not None and u.dead_codes.size == u.n_untrained:
+        return "dead_codes"
+    if u.barely_moved is not None and u.barely_moved.size == u.n_untrained:
+        return "barely_moved"
+    return None
+
+
+def _untrained_finding(m: MatrixReport) -> str:
+    """Which tokens never left their init, and the cause they share (no remedy)."""
+    u = m.untrained
+    assert u is not None
+    cause = _untrained_cause(m)
+    if cause == "dead_codes":
         return (
             f"{_untrained_phrase(m)}; each is a code no item uses (a dead code), so no "
-            "training example reaches it: drop those tokens, re-fit the codebook, or allow "
-            "them with --max-untrained-tokens."
+            "training example reaches it."
         )
-    if u.barely_moved is not None and u.barely_moved.size == u.n_untrained:
+    if cause == "barely_moved":
         return (
             f"{_untrained_phrase(m)}; training has not reached them since the reference (their "
-            "codes are rare in the data, or the run is short): train longer, or check that "
-            "the training data uses them."
+            "codes are rare in the data, or the run is short)."
         )
     rest = ""
     if u.two_populations:
         rest = f" (the other {u.n_trained} rows are distinct: trained before, or by you)"
-    return f"{_untrained_phrase(m)}{rest}; {remedy}."
+    return f"{_untrained_phrase(m)}{rest}."
+
+
+# What to do about untrained tokens that share a cause (the init's remedy otherwise).
+_UNTRAINED_REMEDY = {
+    "dead_codes": "drop those tokens, re-fit the codebook, or allow them with "
+    "--max-untrained-tokens",
+    "barely_moved": "train longer, or check that the training data uses them",
+}
+
+
+def _untrained_diagnosis(m: MatrixReport, remedy: str) -> str:
+    """Why the untrained tokens are untrained, and what to do: the cause all of them share
+    (dead codes, barely moved since the reference), else the init's remedy."""
+    finding = _untrained_finding(m)[:-1]
+    cause = _untrained_cause(m)
+    if cause is None:
+        return f"{finding}; {remedy}."
+    return f"{finding}: {_UNTRAINED_REMEDY[cause]}."
 
 
 def _collapse(m: MatrixReport, failed: set[str], remedy: str) -> str | None:
@@ -353,7 +380,7 @@ def verdict(report: CheckpointReport, gate: GateResult) -> Verdict:
             c.status,
             c.value,
             c.threshold,
-            check_sentence(c, by_role[c.matrix], remedies[c.matrix]),
+            check_sentence(c, by_role[c.matrix]),
         )
         for c in shown
     ]

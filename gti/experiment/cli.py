@@ -30,15 +30,14 @@ def experiment(
     table and a geodiag report of every arm at both stages.
 
     Idempotent: finished stages are skipped, an interrupted stage resumes, so after
-    a kill run the same command again. Prints the report's path last.
+    a kill run the same command again. Prints, last, each arm's geometry verdict and the
+    report's path (gti.experiment.summary).
     """
     from gti.experiment.config import load_config
-    from gti.experiment.runner import run_experiment
+    from gti.experiment.runner import final_screen, run_experiment
 
     cfg = load_config(config, out=out)
     cfg.progress, cfg.cache_dir = progress, cache_dir
     result = run_experiment(cfg)
-    if result.results_md is not None:
-        typer.echo(result.results_md.read_text())
-    typer.echo(f"results: {result.results_md}")
-    typer.echo(f"report: {result.report_html}")
+    typer.echo(f"results: {result.results_md}\n")
+    typer.echo(final_screen(cfg, result))

@@ -37,6 +37,7 @@ from gti.experiment.arms import ARMS
 from gti.experiment.config import SECTIONS, ExperimentConfig
 from gti.experiment.layout import arm_stages, experiment_paths
 from gti.experiment.results import summarize, to_markdown
+from gti.experiment.summary import load_screen, recall_note, sft_stage_name
 from gti.options import PATH, UI
 
 log = logging.getLogger(__name__)
@@ -269,6 +270,30 @@ def report_inputs(cfg: ExperimentConfig) -> list[Path]:
     runs = {a: experiment_paths(Path(cfg.out), a, cfg.seeds[0]) for a in cfg.arms}
     inits = list(dict.fromkeys(runs[a].init for a in cfg.arms))
     return inits + [runs[a].sft for a in cfg.arms if a in cfg.trained_arms]
+
+
+def final_screen(cfg: ExperimentConfig, result: ExperimentResult) -> str:
+    """The last screen: each arm's geometry verdict at each stage, per-token findings,
+    the report's path (gti.experiment.summary); the recall table before it only when
+    enough users were evaluated."""
+    stage = sft_stage_name(cfg.sft.steps, cfg.sft.batch_size)
+    names: dict[str, tuple[str, str]] = {}
+    for arm in cfg.arms:
+        paths = experiment_paths(Path(cfg.out), arm, cfg.seeds[0])
+        names.setdefault(str(paths.init), (arm, "init"))
+        if arm in cfg.trained_arms:
+            names[str(paths.sft)] = (arm, stage)
+    assert result.report_html is not None
+    note_users = None
+    if result.results_json is not None:  # the fewest users any arm was evaluated on
+        arms = json.loads(result.results_json.read_text())["arms"].values()
+        note_users = min(n for a in arms for s in a["splits"].values() for n in s["n_users"])
+    text = load_screen(
+        result.report_html.with_suffix(".json"), names, note_users, result.results_md
+    )
+    if result.results_md is not None and recall_note(note_users, result.results_md) is None:
+        text = result.results_md.read_text() + "\n" + text
+    return text
 
 
 def report_is_current(report: Path, inputs: list[Path]) -> bool:

@@ -51,8 +51,8 @@ def test_sections_present_in_reading_order(built):
     ]:
         assert f"</span>{heading}</h2>" in html
     figures = [a for tag, a in page.tags if tag == "img"]
-    # spectra, cosine maps, drift, row norms, and movement against items per code
-    assert len(figures) == 5
+    # spectra, cosine maps (centered and raw), drift, row norms, movement against items
+    assert len(figures) == 6
     assert "1 Verdict" in html and "sha256" in html
 
 
@@ -97,14 +97,23 @@ def test_verdicts_name_cause_and_remedy(built):
     assert mean["status"] == "fail"
     assert "all 24 new tokens are the same vector" in mean["sentence"].lower()
     assert "gti init --strategy gti" in mean["sentence"]
-    for c in mean["checks"]:
-        if c["status"] == "fail":
-            assert "gti init --strategy gti" in c["sentence"], c
+    for c in mean["checks"]:  # check lines state the finding; the diagnosis the remedy
+        assert "gti init --strategy gti" not in c["sentence"], c
     random_ = by_label["random/init"]["verdict"]
     assert random_["status"] == "warn"
     assert "carries no structure" in random_["sentence"] and "RSA ~" in random_["sentence"]
     assert by_label["gti/init"]["verdict"]["status"] == "pass"
     assert "healthy" in by_label["gti/init"]["verdict"]["sentence"].lower()
+
+
+def test_each_card_gives_its_remedy_once(built):
+    html, _, _, _ = built
+    cards = html.split('<div class="card ')[1:]
+    assert len(cards) == 4
+    mean = next(c for c in cards if "mean/init" in c.split("</h3>")[0])
+    assert mean.split("</ul>")[0].count("gti init --strategy gti") == 1
+    for card in cards:
+        assert card.split("</ul>")[0].count("gti init --strategy gti") <= 1
 
 
 def test_drift_pairs_init_and_sft_of_the_same_strategy(built):
@@ -120,6 +129,33 @@ def test_cosine_maps_are_described_not_dumped(built):
     cm = data["cosine_maps"][0]
     assert cm["n_tokens"] == 24 and not cm["aggregated"] and cm["level_starts"] == [0, 8, 16]
     assert "_values" not in cm
+
+
+def test_centered_cosine_map_is_shown_and_says_so(built):
+    html, _, page, _ = built
+    cosine = html[html.index('<section id="cosine">') : html.index('<section id="rsa">')]
+    assert "Centered: cosine of the rows minus their mean" in cosine
+    assert "Raw: cosine of the rows as they are" in cosine
+    alts = [a.get("alt", "") for tag, a in page.tags if tag == "img"]
+    assert any(a.startswith("Centered cosine heatmaps") for a in alts)
+    assert cosine.index("Centered:") < cosine.index("Raw:")
+
+
+def test_centered_map_removes_the_common_component():
+    from types import SimpleNamespace
+
+    from geodiag.report.build import ReportOptions, cosine_map
+
+    rng = np.random.default_rng(0)
+    own = rng.normal(size=(12, 8))
+    rows = own + 50.0  # a shared offset: every raw cosine is ~1
+    ckpt = SimpleNamespace(new=SimpleNamespace(level_index=None, level_names=[]))
+    cm = cosine_map("x", ckpt, rows, np.arange(12), ReportOptions())
+    assert np.nanmin(cm._values) > 0.99
+    np.testing.assert_allclose(cm._centered, cosine_matrix(own - own.mean(axis=0)), atol=1e-12)
+    agg = cosine_map("x", ckpt, rows, np.arange(12), ReportOptions(heatmap_max_tokens=4))
+    assert agg.aggregated and agg._centered.shape == agg._values.shape
+    assert np.nanmax(np.abs(agg._centered)) < 0.9
 
 
 def test_self_contained(built):

@@ -74,6 +74,15 @@ def test_tiny_end_to_end_and_idempotent(tmp_path, tiny_model_dir, caplog):
     assert res.exit_code == 0, res.output
     assert tree(out) == expected_tree(arms, ["mean", "random", "gti"])
     assert res.stdout.strip().endswith(f"report: {out / 'report.html'}")
+    # the last screen: every arm's verdict at both stages, the per-token counts
+    screen = res.stdout[res.stdout.index("Geometry of the new tokens") :]
+    assert re.search(r"^FAIL  mean, init$", screen, re.M), screen
+    for arm in arms:
+        assert re.search(
+            rf"^(PASS|WARN|FAIL)  {re.escape(arm)}, 6 SFT steps x \d+ \(smoke\)$", screen, re.M
+        ), screen
+    assert "Per-token findings" in screen and "Recall left out" in screen
+    assert "| R@1 |" not in res.stdout  # a recall table of a few users is noise
 
     for arm in arms:
         prov = sidecar.load(out / "seed-0" / "sft" / arm).provenance
