@@ -44,6 +44,10 @@ from geodiag.version import __version__
 Progress = Callable[[str], None]
 
 
+# 2: per-token findings, centered cosine maps, untrained / norm-ratio checks.
+REPORT_FORMAT_VERSION = 2
+
+
 @dataclass(frozen=True)
 class ReportOptions:
     """What the report computes and shows. Defaults match ``geodiag check`` and ``metrics``."""
@@ -128,7 +132,9 @@ class Report:
     drift: list[DriftPair]
     notes: list[str]
     format: str = "geodiag.report"
-    format_version: int = 1
+    # REPORT_FORMAT_VERSION: bumped when the report's contents change, so a run that
+    # finds an older report beside its checkpoints writes it again.
+    format_version: int = field(default_factory=lambda: REPORT_FORMAT_VERSION)
     # Metric-vs-step series: trajectory JSONL files given as inputs, and ordered
     # checkpoints of one run (checkpoint-N folders, or gti checkpoints with a step).
     trajectories: list[Trajectory] = field(default_factory=list)

@@ -300,9 +300,18 @@ def report_is_current(report: Path, inputs: list[Path]) -> bool:
     data_path = report.with_suffix(".json")
     if not data_path.is_file():
         return False
+    from dataclasses import fields
+
+    from geodiag.gate import GateConfig
+    from geodiag.report.build import REPORT_FORMAT_VERSION
+
     data = json.loads(data_path.read_text())
     listed = [c["report"]["path"] for c in data.get("checkpoints", [])]
-    return listed == [str(p) for p in inputs]
+    # A report written by an older geodiag (another format, other checks) is rebuilt.
+    same_code = data.get("format_version") == REPORT_FORMAT_VERSION and set(
+        data.get("gate_config") or {}
+    ) == {f.name for f in fields(GateConfig)}
+    return same_code and listed == [str(p) for p in inputs]
 
 
 def write_geodiag_report(cfg: ExperimentConfig, report: Path, inputs: list[Path]) -> None:

@@ -184,3 +184,30 @@ def test_gti_from_description_grounds_its_own_init(tmp_path, tiny_model_dir):
     labels = [c["label"] for c in json.loads((out / "report.json").read_text())["checkpoints"]]
     # the report tells the two gti inits apart by their folders
     assert labels[:2] == ["gti/init (gti)", "gti/init (gti-from-description-mean)"]
+
+
+def test_a_report_written_by_an_older_geodiag_is_rebuilt(tmp_path):
+    """Same checkpoint list, older report format or other gate checks: not current."""
+    import json
+
+    from geodiag.gate import GateConfig
+    from geodiag.jsonio import dumps
+    from geodiag.report.build import REPORT_FORMAT_VERSION
+    from gti.experiment.runner import report_is_current
+
+    inputs = [tmp_path / "a", tmp_path / "b"]
+    report = tmp_path / "report.html"
+    data = {
+        "format_version": REPORT_FORMAT_VERSION,
+        "gate_config": json.loads(dumps(GateConfig())),
+        "checkpoints": [{"report": {"path": str(p)}} for p in inputs],
+    }
+    report.with_suffix(".json").write_text(json.dumps(data))
+    assert report_is_current(report, inputs)
+    assert not report_is_current(report, inputs[:1])
+    old = {**data, "format_version": REPORT_FORMAT_VERSION - 1}
+    report.with_suffix(".json").write_text(json.dumps(old))
+    assert not report_is_current(report, inputs)
+    fewer = {**data, "gate_config": {"min_spread_ratio": 0.05}}
+    report.with_suffix(".json").write_text(json.dumps(fewer))
+    assert not report_is_current(report, inputs)
