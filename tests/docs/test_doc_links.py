@@ -10,7 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(
-    [ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md")]
+    [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "configs" / "README.md"]
+    + list((ROOT / "docs").glob("*.md"))
     + list((ROOT / "reports").glob("*/README.md"))
 )
 # [text](target) and ![alt](target); a target ends at whitespace or ")"
