@@ -1,6 +1,6 @@
 """The CI gate: thresholds over a :class:`CheckpointReport`, pass / warn / fail per check.
 
-Collapse has several faces, and no single number sees them all (README, "What the
+Collapse has several faces, and no single number sees them all (docs/gate.md, "What the
 gate catches"):
 - rows set exactly to the mean: centered rank 0, spread 0, mean cosine 1;
 - the mean plus tiny noise (``mean_resizing``): the *centered* effective rank is

@@ -1,12 +1,12 @@
-"""action.yml's threshold inputs and the README's table of check flags, from the gate's table.
+"""action.yml's threshold inputs and docs/cli.md's table of check flags, from the gate's table.
 
 GitHub reads action.yml as it is committed, so the part that follows the thresholds (an
 input each, its ``env:`` line, the flag it becomes) is rendered here from
-:data:`geodiag.gate.CHECKS` and written between marker lines; so is the README's table
-of ``geodiag check`` flags. ``tests/geodiag/test_gate_table.py`` fails when either file
+:data:`geodiag.gate.CHECKS` and written between marker lines; so is the table of ``geodiag check``
+flags in docs/cli.md (the rest of that page: :mod:`geodiag.cli_docs`). ``tests/geodiag/test_gate_table.py`` fails when either file
 is stale. After adding or changing a check::
 
-    python -m geodiag.gate_docs        # rewrites action.yml and README.md in place
+    python -m geodiag.gate_docs        # rewrites action.yml and docs/cli.md in place
 """
 
 from __future__ import annotations
@@ -50,7 +50,10 @@ def action_args(c: Check) -> list[str]:
     return [f'[ -n "${env_name(c)}" ] && args+=({c.flag} "${env_name(c)}")']
 
 
-def readme_flags(c: Check) -> list[str]:
+FLAG_TABLE_HEAD = ["| flag | default | meaning |", "|---|---|---|"]
+
+
+def cli_flags(c: Check) -> list[str]:
     default = "off" if c.default is None else f"`{c.default_text}`"
     return [f"| `{c.flag} {c.metavar}` | {default} | {c.help} |"]
 
@@ -61,13 +64,7 @@ BLOCKS: dict[str, tuple[str, Callable[[Check], list[str]], str, list[str], list[
     "env": ("action.yml", action_env, "#", [], []),
     "args": ("action.yml", action_args, "#", [], []),
     # The blank line ends the table before the comment.
-    "flags": (
-        "README.md",
-        readme_flags,
-        "<!--",
-        ["| flag | default | meaning |", "|---|---|---|"],
-        [""],
-    ),
+    "flags": ("docs/cli.md", cli_flags, "<!--", FLAG_TABLE_HEAD, [""]),
 }
 
 

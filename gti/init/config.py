@@ -71,7 +71,7 @@ class GroundingConfig:
     # a tiny gradient through the softmax normaliser at every answer position, and
     # Adam rescales it to a full step. lazy-adam updates only the rows present in the
     # batch; sgd steps in proportion to the gradient (gti.init.optim; what each does:
-    # README, "Grounding").
+    # reports/grounding/README.md).
     optimizer: str = setting(
         "adamw",
         help=f"Optimizer of the new rows: {' | '.join(OPTIMIZERS)} (overrides the preset).",

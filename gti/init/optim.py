@@ -4,7 +4,7 @@ With a tied head every new row gets a gradient at every answer position through
 the softmax normaliser, however rarely its token occurs. Those gradients are
 tiny, but Adam divides by their own RMS and turns them into full-size steps, so
 every row moves every step, mostly along one common direction (measured:
-README, "Grounding"). ``LazyAdam`` keeps Adam's per-coordinate scaling for the
+reports/grounding/README.md). ``LazyAdam`` keeps Adam's per-coordinate scaling for the
 rows that occur in the batch (as input or as target) and leaves every other row,
 and its moments, untouched: each row is its own Adam over the steps in which it
 occurs, bias correction counted in those steps.

@@ -39,7 +39,7 @@ def test_check_passes_healthy_inits(make_ckpt, kind):
 
 
 def test_which_check_catches_which_collapse(make_ckpt):
-    """The README's table: each collapsed form fails for the stated reason."""
+    """docs/gate.md's table: each collapsed form fails for the stated reason."""
 
     def failed(kind):
         res = run("check", make_ckpt(kind), "--json", "--permutations", 20)

@@ -1,6 +1,6 @@
 """The gate's table of checks (geodiag.gate.GateConfig / CHECKS) and everything derived from
 it: the check command's flags, geodiag.check's keywords, the Trainer callback's collapse
-test, the report's threshold lines, action.yml and the README's table."""
+test, the report's threshold lines, action.yml and docs/cli.md's table."""
 
 from __future__ import annotations
 
@@ -35,13 +35,13 @@ def check_options() -> dict[str, str]:
     return {o: p.help for p in command.params for o in getattr(p, "opts", [])}
 
 
-def test_every_threshold_has_a_flag_a_keyword_an_action_input_and_a_readme_row():
+def test_every_threshold_has_a_flag_a_keyword_an_action_input_and_a_docs_row():
     yaml = pytest.importorskip("yaml")
     options = check_options()
     keywords = inspect.signature(geodiag.check).parameters
     action = yaml.safe_load((ROOT / "action.yml").read_text(encoding="utf-8"))
     step = next(s for s in action["runs"]["steps"] if s.get("id") == "check")
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    cli_page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     assert [c.field for c in CHECKS] == [f.name for f in dataclasses.fields(GateConfig)]
     for c in CHECKS:
         name = c.flag.removeprefix("--")
@@ -55,7 +55,7 @@ def test_every_threshold_has_a_flag_a_keyword_an_action_input_and_a_readme_row()
         env = gate_docs.env_name(c)
         assert step["env"][env] == f"${{{{ inputs.{name} }}}}"
         assert f'[ -n "${env}" ] && args+=({c.flag} "${env}")' in step["run"]
-        assert f"| `{c.flag} {c.metavar}` |" in readme, c.flag
+        assert f"| `{c.flag} {c.metavar}` |" in cli_page, c.flag
 
 
 def test_help_shows_the_field_defaults():
@@ -68,7 +68,7 @@ def test_help_shows_the_field_defaults():
         assert shown[c.flag] == f"{c.help} [{'off' if default is None else f'{default:g}'}].", c
 
 
-@pytest.mark.parametrize("filename", ["action.yml", "README.md"])
+@pytest.mark.parametrize("filename", ["action.yml", "docs/cli.md"])
 def test_committed_files_are_rendered_from_the_table(filename):
     text = (ROOT / filename).read_text(encoding="utf-8")
     assert gate_docs.render(text, filename) == text, (

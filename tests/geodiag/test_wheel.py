@@ -200,3 +200,28 @@ def test_wheel_install_outside_the_tree_gates_light_and_reports_with_the_extra(w
     page = html.read_text(encoding="utf-8")
     assert page.lstrip().lower().startswith("<!doctype html>") and "data:image/png;base64," in page
     assert html.with_suffix(".json").is_file()
+
+
+@pytest.fixture(scope="module")
+def sdist(wheel) -> Path:
+    """The sdist, built by setuptools' own backend from the wheel's copy of the tree (no
+    isolated build environment, as for the wheel)."""
+    src, dist = wheel.parent.parent / "src", wheel.parent
+    code = f"from setuptools import build_meta; build_meta.build_sdist({str(dist)!r})"
+    res = _run([sys.executable, "-c", code], cwd=src)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (built,) = dist.glob("geodiag-*.tar.gz")
+    return built
+
+
+def test_distributions_pass_twine_check_strict(wheel, sdist):
+    """What PyPI would render: the long description (docs/pypi.md) and the metadata."""
+    pytest.importorskip("twine")
+    res = _run([sys.executable, "-m", "twine", "check", "--strict", wheel, sdist], cwd=ROOT)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.stdout.count("PASSED") == 2, res.stdout
+    metadata = zipfile.ZipFile(wheel).read(
+        next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("METADATA"))
+    )
+    assert b"Description-Content-Type: text/markdown" in metadata
+    assert b"Classifier: License" not in metadata  # the SPDX expression says it, once

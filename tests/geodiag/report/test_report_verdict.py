@@ -1,4 +1,4 @@
-"""One diagnosis per planted geometry (README's table), and a sentence for every enabled check."""
+"""One diagnosis per planted geometry (docs/gate.md's table), and a sentence for every enabled check."""
 
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ def test_presets_and_explicit_flags():
     assert (g.steps, g.batch_size, g.lr, g.optimizer, g.decay) == (8000, 128, 1e-3, "adamw", "none")
     cpu = apply_preset("cpu")
     assert set(cpu) == set(preset_fields()) and cpu.items() >= grounding_preset("cpu").items()
-    assert (cpu["steps"], cpu["batch_size"], cpu["lr"]) == (74, 32, 5e-3)  # README "Grounding"
+    assert (cpu["steps"], cpu["batch_size"], cpu["lr"]) == (74, 32, 5e-3)  # reports/grounding
     values = apply_preset("paper", steps=10, lr=5e-4, warmup_steps=None)
     assert (values["steps"], values["batch_size"], values["lr"]) == (10, 128, 5e-4)
     # a field the preset leaves out: the dataclass default, not None
