@@ -247,6 +247,28 @@ def test_level_cosine_matches_brute_force():
     strict_json(lc)
 
 
+def test_level_cosine_with_many_levels_sums_in_chunks(monkeypatch):
+    """Above _INDICATOR_MAX_LEVELS (a cosine map's blocks) the level sums come a chunk of
+    rows at a time, with no (L, n) indicator: same figures as the brute force."""
+    rng = np.random.default_rng(17)
+    n_levels = geometry._INDICATOR_MAX_LEVELS + 9
+    index = rng.integers(0, n_levels, size=120)
+    index[index == 3] = 4  # an empty level
+    x = rng.normal(size=(120, 9)) + 0.3
+    monkeypatch.setattr(geometry, "_SUM_CHUNK_ROWS", 16)  # runs that cross chunks
+    names = [str(i) for i in range(n_levels)]
+    lc = level_cosine(x, index, names)
+    matrix, within, between = brute_level_cosine(x, index, n_levels)
+    for a in range(n_levels):
+        for b in range(n_levels):
+            if matrix[a][b] is None:
+                assert lc.matrix[a][b] is None
+            else:
+                assert lc.matrix[a][b] == pytest.approx(matrix[a][b], abs=1e-13)
+    assert lc.within_mean == pytest.approx(within, abs=1e-13)
+    assert lc.between_mean == pytest.approx(between, abs=1e-13)
+
+
 def test_block_structured_levels_have_within_above_between():
     rng = np.random.default_rng(16)
     centers = rng.normal(size=(3, 32))
