@@ -153,7 +153,7 @@ def new_rows(
     """(rows (n_kept, d) float64, kept mask (n,)) of the new tokens in ``matrix``."""
     rows = ckpt.read_rows(matrix, ckpt.new.ids)
     keep = check_rows(ckpt, matrix, rows, allow_nonfinite)
-    return rows[keep], keep
+    return (rows if keep.all() else rows[keep]), keep  # no second (n, d) copy
 
 
 def _levels(
