@@ -37,7 +37,8 @@ def as_matrix(x: np.ndarray, name: str = "x", *, min_rows: int = 1) -> np.ndarra
         raise ValueError(f"{name} must be a 2-D (rows, dims) matrix, got shape {m.shape}")
     if m.shape[0] < min_rows:
         raise ValueError(f"{name} needs at least {min_rows} row(s), got shape {m.shape}")
-    if not np.isfinite(m).all():
+    # min and max carry any NaN or Inf: the check needs no (n, d) mask (100 MB at 100,000 rows).
+    if m.size and not (np.isfinite(m.min()) and np.isfinite(m.max())):
         raise ValueError(f"{name} holds NaN or Inf: drop or repair those rows before measuring")
     return m
 
@@ -291,8 +292,13 @@ def _spread_of_centered(c: np.ndarray) -> float:
 
 
 def spread(x: np.ndarray) -> float:
-    """RMS distance of the rows of x (n, d) to their centroid, in embedding units."""
-    return _spread_of_centered(centered(x))
+    """RMS distance of the rows of x (n, d) to their centroid, in embedding units.
+
+    The centered rows a block at a time: no (n, d) copy (a 20,000-row reference: 164 MB)."""
+    x = as_matrix(x)
+    m = _centering_offset(x)
+    sq = sum(float(np.einsum("ij,ij->", b, b)) for b in _centered_blocks(x, m))
+    return float(np.sqrt(sq / x.shape[0]))
 
 
 @dataclass(frozen=True)

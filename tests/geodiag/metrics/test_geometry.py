@@ -360,3 +360,20 @@ def test_median_is_numpy_median_bit_for_bit(n):
     r = np.ones(n)
     r[-1] = np.nan
     assert math.isnan(geometry._median(r))
+
+
+def test_summarize_sums_the_centered_gram_over_row_blocks(monkeypatch):
+    """On the Gram route the centered rows come a block at a time (no (n, d) copy): the
+    spectra and the spread agree with one block to float rounding."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(300, 40)) * np.linspace(2.0, 0.1, 40) + 1.5
+    monkeypatch.setattr(geometry, "_SVD_MAX_ELEMENTS", 1000)
+    one = geometry.summarize(x)
+    monkeypatch.setattr(geometry, "_GRAM_BLOCK_ROWS", 7)
+    blocks = geometry.summarize(x)
+    for a, b in ((one.centered, blocks.centered), (one.uncentered, blocks.uncentered)):
+        np.testing.assert_allclose(b.singular_values, a.singular_values, rtol=1e-12)
+    assert blocks.spread == pytest.approx(one.spread, rel=1e-13)
+    assert geometry.spread(x) == pytest.approx(
+        np.sqrt(((x - x.mean(axis=0)) ** 2).sum(axis=1).mean()), rel=1e-13
+    )
