@@ -55,8 +55,14 @@ def measured(cmd: list[str], pythonpath: Path) -> dict:
         "'rss_mib':ru.ru_maxrss/1024,'rc':p.returncode,'err':err.decode()[-2000:]}))"
     )
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    # cwd: the tree itself, as ``python -m`` puts the working directory ahead of PYTHONPATH
+    # (run from this repository, the baseline would measure this tree's code).
     res = subprocess.run(
-        [sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env
+        [sys.executable, "-c", wrapper, *cmd],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=pythonpath,
     )
     data = json.loads(res.stdout)
     if data["rc"] not in (0, 1):
@@ -158,7 +164,7 @@ def main() -> None:
     ap.add_argument("--report-scale", action="store_true", help="add the 100,000-row report")
     ap.add_argument("--skip-check", action="store_true")
     args = ap.parse_args()
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="geodiag-bench-"))
+    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="geodiag-bench-"))).resolve()
     baseline = baseline_tree(args.baseline, workdir)
     results = {"machine_before": cpu_model(), "baseline": args.baseline}
     print(results["machine_before"])
@@ -185,8 +191,9 @@ def main() -> None:
         t, b = r["this"], r["baseline"]
         print(
             f"report {r['n_new']:,} new x {DIM} (vocabulary {r['n_base']:,}): "
-            f"{t['rss_mib']:.0f} MiB / {t['wall']:.1f} s; {args.baseline}: "
-            f"{b['rss_mib']:.0f} MiB / {b['wall']:.1f} s (RSS ratio {b['rss_mib'] / t['rss_mib']:.2f})"
+            f"{t['rss_mib']:.0f} MiB / {t['wall']:.1f} s wall / {t['cpu']:.1f} s CPU; "
+            f"{args.baseline}: {b['rss_mib']:.0f} MiB / {b['wall']:.1f} s / {b['cpu']:.1f} s "
+            f"(RSS ratio {b['rss_mib'] / t['rss_mib']:.2f})"
         )
     results["machine_after"] = cpu_model()
     print(results["machine_after"])
