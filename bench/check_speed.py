@@ -6,7 +6,8 @@ route, in one run; prints ratios (issue 23).
    revision, extracted with ``git archive``), each in a fresh process, interleaved;
    medians of wall time, CPU time (user + sys of the child, by wait4) and peak RSS.
 2. The spectra alone on 2,000 x 1,024: ``summarize`` of the new rows and the reference
-   sample against numpy.linalg.svd on each of the four matrices (as before), CPU time.
+   sample against numpy.linalg.svd on each of the four matrices (as before), CPU time;
+   and the Gram route's precision against the exact SVD on five geometries.
 3. ``geodiag report`` peak RSS and time at 500, 2,000 and 8,000 new tokens (and 100,000
    with --report-scale), 1,024 dims, this tree against the baseline.
 
@@ -136,6 +137,48 @@ def bench_spectra(repeats: int) -> dict:
     return out
 
 
+def geometries(n: int = N_NEW, d: int = DIM, seed: int = 0) -> dict[str, np.ndarray]:
+    """New-row geometries whose spectra span the conditioning the gate meets."""
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((5000, d)) * np.linspace(0.2, 0.02, d) + rng.normal(size=d) * 0.02
+    mean = base.mean(axis=0)
+    return {
+        "random": rng.standard_normal((n, d)) * 0.05,
+        "mean + 1e-9 noise": rng.multivariate_normal(
+            mean, 1e-9 * np.cov(base, rowvar=False), size=n
+        ),
+        "a line": np.outer(rng.normal(size=n), rng.normal(size=d)) * 0.1,
+        "low rank + mean": mean
+        + rng.normal(size=(n, 3)) @ rng.normal(size=(3, d)) * 0.02
+        + rng.normal(size=(n, d)) * 1e-3,
+        "the mean": np.tile(mean, (n, 1)),
+    }
+
+
+def bench_precision() -> dict[str, float]:
+    """Largest relative change of any rank figure, Gram route against the exact SVD."""
+    from geodiag.metrics import geometry
+
+    figures = ("effective_rank", "stable_rank", "participation_ratio", "top1_energy_share")
+    out = {}
+    for name, x in geometries().items():
+        gram = geometry.summarize(x)
+        limit = geometry._SVD_MAX_ELEMENTS
+        geometry._SVD_MAX_ELEMENTS = x.size  # the exact SVD for this one matrix
+        try:
+            exact = geometry.summarize(x)
+        finally:
+            geometry._SVD_MAX_ELEMENTS = limit
+        worst = 0.0
+        for a, b in ((gram.uncentered, exact.uncentered), (gram.centered, exact.centered)):
+            for f in figures:
+                u, v = getattr(a, f), getattr(b, f)
+                if v:
+                    worst = max(worst, abs(u - v) / abs(v))
+        out[name] = worst
+    return out
+
+
 def bench_report(workdir: Path, baseline: Path, sizes: list[int]) -> list[dict]:
     out = []
     for n in sizes:
@@ -182,6 +225,11 @@ def main() -> None:
         print(
             f"spectra of new rows + reference ({N_NEW} x {DIM}): summarize {r['summarize']:.2f} s "
             f"CPU, numpy.linalg.svd x4 {r['numpy_svd']:.2f} s ({r['ratio']:.2f}x)"
+        )
+        results["precision"] = r = bench_precision()
+        print(
+            f"Gram route against the exact SVD ({N_NEW} x {DIM}), largest relative change of "
+            "a rank figure: " + "; ".join(f"{k} {v:.1e}" for k, v in r.items())
         )
     sizes = [int(s) for s in args.report_sizes.split(",") if s]
     if args.report_scale:

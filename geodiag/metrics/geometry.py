@@ -14,14 +14,16 @@ import numpy as np
 # Memory: a 100,000 x 1,024 SVD needs gigabytes of workspace, its Gram matrix 8 MB.
 # Time: one Gram product of the centered rows gives both spectra (_spectra_via_gram)
 # for n k^2 + 2 * (4/3) k^3 flops against two SVDs' 2 * (4 n d k - 4/3 k^3), k = min(n, d):
-# on 2,000 x 1,024 (a Qwen-sized run's new rows and its reference) 0.25 s against
-# 0.55 s, single-threaded (bench/check_speed.py). Precision: an eigenvalue of the Gram
+# the spectra of a Qwen-sized run's 2,000 x 1,024 new rows and reference sample took
+# 0.40 s of CPU against 1.10 s for their four SVDs, single-threaded (bench/check_speed.py,
+# AMD EPYC, 2 cores). Precision: an eigenvalue of the Gram
 # matrix is exact to ~k eps lambda_max, so a singular value is resolved to
 # sqrt(k eps) s_max (5e-7 s_max at k = 1,024); values below that read 0 (_sv_from_gram).
 # The figures read s / sum(s) and s^2 / sum(s^2): a tail below the floor moves them by a
-# share of at most k sqrt(k eps) (5e-4) of the total, and by <= 1e-10 relative on the
-# bench's geometries (random, mean, mean + 1e-9 noise, a line, low rank + mean). Below
-# 1,000,000 elements (SmolLM2's 1,000 x 576) the exact SVD costs little anyway.
+# share of at most k sqrt(k eps) (5e-4) of the total; measured on 2,000 x 1,024 (random,
+# the mean, mean + 1e-9 noise, a line, low rank + mean: bench/check_speed.py) no rank
+# figure moves more than 2e-10 relative (mean + 1e-9 noise, uncentered; the others
+# <= 6e-12). Below 1,000,000 elements (SmolLM2's 1,000 x 576) the SVD costs little.
 _SVD_MAX_ELEMENTS = 1_000_000
 # With one side this small the SVD stays cheap and keeps full precision.
 _SVD_SMALL_SIDE = 64
