@@ -32,7 +32,7 @@ from geodiag.metrics.codebook import CodebookHealth, codebook_health
 from geodiag.metrics.geometry import GeometrySummary, LevelCosine, level_cosine, summarize
 from geodiag.metrics.neighbors import nearest_rows
 from geodiag.metrics.rsa import RSAResult, rsa
-from geodiag.metrics.untrained import vocabulary_stats
+from geodiag.metrics.untrained import vocabulary_stats, zero_rows
 from geodiag.version import __version__
 
 if TYPE_CHECKING:  # drift is loaded by the commands that measure it, not by every gate
@@ -144,7 +144,7 @@ def _reference_rows(
             f"no usable original rows in '{matrix.tensor}' below id {ckpt.new.base_vocab_size} "
             "(all zero or non-finite): nothing to compare the new tokens with",
         )
-    return rows[ok]
+    return rows if ok.all() else rows[ok]
 
 
 def new_rows(
@@ -153,7 +153,7 @@ def new_rows(
     """(rows (n_kept, d) float64, kept mask (n,)) of the new tokens in ``matrix``."""
     rows = ckpt.read_rows(matrix, ckpt.new.ids)
     keep = check_rows(ckpt, matrix, rows, allow_nonfinite)
-    return rows[keep], keep
+    return (rows if keep.all() else rows[keep]), keep  # no second (n, d) copy
 
 
 def _levels(
@@ -209,7 +209,7 @@ def _neighbors(
     if opts.neighbors_max <= 0 or opts.neighbors_k <= 0 or not ckpt.has_vocabulary:
         return [], False
     # A zero row has no direction, so no nearest rows: it is a finding of its own.
-    pick = np.flatnonzero(np.any(rows != 0, axis=1))
+    pick = np.flatnonzero(~zero_rows(rows))
     sampled = len(pick) > opts.neighbors_max
     if sampled:
         rng = np.random.default_rng(opts.seed)

@@ -25,6 +25,7 @@ from geodiag.metrics.untrained import (
     Movement,
     VocabularyStats,
     barely_moved,
+    distances,
     identical_groups,
     near_point,
     norm_outliers,
@@ -239,8 +240,7 @@ def row_findings(
         masks["barely_moved"], movement_cut = barely_moved(*moved)
         movement, basis = moved[0], "reference"
     elif vocab is not None:
-        diff = rows - vocab.mean
-        movement, basis = np.sqrt(np.einsum("ij,ij->i", diff, diff)), "vocabulary mean"
+        movement, basis = distances(rows, vocab.mean), "vocabulary mean"
     else:
         movement, basis = None, None
     untrained = np.logical_or.reduce([masks[k] for k in UNTRAINED])

@@ -10,11 +10,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Above this many elements the spectrum comes from the smaller Gram matrix, not an SVD:
-# a 100,000 x 1,024 SVD needs gigabytes of workspace, its Gram matrix 8 MB.
-_SVD_MAX_ELEMENTS = 4_000_000
+# Above this many elements the spectra come from the smaller Gram matrix, not an SVD.
+# Memory: a 100,000 x 1,024 SVD needs gigabytes of workspace, its Gram matrix 8 MB.
+# Time: one Gram product of the centered rows gives both spectra (_spectra_via_gram)
+# for n k^2 + 2 * (4/3) k^3 flops against two SVDs' 2 * (4 n d k - 4/3 k^3), k = min(n, d):
+# the spectra of a Qwen-sized run's 2,000 x 1,024 new rows and reference sample took
+# 0.40 s of CPU against 1.10 s for their four SVDs, single-threaded (bench/check_speed.py,
+# AMD EPYC, 2 cores). Precision: an eigenvalue of the Gram
+# matrix is exact to ~k eps lambda_max, so a singular value is resolved to
+# sqrt(k eps) s_max (5e-7 s_max at k = 1,024); values below that read 0 (_sv_from_gram).
+# The figures read s / sum(s) and s^2 / sum(s^2): a tail below the floor moves them by a
+# share of at most k sqrt(k eps) (5e-4) of the total; measured on 2,000 x 1,024 (random,
+# the mean, mean + 1e-9 noise, a line, low rank + mean: bench/check_speed.py) no rank
+# figure moves more than 2e-10 relative (mean + 1e-9 noise, uncentered; the others
+# <= 6e-12). Below 1,000,000 elements (SmolLM2's 1,000 x 576) the SVD costs little.
+_SVD_MAX_ELEMENTS = 1_000_000
 # With one side this small the SVD stays cheap and keeps full precision.
 _SVD_SMALL_SIDE = 64
+# The Gram product asks for every core only above this size: on a busy 2-core machine
+# OpenBLAS's spin-waits cost more than threads give on smaller ones (blas.py).
+_THREADS_MIN_ELEMENTS = 4_000_000
 
 
 def as_matrix(x: np.ndarray, name: str = "x", *, min_rows: int = 1) -> np.ndarray:
@@ -24,7 +39,8 @@ def as_matrix(x: np.ndarray, name: str = "x", *, min_rows: int = 1) -> np.ndarra
         raise ValueError(f"{name} must be a 2-D (rows, dims) matrix, got shape {m.shape}")
     if m.shape[0] < min_rows:
         raise ValueError(f"{name} needs at least {min_rows} row(s), got shape {m.shape}")
-    if not np.isfinite(m).all():
+    # min and max carry any NaN or Inf: the check needs no (n, d) mask (100 MB at 100,000 rows).
+    if m.size and not (np.isfinite(m.min()) and np.isfinite(m.max())):
         raise ValueError(f"{name} holds NaN or Inf: drop or repair those rows before measuring")
     return m
 
@@ -53,15 +69,15 @@ def _singular_values_svd(x: np.ndarray) -> np.ndarray:
 
 
 def _gram(a: np.ndarray) -> np.ndarray:
-    """a @ a.T, symmetric, by BLAS syrk: half the flops of a general product, no copy
-    when ``a`` is the transpose of a C-ordered matrix."""
-    from scipy.linalg.blas import dsyrk  # lazy: only large matrices pay scipy's import
-
+    """a @ a.T, (k, k), exactly symmetric. numpy hands a product of a matrix with its own
+    transpose to BLAS syrk (half the flops of a general product, no copy of ``a``) and
+    mirrors the triangle: as fast as scipy's dsyrk here, without scipy's import."""
+    if a.size <= _THREADS_MIN_ELEMENTS:
+        return a @ a.T
     from geodiag.metrics.blas import blas_threads
 
     with blas_threads(None):  # the one product large enough to gain from threads
-        upper = dsyrk(1.0, a)
-    return np.triu(upper) + np.triu(upper, 1).T
+        return a @ a.T
 
 
 def _sv_from_gram(gram: np.ndarray) -> np.ndarray:
@@ -96,28 +112,50 @@ def _use_gram(shape: tuple[int, int]) -> bool:
     return n * d > _SVD_MAX_ELEMENTS and min(n, d) > _SVD_SMALL_SIDE
 
 
-def _spectra_from_centered(c: np.ndarray, m: np.ndarray) -> tuple[SpectrumStats, SpectrumStats]:
-    """(uncentered, centered) spectra of x = c + m from ONE Gram product of c.
+# Rows per block when the centered Gram matrix is accumulated without an (n, d) copy:
+# 32 MB at 1,024 dims; a matrix of at most this many rows is one block, one product.
+_GRAM_BLOCK_ROWS = 4096
+
+
+def _centered_blocks(x: np.ndarray, m: np.ndarray):
+    """Blocks of c = x - m, (b, d) each: the centered rows without an (n, d) copy."""
+    for start in range(0, x.shape[0], _GRAM_BLOCK_ROWS):
+        yield x[start : start + _GRAM_BLOCK_ROWS] - m
+
+
+def _spectra_via_gram(x: np.ndarray, m: np.ndarray) -> tuple[SpectrumStats, SpectrumStats, float]:
+    """(uncentered, centered, sum of squares of c) for x = c + m, from ONE Gram product of c.
 
     x^T x = c^T c + s m^T + m s^T + n m m^T with s = c^T 1: every term is added, none
     cancels, so the uncentered spectrum keeps full precision (deriving the centered one
-    from x^T x would subtract and lose a tiny spread around a large mean).
+    from x^T x would subtract and lose a tiny spread around a large mean). With d <= n,
+    c^T c is summed over blocks of rows of c, so memory stays at one block, not a copy of x.
     """
-    n, d = c.shape
-    scale = max(_gram_scale(c), _gram_scale(m[None, :]))
-    if scale != 1.0:
-        c, m = c / scale, m / scale
-    g_c = _gram(c.T if d <= n else c)  # (k, k), k = min(n, d)
+    n, d = x.shape
     if d <= n:
-        s = c.sum(axis=0)  # (d,), ~0 by construction
+        c_scale = max((_gram_scale(b) for b in _centered_blocks(x, m)), default=1.0)
+        scale = max(c_scale, _gram_scale(m[None, :]))
+        g_c, s, sq = np.zeros((d, d)), np.zeros(d), 0.0
+        for b in _centered_blocks(x, m):
+            sq += float(np.einsum("ij,ij->", b, b))
+            b = b / scale if scale != 1.0 else b
+            g_c += _gram(b.T)  # (d, d)
+            s += b.sum(axis=0)  # ~0 by construction
+        m = m / scale if scale != 1.0 else m
         g_x = g_c + np.outer(s, m) + np.outer(m, s) + n * np.outer(m, m)
     else:
+        c = x - m  # (n, d), n < d: the (n, n) Gram matrix needs every row at once
+        sq = float(np.einsum("ij,ij->", c, c))
+        scale = max(_gram_scale(c), _gram_scale(m[None, :]))
+        if scale != 1.0:
+            c, m = c / scale, m / scale
+        g_c = _gram(c)  # (n, n)
         cm = c @ m  # (n,)
         g_x = g_c + cm[:, None] + cm[None, :] + float(m @ m)
-    c_zero = not g_c.any()
-    sv_c = np.zeros(min(n, d)) if c_zero else _sv_from_gram(g_c) * scale
+    sv_c = np.zeros(min(n, d)) if not g_c.any() else _sv_from_gram(g_c) * scale
     sv_x = np.zeros(min(n, d)) if not g_x.any() else _sv_from_gram(g_x) * scale
-    return _spectrum_from_singular_values(sv_x, n, d), _spectrum_from_singular_values(sv_c, n, d)
+    uncentered = _spectrum_from_singular_values(sv_x, n, d)
+    return uncentered, _spectrum_from_singular_values(sv_c, n, d), sq
 
 
 def singular_values(x: np.ndarray) -> np.ndarray:
@@ -256,8 +294,13 @@ def _spread_of_centered(c: np.ndarray) -> float:
 
 
 def spread(x: np.ndarray) -> float:
-    """RMS distance of the rows of x (n, d) to their centroid, in embedding units."""
-    return _spread_of_centered(centered(x))
+    """RMS distance of the rows of x (n, d) to their centroid, in embedding units.
+
+    The centered rows a block at a time: no (n, d) copy (a 20,000-row reference: 164 MB)."""
+    x = as_matrix(x)
+    m = _centering_offset(x)
+    sq = sum(float(np.einsum("ij,ij->", b, b)) for b in _centered_blocks(x, m))
+    return float(np.sqrt(sq / x.shape[0]))
 
 
 @dataclass(frozen=True)
@@ -270,6 +313,34 @@ class LevelCosine:
     within_mean: float | None  # all within-level distinct pairs, pooled
     between_mean: float | None  # all pairs from different levels, pooled
     undefined_reason: str | None = None
+
+
+# Up to this many levels, one (L, n) indicator product gives every level's sum of unit
+# rows; above (a cosine map's hundreds of blocks) the indicator would cost L n memory
+# and L n d flops: 400 blocks of 100,000 rows are 320 MB and 4e10 flops.
+_INDICATOR_MAX_LEVELS = 16
+_SUM_CHUNK_ROWS = 4096
+
+
+def _unit_row_sums(x: np.ndarray, r: np.ndarray, index: np.ndarray, n_levels: int) -> np.ndarray:
+    """(L, d): S_a = sum of x_i / ||x_i|| over the rows i of level a, in O(n d) time."""
+    n, d = x.shape
+    if n_levels <= _INDICATOR_MAX_LEVELS:
+        # (L, n) indicator weighted by 1 / ||x_i||: one product gives all S_a, no copy of x.
+        weights = np.zeros((n_levels, n))
+        weights[index, np.arange(n)] = 1.0 / r
+        return weights @ x
+    # Many levels: rows in level order, a chunk at a time, each run of one level summed
+    # by reduceat. Memory: one (chunk, d) block.
+    sums = np.zeros((n_levels, d))
+    order = np.argsort(index, kind="stable")
+    for start in range(0, n, _SUM_CHUNK_ROWS):
+        pick = order[start : start + _SUM_CHUNK_ROWS]
+        block = x[pick] / r[pick, None]  # (b, d)
+        level = index[pick]
+        runs = np.flatnonzero(np.r_[True, level[1:] != level[:-1]])
+        sums[level[runs]] += np.add.reduceat(block, runs, axis=0)
+    return sums
 
 
 def level_cosine(x: np.ndarray, level_index: np.ndarray, level_names: list[str]) -> LevelCosine:
@@ -303,10 +374,7 @@ def level_cosine(x: np.ndarray, level_index: np.ndarray, level_names: list[str])
         reason = f"{int((r == 0).sum())} row(s) have zero norm: their cosine is undefined"
         return LevelCosine(names, [int(v) for v in sizes], empty, None, None, reason)
 
-    # (L, n) indicator weighted by 1 / ||x_i||: one product gives all S_a, no copy of x.
-    weights = np.zeros((n_levels, n))
-    weights[index, np.arange(n)] = 1.0 / r
-    sums = weights @ x  # (L, d)
+    sums = _unit_row_sums(x, r, index, n_levels)  # (L, d)
     g = sums @ sums.T  # (L, L)
     na = sizes.astype(np.float64)
     matrix: list[list[float | None]] = [[None] * n_levels for _ in range(n_levels)]
@@ -369,12 +437,14 @@ def summarize(x: np.ndarray, reference: np.ndarray | None = None) -> GeometrySum
     a tiny spread_relative and a mean cosine of ~1.
     """
     x = as_matrix(x)
+    n = x.shape[0]
     m = _centering_offset(x)  # (d,)
-    c = x - m  # (n, d) copy, shared by the centered spectrum and the spread
-    s = _spread_of_centered(c)
-    if _use_gram(x.shape):
-        uncentered, centered_ = _spectra_from_centered(c, m)
+    if _use_gram(x.shape):  # centered rows a block at a time: no (n, d) copy
+        uncentered, centered_, sq = _spectra_via_gram(x, m)
+        s = float(np.sqrt(sq / n))
     else:
+        c = x - m  # (n, d) copy, shared by the centered spectrum and the spread
+        s = _spread_of_centered(c)
         uncentered, centered_ = _spectrum(x), _spectrum(c)
     relative = None
     if reference is not None:

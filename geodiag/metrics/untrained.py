@@ -126,9 +126,22 @@ def norm_outliers(
     return small, large
 
 
+# Rows per block for the row-wise tests below: their (b, d) temporaries stay at a block
+# (32 MB at 1,024 dims in float64), not a copy of 100,000 new rows (819 MB).
+_BLOCK_ROWS = 4096
+
+
+def _row_blocks(x: np.ndarray):
+    for start in range(0, x.shape[0], _BLOCK_ROWS):
+        yield x[start : start + _BLOCK_ROWS]
+
+
 def zero_rows(x: np.ndarray) -> np.ndarray:
     """(n,) bool: rows of x (n, d) whose every entry is zero."""
-    return ~np.any(np.asarray(x) != 0, axis=1)
+    x = np.asarray(x)
+    if x.shape[0] <= _BLOCK_ROWS:
+        return ~np.any(x != 0, axis=1)
+    return np.concatenate([~np.any(b != 0, axis=1) for b in _row_blocks(x)])
 
 
 # A row any training example reached moves like the vocabulary's rows; one none reached moves
@@ -220,8 +233,12 @@ def identical_groups(x: np.ndarray, tol: float, *, seed: int = 0) -> list[np.nda
             roots = _roots(parent)
             a, b = a[close], b[close]
             a, b = a[roots[a] != roots[b]], b[roots[a] != roots[b]]  # not yet linked
-            diff = x[a] - x[b]  # (m, d), m small: pairs of rows not yet grouped
-            linked = np.sqrt(np.einsum("ij,ij->i", diff, diff)) <= tol
+            # Pairs of rows not yet grouped: few, but all n - 1 on the first step when every
+            # row sits at one point (a mean init), so their (m, d) differences go by blocks.
+            linked = np.empty(len(a), dtype=bool)
+            for at in range(0, len(a), _BLOCK_ROWS):
+                diff = x[a[at : at + _BLOCK_ROWS]] - x[b[at : at + _BLOCK_ROWS]]  # (b, d)
+                linked[at : at + len(diff)] = np.sqrt(np.einsum("ij,ij->i", diff, diff)) <= tol
             _union(parent, a[linked], b[linked])
     roots = _roots(parent)
     _, inverse, counts = np.unique(roots, return_inverse=True, return_counts=True)
@@ -259,7 +276,17 @@ def _roots(parent: np.ndarray) -> np.ndarray:
         parent = nxt
 
 
+def distances(x: np.ndarray, point: np.ndarray) -> np.ndarray:
+    """(n,) float64: ||x_i - point|| for the rows of x (n, d), a block of rows at a time."""
+    point = np.asarray(point, dtype=np.float64)
+    x = np.asarray(x)
+    out = np.empty(x.shape[0])
+    for start in range(0, x.shape[0], _BLOCK_ROWS):
+        diff = x[start : start + _BLOCK_ROWS].astype(np.float64, copy=False) - point  # (b, d)
+        out[start : start + len(diff)] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    return out
+
+
 def near_point(x: np.ndarray, point: np.ndarray, tol: float) -> np.ndarray:
     """(n,) bool: rows of x (n, d) within ``tol`` of ``point`` (d,)."""
-    diff = np.asarray(x, dtype=np.float64) - np.asarray(point, dtype=np.float64)
-    return np.sqrt(np.einsum("ij,ij->i", diff, diff)) <= tol
+    return distances(x, point) <= tol

@@ -1,6 +1,6 @@
 """The read-and-measure path must not import torch or transformers (README, DESIGN.md: a
-CI gate starts fast), nor scipy below the size where the Gram route needs its BLAS
-(geometry._gram imports it lazily; rsa.py writes out its ranks to avoid scipy.stats).
+CI gate starts fast), nor scipy (the Gram route uses numpy's own syrk; rsa.py writes
+out its ranks to avoid scipy.stats).
 numpy.ma (np.median and np.unique import it on first use) and the drift metrics stay
 out of it too: start-up is most of a gate's time."""
 

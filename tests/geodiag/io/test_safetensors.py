@@ -326,3 +326,22 @@ def test_an_embedding_geodiag_cannot_measure_names_the_dtypes_it_can(make_ckpt):
     res = CliRunner().invoke(app, ["metrics", str(root)])
     assert res.exit_code == 2
     assert "has dtype U32; expected F64, F32, F16, BF16, F8_E4M3, F8_E5M2" in res.output
+
+
+def test_read_rows_in_blocks_matches_one_read_and_digest(tmp_path, monkeypatch):
+    """Above _DECODE_ROWS rows are read and decoded a block at a time: same rows, same
+    digest of the bytes read."""
+    from geodiag.io import safetensors
+
+    x = np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32)
+    save_file({"w": x}, tmp_path / "m.safetensors")
+    ids = np.array([5, 6, 7, 30, 2, 3, 39, 0, 1, 8, 9, 10, 11])
+    one = SafetensorsFile(tmp_path / "m.safetensors")
+    whole = one.read_rows("w", ids)
+    monkeypatch.setattr(safetensors, "_DECODE_ROWS", 3)
+    blocks = SafetensorsFile(tmp_path / "m.safetensors")
+    got = blocks.read_rows("w", ids)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, whole)
+    np.testing.assert_array_equal(got, x[ids].astype(np.float64))
+    assert blocks.digest.hexdigest() == one.digest.hexdigest()

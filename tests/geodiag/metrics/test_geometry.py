@@ -247,6 +247,28 @@ def test_level_cosine_matches_brute_force():
     strict_json(lc)
 
 
+def test_level_cosine_with_many_levels_sums_in_chunks(monkeypatch):
+    """Above _INDICATOR_MAX_LEVELS (a cosine map's blocks) the level sums come a chunk of
+    rows at a time, with no (L, n) indicator: same figures as the brute force."""
+    rng = np.random.default_rng(17)
+    n_levels = geometry._INDICATOR_MAX_LEVELS + 9
+    index = rng.integers(0, n_levels, size=120)
+    index[index == 3] = 4  # an empty level
+    x = rng.normal(size=(120, 9)) + 0.3
+    monkeypatch.setattr(geometry, "_SUM_CHUNK_ROWS", 16)  # runs that cross chunks
+    names = [str(i) for i in range(n_levels)]
+    lc = level_cosine(x, index, names)
+    matrix, within, between = brute_level_cosine(x, index, n_levels)
+    for a in range(n_levels):
+        for b in range(n_levels):
+            if matrix[a][b] is None:
+                assert lc.matrix[a][b] is None
+            else:
+                assert lc.matrix[a][b] == pytest.approx(matrix[a][b], abs=1e-13)
+    assert lc.within_mean == pytest.approx(within, abs=1e-13)
+    assert lc.between_mean == pytest.approx(between, abs=1e-13)
+
+
 def test_block_structured_levels_have_within_above_between():
     rng = np.random.default_rng(16)
     centers = rng.normal(size=(3, 32))
@@ -338,3 +360,20 @@ def test_median_is_numpy_median_bit_for_bit(n):
     r = np.ones(n)
     r[-1] = np.nan
     assert math.isnan(geometry._median(r))
+
+
+def test_summarize_sums_the_centered_gram_over_row_blocks(monkeypatch):
+    """On the Gram route the centered rows come a block at a time (no (n, d) copy): the
+    spectra and the spread agree with one block to float rounding."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(300, 40)) * np.linspace(2.0, 0.1, 40) + 1.5
+    monkeypatch.setattr(geometry, "_SVD_MAX_ELEMENTS", 1000)
+    one = geometry.summarize(x)
+    monkeypatch.setattr(geometry, "_GRAM_BLOCK_ROWS", 7)
+    blocks = geometry.summarize(x)
+    for a, b in ((one.centered, blocks.centered), (one.uncentered, blocks.uncentered)):
+        np.testing.assert_allclose(b.singular_values, a.singular_values, rtol=1e-12)
+    assert blocks.spread == pytest.approx(one.spread, rel=1e-13)
+    assert geometry.spread(x) == pytest.approx(
+        np.sqrt(((x - x.mean(axis=0)) ** 2).sum(axis=1).mean()), rel=1e-13
+    )

@@ -179,3 +179,32 @@ def test_dead_codes_are_named_as_such(make_ckpt):
     rep = json.loads(run("metrics", ckpt, "--json", "--permutations", 0).stdout)
     u = rep["matrices"][0]["untrained"]
     assert u["dead_codes"]["ids"] == ids[:8] and u["dead_codes"]["size"] == len(dead)
+
+
+def test_row_tests_by_blocks_match_the_whole_matrix(monkeypatch):
+    """zero_rows, near_point and identical_groups walk the rows in blocks (no (n, d)
+    temporary at 100,000 rows): the same answers as in one block."""
+    from geodiag.metrics import untrained
+
+    rng = np.random.default_rng(3)
+    point = rng.normal(size=12)
+    x = rng.normal(size=(50, 12))
+    x[::7] = point  # a group at one point, spread over every block
+    x[3] = 0.0
+    whole = (
+        untrained.zero_rows(x),
+        near_point(x, point, 1e-9),
+        [g.tolist() for g in identical_groups(x, 1e-9)],
+    )
+    monkeypatch.setattr(untrained, "_BLOCK_ROWS", 4)
+    blocks = (
+        untrained.zero_rows(x),
+        near_point(x, point, 1e-9),
+        [g.tolist() for g in identical_groups(x, 1e-9)],
+    )
+    np.testing.assert_array_equal(blocks[0], whole[0])
+    np.testing.assert_array_equal(blocks[1], whole[1])
+    assert blocks[2] == whole[2] == [list(range(0, 50, 7))]
+    np.testing.assert_allclose(
+        untrained.distances(x, point), np.linalg.norm(x - point, axis=1), rtol=1e-15
+    )

@@ -1,0 +1,252 @@
+"""The gate's time and the report's memory on a Qwen-sized vocabulary, against the naive
+route, in one run; prints ratios (issue 23).
+
+1. ``geodiag check`` on 150,000 original + 2,000 new rows x 1,024 float32 (Qwen-sized),
+   per-token findings included: this tree against the code of ``--baseline`` (a git
+   revision, extracted with ``git archive``), each in a fresh process, interleaved;
+   medians of wall time, CPU time (user + sys of the child, by wait4) and peak RSS.
+2. The spectra alone on 2,000 x 1,024: ``summarize`` of the new rows and the reference
+   sample against numpy.linalg.svd on each of the four matrices (as before), CPU time;
+   and the Gram route's precision against the exact SVD on five geometries.
+3. ``geodiag report`` peak RSS and time at 500, 2,000 and 8,000 new tokens (and 100,000
+   with --report-scale), 1,024 dims, this tree against the baseline.
+
+CPU model and load are printed before and after: the machine may be shared.
+
+Usage: .venv/bin/python bench/check_speed.py [--workdir runs/bench] [--repeats 5]
+       [--baseline HEAD~1] [--report-sizes 500,2000,8000] [--report-scale]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from read_path import write_synthetic  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+N_BASE, N_NEW, DIM = 150_000, 2_000, 1_024
+
+
+def cpu_model() -> str:
+    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    name = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if "Model name" in ln), "")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"{name or 'unknown CPU'}, {os.cpu_count()} logical CPUs, load average {load}"
+
+
+def measured(cmd: list[str], pythonpath: Path) -> dict:
+    """Wall, CPU (user + sys) and peak RSS of ``cmd``, run by a tiny wrapper process whose
+    only child it is: the wrapper's RUSAGE_CHILDREN is that child's, once waited for."""
+    wrapper = (
+        "import resource,subprocess,sys,time,json;t=time.perf_counter();"
+        "p=subprocess.Popen(sys.argv[1:],stdout=subprocess.PIPE,stderr=subprocess.PIPE);"
+        "out,err=p.communicate();ru=resource.getrusage(resource.RUSAGE_CHILDREN);"
+        "print(json.dumps({'wall':time.perf_counter()-t,'cpu':ru.ru_utime+ru.ru_stime,"
+        "'rss_mib':ru.ru_maxrss/1024,'rc':p.returncode,'err':err.decode()[-2000:]}))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    # cwd: the tree itself, as ``python -m`` puts the working directory ahead of PYTHONPATH
+    # (run from this repository, the baseline would measure this tree's code).
+    res = subprocess.run(
+        [sys.executable, "-c", wrapper, *cmd],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=pythonpath,
+    )
+    data = json.loads(res.stdout)
+    if data["rc"] not in (0, 1):
+        raise SystemExit(f"failed ({data['rc']}): {' '.join(cmd)}\n{data['err']}")
+    return data
+
+
+def baseline_tree(rev: str, workdir: Path) -> Path:
+    """The package at ``rev``, extracted once: the code this change is measured against."""
+    out = workdir / f"baseline-{rev.replace('/', '_').replace('~', '-')}"
+    if not (out / "geodiag").is_dir():
+        out.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", rev, "geodiag"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
+    return out
+
+
+def medians(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) for k in ("wall", "cpu", "rss_mib")}
+
+
+def bench_check(workdir: Path, baseline: Path, repeats: int) -> dict:
+    root = workdir / "qwen-2000"
+    if not (root / "config.json").is_file():
+        write_synthetic(root, N_BASE, N_NEW, DIM, 0.0)
+    cmd = [sys.executable, "-m", "geodiag.cli", "check", str(root)]
+    cmd += ["--new-tokens", f"{N_BASE}:{N_BASE + N_NEW}"]
+    runs: dict[str, list[dict]] = {"this": [], "baseline": []}
+    for _ in range(repeats):  # interleaved: load drifts hit both alike
+        runs["this"].append(measured(cmd, ROOT))
+        runs["baseline"].append(measured(cmd, baseline))
+    this, base = medians(runs["this"]), medians(runs["baseline"])
+    return {
+        "this": this,
+        "baseline": base,
+        "wall_ratio": base["wall"] / this["wall"],
+        "cpu_ratio": base["cpu"] / this["cpu"],
+    }
+
+
+def bench_spectra(repeats: int) -> dict:
+    from threadpoolctl import threadpool_limits
+
+    from geodiag.metrics.geometry import summarize
+
+    rng = np.random.default_rng(0)
+    new = rng.standard_normal((N_NEW, DIM)) * 0.05
+    ref = rng.standard_normal((N_NEW, DIM)) * 0.05 + 0.01
+
+    def naive():
+        for x in (new, ref):
+            np.linalg.svd(x, compute_uv=False)
+            np.linalg.svd(x - x.mean(axis=0), compute_uv=False)
+
+    def ours():
+        summarize(new, ref)
+        summarize(ref)
+
+    out = {}
+    with threadpool_limits(1, user_api="blas"):  # as analyze() runs them
+        for name, f in (("summarize", ours), ("numpy_svd", naive)):
+            times = []
+            for _ in range(repeats):
+                t = time.process_time()
+                f()
+                times.append(time.process_time() - t)
+            out[name] = min(times)
+    out["ratio"] = out["numpy_svd"] / out["summarize"]
+    return out
+
+
+def geometries(n: int = N_NEW, d: int = DIM, seed: int = 0) -> dict[str, np.ndarray]:
+    """New-row geometries whose spectra span the conditioning the gate meets."""
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((5000, d)) * np.linspace(0.2, 0.02, d) + rng.normal(size=d) * 0.02
+    mean = base.mean(axis=0)
+    return {
+        "random": rng.standard_normal((n, d)) * 0.05,
+        "mean + 1e-9 noise": rng.multivariate_normal(
+            mean, 1e-9 * np.cov(base, rowvar=False), size=n
+        ),
+        "a line": np.outer(rng.normal(size=n), rng.normal(size=d)) * 0.1,
+        "low rank + mean": mean
+        + rng.normal(size=(n, 3)) @ rng.normal(size=(3, d)) * 0.02
+        + rng.normal(size=(n, d)) * 1e-3,
+        "the mean": np.tile(mean, (n, 1)),
+    }
+
+
+def bench_precision() -> dict[str, float]:
+    """Largest relative change of any rank figure, Gram route against the exact SVD."""
+    from geodiag.metrics import geometry
+
+    figures = ("effective_rank", "stable_rank", "participation_ratio", "top1_energy_share")
+    out = {}
+    for name, x in geometries().items():
+        gram = geometry.summarize(x)
+        limit = geometry._SVD_MAX_ELEMENTS
+        geometry._SVD_MAX_ELEMENTS = x.size  # the exact SVD for this one matrix
+        try:
+            exact = geometry.summarize(x)
+        finally:
+            geometry._SVD_MAX_ELEMENTS = limit
+        worst = 0.0
+        for a, b in ((gram.uncentered, exact.uncentered), (gram.centered, exact.centered)):
+            for f in figures:
+                u, v = getattr(a, f), getattr(b, f)
+                if v:
+                    worst = max(worst, abs(u - v) / abs(v))
+        out[name] = worst
+    return out
+
+
+def bench_report(workdir: Path, baseline: Path, sizes: list[int]) -> list[dict]:
+    out = []
+    for n in sizes:
+        base = 32_000 if n > 10_000 else N_BASE  # the 100,000-row case: a smaller vocabulary
+        root = workdir / f"report-{n}"
+        if not (root / "config.json").is_file():
+            write_synthetic(root, base, n, DIM, 0.0)
+        row = {"n_new": n, "n_base": base}
+        for name, tree in (("this", ROOT), ("baseline", baseline)):
+            cmd = [sys.executable, "-m", "geodiag.cli", "report", str(root)]
+            cmd += ["--new-tokens", f"{base}:{base + n}", "--permutations", "100"]
+            cmd += ["-o", str(workdir / f"out-{name}-{n}" / "report.html")]
+            row[name] = measured(cmd, tree)
+        out.append(row)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--repeats", type=int, default=5, help="runs per route (medians)")
+    ap.add_argument("--baseline", default="HEAD~1", help="git revision to compare with")
+    ap.add_argument("--report-sizes", default="500,2000,8000")
+    ap.add_argument("--report-scale", action="store_true", help="add the 100,000-row report")
+    ap.add_argument("--skip-check", action="store_true")
+    args = ap.parse_args()
+    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="geodiag-bench-"))).resolve()
+    baseline = baseline_tree(args.baseline, workdir)
+    results = {"machine_before": cpu_model(), "baseline": args.baseline}
+    print(results["machine_before"])
+    if not args.skip_check:
+        results["check"] = r = bench_check(workdir, baseline, args.repeats)
+        t, b = r["this"], r["baseline"]
+        print(
+            f"check {N_BASE + N_NEW:,} x {DIM} with {N_NEW:,} new rows, medians of "
+            f"{args.repeats}: {t['wall']:.2f} s wall / {t['cpu']:.2f} s CPU / "
+            f"{t['rss_mib']:.0f} MiB; {args.baseline}: {b['wall']:.2f} s / {b['cpu']:.2f} s / "
+            f"{b['rss_mib']:.0f} MiB; speedup {r['wall_ratio']:.2f}x wall, "
+            f"{r['cpu_ratio']:.2f}x CPU (target <= 2 s)"
+        )
+        results["spectra"] = r = bench_spectra(args.repeats)
+        print(
+            f"spectra of new rows + reference ({N_NEW} x {DIM}): summarize {r['summarize']:.2f} s "
+            f"CPU, numpy.linalg.svd x4 {r['numpy_svd']:.2f} s ({r['ratio']:.2f}x)"
+        )
+        results["precision"] = r = bench_precision()
+        print(
+            f"Gram route against the exact SVD ({N_NEW} x {DIM}), largest relative change of "
+            "a rank figure: " + "; ".join(f"{k} {v:.1e}" for k, v in r.items())
+        )
+    sizes = [int(s) for s in args.report_sizes.split(",") if s]
+    if args.report_scale:
+        sizes.append(100_000)
+    results["report"] = rows = bench_report(workdir, baseline, sizes)
+    for r in rows:
+        t, b = r["this"], r["baseline"]
+        print(
+            f"report {r['n_new']:,} new x {DIM} (vocabulary {r['n_base']:,}): "
+            f"{t['rss_mib']:.0f} MiB / {t['wall']:.1f} s wall / {t['cpu']:.1f} s CPU; "
+            f"{args.baseline}: {b['rss_mib']:.0f} MiB / {b['wall']:.1f} s / {b['cpu']:.1f} s "
+            f"(RSS ratio {b['rss_mib'] / t['rss_mib']:.2f})"
+        )
+    results["machine_after"] = cpu_model()
+    print(results["machine_after"])
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
