@@ -322,10 +322,19 @@ _INDICATOR_MAX_LEVELS = 16
 _SUM_CHUNK_ROWS = 4096
 
 
-def _unit_row_sums(x: np.ndarray, r: np.ndarray, index: np.ndarray, n_levels: int) -> np.ndarray:
-    """(L, d): S_a = sum of x_i / ||x_i|| over the rows i of level a, in O(n d) time."""
+def _unit_row_sums(
+    x: np.ndarray,
+    r: np.ndarray,
+    index: np.ndarray,
+    n_levels: int,
+    center: np.ndarray | None = None,
+) -> np.ndarray:
+    """(L, d): S_a = sum of (x_i - center) / r_i over the rows i of level a, in O(n d)
+    time (``center`` None: x_i itself). The center is subtracted before dividing, a
+    chunk at a time: rows near it have a tiny r_i, and x_i / r_i - center / r_i would
+    cancel."""
     n, d = x.shape
-    if n_levels <= _INDICATOR_MAX_LEVELS:
+    if n_levels <= _INDICATOR_MAX_LEVELS and center is None:
         # (L, n) indicator weighted by 1 / ||x_i||: one product gives all S_a, no copy of x.
         weights = np.zeros((n_levels, n))
         weights[index, np.arange(n)] = 1.0 / r
@@ -336,19 +345,37 @@ def _unit_row_sums(x: np.ndarray, r: np.ndarray, index: np.ndarray, n_levels: in
     order = np.argsort(index, kind="stable")
     for start in range(0, n, _SUM_CHUNK_ROWS):
         pick = order[start : start + _SUM_CHUNK_ROWS]
-        block = x[pick] / r[pick, None]  # (b, d)
+        block = x[pick] if center is None else x[pick] - center
+        block = block / r[pick, None]  # (b, d)
         level = index[pick]
         runs = np.flatnonzero(np.r_[True, level[1:] != level[:-1]])
         sums[level[runs]] += np.add.reduceat(block, runs, axis=0)
     return sums
 
 
-def level_cosine(x: np.ndarray, level_index: np.ndarray, level_names: list[str]) -> LevelCosine:
+def _centered_norms(x: np.ndarray, center: np.ndarray) -> np.ndarray:
+    """||x_i - center|| for each row, (n,), a chunk of rows at a time (no (n, d) copy)."""
+    out = np.empty(x.shape[0])
+    for start in range(0, x.shape[0], _SUM_CHUNK_ROWS):
+        out[start : start + _SUM_CHUNK_ROWS] = row_norms(
+            x[start : start + _SUM_CHUNK_ROWS] - center
+        )
+    return out
+
+
+def level_cosine(
+    x: np.ndarray,
+    level_index: np.ndarray,
+    level_names: list[str],
+    *,
+    center: np.ndarray | None = None,
+) -> LevelCosine:
     """Mean cosine within and between levels, exact in O(n d).
 
     x (n, d); level_index (n,) ints in 0..L-1 with L = len(level_names). With S_a the sum
     of level a's unit rows: between = S_a . S_b / (n_a n_b), within =
-    (||S_a||^2 - n_a) / (n_a (n_a - 1)).
+    (||S_a||^2 - n_a) / (n_a (n_a - 1)). ``center`` (d,): the cosines of x_i - center
+    (e.g. the rows' mean: the centered view), without an (n, d) copy of x - center.
     """
     x = as_matrix(x, min_rows=0)
     n = x.shape[0]
@@ -368,13 +395,13 @@ def level_cosine(x: np.ndarray, level_index: np.ndarray, level_names: list[str])
         if n
         else np.zeros(n_levels, int)
     )
-    r = row_norms(x)
+    r = row_norms(x) if center is None else _centered_norms(x, np.asarray(center, np.float64))
     empty = [[None] * n_levels for _ in range(n_levels)]
     if np.any(r == 0):
         reason = f"{int((r == 0).sum())} row(s) have zero norm: their cosine is undefined"
         return LevelCosine(names, [int(v) for v in sizes], empty, None, None, reason)
 
-    sums = _unit_row_sums(x, r, index, n_levels)  # (L, d)
+    sums = _unit_row_sums(x, r, index, n_levels, center)  # (L, d)
     g = sums @ sums.T  # (L, L)
     na = sizes.astype(np.float64)
     matrix: list[list[float | None]] = [[None] * n_levels for _ in range(n_levels)]

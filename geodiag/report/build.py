@@ -208,8 +208,9 @@ def cosine_map(
         index, names = new.level_index[keep], list(new.level_names)
     else:
         index, names = np.zeros(n, np.int64), []
-    centered = rows - rows.mean(axis=0, dtype=np.float64) if n else rows  # (n, d)
+    mean = rows.mean(axis=0, dtype=np.float64) if n else None  # (d,)
     if n <= opts.heatmap_max_tokens:
+        centered = rows - mean if n else rows  # (n, d), n small
         starts = [
             int(np.flatnonzero(index == li)[0]) for li in range(len(names)) if (index == li).any()
         ]
@@ -219,14 +220,19 @@ def cosine_map(
     block = -(-n // min(opts.heatmap_blocks, opts.heatmap_max_tokens))
     blocks, starts = _block_index(index, max(len(names), 1), block)
     n_cells = int(blocks.max()) + 1
-    values, centered_values = (_block_means(x, blocks, n_cells) for x in (rows, centered))
+    # The centered map from the rows and their mean: no (n, d) copy at scale.
+    values = _block_means(rows, blocks, n_cells)
+    centered_values = _block_means(rows, blocks, n_cells, center=mean)
     starts = starts if names else []
     return CosineMap(label, n, True, block, n_cells, names, starts, values, centered_values)
 
 
-def _block_means(rows: np.ndarray, blocks: np.ndarray, n_cells: int) -> np.ndarray:
-    """(n_cells, n_cells) mean cosine between blocks of ``rows`` (n, d); NaN if undefined."""
-    lc = level_cosine(rows, blocks, [str(b) for b in range(n_cells)])
+def _block_means(
+    rows: np.ndarray, blocks: np.ndarray, n_cells: int, center: np.ndarray | None = None
+) -> np.ndarray:
+    """(n_cells, n_cells) mean cosine between blocks of ``rows`` (n, d), of ``rows -
+    center`` when given; NaN if undefined."""
+    lc = level_cosine(rows, blocks, [str(b) for b in range(n_cells)], center=center)
     return np.array(
         [[np.nan if v is None else v for v in row] for row in lc.matrix], dtype=np.float64
     )

@@ -377,3 +377,26 @@ def test_summarize_sums_the_centered_gram_over_row_blocks(monkeypatch):
     assert geometry.spread(x) == pytest.approx(
         np.sqrt(((x - x.mean(axis=0)) ** 2).sum(axis=1).mean()), rel=1e-13
     )
+
+
+@pytest.mark.parametrize("n_levels", [3, 40])  # the indicator product, and the chunked sums
+def test_level_cosine_with_a_center_equals_it_on_the_centered_rows(n_levels):
+    """``center`` gives the cosines of x - center without the (n, d) copy; rows a hair
+    from the center (1e-9 noise) keep their direction (the center is taken off first)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 12)) + 5.0
+    center = x.mean(axis=0)
+    x[:10] = center + 1e-9 * rng.normal(size=(10, 12))
+    index = rng.integers(0, n_levels, size=300)
+    names = [str(i) for i in range(n_levels)]
+    got = level_cosine(x, index, names, center=center)
+    want = level_cosine(x - center, index, names)
+    flat = [v for row in got.matrix for v in row]
+    ref = [v for row in want.matrix for v in row]
+    assert [v is None for v in flat] == [v is None for v in ref]
+    # Summation order differs (reduceat against a BLAS product): each sum of n = 300 unit
+    # vectors moves by ~n * 2^-52 = 7e-14; 1e-12 leaves room and no more.
+    np.testing.assert_allclose(
+        [v for v in flat if v is not None], [v for v in ref if v is not None], rtol=0, atol=1e-12
+    )
+    assert got.within_mean == pytest.approx(want.within_mean, abs=1e-12)
