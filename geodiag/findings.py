@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from geodiag.io.checkpoint import Checkpoint, Matrix
+from geodiag.io.tokenizer import list_names
 from geodiag.metrics.untrained import (
     NORM_RULE,
     TOLERANCE,
@@ -64,6 +65,11 @@ class TokenGroup:
     size: int
     ids: list[int]  # the first SHOWN_TOKENS, ascending
     tokens: list[str]
+
+    def listed(self, *, counted: bool = False) -> str:
+        """The shown tokens, comma-separated, then ", ..." for the rest (``counted``:
+        " and N more")."""
+        return list_names(self.tokens, self.size, counted=counted)
 
 
 @dataclass

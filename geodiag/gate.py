@@ -116,12 +116,9 @@ def _untrained_tokens(m: MatrixReport) -> Reading:
         return Reading(None, "rows not measured one by one")
     why = ""
     if u.untrained is not None:
-        names = ", ".join(u.untrained.tokens) + (
-            ", ..." if u.untrained.size > len(u.untrained.tokens) else ""
-        )
         why = (
             f"{u.n_untrained} of {m.n_new} new rows never left their init "
-            f"({'; '.join(untrained_kinds(u))}): {names}"
+            f"({'; '.join(untrained_kinds(u))}): {u.untrained.listed()}"
         )
     return Reading(u.n_untrained, why, shown=f"{u.n_untrained}")
 

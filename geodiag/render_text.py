@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from geodiag.analysis import CheckpointReport, DriftReport, MatrixReport
+from geodiag.io.tokenizer import list_names
 
 
 def _f(x: float | None, digits: int = 4) -> str:
@@ -109,21 +110,18 @@ def _untrained_lines(m: MatrixReport) -> list[str]:
         f"{_f(u.tolerance)} = {u.tolerance_rule})"
     ]
 
-    def named(g) -> str:
-        return ", ".join(g.tokens) + (", ..." if g.size > len(g.tokens) else "")
-
     for g in u.groups:
-        lines.append(f"    {g.size} identical rows: {named(g)}")
+        lines.append(f"    {g.size} identical rows: {g.listed()}")
     if u.n_groups > len(u.groups):
         lines.append(f"    ... and {u.n_groups - len(u.groups)} more group(s)")
     if u.at_vocabulary_mean is not None:
         g = u.at_vocabulary_mean
-        lines.append(f"    {g.size} at the vocabulary mean: {named(g)}")
+        lines.append(f"    {g.size} at the vocabulary mean: {g.listed()}")
     if u.zero is not None:
-        lines.append(f"    {u.zero.size} all zero: {named(u.zero)}")
+        lines.append(f"    {u.zero.size} all zero: {u.zero.listed()}")
     if u.unchanged_padding is not None:
         g = u.unchanged_padding
-        lines.append(f"    {g.size} on the base's padding rows, unchanged: {named(g)}")
+        lines.append(f"    {g.size} on the base's padding rows, unchanged: {g.listed()}")
     if u.movement is not None:
         mv = u.movement
         lines.append(
@@ -132,10 +130,10 @@ def _untrained_lines(m: MatrixReport) -> list[str]:
             f"{_f(mv.median_original)}, of the new rows {_f(mv.median_new)})"
         )
         if u.barely_moved is not None:
-            lines.append(f"      {named(u.barely_moved)}")
+            lines.append(f"      {u.barely_moved.listed()}")
     for g, what in ((u.norm_small, "norm too small"), (u.norm_large, "norm too large")):
         if g is not None:
-            lines.append(f"  {g.size} new rows with a {what} ({u.norm_rule}): {named(g)}")
+            lines.append(f"  {g.size} new rows with a {what} ({u.norm_rule}): {g.listed()}")
     if m.norm_ratio is not None:
         lines.append(f"  longest new row / longest original row: {_f(m.norm_ratio)}")
     lines += _token_lines(u)
@@ -183,9 +181,7 @@ def codebook_lines(report: CheckpointReport) -> list[str]:
         "entropy), max code share, dead codes",
     ]
     for lv in h.levels:
-        dead = ", ".join(str(c) for c in lv.dead_codes) + (
-            ", ..." if lv.n_dead > len(lv.dead_codes) else ""
-        )
+        dead = list_names([str(c) for c in lv.dead_codes], lv.n_dead)
         lines.append(
             f"  {lv.name:<4} {lv.n_used}/{lv.n_codes} = {lv.utilization:.3f}  "
             f"{lv.perplexity:.4g} ({_f(lv.normalized_entropy, 3)})  {lv.max_code_share:.3g}  "

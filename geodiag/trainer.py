@@ -72,6 +72,7 @@ from geodiag.atomic import atomic_write
 from geodiag.errors import InputError
 from geodiag.gate import GateConfig, collapse_checks
 from geodiag.io.safetensors import save_file
+from geodiag.io.tokenizer import list_names
 from geodiag.metrics.snapshot import snapshot
 from geodiag.metrics.untrained import TOLERANCE, TOLERANCE_RULE, vocabulary_stats
 from geodiag.trajectory import (
@@ -409,8 +410,7 @@ class GeodiagCallback(TrainerCallback):
             msg = (
                 f"geodiag: {s['untrained_tokens']} of {len(self._new_ids())} new tokens are "
                 f"untrained after {step} steps ({self._untrained_why(s)}): "
-                + ", ".join(names)
-                + (", ..." if s["untrained_tokens"] > len(names) else "")
+                + list_names(names, s["untrained_tokens"])
             )
             self._alarm(control, main, msg, self.on_untrained, "_warned_untrained")
         if not main:

@@ -30,7 +30,7 @@ import numpy as np
 from geodiag import sidecar as sidecar_mod
 from geodiag.errors import InputError
 from geodiag.io.options import ReadOptions
-from geodiag.io.tokenizer import AddedToken, TokenizerInfo
+from geodiag.io.tokenizer import AddedToken, TokenizerInfo, list_names
 
 
 @dataclass
@@ -238,7 +238,7 @@ def resolve_new_tokens(src: Sources) -> NewTokens:
     special = [t for t in tok.added if t.special] if tok is not None else []
     has = (
         f"tokenizer.json's {len(special)} added tokens are all special "
-        f"({', '.join(t.content for t in special[:4])}{', ...' if len(special) > 4 else ''}), "
+        f"({list_names([t.content for t in special[:4]], len(special))}), "
         "and special tokens are measured only when --base says they are new"
         if special
         else "no added tokens in tokenizer.json"
@@ -265,7 +265,7 @@ def special_note(tok: TokenizerInfo | None, new: NewTokens) -> str | None:
     special = [t for t in tok.added if t.special and t.id >= new.base_vocab_size]
     if not special:
         return None
-    names = ", ".join(t.content for t in special[:4]) + (", ..." if len(special) > 4 else "")
+    names = list_names([t.content for t in special[:4]], len(special))
     return (
         f"{len(special)} added special token(s) not measured ({names}): special tokens "
         "cannot be told from the base's own without --base BASE, which measures every token "

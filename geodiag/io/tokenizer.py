@@ -21,6 +21,14 @@ if TYPE_CHECKING:
     import numpy as np
 
 
+def list_names(names: list[str], total: int, *, counted: bool = False) -> str:
+    """``names`` (the first of ``total``), comma-separated; the rest as ", ..." or, with
+    ``counted``, " and N more"."""
+    more = total - len(names)
+    rest = (f" and {more} more" if counted else ", ...") if more > 0 else ""
+    return ", ".join(names) + rest
+
+
 @lru_cache(maxsize=1)
 def _byte_decoder() -> dict[str, int]:
     """Inverse of GPT-2's bytes_to_unicode: printable stand-ins -> raw bytes."""

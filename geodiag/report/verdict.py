@@ -199,10 +199,9 @@ def _untrained_phrase(m: MatrixReport) -> str:
     u = m.untrained
     assert u is not None and u.untrained is not None
     how = untrained_kinds(u)
-    more = u.untrained.size - len(u.untrained.tokens)
-    names = ", ".join(u.untrained.tokens) + (f" and {more} more" if more > 0 else "")
     return (
-        f"{u.n_untrained} of {m.n_new} new tokens never left their init ({'; '.join(how)}): {names}"
+        f"{u.n_untrained} of {m.n_new} new tokens never left their init ({'; '.join(how)}): "
+        f"{u.untrained.listed(counted=True)}"
     )
 
 
