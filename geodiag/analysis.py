@@ -253,9 +253,9 @@ def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> Ma
             reference = None
     levels, lcos = _levels(ckpt, rows, keep, reference, opts)
     neighbors, sampled = _neighbors(ckpt, matrix, rows, ids, opts)
-    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-    norm_ratio = (
-        float(norms.max()) / vocab.max_norm if vocab is not None and vocab.max_norm > 0 else None
+    new = summarize(rows, reference)
+    norm_ratio = (  # the longest new row, from the summary's norms (not a second pass)
+        new.row_norms.max / vocab.max_norm if vocab is not None and vocab.max_norm > 0 else None
     )
     return MatrixReport(
         role=matrix.role,
@@ -265,7 +265,7 @@ def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> Ma
         dim=matrix.dim,
         n_new=len(rows),
         nonfinite_rows_dropped=int((~keep).sum()),
-        new=summarize(rows, reference),
+        new=new,
         reference=None if reference is None else summarize(reference),
         reference_size=0 if reference is None else len(reference),
         levels=levels,

@@ -28,7 +28,6 @@ from geodiag.metrics.untrained import (
     barely_moved,
     distances,
     identical_groups,
-    near_point,
     norm_outliers,
     quantile,
     zero_rows,
@@ -233,8 +232,9 @@ def row_findings(
     masks = {k: np.zeros(n, bool) for k in FINDINGS}
     for g in groups:
         masks["identical"][g] = True
-    if vocab is not None:
-        masks["vocabulary_mean"] = near_point(rows, vocab.mean, tol)
+    to_mean = distances(rows, vocab.mean) if vocab is not None else None  # (n,), used twice
+    if to_mean is not None:
+        masks["vocabulary_mean"] = to_mean <= tol
     masks["zero"] = zero_rows(rows)
     base_rows = ckpt.base_padding_rows(matrix, ids)
     if base_rows is not None:
@@ -245,8 +245,8 @@ def row_findings(
     if moved is not None:
         masks["barely_moved"], movement_cut = barely_moved(*moved)
         movement, basis = moved[0], "reference"
-    elif vocab is not None:
-        movement, basis = distances(rows, vocab.mean), "vocabulary mean"
+    elif to_mean is not None:
+        movement, basis = to_mean, "vocabulary mean"
     else:
         movement, basis = None, None
     untrained = np.logical_or.reduce([masks[k] for k in UNTRAINED])
