@@ -332,7 +332,7 @@ def analyze_checkpoint(ckpt: Checkpoint, opts: AnalyzeOptions) -> CheckpointRepo
         notes.append(
             f"vocabulary reference: {m0.reference_size} original rows (fewer than the new rows)"
         )
-    notes += [_populations_note(ckpt, m) for m in matrices if _populations_note(ckpt, m)]
+    notes += [n for n in (_populations_note(ckpt, m) for m in matrices) if n]
     side = ckpt.sidecar
     health = None
     if side is not None and side.items and ckpt.new.source == "sidecar":
