@@ -10,11 +10,14 @@ route, in one run; prints ratios (issue 23).
    and the Gram route's precision against the exact SVD on five geometries.
 3. ``geodiag report`` peak RSS and time at 500, 2,000 and 8,000 new tokens (and 100,000
    with --report-scale), 1,024 dims, this tree against the baseline.
+4. With --report-pair, ``geodiag report INIT SFT`` on 100,000 new tokens in 3 SID levels
+   (bench/_synthetic.py: sidecar, codebooks, an init -> SFT drift pair): the levels' RSA,
+   the movement since INIT and the drift, this tree against the baseline.
 
 CPU model and load are printed before and after: the machine may be shared.
 
 Usage: .venv/bin/python bench/check_speed.py [--workdir runs/bench] [--repeats 5]
-       [--baseline HEAD~1] [--report-sizes 500,2000,8000] [--report-scale]
+       [--baseline HEAD~1] [--report-sizes 500,2000,8000] [--report-scale] [--report-pair]
 """
 
 from __future__ import annotations
@@ -196,6 +199,25 @@ def bench_report(workdir: Path, baseline: Path, sizes: list[int]) -> list[dict]:
     return out
 
 
+def bench_report_pair(workdir: Path, baseline: Path) -> dict:
+    from _synthetic import Spec
+    from _synthetic import write_synthetic as write_sid_checkpoint
+
+    n_base, levels = 32_000, (("a", 33_334), ("b", 33_333), ("c", 33_333))
+    spec = Spec(levels=levels, dim=DIM, base_vocab=n_base)
+    root = workdir / "report-pair-100000"
+    for stage in ("init", "sft"):
+        if not (root / stage / "config.json").is_file():
+            write_sid_checkpoint(root / stage, "gti", stage, spec)
+    row = {"n_new": spec.n_new, "n_base": n_base}
+    for name, tree in (("this", ROOT), ("baseline", baseline)):
+        cmd = [sys.executable, "-m", "geodiag.cli", "report", str(root / "init")]
+        cmd += [str(root / "sft"), "--permutations", "100"]
+        cmd += ["-o", str(workdir / f"out-pair-{name}" / "report.html")]
+        row[name] = measured(cmd, tree)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -205,6 +227,9 @@ def main() -> None:
     ap.add_argument("--baseline", default="HEAD~1", help="git revision to compare with")
     ap.add_argument("--report-sizes", default="500,2000,8000")
     ap.add_argument("--report-scale", action="store_true", help="add the 100,000-row report")
+    ap.add_argument(
+        "--report-pair", action="store_true", help="add the 100,000-token init -> SFT pair"
+    )
     ap.add_argument("--skip-check", action="store_true")
     args = ap.parse_args()
     workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="geodiag-bench-"))).resolve()
@@ -242,6 +267,14 @@ def main() -> None:
             f"{t['rss_mib']:.0f} MiB / {t['wall']:.1f} s wall / {t['cpu']:.1f} s CPU; "
             f"{args.baseline}: {b['rss_mib']:.0f} MiB / {b['wall']:.1f} s / {b['cpu']:.1f} s "
             f"(RSS ratio {b['rss_mib'] / t['rss_mib']:.2f})"
+        )
+    if args.report_pair:
+        results["report_pair"] = r = bench_report_pair(workdir, baseline)
+        t, b = r["this"], r["baseline"]
+        print(
+            f"report INIT SFT, {r['n_new']:,} new x {DIM} in 3 levels: {t['rss_mib']:.0f} MiB / "
+            f"{t['wall']:.1f} s wall; {args.baseline}: {b['rss_mib']:.0f} MiB / "
+            f"{b['wall']:.1f} s (RSS ratio {b['rss_mib'] / t['rss_mib']:.2f})"
         )
     results["machine_after"] = cpu_model()
     print(results["machine_after"])

@@ -19,6 +19,7 @@ import numpy as np
 
 from geodiag.io.checkpoint import Checkpoint, Matrix
 from geodiag.io.tokenizer import list_names
+from geodiag.metrics.geometry import row_norms, spread
 from geodiag.metrics.untrained import (
     NORM_RULE,
     TOLERANCE,
@@ -172,14 +173,32 @@ def _movement(
     theirs = next((m for m in ref.matrices if m.role == matrix.role), None)
     if theirs is None or theirs.dim != matrix.dim:
         return None
-    diff = rows - ref.read_rows(theirs, ids)
-    moved = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    moved = _distances(len(ids), lambda p: rows[p], lambda p: ref.read_rows(theirs, ids[p]))
     original = None
     if len(sample):
-        o = ckpt.read_rows(matrix, sample) - ref.read_rows(theirs, sample)
-        original = np.sqrt(np.einsum("ij,ij->i", o, o))
+        original = _distances(
+            len(sample),
+            lambda p: ckpt.read_rows(matrix, sample[p]),
+            lambda p: ref.read_rows(theirs, sample[p]),
+        )
         original = original[np.isfinite(original)]
     return moved, original
+
+
+# Rows per block of the movement: the reference's rows are read a block at a time, in
+# order (the same bytes, so the same digest, as one read), not all 100,000 at once.
+_MOVEMENT_BLOCK = 4096
+
+
+def _distances(n: int, ours, theirs) -> np.ndarray:
+    """(n,) float64 ||ours(p)_i - theirs(p)_i|| over positions p, a block at a time; each
+    reader returns the rows at positions p (theirs: float64, so the difference is)."""
+    out = np.empty(n)
+    for start in range(0, n, _MOVEMENT_BLOCK):
+        pick = np.arange(start, min(start + _MOVEMENT_BLOCK, n))
+        diff = ours(pick) - theirs(pick)  # (b, d)
+        out[start : start + len(pick)] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    return out
 
 
 def _buckets(n_items: np.ndarray, untrained: np.ndarray, movement: np.ndarray) -> list:
@@ -220,8 +239,6 @@ def row_findings(
 
     ``sample``: the ids of the original rows sampled as the vocabulary reference (their
     movement since ``--reference`` sets the barely-moved cut)."""
-    from geodiag.metrics.geometry import spread
-
     n = len(rows)
     scale = vocab.spread if vocab is not None and vocab.n_rows >= MIN_REFERENCE_ROWS else 0.0
     rule = TOLERANCE_RULE
@@ -253,7 +270,7 @@ def row_findings(
     n_items = items_per_code(ckpt, ids)
     if n_items is not None:
         masks["dead_code"] = n_items == 0
-    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    norms = row_norms(rows)
     if vocab is not None and vocab.norm_percentiles is not None:
         masks["norm_small"], masks["norm_large"] = norm_outliers(norms, vocab.norm_percentiles)
 

@@ -125,8 +125,10 @@ class Checkpoint:
         t = self.tokenizer.token(int(token_id)) if self.tokenizer is not None else None
         return t if t is not None else f"<id {int(token_id)}>"
 
-    def read_rows(self, matrix: Matrix, ids: np.ndarray) -> np.ndarray:
-        return self.store.read_rows(matrix.tensor, ids)
+    def read_rows(self, matrix: Matrix, ids: np.ndarray, float32: bool = False) -> np.ndarray:
+        """Rows ``ids`` as float64, or float32 where that is exact and ``float32`` permits
+        (the store decides: see TensorStore.read_rows)."""
+        return self.store.read_rows(matrix.tensor, ids, float32)
 
     def iter_original(
         self, matrix: Matrix, chunk: int = 1024, float32: bool = True

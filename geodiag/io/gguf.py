@@ -327,8 +327,9 @@ class GGUFStore:
         flat = self._data[info.offset : info.offset + info.n_bytes]
         return flat.reshape(n_rows, info.row_bytes)  # (rows, bytes per row): still a view
 
-    def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
-        """(k, d) float64: rows ``rows`` dequantized as llama.cpp does."""
+    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
+        """(k, d) float64 (float32 when asked: exact, ggml dequantizes to float32): rows
+        ``rows`` dequantized as llama.cpp does."""
         view = self._rows_view(name)
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= view.shape[0]):
@@ -337,7 +338,8 @@ class GGUFStore:
             )
         raw = view[rows]  # copies only these rows' bytes from the map
         self.digest.update(raw.data)
-        return self._dequantize(name, raw).astype(np.float64)
+        out = self._dequantize(name, raw)
+        return out if float32 and out.dtype == np.float32 else out.astype(np.float64)
 
     def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
         raw = np.ascontiguousarray(self._rows_view(name)[start:stop])

@@ -72,21 +72,20 @@ class MemoryStore:
     def file_of(self, name: str) -> Path:
         return Path(f"<{self.description}: {name}>")
 
-    def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
         m = self._get(name)
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= m.shape[0]):
             raise InputError(
                 self.file_of(name), f"row ids out of range for a matrix of {m.shape[0]} rows"
             )
-        return m.read(rows)
+        out = m.read(rows)
+        return out.astype(np.float32) if float32 and self.dtype(name) != "F64" else out
 
     def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
         """Rows ``start:stop`` as float64, or float32 when asked and exact (as the file
         stores do: only a float64 matrix would lose digits)."""
-        rows = self.read_rows(name, np.arange(start, stop, dtype=np.int64))
-        exact32 = float32 and self.dtype(name) != "F64"
-        return rows.astype(np.float32) if exact32 else rows
+        return self.read_rows(name, np.arange(start, stop, dtype=np.int64), float32)
 
     def digests(self) -> dict[str, str]:
         return {}

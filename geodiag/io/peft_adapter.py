@@ -385,11 +385,13 @@ class AdapterStore:
             return out
         return store.read_rows(key, rows)
 
-    def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
+        """float64 for patched tensors (a LoRA delta is not exact in float32), whatever
+        ``float32`` says; the base's own tensors as the base store reads them."""
         rows = np.asarray(rows, dtype=np.int64)
         p = self.patches.get(name)
         if p is None:
-            return self.base.read_rows(name, rows)
+            return self.base.read_rows(name, rows, float32)
         n = self.shape(name)[0]
         if rows.size and (rows.min() < 0 or rows.max() >= n):
             raise InputError(self.file_of(name), f"row ids out of range for '{name}' with {n} rows")

@@ -292,8 +292,9 @@ class SafetensorsFile:
         raw = np.frombuffer(self._pread(info.begin, info.end - info.begin), dtype=dt)
         return self._decode(info, raw.reshape(info.shape))
 
-    def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
-        """Rows ``rows`` (any order, 1-D int) of a 2-D tensor, as float64 ``(len(rows), d)``."""
+    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
+        """Rows ``rows`` (any order, 1-D int) of a 2-D tensor, as float64 ``(len(rows), d)``
+        (float32 with ``float32`` when that is exact: every dtype but F64)."""
         info = self.info(name)
         if len(info.shape) != 2:
             raise InputError(
@@ -307,15 +308,17 @@ class SafetensorsFile:
                 f"row ids {bad} out of range for tensor '{name}' with {info.shape[0]} rows",
             )
         if len(rows) <= _DECODE_ROWS:
-            return self._decode(info, self._raw_rows(info, rows))
+            return self._decode(info, self._raw_rows(info, rows), float32)
         # Many rows (100,000 new tokens): read and decode a block at a time into the float64
         # result, so the stored bytes and their float32 decoding never exist for all rows
         # at once (at 1,024 dims: 410 MB each beside the 819 MB result). Same digest: the
         # blocks are hashed in the same order as the rows.
-        out = np.empty((len(rows), info.shape[1]))
+        exact32 = float32 and info.dtype != "F64"
+        out = np.empty((len(rows), info.shape[1]), np.float32 if exact32 else np.float64)
         for start in range(0, len(rows), _DECODE_ROWS):
             block = rows[start : start + _DECODE_ROWS]
-            out[start : start + len(block)] = self._decode(info, self._raw_rows(info, block))
+            raw = self._raw_rows(info, block)
+            out[start : start + len(block)] = self._decode(info, raw, float32)
         return out
 
     def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:

@@ -27,7 +27,10 @@ class TensorStore(Protocol):
     def shape(self, name: str) -> tuple[int, ...]: ...
     def dtype(self, name: str) -> str: ...
     def file_of(self, name: str) -> Path: ...
-    def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray: ...
+    # float32=True permits float32 where it holds the stored values exactly (F32, F16, BF16,
+    # FP8, GGUF's dequantized rows); a store whose rows are computed (a merged LoRA delta)
+    # or stored as F64 returns float64 anyway, so callers take either.
+    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray: ...
     def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray: ...
     def digests(self) -> dict[str, str]: ...
 
@@ -95,8 +98,8 @@ class SafetensorsStore:
     def dtype(self, name: str) -> str:
         return self._file(name).info(name).dtype
 
-    def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
-        return self._file(name).read_rows(name, rows)
+    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
+        return self._file(name).read_rows(name, rows, float32)
 
     def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
         return self._file(name).read_block(name, start, stop, float32)
@@ -166,14 +169,16 @@ class TorchStore:
             self._torch.float8_e5m2: "F8_E5M2",
         }.get(t.dtype, str(t.dtype))
 
-    def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
         t = self._get(name)
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= t.shape[0]):
             raise InputError(
                 self.path, f"row ids out of range for tensor '{name}' with {t.shape[0]} rows"
             )
-        return t[self._torch.from_numpy(rows)].to(self._torch.float64).numpy()
+        exact32 = float32 and t.dtype != self._torch.float64
+        dtype = self._torch.float32 if exact32 else self._torch.float64
+        return t[self._torch.from_numpy(rows)].to(dtype).numpy()
 
     def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
         t = self._get(name)[start:stop]

@@ -32,9 +32,17 @@ _SVD_SMALL_SIDE = 64
 _THREADS_MIN_ELEMENTS = 4_000_000
 
 
-def as_matrix(x: np.ndarray, name: str = "x", *, min_rows: int = 1) -> np.ndarray:
-    """``x`` as a finite 2-D float64 array (no copy when it already is one)."""
-    m = np.asarray(x, dtype=np.float64)
+def as_matrix(
+    x: np.ndarray, name: str = "x", *, min_rows: int = 1, keep_float32: bool = False
+) -> np.ndarray:
+    """``x`` as a finite 2-D float64 array (no copy when it already is one).
+
+    ``keep_float32``: a float32 ``x`` stays float32, for the functions that take the new
+    rows at scale (geodiag.analysis.FLOAT64_ROWS_MAX_ELEMENTS) and sum in float64 a block
+    at a time: float32 holds F32, F16 and BF16 weights exactly, in half the memory."""
+    m = np.asarray(x)
+    if not (keep_float32 and m.dtype == np.float32):
+        m = np.asarray(m, dtype=np.float64)
     if m.ndim != 2:
         raise ValueError(f"{name} must be a 2-D (rows, dims) matrix, got shape {m.shape}")
     if m.shape[0] < min_rows:
@@ -46,8 +54,21 @@ def as_matrix(x: np.ndarray, name: str = "x", *, min_rows: int = 1) -> np.ndarra
 
 
 def row_norms(x: np.ndarray) -> np.ndarray:
-    """L2 norm of each row, (n,), without an (n, d) temporary."""
-    return np.sqrt(np.einsum("ij,ij->i", x, x))
+    """L2 norm of each row, (n,) float64, without an (n, d) temporary (rows of another
+    dtype: converted to float64 a block at a time)."""
+    x = np.asarray(x)
+    if x.dtype == np.float64:
+        return np.sqrt(np.einsum("ij,ij->i", x, x))
+    out = np.empty(x.shape[0])
+    for start, b in _blocks64(x):
+        out[start : start + len(b)] = np.sqrt(np.einsum("ij,ij->i", b, b))
+    return out
+
+
+def _blocks64(x: np.ndarray):
+    """(start, x[start : start + block] as float64) over the rows of x (n, d)."""
+    for start in range(0, x.shape[0], _GRAM_BLOCK_ROWS):
+        yield start, x[start : start + _GRAM_BLOCK_ROWS].astype(np.float64)
 
 
 @dataclass(frozen=True)
@@ -229,7 +250,7 @@ def centered(x: np.ndarray) -> np.ndarray:
 def _centering_offset(x: np.ndarray) -> np.ndarray:
     """The column mean, with constant columns taken exactly (their first entry)."""
     constant = x.max(axis=0) == x.min(axis=0)  # (d,)
-    return np.where(constant, x[0], x.mean(axis=0))
+    return np.where(constant, x[0], x.mean(axis=0, dtype=np.float64))
 
 
 def _centered(x: np.ndarray) -> np.ndarray:
@@ -284,7 +305,10 @@ def _mean_pairwise_cosine(x: np.ndarray, r: np.ndarray) -> float | None:
     n = x.shape[0]
     if n < 2 or np.any(r == 0):
         return None
-    s = x.T @ (1.0 / r)  # (d,) sum of unit rows, without an (n, d) copy
+    if x.dtype == np.float64:
+        s = x.T @ (1.0 / r)  # (d,) sum of unit rows, without an (n, d) copy
+    else:  # float32 rows: a product with float64 weights would convert all of x at once
+        s = sum(b.T @ (1.0 / r[start : start + len(b)]) for start, b in _blocks64(x))
     value = (float(s @ s) - n) / (n * (n - 1))
     return float(np.clip(value, -1.0, 1.0))
 
@@ -297,7 +321,7 @@ def spread(x: np.ndarray) -> float:
     """RMS distance of the rows of x (n, d) to their centroid, in embedding units.
 
     The centered rows a block at a time: no (n, d) copy (a 20,000-row reference: 164 MB)."""
-    x = as_matrix(x)
+    x = as_matrix(x, keep_float32=True)
     m = _centering_offset(x)
     sq = sum(float(np.einsum("ij,ij->", b, b)) for b in _centered_blocks(x, m))
     return float(np.sqrt(sq / x.shape[0]))
@@ -334,13 +358,14 @@ def _unit_row_sums(
     chunk at a time: rows near it have a tiny r_i, and x_i / r_i - center / r_i would
     cancel."""
     n, d = x.shape
-    if n_levels <= _INDICATOR_MAX_LEVELS and center is None:
+    if n_levels <= _INDICATOR_MAX_LEVELS and center is None and x.dtype == np.float64:
         # (L, n) indicator weighted by 1 / ||x_i||: one product gives all S_a, no copy of x.
         weights = np.zeros((n_levels, n))
         weights[index, np.arange(n)] = 1.0 / r
         return weights @ x
-    # Many levels: rows in level order, a chunk at a time, each run of one level summed
-    # by reduceat. Memory: one (chunk, d) block.
+    # Many levels (or float32 rows, which the product would convert at once): rows in
+    # level order, a chunk at a time, each run of one level summed by reduceat, in float64.
+    # Memory: one (chunk, d) block.
     sums = np.zeros((n_levels, d))
     order = np.argsort(index, kind="stable")
     for start in range(0, n, _SUM_CHUNK_ROWS):
@@ -377,7 +402,7 @@ def level_cosine(
     (||S_a||^2 - n_a) / (n_a (n_a - 1)). ``center`` (d,): the cosines of x_i - center
     (e.g. the rows' mean: the centered view), without an (n, d) copy of x - center.
     """
-    x = as_matrix(x, min_rows=0)
+    x = as_matrix(x, min_rows=0, keep_float32=True)
     n = x.shape[0]
     names = [str(v) for v in level_names]
     n_levels = len(names)
@@ -461,9 +486,12 @@ def summarize(x: np.ndarray, reference: np.ndarray | None = None) -> GeometrySum
     """All single-matrix figures of x (n, d), with spread relative to ``reference`` (m, d).
 
     Shape and scale together: mean + 1e-6 noise has a high centered effective rank, but
-    a tiny spread_relative and a mean cosine of ~1.
+    a tiny spread_relative and a mean cosine of ~1. Float32 rows (the new rows at scale)
+    are summed in float64 a block at a time; small ones are converted first.
     """
-    x = as_matrix(x)
+    x = as_matrix(x, keep_float32=True)
+    if x.dtype != np.float64 and not _use_gram(x.shape):
+        x = x.astype(np.float64)  # at most _SVD_MAX_ELEMENTS: the exact SVD needs float64
     n = x.shape[0]
     m = _centering_offset(x)  # (d,)
     if _use_gram(x.shape):  # centered rows a block at a time: no (n, d) copy
@@ -475,7 +503,7 @@ def summarize(x: np.ndarray, reference: np.ndarray | None = None) -> GeometrySum
         uncentered, centered_ = _spectrum(x), _spectrum(c)
     relative = None
     if reference is not None:
-        ref = as_matrix(reference, "reference")
+        ref = as_matrix(reference, "reference", keep_float32=True)
         if ref.shape[1] != x.shape[1]:
             raise ValueError(f"reference has shape {ref.shape}, x has {x.shape}: dims must match")
         ref_spread = spread(ref)

@@ -105,6 +105,20 @@ def _average_ranks(t: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def _sample(rng: np.random.Generator, n_total: int, max_items: int) -> np.ndarray | None:
+    """The seeded subset of items rsa() uses above ``max_items``, ascending (None: all)."""
+    if n_total <= max_items:
+        return None
+    return np.sort(rng.choice(n_total, size=max_items, replace=False))
+
+
+def rsa_sample(n_total: int, seed: int = 0, max_items: int = 1000) -> np.ndarray:
+    """Positions (ascending) of the items rsa() measures among ``n_total``: all of them, or
+    the seeded subset above ``max_items``."""
+    keep = _sample(np.random.default_rng(seed), n_total, max_items)
+    return np.arange(n_total) if keep is None else keep
+
+
 def rsa(
     a: np.ndarray,
     b: np.ndarray,
@@ -113,6 +127,7 @@ def rsa(
     seed: int = 0,
     max_items: int = 1000,
     names: tuple[str, str] = ("a (first matrix)", "b (second matrix)"),
+    n_total: int | None = None,
 ) -> RSAResult:
     """Spearman RSA between the cosine dissimilarities of paired rows a (n, d1), b (n, d2).
 
@@ -121,9 +136,14 @@ def rsa(
     (1 + n_permutations). Above ``max_items`` items a seeded subset (drawn first, from the
     same generator) is used. Undefined cases return None with a reason, never NaN; the
     reason calls the two matrices by ``names``.
+
+    ``n_total``: a and b are already the rows of ``n_total`` items at the positions
+    ``rsa_sample(n_total, seed, max_items)`` (read without holding all n_total rows); the
+    generator draws that sample again so the permutations that follow are the same.
     """
-    a = as_matrix(a, "a", min_rows=0)
-    b = as_matrix(b, "b", min_rows=0)
+    # Float32 rows (the new rows at scale) are sampled before they become float64.
+    a = as_matrix(a, "a", min_rows=0, keep_float32=True)
+    b = as_matrix(b, "b", min_rows=0, keep_float32=True)
     if a.shape[0] != b.shape[0]:
         raise ValueError(
             f"a {a.shape} and b {b.shape} must have the same number of rows (paired items)"
@@ -132,12 +152,16 @@ def rsa(
         raise ValueError(f"n_permutations must be >= 0, got {n_permutations}")
     if max_items < 3:
         raise ValueError(f"max_items must be >= 3, got {max_items}")
-    n_total = a.shape[0]
+    presampled = n_total is not None
+    n_total = a.shape[0] if n_total is None else n_total
     rng = np.random.default_rng(seed)
-    sampled = n_total > max_items
-    if sampled:
-        keep = np.sort(rng.choice(n_total, size=max_items, replace=False))
+    keep = _sample(rng, n_total, max_items)
+    sampled = keep is not None
+    if presampled and a.shape[0] != (n_total if keep is None else len(keep)):
+        raise ValueError(f"{a.shape[0]} rows given for the sample of {n_total} items")
+    if sampled and not presampled:
         a, b = a[keep], b[keep]
+    a, b = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
     n = a.shape[0]
 
     def undefined(reason: str) -> RSAResult:

@@ -211,9 +211,12 @@ def identical_groups(x: np.ndarray, tol: float, *, seed: int = 0) -> list[np.nda
     width in all of them. A pair is kept when its distance in an orthonormal projection
     (N_DIRECTIONS dims; a necessary condition, as projections only shrink distances) and
     then in full is at most ``tol``. O(n d) time, no (n, n) matrix. ``tol`` 0: exact
-    duplicates. Returns index arrays, each ascending, ordered by their first row.
+    duplicates. Returns index arrays, each ascending, ordered by their first row. Float32
+    rows (the new rows at scale) stay float32; projections and distances are float64.
     """
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        x = np.asarray(x, dtype=np.float64)
     n, d = x.shape
     if n < 2:
         return []
@@ -222,7 +225,10 @@ def identical_groups(x: np.ndarray, tol: float, *, seed: int = 0) -> list[np.nda
         return _groups(inverse.reshape(-1), counts)
     rng = np.random.default_rng(seed)
     q, _ = np.linalg.qr(rng.standard_normal((d, min(N_DIRECTIONS, d))))  # (d, k)
-    proj = x @ q  # (n, k)
+    if x.dtype == np.float64:
+        proj = x @ q  # (n, k)
+    else:  # a float32 x times float64 q would convert all of x at once
+        proj = np.concatenate([b.astype(np.float64) @ q for b in _row_blocks(x)])
     parent = np.arange(n)
     for s in range(min(N_SORTS, q.shape[1])):
         o = np.argsort(proj[:, s], kind="stable")
@@ -237,7 +243,8 @@ def identical_groups(x: np.ndarray, tol: float, *, seed: int = 0) -> list[np.nda
             # row sits at one point (a mean init), so their (m, d) differences go by blocks.
             linked = np.empty(len(a), dtype=bool)
             for at in range(0, len(a), _BLOCK_ROWS):
-                diff = x[a[at : at + _BLOCK_ROWS]] - x[b[at : at + _BLOCK_ROWS]]  # (b, d)
+                # (b, d), in float64 (x[a] - x[b] in float32 would round)
+                diff = x[a[at : at + _BLOCK_ROWS]].astype(np.float64) - x[b[at : at + _BLOCK_ROWS]]
                 linked[at : at + len(diff)] = np.sqrt(np.einsum("ij,ij->i", diff, diff)) <= tol
             _union(parent, a[linked], b[linked])
     roots = _roots(parent)

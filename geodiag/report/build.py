@@ -238,6 +238,20 @@ def _block_means(
     )
 
 
+def _figure_data(
+    label: str, ckpt: Checkpoint, opts: ReportOptions
+) -> tuple[list[np.ndarray], CosineMap]:
+    """(row norms per matrix, the input matrix's cosine map): what the figures need of the
+    rows, which are read one matrix at a time and let go before the next checkpoint's."""
+    rows, keep = new_rows(ckpt, ckpt.matrices[0], opts.allow_nonfinite)
+    norms = [row_norms(rows)]
+    cmap = cosine_map(label, ckpt, rows, keep, opts)
+    del rows
+    for m in ckpt.matrices[1:]:
+        norms.append(row_norms(new_rows(ckpt, m, opts.allow_nonfinite)[0]))
+    return norms, cmap
+
+
 def _drift_groups(entries: list[tuple[str, Checkpoint]]) -> list[tuple[int, int]]:
     """Pairs (before, after) of checkpoints with the same new tokens (and init strategy, when
     the sidecar names one), consecutive in the order given: init -> sft."""
@@ -308,9 +322,9 @@ def _build_report(
     for i, (path, ckpt) in enumerate(zip(paths, ckpts, strict=True), 1):
         say(f"[{i}/{len(paths)}] analyzing {path}")
         reports.append(analyze_checkpoint(ckpt, aopts))
-        rows = [new_rows(ckpt, m, opts.allow_nonfinite) for m in ckpt.matrices]
-        norms.append([row_norms(r) for r, _ in rows])
-        maps.append(cosine_map(labels[i - 1], ckpt, *rows[0], opts))
+        norms_i, map_i = _figure_data(labels[i - 1], ckpt, opts)
+        norms.append(norms_i)
+        maps.append(map_i)
     trajectories += checkpoint_series(list(paths), reports, labels)
 
     edges = {}
