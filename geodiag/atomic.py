@@ -87,6 +87,26 @@ def atomic_write(path: str | os.PathLike[str], data: Text) -> Path:
     return Path(path)
 
 
+def check_writable(files: Iterable[Path]) -> None:
+    """Raise now the error a later atomic_write_many(files) would, where it can be known:
+    before minutes of work, not after. A file that is a folder, or whose nearest existing
+    folder takes no new file (probed with a temporary file, removed at once), fails;
+    nothing is created."""
+    for path in files:
+        target = Path(path)
+        if target.is_dir():
+            raise unwritable(target, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+        folder = next((p for p in target.parents if p.exists()), None)
+        try:
+            if folder is None or not folder.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+            fd, name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".probe")
+        except OSError as e:
+            raise unwritable(target, e) from e
+        os.close(fd)
+        os.unlink(name)
+
+
 def atomic_write_many(files: dict[Path, Text]) -> None:
     """Write several files that belong together: all are written to temporary siblings
     first, then renamed one after the other, so a failure while writing leaves none."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from geodiag.atomic import atomic_write_many
+from geodiag.atomic import atomic_write_many, check_writable
 from geodiag.errors import InputError, require_extra
 from geodiag.io.options import ReadOptions
 from geodiag.jsonio import dumps
@@ -64,6 +64,7 @@ def write_report(
     from geodiag.report.html import render_html
 
     html_path, json_path = output_paths(output)
+    check_writable([html_path, json_path])  # before the analysis, not after it
     opts = opts or ReportOptions()
     report = build_report(paths, read, opts, progress)
     if progress:

@@ -107,6 +107,22 @@ def test_unwritable_report_output_exits_2_and_writes_nothing(make_ckpt, tmp_path
     assert files_in(out_dir) == ["report.json"]
 
 
+@pytest.mark.parametrize("where", ["parent is a file", "json is a folder", "in /proc"])
+def test_report_output_is_checked_before_the_analysis(make_ckpt, tmp_path, a_file, where):
+    """An output that cannot be written fails at once: no checkpoint is read first."""
+    ckpt = make_ckpt("random")
+    out = {
+        "parent is a file": a_file / "report.html",
+        "json is a folder": tmp_path / "out" / "report.html",
+        "in /proc": Path("/proc/geodiag-report.html"),
+    }[where]
+    if where == "json is a folder":
+        (out.parent / "report.json").mkdir(parents=True)
+    named = out.with_suffix(".json") if where == "json is a folder" else out
+    # The error is the only line: no "reading" or "analyzing" progress before it.
+    error_line(run("report", ckpt, "--permutations", 10, "-o", out), named)
+
+
 def test_unwritable_projector_output_exits_2_and_writes_nothing(make_ckpt, tmp_path, a_file):
     ckpt = make_ckpt("random")
     line = error_line(run("export-projector", ckpt, "-o", a_file), a_file / "vectors.tsv")
