@@ -161,6 +161,7 @@ class SafetensorsFile:
         for name, entry in header.items():
             self.tensors[name] = self._check_entry(name, entry, data_len)
         self._check_no_overlap()
+        self._check_covered(data_len)
 
     def _check_entry(self, name: str, entry: object, data_len: int) -> TensorInfo:
         if not isinstance(entry, dict):
@@ -206,6 +207,27 @@ class SafetensorsFile:
                     self.path,
                     f"corrupt header: tensors '{a}' and '{b}' overlap in the data buffer",
                 )
+
+    def _check_covered(self, data_len: int) -> None:
+        """The tensors tile the data buffer, as the safetensors library requires (it rejects
+        a gap as an invalid offset and trailing bytes as "file not fully covered")."""
+        at = 0
+        for t in sorted(self.tensors.values(), key=lambda t: (t.begin, t.end)):
+            begin = t.begin - self._data_start
+            if begin != at:
+                raise InputError(
+                    self.path,
+                    f"corrupt header: tensor '{t.name}' starts at byte {begin} of the data "
+                    f"buffer, where the bytes before it end at {at} (a gap: the safetensors "
+                    "library refuses the file)",
+                )
+            at = t.end - self._data_start
+        if at != data_len:
+            raise InputError(
+                self.path,
+                f"corrupt header: the file holds {data_len - at} bytes after its last tensor "
+                "(the header does not cover the data: the safetensors library refuses the file)",
+            )
 
     def _numpy_dtype(self, info: TensorInfo) -> np.dtype:
         """The numpy dtype of a tensor's stored bytes; checked here, when the tensor is read."""

@@ -86,6 +86,71 @@ def test_header_that_lies_about_shape(tmp_path):
         SafetensorsFile(p)
 
 
+def _file_of(path, header: dict, data: bytes):
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + data)
+    return path
+
+
+_ROW = np.arange(4, dtype=np.float32).tobytes()  # 16 bytes
+
+
+@pytest.mark.parametrize(
+    "case, header, data, message",
+    [
+        (
+            "gap",
+            {
+                "x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+                "y": {"dtype": "F32", "shape": [4], "data_offsets": [32, 48]},
+            },
+            _ROW + b"\0" * 16 + _ROW,
+            "tensor 'y' starts at byte 32 of the data buffer, where the bytes before it end at 16",
+        ),
+        (
+            "leading bytes",
+            {"x": {"dtype": "F32", "shape": [4], "data_offsets": [16, 32]}},
+            b"\0" * 16 + _ROW,
+            "tensor 'x' starts at byte 16",
+        ),
+        (
+            "trailing bytes",
+            {"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}},
+            _ROW + b"\0" * 16,
+            "holds 16 bytes after its last tensor",
+        ),
+    ],
+)
+def test_buffer_not_tiled_by_tensors_is_refused_as_the_library_does(
+    tmp_path, case, header, data, message
+):
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    path = _file_of(tmp_path / "x.safetensors", header, data)
+    with pytest.raises(SafetensorError):  # the reference refuses the same bytes
+        load_file(path)
+    with pytest.raises(InputError, match=message) as e:
+        SafetensorsFile(path)
+    assert str(path) in str(e.value)
+
+
+def test_empty_tensors_and_no_tensors_are_read_as_the_library_does(tmp_path):
+    from safetensors.numpy import load_file
+
+    header = {
+        "e": {"dtype": "F32", "shape": [0, 4], "data_offsets": [0, 0]},
+        "x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+    }
+    path = _file_of(tmp_path / "e.safetensors", header, _ROW)
+    assert load_file(path)["e"].shape == (0, 4)
+    assert SafetensorsFile(path).info("e").shape == (0, 4)
+    empty = _file_of(tmp_path / "none.safetensors", {}, b"")
+    assert load_file(empty) == {}
+    assert SafetensorsFile(empty).tensors == {}
+
+
 def test_rows_out_of_range(good_file):
     with pytest.raises(InputError, match=r"row ids \[100\] out of range"):
         SafetensorsFile(good_file).read_rows("emb", np.array([3, 100]))
@@ -211,7 +276,9 @@ def test_structure_of_unread_tensors_is_still_checked(tmp_path):
     _raw_file(p, "{" + ok + ',"q":{"dtype":"F2_NEW","shape":[3],"data_offsets":[16,40]}}', data)
     with pytest.raises(InputError, match="truncated: tensor 'q'"):
         SafetensorsFile(p)
-    _raw_file(p, "{" + ok + ',"q":{"dtype":"F2_NEW","shape":[3],"data_offsets":[16,17]}}', data)
+    _raw_file(
+        p, "{" + ok + ',"q":{"dtype":"F2_NEW","shape":[3],"data_offsets":[16,17]}}', data[:17]
+    )
     assert SafetensorsFile(p).info("q").dtype == "F2_NEW"
     # Two tensors claiming the same bytes.
     _raw_file(p, "{" + ok + ',"q":{"dtype":"U8","shape":[4],"data_offsets":[12,16]}}', data)
