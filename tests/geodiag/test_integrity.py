@@ -88,6 +88,21 @@ def test_tied_config_with_a_stored_head_that_differs(tmp_path):
     assert f["status"] == "warn" and f["tokens"]["ids"] == [NEW[1], NEW[4]]
 
 
+@pytest.mark.parametrize("block_rows", [1, 2, 4096])
+def test_head_is_compared_a_block_at_a_time(tmp_path, monkeypatch, block_rows):
+    """Blocks of 1 and 2 rows (the new rows span several) find the same rows as one block."""
+    import geodiag.integrity
+
+    monkeypatch.setattr(geodiag.integrity, "_BLOCK_ROWS", block_rows)
+    root = _save(_model(tied=True), tmp_path / "tied")
+    emb = SafetensorsFile(root / "model.safetensors").read("model.embed_tokens.weight")
+    head = emb.copy()
+    head[[NEW[0], NEW[-1]]] += 0.01  # in the first block and in the last
+    _plant_head(root, head)
+    f = _findings(root)["tied_head_differs"]
+    assert f["tokens"]["ids"] == [NEW[0], NEW[-1]] and f["count"] == 2
+
+
 def test_gemma_head_holding_the_scaled_embedding_is_named(tmp_path):
     root = _save(_model(tied=True, kind="gemma"), tmp_path / "gemma")
     emb = SafetensorsFile(root / "model.safetensors").read("model.embed_tokens.weight")
