@@ -19,7 +19,7 @@ import numpy as np
 
 from geodiag.io.checkpoint import Checkpoint, Matrix
 from geodiag.io.tokenizer import list_names
-from geodiag.metrics.geometry import row_norms, spread
+from geodiag.metrics.geometry import ROW_BLOCK, row_norms, spread
 from geodiag.metrics.untrained import (
     NORM_RULE,
     TOLERANCE,
@@ -187,7 +187,7 @@ def _movement(
 
 # Rows per block of the movement: the reference's rows are read a block at a time, in
 # order (the same bytes, so the same digest, as one read), not all 100,000 at once.
-_MOVEMENT_BLOCK = 4096
+_MOVEMENT_BLOCK = ROW_BLOCK
 
 
 def _distances(n: int, ours, theirs) -> np.ndarray:

@@ -25,6 +25,7 @@ import numpy as np
 from geodiag.findings import TokenGroup, UntrainedRows, token_group
 from geodiag.io.checkpoint import Checkpoint
 from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES
+from geodiag.metrics.geometry import ROW_BLOCK
 from geodiag.metrics.untrained import quantile
 
 # Gemma's forward pass scales the input embedding by sqrt(hidden_size) (the "normalizer").
@@ -34,7 +35,7 @@ SCALED_INPUT_MODEL_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "recurre
 COPY_RTOL = 1e-2
 # Padding rows read at most: past this many, count them and read no rows.
 MAX_PADDING_ROWS = 100_000
-_BLOCK_ROWS = 4096  # rows per block when the head is compared with the embedding
+_BLOCK_ROWS = ROW_BLOCK  # rows per block when the head is compared with the embedding
 SERVER_KINDS = ("modules_to_save", "trainable tokens")
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geodiag.metrics.geometry import as_matrix, row_norms
+from geodiag.metrics.geometry import ROW_BLOCK, as_matrix, row_norms
 from geodiag.metrics.rsa import RSAResult, rsa, rsa_sample
 
 _QUANTILES = {"p10": 0.10, "p25": 0.25, "p75": 0.75, "p90": 0.90}
@@ -94,7 +94,7 @@ def _result(
     )
 
 
-_BLOCK_ROWS = 4096
+_BLOCK_ROWS = ROW_BLOCK
 
 
 def _row_products(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float, float]:

@@ -133,9 +133,12 @@ def _use_gram(shape: tuple[int, int]) -> bool:
     return n * d > _SVD_MAX_ELEMENTS and min(n, d) > _SVD_SMALL_SIDE
 
 
-# Rows per block when the centered Gram matrix is accumulated without an (n, d) copy:
-# 32 MB at 1,024 dims; a matrix of at most this many rows is one block, one product.
-_GRAM_BLOCK_ROWS = 4096
+# Rows per block wherever a loop over blocks of rows stands in for an (n, d) temporary
+# (the centered Gram matrix, float64 views of float32 rows, per-row distances): 32 MB at
+# 1,024 dims in float64. Each loop keeps a name of its own, for tests to shrink.
+ROW_BLOCK = 4096
+# A matrix of at most this many rows is one block, one Gram product.
+_GRAM_BLOCK_ROWS = ROW_BLOCK
 
 
 def _centered_blocks(x: np.ndarray, m: np.ndarray):
@@ -343,7 +346,7 @@ class LevelCosine:
 # rows; above (a cosine map's hundreds of blocks) the indicator would cost L n memory
 # and L n d flops: 400 blocks of 100,000 rows are 320 MB and 4e10 flops.
 _INDICATOR_MAX_LEVELS = 16
-_SUM_CHUNK_ROWS = 4096
+_SUM_CHUNK_ROWS = ROW_BLOCK
 
 
 def _unit_row_sums(

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geodiag.metrics.geometry import ROW_BLOCK
+
 # Rows closer than TOLERANCE x the vocabulary's spread are one point (module docstring).
 TOLERANCE = 1e-3
 TOLERANCE_RULE = "1e-3 x the vocabulary's spread (RMS distance of its rows to their mean)"
@@ -126,9 +128,9 @@ def norm_outliers(
     return small, large
 
 
-# Rows per block for the row-wise tests below: their (b, d) temporaries stay at a block
-# (32 MB at 1,024 dims in float64), not a copy of 100,000 new rows (819 MB).
-_BLOCK_ROWS = 4096
+# Rows per block for the row-wise tests below: their (b, d) temporaries stay at a block,
+# not a copy of 100,000 new rows (819 MB).
+_BLOCK_ROWS = ROW_BLOCK
 
 
 def _row_blocks(x: np.ndarray):
