@@ -246,7 +246,10 @@ def identical_groups(x: np.ndarray, tol: float, *, seed: int = 0) -> list[np.nda
             linked = np.empty(len(a), dtype=bool)
             for at in range(0, len(a), _BLOCK_ROWS):
                 # (b, d), in float64 (x[a] - x[b] in float32 would round)
-                diff = x[a[at : at + _BLOCK_ROWS]].astype(np.float64) - x[b[at : at + _BLOCK_ROWS]]
+                diff = (
+                    x[a[at : at + _BLOCK_ROWS]].astype(np.float64, copy=False)
+                    - x[b[at : at + _BLOCK_ROWS]]
+                )
                 linked[at : at + len(diff)] = np.sqrt(np.einsum("ij,ij->i", diff, diff)) <= tol
             _union(parent, a[linked], b[linked])
     roots = _roots(parent)
