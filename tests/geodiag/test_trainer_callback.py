@@ -13,39 +13,18 @@ import logging
 import warnings
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from trainer_distributed_run import BOOKS, DIM, LEVELS, VOCAB, mean_init_model  # noqa: E402
+
 import geodiag  # noqa: E402
 from geodiag.trainer import GeodiagCallback  # noqa: E402
 from geodiag.trajectory import read_records, truncate_after  # noqa: E402
 
-VOCAB, DIM = 120, 16
-LEVELS = {"a": list(range(100, 110)), "b": list(range(110, 120))}
 NEW = [i for ids in LEVELS.values() for i in ids]
-BOOKS = {name: np.random.default_rng(i).normal(size=(10, 3)) for i, name in enumerate(LEVELS)}
-
-
-def mean_init_model(tie: bool = True):
-    """A tiny Llama whose new rows are all the mean of the original ones (collapsed)."""
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=DIM,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        tie_word_embeddings=tie,
-    )
-    model = transformers.LlamaForCausalLM(cfg)
-    with torch.no_grad():
-        w = model.get_input_embeddings().weight
-        w[100:] = w[:100].mean(dim=0)
-    return model
 
 
 class Sequences(torch.utils.data.Dataset):

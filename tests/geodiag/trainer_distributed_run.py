@@ -30,8 +30,9 @@ LEVELS = {"a": list(range(100, 110)), "b": list(range(110, 120))}
 BOOKS = {name: np.random.default_rng(i).normal(size=(10, 3)) for i, name in enumerate(LEVELS)}
 
 
-def build_model():
-    """Tiny untied Llama; new rows at the mean of the original ones (one identical group)."""
+def mean_init_model(tie: bool = True):
+    """A tiny Llama whose new rows are all the mean of the original ones (one identical
+    group). Also the model of tests/geodiag/test_trainer_callback.py."""
     import torch
     import transformers
 
@@ -43,7 +44,7 @@ def build_model():
         num_hidden_layers=1,
         num_attention_heads=2,
         num_key_value_heads=2,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie,
     )
     model = transformers.LlamaForCausalLM(cfg)
     with torch.no_grad():
@@ -90,7 +91,7 @@ def train(out: Path, *, rank: int = 0, world: int = 1, mode: str = "single", on_
     import transformers
 
     torch.set_num_threads(1)  # the same GEMM blocking in every process
-    model = build_model()
+    model = mean_init_model(tie=False)
     wrapped = model
     if mode == "ddp":
         wrapped = torch.nn.parallel.DistributedDataParallel(model)
