@@ -25,11 +25,23 @@ from geodiag.findings import (  # noqa: F401  (TokenGroup, UntrainedRows: their 
     row_findings,
 )
 from geodiag.integrity import IntegrityFinding, integrity
-from geodiag.io.checkpoint import Checkpoint, Matrix, check_rows, open_checkpoint
+from geodiag.io.checkpoint import (
+    Checkpoint,
+    Matrix,
+    check_original_rows,
+    check_rows,
+    open_checkpoint,
+)
 from geodiag.io.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.codebook import CodebookHealth, codebook_health
-from geodiag.metrics.geometry import GeometrySummary, LevelCosine, level_cosine, summarize
+from geodiag.metrics.geometry import (
+    GeometrySummary,
+    LevelCosine,
+    level_cosine,
+    row_norms,
+    summarize,
+)
 from geodiag.metrics.neighbors import nearest_rows
 from geodiag.metrics.rsa import RSAResult, rsa
 from geodiag.metrics.untrained import vocabulary_stats, zero_rows
@@ -49,7 +61,6 @@ class AnalyzeOptions:
     rsa_max_items: int = 1000  # RSA on a seeded sample above this many tokens per level
     neighbors_k: int = 5
     neighbors_max: int = 500  # nearest originals for a seeded sample of this many new tokens
-    allow_nonfinite: bool = False
 
 
 @dataclass
@@ -99,6 +110,10 @@ class MatrixReport:
     norm_ratio: float | None = None
     # Percentiles of the original rows' norms (geodiag.metrics.untrained.NORM_PERCENTILES).
     vocabulary_norms: dict[str, float] | None = None
+    # Original rows left out of every vocabulary figure as NaN/Inf (--allow-nonfinite;
+    # without it they are bad input), and the first SHOWN_TOKENS of their ids.
+    nonfinite_original_rows_dropped: int = 0
+    nonfinite_original_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -148,8 +163,11 @@ def _reference_rows(
 ) -> np.ndarray:
     ids = _reference_ids(ckpt, n_new, opts)
     rows = ckpt.read_rows(matrix, ids, _float32_at_scale(len(ids), matrix))
-    # Unused vocabulary slots are sometimes zero or garbage; they are not "healthy tokens".
-    ok = np.isfinite(rows).all(axis=1) & np.any(rows != 0, axis=1)
+    finite = np.isfinite(rows).all(axis=1)
+    # NaN/Inf rows are bad input (or dropped and counted under --allow-nonfinite); zero
+    # rows are unused vocabulary slots, not "healthy tokens": left out of the reference.
+    check_original_rows(ckpt, matrix, ids[~finite], ckpt.read.allow_nonfinite)
+    ok = finite & np.any(rows != 0, axis=1)
     if not ok.any():
         raise InputError(
             ckpt.store.file_of(matrix.tensor),
@@ -159,14 +177,13 @@ def _reference_rows(
     return rows if ok.all() else rows[ok]
 
 
-def new_rows(
-    ckpt: Checkpoint, matrix: Matrix, allow_nonfinite: bool
-) -> tuple[np.ndarray, np.ndarray]:
+def new_rows(ckpt: Checkpoint, matrix: Matrix) -> tuple[np.ndarray, np.ndarray]:
     """(rows (n_kept, d), kept mask (n,)) of the new tokens in ``matrix``: float64, or
-    float32 above FLOAT64_ROWS_MAX_ELEMENTS where that is exact."""
+    float32 above FLOAT64_ROWS_MAX_ELEMENTS where that is exact. Non-finite rows fail, or
+    are dropped under the checkpoint's ``--allow-nonfinite``."""
     ids = ckpt.new.ids
     rows = ckpt.read_rows(matrix, ids, _float32_at_scale(len(ids), matrix))
-    keep = check_rows(ckpt, matrix, rows, allow_nonfinite)
+    keep = check_rows(ckpt, matrix, rows, ckpt.read.allow_nonfinite)
     return (rows if keep.all() else rows[keep]), keep  # no second (n, d) copy
 
 
@@ -259,14 +276,19 @@ def _neighbors(
 
 
 def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:
-    rows, keep = new_rows(ckpt, matrix, opts.allow_nonfinite)
+    rows, keep = new_rows(ckpt, matrix)
     ids = ckpt.new.ids[keep]
     reference, undefined = None, NO_VOCABULARY
     vocab, sample = None, np.zeros(0, np.int64)
+    bad_original, reference_norms = np.zeros(0, np.int64), None
     if ckpt.has_vocabulary:
         vocab = vocabulary_stats(block for _, block in ckpt.iter_original(matrix))
+        if vocab is not None:
+            bad_original = vocab.nonfinite_rows
+            check_original_rows(ckpt, matrix, bad_original, ckpt.read.allow_nonfinite)
         sample = _reference_ids(ckpt, len(rows), opts)
         reference = _reference_rows(ckpt, matrix, opts, len(rows))
+        reference_norms = row_norms(reference)
         if len(reference) < MIN_REFERENCE_ROWS or len(rows) < 2:
             undefined = (
                 f"only {len(reference)} original row(s) below id {ckpt.new.base_vocab_size}: "
@@ -297,9 +319,13 @@ def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> Ma
         neighbors=neighbors,
         neighbors_sampled=sampled,
         reference_undefined_reason=None if reference is not None else undefined,
-        untrained=row_findings(ckpt, matrix, rows, ids, vocab, sample, seed=opts.seed),
+        untrained=row_findings(
+            ckpt, matrix, rows, ids, vocab, sample, seed=opts.seed, reference_norms=reference_norms
+        ),
         norm_ratio=norm_ratio,
         vocabulary_norms=None if vocab is None else vocab.norm_percentiles,
+        nonfinite_original_rows_dropped=len(bad_original),
+        nonfinite_original_ids=bad_original[:SHOWN_TOKENS].tolist(),
     )
 
 
@@ -307,9 +333,9 @@ def analyze(
     path: str | Path, read: ReadOptions | None = None, opts: AnalyzeOptions | None = None
 ) -> CheckpointReport:
     """All geometry metrics of one checkpoint's new tokens, per matrix and per level."""
-    read = read or ReadOptions()
-    opts = opts or AnalyzeOptions(allow_nonfinite=read.allow_nonfinite)
-    return analyze_checkpoint(open_checkpoint(path, read), opts)
+    return analyze_checkpoint(
+        open_checkpoint(path, read or ReadOptions()), opts or AnalyzeOptions()
+    )
 
 
 def _populations_note(ckpt: Checkpoint, m: MatrixReport) -> str | None:
@@ -403,9 +429,8 @@ def analyze_drift(
     opts: AnalyzeOptions | None = None,
 ) -> list[DriftReport]:
     """Per-token cosine and structure RSA between two checkpoints with the same new tokens."""
-    read = read or ReadOptions()
-    opts = opts or AnalyzeOptions(allow_nonfinite=read.allow_nonfinite)
-    read = dataclasses.replace(read, reference=None)
+    opts = opts or AnalyzeOptions()
+    read = dataclasses.replace(read or ReadOptions(), reference=None)
     a = open_checkpoint(before, read)
     b = open_checkpoint(after, _deployed_read(read, a, Path(after)))
     if a.new.tokens != b.new.tokens or not np.array_equal(a.new.ids, b.new.ids):
@@ -443,8 +468,8 @@ def _drift_matrix(
     deployed = getattr(b.store, "dequantizes", False)  # a deployed file: what export did
     if _float32_at_scale(len(a.new.ids), ma) and not deployed:
         return _streamed_drift_matrix(a, b, ma, mb, before, after, opts)
-    ra, ka = new_rows(a, ma, opts.allow_nonfinite)
-    rb, kb = new_rows(b, mb, opts.allow_nonfinite)
+    ra, ka = new_rows(a, ma)
+    rb, kb = new_rows(b, mb)
     if not (ka.all() and kb.all()):
         raise InputError(after, "drift needs every new row finite in both checkpoints")
     kw = dict(n_permutations=opts.n_permutations, seed=opts.seed, max_items=opts.rsa_max_items)

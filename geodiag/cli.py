@@ -103,7 +103,6 @@ def metrics(
         seed=seed,
         n_permutations=permutations,
         neighbors_k=neighbors,
-        allow_nonfinite=read.allow_nonfinite,
     )
     report = analyze(ckpt, read, opts)
     # Compact JSON: the C encoder; indenting goes through json's pure-Python one, which took
@@ -146,7 +145,6 @@ def check(
         seed=seed,
         n_permutations=permutations,
         neighbors_max=0,
-        allow_nonfinite=read.allow_nonfinite,
     )
     reports = [analyze(p, read, opts) for p in ckpt]
     results = [run_gate(rep, cfg) for rep in reports]
@@ -157,10 +155,14 @@ def check(
     if json_out:
         _say(dumps({"config": cfg, "results": results, "passed": all(r.passed for r in results)}))
     else:
+        from geodiag.render_text import dropped_lines
         from geodiag.report.verdict import verdict
 
         for rep, res in zip(reports, results, strict=True):
             _say(text_summary(res))
+            for m in rep.matrices:
+                for line in dropped_lines(m, indent="  "):
+                    _say(f"{line} [{m.tensor}]")
             _say(f"  verdict: {verdict(rep, res).sentence}")
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for res in results:
@@ -251,7 +253,6 @@ def report(
         n_permutations=permutations,
         gate=resolve_config(config, {}),
         heatmap_max_tokens=heatmap_max_tokens,
-        allow_nonfinite=read.allow_nonfinite,
         command_line=shlex.join(["geodiag", *sys.argv[1:]]),
     )
     files = write_report(ckpt, output, read, opts, progress=lambda msg: typer.echo(msg, err=True))

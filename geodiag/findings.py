@@ -2,7 +2,9 @@
 
 Untrained (the gate's ``untrained_tokens`` counts them): in a group of numerically identical
 rows, at the vocabulary's mean, all zero, unchanged from the base's padding row of the same
-id (``--base``), or barely moved since a reference checkpoint (``--reference``). Beside
+id (``--base``), distributed like the unused padding rows past the tokenizer (without
+``--base``: :func:`geodiag.metrics.untrained.compare_with_padding`), or barely moved since a
+reference checkpoint (``--reference``). Beside
 them, findings that do not make a row untrained: a code no item uses (dead code), a norm far
 outside the vocabulary's. Rules and thresholds: :mod:`geodiag.metrics.untrained`.
 
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from geodiag.io.checkpoint import Checkpoint, Matrix
+from geodiag.io.checkpoint import MAX_PADDING_ROWS, Checkpoint, Matrix
 from geodiag.io.tokenizer import list_names
 from geodiag.metrics.geometry import ROW_BLOCK, row_norms, spread
 from geodiag.metrics.untrained import (
@@ -25,8 +27,10 @@ from geodiag.metrics.untrained import (
     TOLERANCE,
     TOLERANCE_RULE,
     Movement,
+    PaddingComparison,
     VocabularyStats,
     barely_moved,
+    compare_with_padding,
     distances,
     identical_groups,
     norm_outliers,
@@ -43,19 +47,27 @@ SHOWN_FINDINGS = 1000
 # An equal-size sample of fewer rows than this has no spread to compare with.
 MIN_REFERENCE_ROWS = 2
 
-# The kinds of per-token finding, in the order a token's findings are listed; the first
-# five make a row untrained.
+# The kinds of per-token finding, in the order a token's findings are listed; those in
+# UNTRAINED make a row untrained.
 FINDINGS = {
     "identical": "in a group of identical rows",
     "vocabulary_mean": "at the vocabulary mean",
     "zero": "all zero",
     "unchanged_padding": "the base's padding row, unchanged",
+    "like_padding": "distributed like the unused padding rows past the tokenizer",
     "barely_moved": "barely moved since the reference",
     "dead_code": "a code no item uses",
     "norm_small": "norm far below the vocabulary's (never emitted)",
     "norm_large": "norm far above the vocabulary's (always emitted)",
 }
-UNTRAINED = ("identical", "vocabulary_mean", "zero", "unchanged_padding", "barely_moved")
+UNTRAINED = (
+    "identical",
+    "vocabulary_mean",
+    "zero",
+    "unchanged_padding",
+    "like_padding",
+    "barely_moved",
+)
 
 
 @dataclass
@@ -123,6 +135,10 @@ class UntrainedRows:
     norm_small: TokenGroup | None = None
     norm_large: TokenGroup | None = None
     norm_rule: str | None = None  # None without a vocabulary
+    # Without --base, on a padded vocabulary: the new rows against its unused rows (None
+    # when there are none, or too few to compare); like_padding: the rows it found alike.
+    padding: PaddingComparison | None = None
+    like_padding: TokenGroup | None = None
     # "reference": ||row - the reference's row||; "vocabulary mean": ||row - mean||
     movement_basis: str | None = None
     n_flagged: int = 0  # tokens with any finding
@@ -234,11 +250,13 @@ def row_findings(
     vocab: VocabularyStats | None,
     sample: np.ndarray,
     seed: int = 0,
+    reference_norms: np.ndarray | None = None,
 ) -> UntrainedRows:
     """Every per-token finding of the measured ``rows`` (n, d) of ``ids`` (n,).
 
     ``sample``: the ids of the original rows sampled as the vocabulary reference (their
-    movement since ``--reference`` sets the barely-moved cut)."""
+    movement since ``--reference`` sets the barely-moved cut); ``reference_norms``: those
+    rows' norms (the padding comparison's yardstick)."""
     n = len(rows)
     scale = vocab.spread if vocab is not None and vocab.n_rows >= MIN_REFERENCE_ROWS else 0.0
     rule = TOLERANCE_RULE
@@ -257,6 +275,12 @@ def row_findings(
     if base_rows is not None:
         mask, values = base_rows
         masks["unchanged_padding"][mask] = np.all(rows[mask] == values, axis=1)
+    norms = row_norms(rows)
+    padding = None
+    if base_rows is None and ckpt.base is None and reference_norms is not None:
+        padding = _padding_comparison(ckpt, matrix, norms, reference_norms)
+        if padding is not None and padding.like_padding:
+            masks["like_padding"][:] = True
     moved = _movement(ckpt, matrix, rows, ids, sample)
     movement_cut = None
     if moved is not None:
@@ -270,7 +294,6 @@ def row_findings(
     n_items = items_per_code(ckpt, ids)
     if n_items is not None:
         masks["dead_code"] = n_items == 0
-    norms = row_norms(rows)
     if vocab is not None and vocab.norm_percentiles is not None:
         masks["norm_small"], masks["norm_large"] = norm_outliers(norms, vocab.norm_percentiles)
 
@@ -288,6 +311,8 @@ def row_findings(
         groups=[token_group(ckpt, ids[g]) for g in groups[:SHOWN_GROUPS]],
         at_vocabulary_mean=group("vocabulary_mean"),
         unchanged_padding=group("unchanged_padding"),
+        padding=padding,
+        like_padding=group("like_padding"),
         untrained=token_group(ckpt, ids[untrained]) if untrained.any() else None,
         dead_codes=token_group(ckpt, ids[dead_untrained]) if dead_untrained.any() else None,
         zero=group("zero"),
@@ -306,6 +331,19 @@ def row_findings(
         _n_items=n_items,
         _untrained=untrained,
     )
+
+
+def _padding_comparison(
+    ckpt: Checkpoint, matrix: Matrix, norms: np.ndarray, reference_norms: np.ndarray
+) -> PaddingComparison | None:
+    """The new rows' norms against the unused padding rows' (read here, at most
+    MAX_PADDING_ROWS of them) and the vocabulary sample's."""
+    pad = ckpt.padding_ids()
+    if not len(pad) or len(pad) > MAX_PADDING_ROWS:
+        return None
+    pad_rows = ckpt.read_rows(matrix, pad)
+    pad_rows = pad_rows[np.isfinite(pad_rows).all(axis=1)]
+    return compare_with_padding(norms, row_norms(pad_rows), reference_norms)
 
 
 def _token_rows(ckpt, ids, masks, flagged, n_items, movement, norms) -> list[TokenFinding]:

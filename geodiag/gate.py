@@ -104,6 +104,11 @@ def untrained_kinds(u) -> list[str]:
             "at the vocabulary mean" if u.at_vocabulary_mean else "",
             f"{u.zero.size} all zero" if u.zero else "",
             "unchanged padding rows of the base" if u.unchanged_padding else "",
+            f"{u.like_padding.size} distributed like the {u.padding.n_padding} unused padding "
+            f"rows past the tokenizer (KS p = {u.padding.p_new_vs_padding:.2g}; --base BASE "
+            "compares each row with the base's)"
+            if u.like_padding and u.padding
+            else "",
             f"{u.barely_moved.size} barely moved since the reference" if u.barely_moved else "",
         )
         if k

@@ -10,6 +10,11 @@
 - ``padding_rows``: rows past the tokenizer's length (``len(tokenizer) <= id < rows``),
   counted apart from the new tokens; a model can still sample one when its head row is
   not zero.
+- ``on_padding``: without ``--base``, new tokens below unused padding rows past the
+  tokenizer: they may sit on rows the base already had (``resize_token_embeddings`` grows
+  nothing then, so no init ran), and whether they moved off the base's values needs the base.
+  Their norms were compared with the padding rows' (``UntrainedRows.padding``); rows alike
+  are untrained findings, and this note says what the comparison could not settle.
 - ``embedding_scale``: Gemma-family models multiply the input embedding by sqrt(d)
   (their normalizer) before the first layer: input and head norms are compared after it.
 - ``adapter_server``: an adapter whose embedding changes a common server does not load
@@ -23,18 +28,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from geodiag.findings import TokenGroup, UntrainedRows, token_group
-from geodiag.io.checkpoint import Checkpoint
+from geodiag.io.checkpoint import MAX_PADDING_ROWS, Checkpoint
 from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES
 from geodiag.metrics.geometry import ROW_BLOCK
-from geodiag.metrics.untrained import quantile
+from geodiag.metrics.untrained import MIN_PADDING_ROWS, PADDING_ALPHA, quantile
 
 # Gemma's forward pass scales the input embedding by sqrt(hidden_size) (the "normalizer").
 SCALED_INPUT_MODEL_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "recurrent_gemma")
 # A copy written by one save is bit-exact; across dtypes (one of them cast to bf16, ~3
 # significant digits) two copies of a row agree to this fraction of its norm.
 COPY_RTOL = 1e-2
-# Padding rows read at most: past this many, count them and read no rows.
-MAX_PADDING_ROWS = 100_000
 _BLOCK_ROWS = ROW_BLOCK  # rows per block when the head is compared with the embedding
 SERVER_KINDS = ("modules_to_save", "trainable tokens")
 
@@ -140,8 +143,7 @@ def padding_rows(ckpt: Checkpoint, norm_median: float | None) -> IntegrityFindin
         return None
     emb = ckpt.matrices[0]
     n_tok = len(ckpt.tokenizer)
-    ids = np.arange(n_tok, emb.n_rows, dtype=np.int64)
-    ids = ids[~np.isin(ids, ckpt.new.ids)]
+    ids = ckpt.padding_ids()
     if not len(ids):
         return None
     if len(ids) > MAX_PADDING_ROWS:
@@ -177,6 +179,36 @@ def padding_rows(ckpt: Checkpoint, norm_median: float | None) -> IntegrityFindin
         f"{int(ids[-1])}){relative}; {int(live.sum())} of their {where} rows are not zero, "
         "so the model can sample ids no tokenizer decodes (mask them, or zero those head rows)",
         count=int(len(ids)),
+    )
+
+
+def on_padding(ckpt: Checkpoint, inputs: UntrainedRows | None) -> IntegrityFinding | None:
+    """New tokens below a padded vocabulary's unused rows, without --base: what the padding
+    comparison could not settle (the rows it found alike are untrained findings)."""
+    pad = ckpt.padding_ids()
+    if ckpt.base is not None or inputs is None or not len(pad) or not len(ckpt.new.ids):
+        return None
+    if inputs.like_padding is not None:
+        return None
+    n_tok = len(ckpt.tokenizer)
+    cmp = inputs.padding
+    if cmp is None:
+        settled = f"too few rows on one side (< {MIN_PADDING_ROWS}) to compare their norms"
+    elif cmp.p_padding_vs_vocabulary >= PADDING_ALPHA:
+        settled = "the padding rows' norms are like the vocabulary's, so norms cannot tell"
+    else:
+        settled = (
+            f"their norms differ from those rows' (KS p = {cmp.p_new_vs_padding:.2g}): they "
+            "moved off such values, or never had them"
+        )
+    return IntegrityFinding(
+        "on_padding",
+        "note",
+        f"the matrix has {len(pad)} unused rows past the tokenizer's {n_tok} tokens, and the "
+        f"new tokens (ids {int(ckpt.new.ids.min())}..{int(ckpt.new.ids.max())}) lie below them: "
+        "they may sit on padding rows the base already had, which resize_token_embeddings "
+        f"leaves as they were; {settled}; pass --base BASE to compare each row with the base's",
+        count=int(len(pad)),
     )
 
 
@@ -217,6 +249,7 @@ def integrity(ckpt: Checkpoint, matrices: list) -> list[IntegrityFinding]:
         tied_head_differs(ckpt),
         head_not_moved(inputs, head, matrices[0].n_new) if head is not None else None,
         padding_rows(ckpt, (vocab_norms or {}).get("p50")),
+        on_padding(ckpt, inputs),
         embedding_scale(ckpt),
         adapter_server(ckpt),
     ]

@@ -194,10 +194,26 @@ def codebook_lines(report: CheckpointReport) -> list[str]:
     return lines
 
 
-def _matrix_details(m: MatrixReport) -> list[str]:
-    lines = _untrained_lines(m)
+def dropped_lines(m: MatrixReport, indent: str = "  ") -> list[str]:
+    """What ``--allow-nonfinite`` left out of ``m``: NaN/Inf new rows and original rows
+    (``metrics`` and ``check`` both say it: a dropped row is a finding, not a detail)."""
+    lines = []
     if m.nonfinite_rows_dropped:
-        lines.append(f"  ({m.nonfinite_rows_dropped} non-finite rows dropped)")
+        lines.append(
+            f"{indent}dropped: {m.nonfinite_rows_dropped} NaN/Inf new rows (--allow-nonfinite)"
+        )
+    if m.nonfinite_original_rows_dropped:
+        n, ids = m.nonfinite_original_rows_dropped, m.nonfinite_original_ids
+        more = ", ..." if n > len(ids) else ""
+        lines.append(
+            f"{indent}dropped: {n} NaN/Inf original rows (ids {', '.join(map(str, ids))}{more}; "
+            "--allow-nonfinite): a prompt holding those tokens gives NaN logits"
+        )
+    return lines
+
+
+def _matrix_details(m: MatrixReport) -> list[str]:
+    lines = _untrained_lines(m) + dropped_lines(m)
     if m.levels:
         lines.append("  per level: tokens, eff. rank (centered), mean cosine, RSA vs codebook (p)")
         for lv in m.levels:

@@ -25,6 +25,7 @@ import numpy as np
 
 from geodiag import sidecar as sidecar_mod
 from geodiag.errors import InputError
+from geodiag.io.layouts import resolve_hub_cache
 from geodiag.io.new_tokens import NewTokens, Sources, absent_from, resolve_new_tokens, special_note
 from geodiag.io.options import ReadOptions
 from geodiag.io.peft_adapter import AdapterInfo, is_adapter, open_adapter
@@ -32,8 +33,12 @@ from geodiag.io.safetensors import SafetensorsFile
 from geodiag.io.stack import detect_stack
 from geodiag.io.store import FLOAT_DTYPES, TensorStore, is_float, open_store
 from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES, find_input_tensor, find_output_head
-from geodiag.io.tokenizer import TokenizerInfo, load_tokenizer
+from geodiag.io.tokenizer import TokenizerInfo, load_tokenizer_in
 from geodiag.jsonio import read_json_object
+
+# Unused padding rows read at most (their integrity finding, the padding comparison of the
+# new rows): past this many, they are counted and no row is read.
+MAX_PADDING_ROWS = 100_000
 
 
 @dataclass
@@ -66,21 +71,23 @@ class BaseCheckpoint:
 
 def open_base(base: Path) -> BaseCheckpoint:
     """``--base`` for a checkpoint that is not an adapter: its tokenizer, and its weights."""
+    base = resolve_hub_cache(base)[0] if base.exists() else base
     root = base if base.is_dir() else base.parent
-    tok_path = root / "tokenizer.json"
     if not base.exists():
         raise InputError("--base", f"{base}: no such file or folder")
-    if not tok_path.is_file():
+    tokenizer = load_tokenizer_in(lambda name: root / name)
+    if tokenizer is None:
         raise InputError(
             "--base",
-            f"{base}: no tokenizer.json, so the tokens added since cannot be told apart "
-            "(pass the base's save_pretrained folder, or --new-tokens START:END)",
+            f"{base}: no tokenizer.json (nor tokenizer.model), so the tokens added since "
+            "cannot be told apart (pass the base's save_pretrained folder, or --new-tokens "
+            "START:END)",
         )
     try:
         store = open_store(base)
     except InputError:
         store = None  # a tokenizer-only folder still says which tokens are new
-    return BaseCheckpoint(base, load_tokenizer(tok_path), store)
+    return BaseCheckpoint(base, tokenizer, store)
 
 
 @dataclass
@@ -102,6 +109,9 @@ class Checkpoint:
     base: BaseCheckpoint | None = None  # --base on a checkpoint that is not an adapter
     # --reference: an earlier checkpoint with the same new tokens (e.g. the run's init)
     reference: Checkpoint | None = None
+    # The options it was read with: the one home of every reading flag (allow_nonfinite
+    # among them), so nothing downstream keeps a copy that could disagree.
+    read: ReadOptions = field(default_factory=ReadOptions)
     _codebook_digest: str | None = None
 
     def base_padding_rows(
@@ -115,6 +125,14 @@ class Checkpoint:
         if mask is None or not mask.any():
             return None
         return mask, self.base.store.read_rows(matrix.tensor, ids[mask])
+
+    def padding_ids(self) -> np.ndarray:
+        """(k,) ids of the rows past the tokenizer's length that no new token uses: a
+        padded vocabulary's unused rows (none without a tokenizer)."""
+        if self.tokenizer is None or not self.matrices or not hasattr(self.tokenizer, "__len__"):
+            return np.zeros(0, np.int64)
+        ids = np.arange(len(self.tokenizer), self.matrices[0].n_rows, dtype=np.int64)
+        return ids[~np.isin(ids, self.new.ids)]
 
     @property
     def has_vocabulary(self) -> bool:
@@ -209,7 +227,7 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
     """Open a checkpoint folder, weights file or PEFT adapter folder and resolve everything
     but the row values, in the module docstring's order."""
     opts = opts or ReadOptions()
-    path = Path(path)
+    path, hub_note = resolve_hub_cache(Path(path))
     store, adapter, roots = _open_weights(path, opts)
     base_ckpt = open_base(Path(opts.base)) if adapter is None and opts.base is not None else None
     beside = _finder(roots)
@@ -232,7 +250,7 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
         base_tokenizer=_base_tokenizer(path, roots, tok, adapter, base_ckpt),
     )
     new = resolve_new_tokens(sources)
-    notes = [*(adapter.notes if adapter is not None else []), *head_notes]
+    notes = [*([hub_note] if hub_note else []), *(adapter.notes if adapter else []), *head_notes]
     notes += _notes(tok, new, side, side_path, trainable, untied_by_adapter, config)
     book_path = opts.codebooks or beside(sidecar_mod.CODEBOOKS_FILENAME)
     books, book_note, book_digest = _codebooks(book_path, opts, new)
@@ -253,6 +271,7 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
         adapter=provenance or {},
         stack=detect_stack(roots, config, side.provenance if side else None, provenance),
         base=base_ckpt,
+        read=opts,
         _codebook_digest=book_digest,
     )
     if opts.reference is not None:
@@ -300,8 +319,7 @@ def _config_and_tokenizer(
     if hasattr(store, "tokenizer_info"):
         return store.config(), store.tokenizer_info()
     config = read_json_object(beside("config.json")) if beside("config.json").is_file() else {}
-    tok_path = beside("tokenizer.json")
-    return config, load_tokenizer(tok_path) if tok_path.is_file() else None
+    return config, load_tokenizer_in(beside)
 
 
 def _finder(roots: list[Path]) -> Callable[[str], Path]:
@@ -384,9 +402,8 @@ def _base_tokenizer(
     resized before PEFT: the adapter's trainable tokens say which rows are new)."""
     base_tok = base_ckpt.tokenizer if base_ckpt is not None else None
     if adapter is not None and tok is not None and tok.path.parent == path:
-        base_tok_path = roots[1] / "tokenizer.json"
-        if base_tok_path.is_file():
-            base_tok = load_tokenizer(base_tok_path)
+        base_tok = load_tokenizer_in(lambda name: roots[1] / name)
+        if base_tok is not None:
             base_tok = base_tok if absent_from(tok, base_tok) else None
     return base_tok
 
@@ -466,3 +483,22 @@ def check_rows(
                 f"{bad[:5].tolist()}): nothing left to measure with --allow-nonfinite",
             )
     return finite
+
+
+def check_original_rows(
+    ckpt: Checkpoint, matrix: Matrix, nonfinite: np.ndarray, allow_nonfinite: bool
+) -> None:
+    """Reject NaN/Inf original rows ``nonfinite`` (their ids) unless allowed, as
+    :func:`check_rows` does for new ones: a prompt holding one of those tokens turns the
+    model's logits into NaN, whatever the new rows look like (an F16 save overflows to Inf
+    on rows past 65,504). Allowed, they are left out of every vocabulary figure, and the
+    reports count them."""
+    if not len(nonfinite) or allow_nonfinite:
+        return
+    raise InputError(
+        ckpt.store.file_of(matrix.tensor),
+        f"{len(nonfinite)} original rows of '{matrix.tensor}' hold NaN/Inf (ids "
+        f"{nonfinite[:5].tolist()}{', ...' if len(nonfinite) > 5 else ''}): a prompt holding "
+        "those tokens gives NaN logits; restore them from the base model, or pass "
+        "--allow-nonfinite to leave them out and measure the rest",
+    )

@@ -66,13 +66,27 @@ class Sources:
 Resolver = Callable[[Sources], "NewTokens | None"]
 
 
-def _check_id_range(ids: np.ndarray, n_rows: int, where: Path | str, what: str) -> None:
+def _check_id_range(
+    ids: np.ndarray, n_rows: int, where: Path | str, what: str, tok: TokenizerInfo | None = None
+) -> None:
+    """Raise unless every id has a row; ``tok``: the tokenizer the ids come from, whose
+    size past the rows means the embedding was never resized for its added tokens."""
     bad = ids[(ids < 0) | (ids >= n_rows)]
-    if bad.size:
+    if not bad.size:
+        return
+    if tok is not None and len(tok) > n_rows:
         raise InputError(
             where,
-            f"{what}: token ids {bad[:5].tolist()} out of range for an embedding of {n_rows} rows",
+            f"the tokenizer has {len(tok)} tokens but the embedding has {n_rows} rows: "
+            f"{int((ids >= n_rows).sum())} added tokens (ids {bad[:5].tolist()}"
+            f"{', ...' if bad.size > 5 else ''}) have no row; the embedding was not resized "
+            "after adding them: call model.resize_token_embeddings(len(tokenizer)) before "
+            "training and saving",
         )
+    raise InputError(
+        where,
+        f"{what}: token ids {bad[:5].tolist()} out of range for an embedding of {n_rows} rows",
+    )
 
 
 def _parse_level_names(
@@ -197,10 +211,12 @@ def from_base(src: Sources) -> NewTokens | None:
         raise InputError(
             "--base",
             f"every token of {tok.path if tok else src.root / 'tokenizer.json'} is in the "
-            f"base's tokenizer ({base_tok.path}): no new tokens to measure",
+            f"base's tokenizer ({base_tok.path}): no new tokens to measure; if the new "
+            "tokens reuse ids the base already has (renamed reserved tokens), name their rows "
+            "with --new-tokens START:END",
         )
     ids = np.array([t.id for t in added], dtype=np.int64)
-    _check_id_range(ids, src.n_rows, tok.path, "added tokens disagree with the tensors")
+    _check_id_range(ids, src.n_rows, tok.path, "added tokens disagree with the tensors", tok)
     return _rows(src, ids, "base", int(ids.min()))
 
 
@@ -210,7 +226,7 @@ def from_tokenizer(src: Sources) -> NewTokens | None:
     if tok is None or not tok.added_non_special():
         return None
     ids = np.array([t.id for t in tok.added_non_special()], dtype=np.int64)
-    _check_id_range(ids, src.n_rows, tok.path, "added tokens disagree with the tensors")
+    _check_id_range(ids, src.n_rows, tok.path, "added tokens disagree with the tensors", tok)
     return _rows(src, ids, "tokenizer", int(ids.min()))
 
 
@@ -237,11 +253,13 @@ def resolve_new_tokens(src: Sources) -> NewTokens:
     tok = src.tokenizer
     special = [t for t in tok.added if t.special] if tok is not None else []
     has = (
-        f"tokenizer.json's {len(special)} added tokens are all special "
+        f"{tok.path.name}'s {len(special)} added tokens are all special "
         f"({list_names([t.content for t in special[:4]], len(special))}), "
         "and special tokens are measured only when --base says they are new"
         if special
-        else "no added tokens in tokenizer.json"
+        else f"no added tokens in {tok.path.name}"
+        if tok is not None
+        else "no tokenizer.json (nor tokenizer.model with added_tokens.json)"
     )
     raise InputError(
         src.root,

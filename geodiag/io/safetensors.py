@@ -30,6 +30,7 @@ import numpy as np
 
 from geodiag.atomic import atomic_path
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
+from geodiag.io.layouts import check_not_lfs_pointer
 
 # dtype name -> numpy dtype of the stored bytes, for the dtypes geodiag decodes
 _DTYPES: dict[str, np.dtype] = {
@@ -120,6 +121,7 @@ class SafetensorsFile:
             raise InputError(self.path, "file not found") from None
         except OSError as e:
             raise cannot_read(self.path, e) from None
+        check_not_lfs_pointer(self.path)
         if size < 8:
             raise InputError(
                 self.path, f"truncated: {size} bytes, too short for a safetensors header"

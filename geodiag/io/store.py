@@ -17,6 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
+from geodiag.io.layouts import check_not_lfs_pointer, unread_layout
 from geodiag.io.safetensors import FLOAT_DTYPES, SafetensorsFile
 
 
@@ -199,6 +200,7 @@ def open_store(path: str | os.PathLike[str]) -> TensorStore:
     except OSError as e:  # a symlink loop, a name too long, no permission
         raise cannot_read(p, e) from None
     if p.is_file():
+        check_not_lfs_pointer(p)
         if p.suffix == ".safetensors":
             return SafetensorsStore.single(p)
         if p.suffix in (".bin", ".pt", ".pth"):
@@ -220,9 +222,10 @@ def open_store(path: str | os.PathLike[str]) -> TensorStore:
     if len(singles) == 1:
         return SafetensorsStore.single(singles[0])
     if (p / "pytorch_model.bin").is_file():
+        check_not_lfs_pointer(p / "pytorch_model.bin")
         return TorchStore(p / "pytorch_model.bin")
-    if (p / "pytorch_model.bin.index.json").is_file():
-        raise InputError(p, "sharded .bin checkpoints are not supported; save with safetensors")
+    if (what := unread_layout(p)) is not None:
+        raise InputError(p, what)
     raise InputError(
         p, "no model weights found (model.safetensors, its index, or pytorch_model.bin)"
     )

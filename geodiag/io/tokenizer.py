@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
+from geodiag.io.layouts import check_not_lfs_pointer
 
 if TYPE_CHECKING:
     import numpy as np
@@ -302,6 +303,7 @@ def _hf_vocab(path: Path, raw: bytes, at: int) -> dict[int, str]:
 
 def load_tokenizer(path: str | os.PathLike[str]) -> TokenizerInfo:
     p = Path(path)
+    check_not_lfs_pointer(p)
     try:
         raw = p.read_bytes()
     except OSError as e:
@@ -326,3 +328,116 @@ def load_tokenizer(path: str | os.PathLike[str]) -> TokenizerInfo:
     kinds = {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders") or []}
     info.byte_level = "ByteLevel" in kinds
     return info
+
+
+# An older slow-tokenizer folder (sentencepiece): tokenizer.model holds the pieces,
+# added_tokens.json the tokens added since ({"<a_0>": 32000, ...}), tokenizer_config.json
+# which of them are special (added_tokens_decoder). transformers v4 wrote these for
+# use_fast=False tokenizers, and many Llama-2 / Mistral-era checkpoints still ship them.
+SENTENCEPIECE_MODEL = "tokenizer.model"
+ADDED_TOKENS = "added_tokens.json"
+TOKENIZER_FILES = ("tokenizer.json", SENTENCEPIECE_MODEL)
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if i >= len(buf) or shift > 63:
+            raise ValueError("truncated varint")
+        b = buf[i]
+        value |= (b & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if not b & 0x80:
+            return value, i
+
+
+def _fields(buf: bytes):
+    """(field number, wire type, value) of a protobuf message: int for varints, bytes for
+    length-delimited fields; fixed-width fields are skipped (value None)."""
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(buf, i)
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            if i + n > len(buf):
+                raise ValueError("truncated field")
+            value, i = buf[i : i + n], i + n
+        elif wire in (1, 5):
+            value, i = None, i + (8 if wire == 1 else 4)
+        else:
+            raise ValueError(f"wire type {wire}")
+        yield number, wire, value
+
+
+def sentencepiece_pieces(path: Path) -> dict[int, str]:
+    """id -> piece of a sentencepiece ``tokenizer.model`` (ModelProto: field 1, repeated
+    SentencePiece, whose field 1 is the piece), read without the sentencepiece library."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise cannot_read(path, e) from None
+    pieces: dict[int, str] = {}
+    try:
+        for number, wire, value in _fields(raw):
+            if number != 1 or wire != 2:
+                continue
+            piece = next((v for n, w, v in _fields(value) if n == 1 and w == 2), b"")
+            pieces[len(pieces)] = piece.decode("utf-8", errors="replace")
+    except ValueError as e:
+        raise InputError(path, f"not a sentencepiece model ({e}); truncated or corrupt?") from None
+    if not pieces:
+        raise InputError(path, "not a sentencepiece model (no pieces)")
+    return pieces
+
+
+def _json_file(path: Path) -> object:
+    try:
+        return json.loads(_decode(path, path.read_bytes()))
+    except json.JSONDecodeError as e:
+        raise InputError(path, f"not valid JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise nested_too_deeply(path) from None
+    except OSError as e:
+        raise cannot_read(path, e) from None
+
+
+def load_sentencepiece_folder(model_path: Path) -> TokenizerInfo:
+    """A slow-tokenizer folder: the pieces of ``tokenizer.model``, the tokens of
+    ``added_tokens.json`` beside it, special as ``tokenizer_config.json`` says."""
+    root = model_path.parent
+    pieces = sentencepiece_pieces(model_path)
+    added_path = root / ADDED_TOKENS
+    info = TokenizerInfo(path=added_path if added_path.is_file() else model_path, _vocab=pieces)
+    if not added_path.is_file():
+        return info
+    added = _json_file(added_path)
+    if not isinstance(added, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+        for k, v in added.items()
+    ):
+        raise InputError(added_path, 'expected {"token": id, ...}')
+    special = set()
+    config_path = root / "tokenizer_config.json"
+    if config_path.is_file():
+        config = _json_file(config_path)
+        decoder = config.get("added_tokens_decoder") if isinstance(config, dict) else None
+        for entry in (decoder or {}).values():
+            if isinstance(entry, dict) and entry.get("special"):
+                special.add(str(entry.get("content")))
+    info.added = [
+        AddedToken(i, t, t in special) for t, i in sorted(added.items(), key=lambda kv: kv[1])
+    ]
+    return info
+
+
+def load_tokenizer_in(find: Callable[[str], Path]) -> TokenizerInfo | None:
+    """The tokenizer of a folder (``find(name)``: where the file ``name`` would be):
+    ``tokenizer.json``, else a sentencepiece ``tokenizer.model`` with its added tokens."""
+    if (p := find("tokenizer.json")).is_file():
+        return load_tokenizer(p)
+    if (p := find(SENTENCEPIECE_MODEL)).is_file():
+        return load_sentencepiece_folder(p)
+    return None

@@ -43,6 +43,9 @@ class VocabularyStats:
     n_nonfinite: int
     # Percentiles of the original rows' norms (NORM_PERCENTILES), None when no row is seen.
     norm_percentiles: dict[str, float] | None = None
+    # (n_nonfinite,) positions in the stream (row ids, for a stream from row 0) of the
+    # rows left out as non-finite: the gate names them.
+    nonfinite_rows: np.ndarray | None = None
 
 
 def vocabulary_stats(blocks: Iterable[np.ndarray]) -> VocabularyStats | None:
@@ -54,10 +57,11 @@ def vocabulary_stats(blocks: Iterable[np.ndarray]) -> VocabularyStats | None:
     (the pivot is within ~spread / sqrt(block) of the mean, so the subtraction loses
     nothing). Work stays in the blocks' dtype (float32 blocks: no float64 copy), each
     row's squares summed at that precision (relative error ~d * 2^-24). Non-finite rows
-    are counted and left out. None when no finite row is seen.
+    are counted, their positions in the stream kept, and left out. None when no finite
+    row is seen.
     """
     n, pivot, total, sq, max_sq, bad = 0, None, None, 0.0, 0.0, 0
-    norm_blocks = []
+    norm_blocks, bad_at, seen = [], [], 0
     for block in blocks:
         b = np.asarray(block)
         if not np.issubdtype(b.dtype, np.floating):
@@ -66,7 +70,9 @@ def vocabulary_stats(blocks: Iterable[np.ndarray]) -> VocabularyStats | None:
         finite = np.isfinite(norms_sq)
         if not finite.all():  # a NaN/Inf entry (or a row past float32's range)
             bad += int((~finite).sum())
+            bad_at.append(seen + np.flatnonzero(~finite))
             b, norms_sq = b[finite], norms_sq[finite]
+        seen += len(finite)
         if not len(b):
             continue
         max_sq = max(max_sq, float(norms_sq.max()))
@@ -85,8 +91,9 @@ def vocabulary_stats(blocks: Iterable[np.ndarray]) -> VocabularyStats | None:
     mean = pivot.astype(np.float64) + offset
     norms = np.sqrt(np.concatenate(norm_blocks).astype(np.float64))  # (n,)
     percentiles = {name: quantile(norms, q / 100) for q, name in NORM_PERCENTILES}
+    nonfinite = np.concatenate(bad_at) if bad_at else np.zeros(0, np.int64)
     return VocabularyStats(
-        n, mean, float(np.sqrt(m2 / n)), float(np.sqrt(max_sq)), bad, percentiles
+        n, mean, float(np.sqrt(m2 / n)), float(np.sqrt(max_sq)), bad, percentiles, nonfinite
     )
 
 
@@ -302,3 +309,50 @@ def distances(x: np.ndarray, point: np.ndarray) -> np.ndarray:
 def near_point(x: np.ndarray, point: np.ndarray, tol: float) -> np.ndarray:
     """(n,) bool: rows of x (n, d) within ``tol`` of ``point`` (d,)."""
     return distances(x, point) <= tol
+
+
+# New rows are compared with the rows past the tokenizer that no token uses (a padded
+# vocabulary's never-trained rows, e.g. Qwen2.5's 271) by a two-sample Kolmogorov-Smirnov
+# test on row norms. New tokens that landed on such rows without an init (the tokenizer
+# grew, resize_token_embeddings had nothing to grow) are draws of the same distribution:
+# the test keeps them (p >= PADDING_ALPHA) with probability 1 - PADDING_ALPHA. Rows that
+# trained moved off it; and the comparison only means something when the padding rows
+# themselves differ from the trained vocabulary (p < PADDING_ALPHA against its sample).
+PADDING_ALPHA = 0.01
+# Fewer rows on either side than this and the test has no power: the finding is not made.
+MIN_PADDING_ROWS = 20
+PADDING_RULE = (
+    "row norms distributed as those of the unused rows past the tokenizer (two-sample KS "
+    f"p >= {PADDING_ALPHA:g}), which differ from the vocabulary's (p < {PADDING_ALPHA:g}); "
+    f"at least {MIN_PADDING_ROWS} rows on each side"
+)
+
+
+@dataclass(frozen=True)
+class PaddingComparison:
+    """The new rows' norms against the unused padding rows' and the vocabulary's."""
+
+    n_padding: int
+    p_new_vs_padding: float  # two-sample KS p-value on row norms
+    p_padding_vs_vocabulary: float
+    rule: str = PADDING_RULE
+
+    @property
+    def like_padding(self) -> bool:
+        return (
+            self.p_new_vs_padding >= PADDING_ALPHA and self.p_padding_vs_vocabulary < PADDING_ALPHA
+        )
+
+
+def compare_with_padding(
+    new_norms: np.ndarray, padding_norms: np.ndarray, vocabulary_norms: np.ndarray
+) -> PaddingComparison | None:
+    """:class:`PaddingComparison` of three sets of row norms (1-D arrays); None when a set
+    has fewer than MIN_PADDING_ROWS rows (no power either way)."""
+    if min(len(new_norms), len(padding_norms), len(vocabulary_norms)) < MIN_PADDING_ROWS:
+        return None
+    from scipy.stats import ks_2samp  # scipy.stats costs ~0.3 s: only when padding exists
+
+    p_new = float(ks_2samp(new_norms, padding_norms).pvalue)
+    p_vocab = float(ks_2samp(padding_norms, vocabulary_norms).pvalue)
+    return PaddingComparison(len(padding_norms), p_new, p_vocab)

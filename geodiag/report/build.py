@@ -63,7 +63,6 @@ class ReportOptions:
     neighbors_k: int = 5
     neighbors_shown: int = 6  # new tokens in the nearest-originals table, per checkpoint
     histogram_bins: int = 40
-    allow_nonfinite: bool = False
     command_line: str | None = None  # default: this process's argv
     generated: str | None = None  # default: now, UTC, ISO 8601
 
@@ -243,12 +242,12 @@ def _figure_data(
 ) -> tuple[list[np.ndarray], CosineMap]:
     """(row norms per matrix, the input matrix's cosine map): what the figures need of the
     rows, which are read one matrix at a time and let go before the next checkpoint's."""
-    rows, keep = new_rows(ckpt, ckpt.matrices[0], opts.allow_nonfinite)
+    rows, keep = new_rows(ckpt, ckpt.matrices[0])
     norms = [row_norms(rows)]
     cmap = cosine_map(label, ckpt, rows, keep, opts)
     del rows
     for m in ckpt.matrices[1:]:
-        norms.append(row_norms(new_rows(ckpt, m, opts.allow_nonfinite)[0]))
+        norms.append(row_norms(new_rows(ckpt, m)[0]))
     return norms, cmap
 
 
@@ -303,7 +302,6 @@ def _build_report(
         seed=opts.seed,
         n_permutations=opts.n_permutations,
         neighbors_k=opts.neighbors_k,
-        allow_nonfinite=opts.allow_nonfinite,
     )
     ckpts = []
     for i, path in enumerate(paths, 1):

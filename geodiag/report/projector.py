@@ -43,7 +43,7 @@ def export_projector(
     files: dict[Path, str | Iterator[str]] = {}
     config = []
     for m in ckpt.matrices:
-        rows, keep = new_rows(ckpt, m, read.allow_nonfinite)  # (n_kept, d) float64
+        rows, keep = new_rows(ckpt, m)  # (n_kept, d) float64
         suffix = "" if m.role == "input" else f"_{m.role}"
         vectors, metadata = f"vectors{suffix}.tsv", f"metadata{suffix}.tsv"
         # %.9g round-trips float32, the widest dtype embeddings are usually stored in.

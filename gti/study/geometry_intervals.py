@@ -130,7 +130,7 @@ def _read(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
 
     ckpt = open_checkpoint(path)
     matrix = ckpt.matrices[0]
-    rows, _ = new_rows(ckpt, matrix, allow_nonfinite=False)
+    rows, _ = new_rows(ckpt, matrix)
     if ckpt.new.level_index is None:
         raise InputError(path, "the new tokens have no levels: no per-level RSA to resample")
     out, books = {}, {}

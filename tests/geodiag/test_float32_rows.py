@@ -195,7 +195,7 @@ def test_analysis_at_scale_matches_the_float64_path(make_ckpt, monkeypatch):
     expected = _analyses(init, sft)
     monkeypatch.setattr(analysis, "FLOAT64_ROWS_MAX_ELEMENTS", 0)
     ckpt = open_checkpoint(sft)
-    assert new_rows(ckpt, ckpt.matrices[0], False)[0].dtype == np.float32  # the path taken
+    assert new_rows(ckpt, ckpt.matrices[0])[0].dtype == np.float32  # the path taken
     got = _analyses(init, sft)
     _close(got, expected)
     untrained = got["sft"]["matrices"][0]["untrained"]["untrained"]
