@@ -147,11 +147,10 @@ def _rsa_levels(m: MatrixReport, threshold: float | None) -> list[CheckResult]:
         name = f"rsa[{lv.name}]"
         if lv.rsa is None:
             status = "fail" if threshold is not None else "skip"
-            out.append(
-                CheckResult(
-                    name, m.role, status, None, threshold, f"RSA skipped: {lv.rsa_skip_reason}"
-                )
-            )
+            # The reason is often the checkpoint's note ("...: RSA skipped"): said once here.
+            reason = (lv.rsa_skip_reason or "").removesuffix(": RSA skipped")
+            msg = f"{name} not measured: {reason}"
+            out.append(CheckResult(name, m.role, status, None, threshold, msg))
             continue
         r, p = lv.rsa.spearman, lv.rsa.p_value
         if r is None:

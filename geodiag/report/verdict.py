@@ -17,6 +17,7 @@ plus N(0, 1/d) per coordinate, so E||x - mean||^2 = d * 1/d = 1).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from geodiag.analysis import CheckpointReport, MatrixReport
@@ -205,15 +206,46 @@ def _untrained_phrase(m: MatrixReport) -> str:
     )
 
 
+# Names of the slots a base reserves and never trains (Llama-3's
+# <|reserved_special_token_N|>, Gemma's <unusedN>): rows pretraining left as initialized.
+_RESERVED = re.compile(r"reserved|unused", re.IGNORECASE)
+
+
 def _untrained_cause(m: MatrixReport) -> str | None:
-    """The cause all untrained tokens share: "dead_codes", "barely_moved", or None."""
+    """The cause all untrained tokens share: "dead_codes", "barely_moved", "zero",
+    "padding" (the base's padding rows, unchanged or alike), "reserved" (the base's
+    reserved slots, by name), or None."""
     u = m.untrained
-    assert u is not None
-    if u.dead_codes is not None and u.dead_codes.size == u.n_untrained:
+    if u is None or u.untrained is None:
+        return None
+
+    def covers(group) -> bool:
+        return group is not None and group.size == u.n_untrained
+
+    if covers(u.dead_codes):
         return "dead_codes"
-    if u.barely_moved is not None and u.barely_moved.size == u.n_untrained:
+    if covers(u.barely_moved):
         return "barely_moved"
+    if covers(u.zero):
+        return "zero"
+    if covers(u.unchanged_padding) or covers(u.like_padding):
+        return "padding"
+    if all(_RESERVED.search(t) for t in u.untrained.tokens):
+        return "reserved"
     return None
+
+
+# Causes that are no init at all: the rows were never written, or never set after adding
+# the tokens. No resize option produced them, so no resize option is the remedy.
+_NO_INIT = {
+    "zero": "they are all zero: a zero init, rows a save never wrote (a sharded save "
+    "without gathering), or slots the base left at zero",
+    "padding": "they sit on the base's padding rows past its tokenizer, which "
+    "resize_token_embeddings leaves as they were when the matrix is already large enough "
+    "(no resize, so no init ran on them)",
+    "reserved": "they are the base's reserved slots, rows its pretraining never trained "
+    "(no resize happened)",
+}
 
 
 def _untrained_finding(m: MatrixReport) -> str:
@@ -231,6 +263,8 @@ def _untrained_finding(m: MatrixReport) -> str:
             f"{_untrained_phrase(m)}; training has not reached them since the reference (their "
             "codes are rare in the data, or the run is short)."
         )
+    if cause in _NO_INIT:
+        return f"{_untrained_phrase(m)}; {_NO_INIT[cause]}."
     rest = ""
     if u.two_populations:
         rest = f" (the other {u.n_trained} rows are distinct: trained before, or by you)"
@@ -242,6 +276,12 @@ _UNTRAINED_REMEDY = {
     "dead_codes": "drop those tokens, re-fit the codebook, or allow them with "
     "--max-untrained-tokens",
     "barely_moved": "train longer, or check that the training data uses them",
+    **dict.fromkeys(
+        _NO_INIT,
+        "set each of those rows after adding the tokens and before training (e.g. the mean "
+        f"of its description's subword embeddings), or {GROUND}; then check that the saved "
+        "file holds them",
+    ),
 }
 
 
@@ -258,6 +298,8 @@ def _untrained_diagnosis(m: MatrixReport, remedy: str) -> str:
 def _collapse(m: MatrixReport, failed: set[str], remedy: str) -> str | None:
     """The diagnosis of a failed matrix, most specific cause first."""
     n, g = m.n_new, m.new
+    if _untrained_cause(m) in _NO_INIT and "untrained_tokens" in failed:
+        return _untrained_diagnosis(m, remedy)  # no init ran: no init option to blame
     if "spread_ratio" in failed or "mean_cosine" in failed:
         if g.spread == 0:
             return (
