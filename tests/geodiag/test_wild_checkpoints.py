@@ -186,12 +186,12 @@ def test_every_read_option_reaches_open_checkpoint(monkeypatch, f16_overflow):
             continue  # path options: covered by their own tests
         read = ReadOptions(**{"allow_nonfinite": True, f.name: values[f.name]})
         for call in (
-            lambda: analyze(f16_overflow, read, AnalyzeOptions(n_permutations=0)),
-            lambda: geodiag.measure(f16_overflow, read=read, n_permutations=0),
-            lambda: geodiag.check(f16_overflow, read=read, n_permutations=0),
+            lambda r: analyze(f16_overflow, r, AnalyzeOptions(n_permutations=0)),
+            lambda r: geodiag.measure(f16_overflow, read=r, n_permutations=0),
+            lambda r: geodiag.check(f16_overflow, read=r, n_permutations=0),
         ):
             seen.clear()
-            call()
+            call(read)
             assert seen and getattr(seen[0], f.name) == values[f.name], f.name
 
 
