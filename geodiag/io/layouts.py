@@ -106,15 +106,12 @@ def unread_layout(p: Path) -> str | None:
         )
     zero = sorted(d for d in p.glob("global_step*") if d.is_dir() and any(d.glob("*states.pt")))
     if zero:
-        script = (
-            "zero_to_fp32.py"
-            if (p / "zero_to_fp32.py").is_file()
-            else "DeepSpeed's zero_to_fp32.py"
-        )
+        here = p / "zero_to_fp32.py"
+        script = here if here.is_file() else "zero_to_fp32.py"
         return (
             f"a DeepSpeed ZeRO checkpoint ({zero[-1].name}/: per-rank partitions), not read "
             f"yet: consolidate it with `python {script} {p} OUT/ --safe_serialization` "
-            "(the script DeepSpeed saves beside it), or save with "
+            "(DeepSpeed saves the script beside the partitions), or save with "
             "stage3_gather_16bit_weights_on_model_save"
         )
     if (p / "pytorch_model.bin.index.json").is_file():
