@@ -613,9 +613,12 @@ def _first_rows(ckpt, matrix, rows: np.ndarray) -> _Rows:
     (geodiag.analysis._untrained): TOLERANCE x the vocabulary's spread, exact over all
     original rows, or x the new rows' own spread without a vocabulary."""
     from geodiag.analysis import MIN_REFERENCE_ROWS
+    from geodiag.io.checkpoint import check_original_rows
     from geodiag.metrics.geometry import spread
 
     vocab = vocabulary_stats(block for _, block in ckpt.iter_original(matrix))
+    if vocab is not None:  # NaN/Inf original rows: every snapshot is skipped, naming them
+        check_original_rows(ckpt, matrix, vocab.nonfinite_rows, allow_nonfinite=False)
     scale, rule = (vocab.spread, TOLERANCE_RULE) if vocab is not None else (0.0, "")
     if vocab is None or vocab.n_rows < MIN_REFERENCE_ROWS or scale <= 0:
         scale = spread(rows)

@@ -468,3 +468,18 @@ def test_untrained_alarm_names_the_tokens_and_stops(tmp_path, caplog):
         (4, 10.0),
     ]
     assert all(h["geodiag/grad_norm"] > 0 for h in logged)
+
+
+def test_inf_original_rows_skip_the_snapshot_naming_them(tmp_path, caplog):
+    """An original row gone to Inf (F16 overflow) breaks every prompt holding its token:
+    the callback says which, rather than measuring around it."""
+    model = mean_init_model()
+    with torch.no_grad():
+        model.get_input_embeddings().weight[[4, 9]] = float("inf")
+    args = SimpleNamespace(output_dir=str(tmp_path), report_to=[])
+    cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=1)
+    with caplog.at_level(logging.WARNING, logger="geodiag.trainer"):
+        cb.on_step_end(args, _state(1), transformers.TrainerControl(), model=model)
+    assert "2 original rows" in caplog.text and "[4, 9]" in caplog.text
+    line = json.loads((tmp_path / "geodiag_trajectory.jsonl").read_text())
+    assert line["kind"] == "skipped" and "[4, 9]" in line["reason"]
