@@ -10,6 +10,8 @@ Bottom to top, each module importing only those above it in this list:
 - ``tokenizer``: token strings and added tokens from ``tokenizer.json``;
 - ``gguf``: a GGUF file's tensors (rows dequantized by llama.cpp's ``gguf`` package),
   metadata and token list, opened by ``store`` only for a ``.gguf``;
+- ``mlx_quantized``: the packed matrices of an MLX-quantized safetensors checkpoint
+  (``mlx_lm.convert -q``), dequantized as mlx does, wrapped around ``store``'s by it;
 - ``tensor_names``: which tensor is the input embedding, which the output head;
 - ``peft_adapter``: a PEFT adapter folder over its base, rows as PEFT merges them;
 - ``stack``: which training stack wrote a checkpoint;

@@ -271,14 +271,17 @@ class SafetensorsFile:
             )
         return data
 
-    def _raw_rows(self, info: TensorInfo, rows: np.ndarray) -> np.ndarray:
-        """Stored rows, in the order asked, read with one pread per run of adjacent rows.
+    def _raw_rows(
+        self, info: TensorInfo, rows: np.ndarray, dt: np.dtype | None = None
+    ) -> np.ndarray:
+        """Stored rows, in the order asked, read with one pread per run of adjacent rows
+        (as ``dt`` when given: the words of a packed tensor, which has no float decoding).
 
         Explicit reads rather than a memory map: a map's page faults pull in the kernel's
         readahead (~128-256 KB) around every scattered row and all of it counts as the
         process's memory; reading 384 rows of SmolLM2 that way cost 92 MB.
         """
-        dt = self._numpy_dtype(info)
+        dt = self._numpy_dtype(info) if dt is None else dt
         width = math.prod(info.shape[1:])
         row_bytes = width * dt.itemsize
         out = np.empty((len(rows), width), dtype=dt)
@@ -316,6 +319,17 @@ class SafetensorsFile:
         raw = np.frombuffer(self._pread(info.begin, info.end - info.begin), dtype=dt)
         return self._decode(info, raw.reshape(info.shape))
 
+    def _row_ids(self, info: TensorInfo, rows: np.ndarray) -> np.ndarray:
+        """``rows`` as int64, each inside the tensor's first dimension."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= info.shape[0]):
+            bad = rows[(rows < 0) | (rows >= info.shape[0])][:5].tolist()
+            raise InputError(
+                self.path,
+                f"row ids {bad} out of range for tensor '{info.name}' with {info.shape[0]} rows",
+            )
+        return rows
+
     def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
         """Rows ``rows`` (any order, 1-D int) of a 2-D tensor, as float64 ``(len(rows), d)``
         (float32 with ``float32`` when that is exact: every dtype but F64)."""
@@ -324,13 +338,7 @@ class SafetensorsFile:
             raise InputError(
                 self.path, f"tensor '{name}' has shape {list(info.shape)}, expected 2-D"
             )
-        rows = np.asarray(rows, dtype=np.int64)
-        if rows.size and (rows.min() < 0 or rows.max() >= info.shape[0]):
-            bad = rows[(rows < 0) | (rows >= info.shape[0])][:5].tolist()
-            raise InputError(
-                self.path,
-                f"row ids {bad} out of range for tensor '{name}' with {info.shape[0]} rows",
-            )
+        rows = self._row_ids(info, rows)
         if len(rows) <= _DECODE_ROWS:
             return self._decode(info, self._raw_rows(info, rows), float32)
         # Many rows (100,000 new tokens): read and decode a block at a time into the float64
@@ -344,6 +352,22 @@ class SafetensorsFile:
             raw = self._raw_rows(info, block)
             out[start : start + len(block)] = self._decode(info, raw, float32)
         return out
+
+    def read_words(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` of a 2-D U32 tensor as stored, uint32 ``(len(rows), width)``: the
+        packed integers of a quantized matrix (MLX's), which the float readers refuse.
+        Hashed into ``digest`` like every read."""
+        info = self.info(name)
+        if info.dtype != "U32" or len(info.shape) != 2:
+            raise InputError(
+                self.path,
+                f"tensor '{name}' is {info.dtype} {list(info.shape)}, expected 2-D U32 "
+                "(packed quantized words)",
+            )
+        rows = self._row_ids(info, rows)
+        words = self._raw_rows(info, rows, np.dtype("<u4"))
+        self.digest.update(words.reshape(-1).view(np.uint8).data)
+        return words
 
     def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
         """Contiguous rows ``start:stop`` of a 2-D tensor, as float64 (float32 when asked and

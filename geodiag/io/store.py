@@ -1,5 +1,6 @@
 """Where a checkpoint's tensors live: one safetensors file, a sharded set, a torch pickle,
-or a GGUF file (``geodiag.io.gguf``, imported only when one is opened).
+or a GGUF file (``geodiag.io.gguf``, imported only when one is opened); MLX-quantized
+safetensors are read through ``geodiag.io.mlx_quantized``.
 
 All stores answer the same questions (names, shape, dtype, read rows) so the
 checkpoint logic above them never cares about the layout. Safetensors stores
@@ -105,6 +106,10 @@ class SafetensorsStore:
     def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
         return self._file(name).read_block(name, start, stop, float32)
 
+    def read_words(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """A U32 tensor's rows as stored: the packed words ``geodiag.io.mlx_quantized`` reads."""
+        return self._file(name).read_words(name, rows)
+
     def digests(self) -> dict[str, str]:
         return {str(p): f.digest.hexdigest() for p, f in self._open.items()}
 
@@ -192,7 +197,15 @@ class TorchStore:
 
 def open_store(path: str | os.PathLike[str]) -> TensorStore:
     """Open the tensors of a checkpoint folder or a lone weights file."""
-    p = Path(path)
+    store = _open_store(Path(path))
+    if isinstance(store, SafetensorsStore):
+        from geodiag.io.mlx_quantized import dequantizing  # MLX's packed matrices, if any
+
+        return dequantizing(store, Path(path))
+    return store
+
+
+def _open_store(p: Path) -> TensorStore:
     try:
         p.stat()
     except FileNotFoundError:
