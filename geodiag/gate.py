@@ -31,6 +31,7 @@ from typing import Any
 from geodiag.analysis import CheckpointReport, MatrixReport
 from geodiag.atomic import atomic_path
 from geodiag.errors import InputError
+from geodiag.escape import terminal, terminal_lines, workflow_message, workflow_property
 from geodiag.jsonio import read_document
 from geodiag.settings import setting
 
@@ -438,7 +439,17 @@ def text_summary(res: GateResult) -> str:
         mine = [c for c in res.checks if c.matrix == role and c.message != "check disabled"]
         lines.append(f"  {MATRIX_NAMES.get(role, role)} {tensor}:")
         lines += [f"    [{c.status:4}] {c.message}" for c in mine]
-    return "\n".join(lines)
+    return terminal_lines(lines)
+
+
+def annotation(res: GateResult, c: CheckResult) -> str:
+    """The GitHub ``::error`` workflow command of a failed check. The title holds a
+    level name and the message names tokens: it is printed to stderr, so both go
+    through ``terminal`` first, then the runner's own escaping, so that neither can end
+    the title, start a line, or issue a command of its own (:mod:`geodiag.escape`)."""
+    title = workflow_property(terminal(f"geodiag {c.name}"))
+    where = f"{res.path} ({c.matrix}, {res.tensors.get(c.matrix)})"
+    return f"::error title={title}::{workflow_message(terminal(f'{where}: {c.message}'))}"
 
 
 def write_junit(results: list[GateResult], path: Path) -> None:

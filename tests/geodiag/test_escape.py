@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from geodiag import escape
+from geodiag.errors import print_unexpected
 
 # --- each rule, by hand ------------------------------------------------------------------
 
@@ -122,3 +123,12 @@ def test_html_page_and_figure_text():
 
 def test_tsv_field():
     assert escape.tsv_field("a\\b\tc\nd\re\ud800") == "a\\\\b\\tc\\nd\\re\\ud800"
+
+
+def test_unexpected_error_line_is_escaped(capsys):
+    print_unexpected(ValueError("token '\x1b[2J' \u202e"))
+    err = capsys.readouterr().err
+    assert err == (
+        "error: unexpected ValueError: token '\\x1b[2J' \\u202e "
+        "(a bug in geodiag; rerun with GEODIAG_DEBUG=1 for the traceback)\n"
+    )
