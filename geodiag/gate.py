@@ -31,7 +31,14 @@ from typing import Any
 from geodiag.analysis import CheckpointReport, MatrixReport
 from geodiag.atomic import atomic_path
 from geodiag.errors import InputError
-from geodiag.escape import terminal, terminal_lines, workflow_message, workflow_property
+from geodiag.escape import (
+    markdown_cell,
+    markdown_code,
+    terminal,
+    terminal_lines,
+    workflow_message,
+    workflow_property,
+)
 from geodiag.jsonio import read_document
 from geodiag.settings import setting
 
@@ -478,13 +485,18 @@ def write_junit(results: list[GateResult], path: Path) -> None:
 
 
 def markdown_summary(results: list[GateResult]) -> str:
+    """GitHub's job summary: a heading and a table per result. GitHub renders the HTML in
+    it, so the path and the check names (a level's name is from the sidecar) are escaped
+    for markdown (:mod:`geodiag.escape`)."""
     lines = []
     for res in results:
-        lines.append(f"### geodiag check `{res.path}`: {'passed' if res.passed else 'FAILED'}\n")
+        verdict = "passed" if res.passed else "FAILED"
+        lines.append(f"### geodiag check {markdown_code(res.path)}: {verdict}\n")
         lines.append("| check | matrix | status | value | threshold |")
         lines.append("|---|---|---|---|---|")
         for c in res.checks:
             thr = "" if c.threshold is None else f"{c.threshold:g}"
-            lines.append(f"| {c.name} | {c.matrix} | {c.status} | {_fmt(c.value)} | {thr} |")
+            name, matrix = markdown_cell(c.name), markdown_cell(c.matrix)
+            lines.append(f"| {name} | {matrix} | {c.status} | {_fmt(c.value)} | {thr} |")
         lines.append("")
     return "\n".join(lines) + "\n"
