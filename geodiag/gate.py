@@ -38,6 +38,7 @@ from geodiag.escape import (
     terminal_lines,
     workflow_message,
     workflow_property,
+    xml_text,
 )
 from geodiag.jsonio import read_document
 from geodiag.settings import setting
@@ -460,24 +461,27 @@ def annotation(res: GateResult, c: CheckResult) -> str:
 
 
 def write_junit(results: list[GateResult], path: Path) -> None:
-    """JUnit XML, one testcase per check, so CI systems list each threshold."""
+    """JUnit XML, one testcase per check, so CI systems list each threshold. Paths, level
+    names and messages (which name tokens) pass through :func:`~geodiag.escape.xml_text`:
+    ElementTree writes a control character as it is, and the file would not parse."""
     suites = ET.Element("testsuites", name="geodiag")
     for res in results:
-        suite = ET.SubElement(suites, "testsuite", name=f"geodiag check {res.path}")
+        suite = ET.SubElement(suites, "testsuite", name=xml_text(f"geodiag check {res.path}"))
         counts = {"tests": 0, "failures": 0, "skipped": 0}
         for c in res.checks:
             counts["tests"] += 1
-            case = ET.SubElement(suite, "testcase", classname=f"geodiag.{c.matrix}", name=c.name)
+            case = ET.SubElement(
+                suite, "testcase", classname=xml_text(f"geodiag.{c.matrix}"), name=xml_text(c.name)
+            )
+            message = xml_text(c.message)
             if c.status == "fail":
                 counts["failures"] += 1
-                ET.SubElement(
-                    case, "failure", message=c.message, type="GateFailure"
-                ).text = c.message
+                ET.SubElement(case, "failure", message=message, type="GateFailure").text = message
             elif c.status == "skip":
                 counts["skipped"] += 1
-                ET.SubElement(case, "skipped", message=c.message)
+                ET.SubElement(case, "skipped", message=message)
             elif c.status == "warn":
-                ET.SubElement(case, "system-out").text = f"warning: {c.message}"
+                ET.SubElement(case, "system-out").text = f"warning: {message}"
         for k, v in counts.items():
             suite.set(k, str(v))
     with atomic_path(path) as tmp:
