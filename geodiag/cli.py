@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from geodiag.errors import InputError, exits_2_on_any_error, os_reason, print_unexpected
+from geodiag.escape import terminal
 from geodiag.gate import GateConfig
 from geodiag.io.options import ReadOptions
 from geodiag.settings import options_from
@@ -132,6 +133,7 @@ def check(
     """Gate CI on the geometry: exit 0 pass, 1 a check failed, 2 bad input."""
     from geodiag.analysis import AnalyzeOptions, analyze
     from geodiag.gate import (
+        annotation,
         markdown_summary,
         resolve_config,
         run_gate,
@@ -162,17 +164,13 @@ def check(
             _say(text_summary(res))
             for m in rep.matrices:
                 for line in dropped_lines(m, indent="  "):
-                    _say(f"{line} [{m.tensor}]")
-            _say(f"  verdict: {verdict(rep, res).sentence}")
+                    _say(terminal(f"{line} [{m.tensor}]"))
+            _say(terminal(f"  verdict: {verdict(rep, res).sentence}"))
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for res in results:
             for c in res.checks:
                 if c.status == "fail":
-                    print(
-                        f"::error title=geodiag {c.name}::{res.path} "
-                        f"({c.matrix}, {res.tensors.get(c.matrix)}): {c.message}",
-                        file=sys.stderr,
-                    )
+                    print(annotation(res, c), file=sys.stderr)
     raise typer.Exit(0 if all(r.passed for r in results) else 1)
 
 
@@ -255,8 +253,10 @@ def report(
         heatmap_max_tokens=heatmap_max_tokens,
         command_line=shlex.join(["geodiag", *sys.argv[1:]]),
     )
-    files = write_report(ckpt, output, read, opts, progress=lambda msg: typer.echo(msg, err=True))
-    _say(f"wrote {files.html} ({files.html_bytes / 1e6:.2f} MB) and {files.json}")
+    files = write_report(
+        ckpt, output, read, opts, progress=lambda msg: typer.echo(terminal(msg), err=True)
+    )
+    _say(terminal(f"wrote {files.html} ({files.html_bytes / 1e6:.2f} MB) and {files.json}"))
 
 
 @app.command("export-projector")
@@ -271,8 +271,8 @@ def export_projector(
     from geodiag.report.projector import export_projector as export
 
     files = export(ckpt, output, read)
-    _say("wrote " + ", ".join(str(f) for f in files))
-    _say(f"view: tensorboard --logdir {output}  (Projector tab)")
+    _say(terminal("wrote " + ", ".join(str(f) for f in files)))
+    _say(terminal(f"view: tensorboard --logdir {output}  (Projector tab)"))
 
 
 def main() -> None:

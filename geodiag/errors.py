@@ -10,13 +10,16 @@ from functools import wraps
 from os import PathLike
 from typing import TypeVar
 
+from geodiag.escape import terminal
+
 F = TypeVar("F", bound=Callable[..., object])
 
 
 class InputError(Exception):
     """Bad input: names the file (or flag) at fault and what is wrong with it.
 
-    ``str(err)`` is one line, ``"<where>: <problem>"``, fit to print as-is.
+    ``str(err)`` is ``"<where>: <problem>"``, fit to print through
+    :func:`geodiag.escape.terminal` (either may quote a file: a name with a newline).
     """
 
     def __init__(self, where: str | PathLike[str], problem: str) -> None:
@@ -54,7 +57,8 @@ def exits_on_bad_input(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except InputError as e:
-            typer.echo(f"error: {e}", err=True)
+            # where and problem may quote a file (a level name, a token): shown, not obeyed.
+            typer.echo(terminal(f"error: {e}"), err=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -100,7 +104,7 @@ def _report(e: Exception) -> None:
     import typer
 
     where = "" if e.filename is None else f"{e.filename}: "
-    typer.echo(f"error: {where}{os_reason(e)}", err=True)
+    typer.echo(terminal(f"error: {where}{os_reason(e)}"), err=True)
 
 
 # Set (to anything but "" or "0") to get the traceback of an unexpected error.
@@ -136,4 +140,4 @@ def print_unexpected(e: BaseException) -> None:
     text = str(e).splitlines()[0] if str(e) else ""
     what = f"{type(e).__name__}: {text}" if text else type(e).__name__
     hint = f"a bug in geodiag; rerun with {DEBUG_ENV}=1 for the traceback"
-    print(f"error: unexpected {what} ({hint})", file=sys.stderr)
+    print(terminal(f"error: unexpected {what} ({hint})"), file=sys.stderr)

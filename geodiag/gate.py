@@ -31,6 +31,15 @@ from typing import Any
 from geodiag.analysis import CheckpointReport, MatrixReport
 from geodiag.atomic import atomic_path
 from geodiag.errors import InputError
+from geodiag.escape import (
+    markdown_cell,
+    markdown_code,
+    terminal,
+    terminal_lines,
+    workflow_message,
+    workflow_property,
+    xml_text,
+)
 from geodiag.jsonio import read_document
 from geodiag.settings import setting
 
@@ -442,28 +451,41 @@ def text_summary(res: GateResult) -> str:
         mine = [c for c in res.checks if c.matrix == role and c.message != "check disabled"]
         lines.append(f"  {MATRIX_NAMES.get(role, role)} {tensor}:")
         lines += [f"    [{c.status:4}] {c.message}" for c in mine]
-    return "\n".join(lines)
+    return terminal_lines(lines)
+
+
+def annotation(res: GateResult, c: CheckResult) -> str:
+    """The GitHub ``::error`` workflow command of a failed check. The title holds a
+    level name and the message names tokens: it is printed to stderr, so both go
+    through ``terminal`` first, then the runner's own escaping, so that neither can end
+    the title, start a line, or issue a command of its own (:mod:`geodiag.escape`)."""
+    title = workflow_property(terminal(f"geodiag {c.name}"))
+    where = f"{res.path} ({c.matrix}, {res.tensors.get(c.matrix)})"
+    return f"::error title={title}::{workflow_message(terminal(f'{where}: {c.message}'))}"
 
 
 def write_junit(results: list[GateResult], path: Path) -> None:
-    """JUnit XML, one testcase per check, so CI systems list each threshold."""
+    """JUnit XML, one testcase per check, so CI systems list each threshold. Paths, level
+    names and messages (which name tokens) pass through :func:`~geodiag.escape.xml_text`:
+    ElementTree writes a control character as it is, and the file would not parse."""
     suites = ET.Element("testsuites", name="geodiag")
     for res in results:
-        suite = ET.SubElement(suites, "testsuite", name=f"geodiag check {res.path}")
+        suite = ET.SubElement(suites, "testsuite", name=xml_text(f"geodiag check {res.path}"))
         counts = {"tests": 0, "failures": 0, "skipped": 0}
         for c in res.checks:
             counts["tests"] += 1
-            case = ET.SubElement(suite, "testcase", classname=f"geodiag.{c.matrix}", name=c.name)
+            case = ET.SubElement(
+                suite, "testcase", classname=xml_text(f"geodiag.{c.matrix}"), name=xml_text(c.name)
+            )
+            message = xml_text(c.message)
             if c.status == "fail":
                 counts["failures"] += 1
-                ET.SubElement(
-                    case, "failure", message=c.message, type="GateFailure"
-                ).text = c.message
+                ET.SubElement(case, "failure", message=message, type="GateFailure").text = message
             elif c.status == "skip":
                 counts["skipped"] += 1
-                ET.SubElement(case, "skipped", message=c.message)
+                ET.SubElement(case, "skipped", message=message)
             elif c.status == "warn":
-                ET.SubElement(case, "system-out").text = f"warning: {c.message}"
+                ET.SubElement(case, "system-out").text = f"warning: {message}"
         for k, v in counts.items():
             suite.set(k, str(v))
     with atomic_path(path) as tmp:
@@ -471,13 +493,18 @@ def write_junit(results: list[GateResult], path: Path) -> None:
 
 
 def markdown_summary(results: list[GateResult]) -> str:
+    """GitHub's job summary: a heading and a table per result. GitHub renders the HTML in
+    it, so the path and the check names (a level's name is from the sidecar) are escaped
+    for markdown (:mod:`geodiag.escape`)."""
     lines = []
     for res in results:
-        lines.append(f"### geodiag check `{res.path}`: {'passed' if res.passed else 'FAILED'}\n")
+        verdict = "passed" if res.passed else "FAILED"
+        lines.append(f"### geodiag check {markdown_code(res.path)}: {verdict}\n")
         lines.append("| check | matrix | status | value | threshold |")
         lines.append("|---|---|---|---|---|")
         for c in res.checks:
             thr = "" if c.threshold is None else f"{c.threshold:g}"
-            lines.append(f"| {c.name} | {c.matrix} | {c.status} | {_fmt(c.value)} | {thr} |")
+            name, matrix = markdown_cell(c.name), markdown_cell(c.matrix)
+            lines.append(f"| {name} | {matrix} | {c.status} | {_fmt(c.value)} | {thr} |")
         lines.append("")
     return "\n".join(lines) + "\n"

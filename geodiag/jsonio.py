@@ -75,4 +75,9 @@ def read_json_object(path: Path) -> dict:
 
 
 def dumps(obj: object, *, indent: int | None = 1) -> str:
-    return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False, ensure_ascii=False)
+    """Strict JSON text of a result, names as they were read (a lone surrogate escaped:
+    :func:`geodiag.escape.json_text`)."""
+    from geodiag.escape import json_text
+
+    text = json.dumps(to_jsonable(obj), indent=indent, allow_nan=False, ensure_ascii=False)
+    return json_text(text)

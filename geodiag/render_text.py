@@ -1,8 +1,14 @@
-"""Plain-text tables of results for the terminal (formatting only: nothing is computed here)."""
+"""Plain-text tables of results for the terminal (formatting only: nothing is computed here).
+
+Each table is a list of lines joined by :func:`~geodiag.escape.terminal_lines`: token
+strings, level names and provenance keys come from files, and a newline or ESC in one
+must not start a line of its own or reach the terminal.
+"""
 
 from __future__ import annotations
 
 from geodiag.analysis import CheckpointReport, DriftReport, MatrixReport
+from geodiag.escape import terminal_lines
 from geodiag.io.tokenizer import list_names
 
 
@@ -66,7 +72,7 @@ def metrics_table(report: CheckpointReport) -> str:
         lines.append(f"{'warning' if f.status == 'warn' else 'note'}: {f.message}")
     for note in report.notes:
         lines.append(f"note: {note}")
-    return "\n".join(lines)
+    return terminal_lines(lines)
 
 
 def _metric_rows(m: MatrixReport) -> list[tuple[str, str, str]]:
@@ -263,7 +269,7 @@ def drift_table(reports: list[DriftReport]) -> str:
             )
         if r.quantization is not None:
             lines += _quantization_lines(r.quantization)
-    return "\n".join(lines)
+    return terminal_lines(lines)
 
 
 def _quantization_lines(q) -> list[str]:

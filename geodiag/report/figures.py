@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geodiag.escape import figure_text
 from geodiag.gate import CHECKS
 from geodiag.report.build import Report
 
@@ -27,6 +28,9 @@ STYLE = {
     "axes.spines.right": False,
     "svg.fonttype": "none",  # text stays text: smaller, selectable, no glyph paths
     "svg.hashsalt": "geodiag",  # stable ids: the same report gives the same bytes
+    # Labels are names from checkpoints (levels, paths): a "$" in one is a dollar sign, not
+    # the start of mathtext (an unknown command in it stopped the report).
+    "text.parse_math": False,
 }
 REFERENCE_COLOR = "#555555"
 # Singular values below 1e-8 of the largest are rounding noise for float32 weights (and
@@ -122,7 +126,7 @@ def spectra(report: Report, style: FigureFormat) -> str:
         series = []
         for color, e in zip(palette, report.checkpoints, strict=True):
             for m in e.report.matrices:
-                name = e.label + (" (output head)" if m.role == "output" else "")
+                name = figure_text(e.label) + (" (output head)" if m.role == "output" else "")
                 series.append(
                     (name, m.new, dict(color=color, lw=1.4, ls=":" if m.role == "output" else "-"))
                 )
@@ -188,10 +192,12 @@ def cosine_maps(report: Report, style: FigureFormat, centered: bool = False) -> 
             if cm.level_names:
                 edges = [*cm.level_starts, cm.n_cells]
                 centers = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:], strict=True)]
-                ax.set_xticks(centers, cm.level_names)
-                ax.set_yticks(centers, cm.level_names)
+                names = [figure_text(name) for name in cm.level_names]
+                ax.set_xticks(centers, names)
+                ax.set_yticks(centers, names)
                 ax.tick_params(length=0)
-            title = f"{cm.label}  ({cm.n_tokens:,} tokens, {'centered' if centered else 'raw'})"
+            view = "centered" if centered else "raw"
+            title = f"{figure_text(cm.label)}  ({cm.n_tokens:,} tokens, {view})"
             if centered and not np.isfinite(values).any():
                 ax.text(
                     cm.n_cells / 2, cm.n_cells / 2, "identical rows:\nno direction", ha="center"
@@ -223,7 +229,7 @@ def drift(report: Report, style: FigureFormat) -> str:
                 )
                 ax.legend(loc="upper left", frameon=False)
             ax.set_xlim(-1, 1)
-            ax.set_title(f"{pair.before} -> {pair.after}")
+            ax.set_title(figure_text(f"{pair.before} -> {pair.after}"))
             ax.set_xlabel("cosine(before, after) per token")
             ax.set_ylabel("tokens")
         for ax in axes[len(report.drift) :]:
@@ -258,7 +264,7 @@ def row_norms(report: Report, style: FigureFormat) -> str:
                     ref.median, color=REFERENCE_COLOR, ls="--", lw=1, label="vocabulary median"
                 )
             ax.stairs(h.counts, h.edges, fill=True, color=color, alpha=0.85, label="new tokens")
-            ax.set_title(e.label)
+            ax.set_title(figure_text(e.label))
             ax.set_ylabel("tokens")
         axes[0].legend(loc="upper right", frameon=False)
         for ax in axes[len(entries) :]:
@@ -297,7 +303,7 @@ def usage_movement(report: Report, style: FigureFormat) -> str | None:
             ax.scatter(x[bad] + jitter[bad], y[bad], s=4, color="#c44e52", label="untrained")
             ax.set_xscale("symlog", linthresh=1)
             ax.set_yscale("log")
-            ax.set_title(e.label)
+            ax.set_title(figure_text(e.label))
             ax.set_xlabel("items per code")
             basis = "moved since init" if u.movement_basis == "reference" else "from vocab mean"
             ax.set_ylabel(basis)
@@ -342,7 +348,7 @@ def trajectories(report: Report, style: FigureFormat) -> str:
                 lines = series.items() if isinstance(series, dict) else [(None, series)]
                 for k, (level, values) in enumerate(lines):
                     y = np.array([np.nan if v is None else v for v in values], dtype=float)
-                    name = t.label if level is None else f"{t.label} {level}"
+                    name = figure_text(t.label if level is None else f"{t.label} {level}")
                     ax.plot(
                         x,
                         y,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from geodiag.escape import html_page
 from geodiag.findings import FINDINGS
 from geodiag.jsonio import to_jsonable
 from geodiag.render_text import provenance_lines
@@ -412,7 +413,7 @@ def render_html(report: Report, style: FigureFormat | None = None, neighbors_sho
     traj_header, traj_rows = trajectory_table(report, p)
     rsa_levels, rsa_rows, rsa_notes = rsa_table(report, p)
     levels = drift_levels(report)
-    return env.get_template("report.html.j2").render(
+    page = env.get_template("report.html.j2").render(
         r=report,
         csp=CSP,
         figures=render_all(report, style),
@@ -433,3 +434,4 @@ def render_html(report: Report, style: FigureFormat | None = None, neighbors_sho
         finding_counts=finding_counts(report, p),
         codebook_rows=codebook_rows(report, p),
     )
+    return html_page(page)  # a lone surrogate in a token: autoescape leaves it, UTF-8 cannot

@@ -16,15 +16,11 @@ import numpy as np
 
 from geodiag.analysis import new_rows
 from geodiag.atomic import atomic_write_many
+from geodiag.escape import tsv_field
 from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.options import ReadOptions
 
 CONFIG_FILENAME = "projector_config.pbtxt"
-
-
-def tsv_field(text: str) -> str:
-    """A token string made safe for one TSV cell: backslash, tab, CR and newline escaped."""
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
 
 
 def _pbtxt_string(text: str) -> str:

@@ -128,3 +128,73 @@ def write_checkpoint(
     if with_codebooks:
         save_file(codebooks(), root / sidecar.CODEBOOKS_FILENAME)
     return root
+
+
+# Names a checkpoint's maker controls, each aimed at one output: a forged GitHub annotation
+# (alone on a line, after an indent, in the legacy ``##[`` form, percent-encoded), terminal
+# escapes, markdown and HTML markup, characters XML 1.0 forbids, a lone surrogate (UTF-8
+# cannot encode it) and a bidi override. The first five are the metrics table's neighbour
+# lines, which start with the token.
+HOSTILE_TOKENS = (
+    "::error::NEIGHBOR",
+    "<a_0>\n::error file=x,line=1::INJECTED",
+    "<a_1>\x1b[2J",
+    "<a_2>|<b>x</b>",
+    "<a_3>\x00\x0b",
+    "<a_4>\ud800\u202e",
+    "<a_5>##[warning]LEGACY",
+    "<a_6>%0A::add-mask::x`",
+)
+# Level names head lines of the metrics table, name the RSA checks (annotation titles,
+# JUnit names, markdown cells) and, through ``<level_code>``, every token of the level.
+HOSTILE_LEVELS = (
+    "a\n::warning::LEVEL",
+    "::stop-commands::b",
+    "c|<i>x</i>,d:`e`\x1b[2J$\\notacommand$",  # and mathtext, for the report's figures
+)
+
+
+def write_hostile_tokenizer_checkpoint(root: Path, kind: str = "mean") -> Path:
+    """No sidecar: the new tokens are tokenizer.json's added tokens, the first of them
+    :data:`HOSTILE_TOKENS`. ``mean`` rows fail the gate and list the tokens as untrained."""
+    base = base_rows()
+    write_checkpoint(
+        root, planted_new_rows(kind, base), base=base, with_sidecar=False, with_codebooks=False
+    )
+    n_new = sum(k for _, k in LEVELS)
+    names = [*HOSTILE_TOKENS, *(f"<t_{i}>" for i in range(len(HOSTILE_TOKENS), n_new))]
+    (root / "tokenizer.json").write_text(json.dumps(tokenizer_json(len(base), names)))
+    return root
+
+
+def write_hostile_sidecar_checkpoint(root: Path, kind: str = "mean") -> Path:
+    """A sidecar whose level names are :data:`HOSTILE_LEVELS` (so are the codebooks'
+    tensor names, and the tokens are ``<level_code>``), and whose provenance keys would
+    start lines of the metrics table as workflow commands."""
+    base = base_rows()
+    write_checkpoint(
+        root, planted_new_rows(kind, base), base=base, with_sidecar=False, with_codebooks=False
+    )
+    sizes = [k for _, k in LEVELS]
+    levels, next_id = [], len(base)
+    for name, k in zip(HOSTILE_LEVELS, sizes, strict=True):
+        levels.append(sidecar.Level(name, k, list(range(next_id, next_id + k))))
+        next_id += k
+    rng = np.random.default_rng(3)
+    items = {f"item{i}": [int(rng.integers(k)) for k in sizes] for i in range(10)}
+    provenance = {
+        "init_strategy": "mean\x1b[31m",
+        "stage": "init",
+        "::add-mask::p_provenance": {"::error::q": 1},
+    }
+    sids = sidecar.SemanticIds(len(base), levels, items, provenance)
+    sidecar.save(sids, root)
+    (root / "tokenizer.json").write_text(
+        json.dumps(tokenizer_json(len(base), sids.token_strings()))
+    )
+    books = codebooks()
+    save_file(
+        {lv: books[name] for lv, (name, _) in zip(HOSTILE_LEVELS, LEVELS, strict=True)},
+        root / sidecar.CODEBOOKS_FILENAME,
+    )
+    return root
