@@ -139,13 +139,11 @@ def head_not_moved(
 
 def padding_rows(ckpt: Checkpoint, norm_median: float | None) -> IntegrityFinding | None:
     """Rows past the tokenizer's length that are not new tokens: count, norm, samplable?"""
-    if ckpt.tokenizer is None or not ckpt.matrices or not hasattr(ckpt.tokenizer, "__len__"):
+    ids = ckpt.padding_ids()  # none without a tokenizer or a matrix
+    if not len(ids):
         return None
     emb = ckpt.matrices[0]
     n_tok = len(ckpt.tokenizer)
-    ids = ckpt.padding_ids()
-    if not len(ids):
-        return None
     if len(ids) > MAX_PADDING_ROWS:
         return IntegrityFinding(
             "padding_rows",
