@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag import sidecar
+from geodiag.io import sidecar
 from geodiag.io.safetensors import save_file
 
 STRATEGIES = ("mean", "mean-noise", "line", "random", "gti")

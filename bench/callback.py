@@ -32,7 +32,7 @@ from types import SimpleNamespace
 import numpy as np
 
 import geodiag
-from geodiag.trainer import GeodiagCallback
+from geodiag.callback import GeodiagCallback
 
 
 def cpu_name() -> str:
@@ -66,7 +66,9 @@ def synthetic(repeats: int) -> None:
     books = {name: rng.normal(size=(per, 32)) for name in levels}
     cb = GeodiagCallback(levels=levels, codebooks=books)
     cheap = timed(lambda: cb.measure(emb), repeats)
-    full = timed(lambda: geodiag.measure(emb, levels=levels, codebooks=books, neighbors=0), repeats)
+    full = timed(
+        lambda: geodiag.measure(emb, levels=levels, codebooks=books, neighbors=0), repeats
+    )
     print(
         f"synthetic {n_new} x {dim}: snapshot {cheap:.3f} s; full analysis {full:.3f} s; "
         f"ratio {full / cheap:.1f}x"
@@ -78,7 +80,7 @@ def smollm_with_sids(sids: Path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from geodiag import sidecar
+    from geodiag.io import sidecar
 
     cache = Path(os.environ.get("GTI_CACHE", Path.home() / ".cache/gti"))
     torch.manual_seed(0)

@@ -21,10 +21,17 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag import sidecar as sidecar_mod
-from geodiag.analysis import AnalyzeOptions, CheckpointReport, analyze_checkpoint
+from geodiag.analysis.checkpoint import AnalyzeOptions, CheckpointReport, analyze_checkpoint
 from geodiag.errors import InputError
-from geodiag.gate import THRESHOLDS, GateConfig, GateResult, load_config, run_gate, with_overrides
+from geodiag.gate.checks import (
+    THRESHOLDS,
+    GateConfig,
+    GateResult,
+    load_config,
+    run_gate,
+    with_overrides,
+)
+from geodiag.io import sidecar as sidecar_mod
 from geodiag.io.checkpoint import Checkpoint, open_checkpoint
 from geodiag.io.memory import MemoryStore, array_matrix, gathered, is_torch, model_matrices
 from geodiag.io.new_tokens import NewTokens

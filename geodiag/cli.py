@@ -13,9 +13,9 @@ from typing import Annotated
 
 import typer
 
-from geodiag.errors import InputError, exits_2_on_any_error, os_reason, print_unexpected
+from geodiag.errors import exits_2_on_any_error, print_unexpected
 from geodiag.escape import terminal
-from geodiag.gate import GateConfig
+from geodiag.gate.checks import GateConfig
 from geodiag.io.options import ReadOptions
 from geodiag.settings import options_from
 from geodiag.version import __version__
@@ -37,7 +37,7 @@ READ = ReadOptions()
 
 
 # The thresholds are the fields of GateConfig (the gate's table of checks): one option each,
-# None when not given, so that a config file's value stands (geodiag.gate.resolve_config).
+# None when not given, so that a config file's value stands (geodiag.gate.checks.resolve_config).
 NOT_GIVEN: dict = {}
 
 
@@ -96,9 +96,9 @@ def metrics(
     ] = 5,
 ) -> None:
     """Measure the geometry of the new tokens: a table, or JSON with --json."""
-    from geodiag.analysis import AnalyzeOptions, analyze
+    from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
+    from geodiag.gate.text import metrics_table
     from geodiag.jsonio import dumps
-    from geodiag.render_text import metrics_table
 
     opts = AnalyzeOptions(
         seed=seed,
@@ -131,15 +131,9 @@ def check(
     seed: SeedOpt = 0,
 ) -> None:
     """Gate CI on the geometry: exit 0 pass, 1 a check failed, 2 bad input."""
-    from geodiag.analysis import AnalyzeOptions, analyze
-    from geodiag.gate import (
-        annotation,
-        markdown_summary,
-        resolve_config,
-        run_gate,
-        text_summary,
-        write_junit,
-    )
+    from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
+    from geodiag.gate.checks import resolve_config, run_gate
+    from geodiag.gate.outputs import print_annotations, text_summary, write_ci_pages
     from geodiag.jsonio import dumps
 
     cfg = resolve_config(config, thresholds)
@@ -150,15 +144,12 @@ def check(
     )
     reports = [analyze(p, read, opts) for p in ckpt]
     results = [run_gate(rep, cfg) for rep in reports]
-    if junit is not None:
-        write_junit(results, junit)
-    if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
-        _append_step_summary(Path(summary), markdown_summary(results))
+    write_ci_pages(results, junit)
     if json_out:
         _say(dumps({"config": cfg, "results": results, "passed": all(r.passed for r in results)}))
     else:
-        from geodiag.render_text import dropped_lines
-        from geodiag.report.verdict import verdict
+        from geodiag.gate.text import dropped_lines
+        from geodiag.gate.verdict import verdict
 
         for rep, res in zip(reports, results, strict=True):
             _say(text_summary(res))
@@ -166,23 +157,8 @@ def check(
                 for line in dropped_lines(m, indent="  "):
                     _say(terminal(f"{line} [{m.tensor}]"))
             _say(terminal(f"  verdict: {verdict(rep, res).sentence}"))
-    if os.environ.get("GITHUB_ACTIONS") == "true":
-        for res in results:
-            for c in res.checks:
-                if c.status == "fail":
-                    print(annotation(res, c), file=sys.stderr)
+    print_annotations(results)
     raise typer.Exit(0 if all(r.passed for r in results) else 1)
-
-
-def _append_step_summary(path: Path, text: str) -> None:
-    """Append to GitHub's job summary; a path that cannot take it stops the run (exit 2)."""
-    try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        raise InputError(
-            path, f"cannot append the step summary ($GITHUB_STEP_SUMMARY): {os_reason(e)}"
-        ) from None
 
 
 @app.command()
@@ -199,9 +175,9 @@ def drift(
     seed: SeedOpt = 0,
 ) -> None:
     """How far each new token moved, and whether the init's structure survived."""
-    from geodiag.analysis import AnalyzeOptions, analyze_drift
+    from geodiag.analysis.checkpoint import AnalyzeOptions, analyze_drift
+    from geodiag.gate.text import drift_table
     from geodiag.jsonio import dumps
-    from geodiag.render_text import drift_table
 
     reports = analyze_drift(
         before, after, read, AnalyzeOptions(seed=seed, n_permutations=permutations)
@@ -242,7 +218,7 @@ def report(
     """Write one self-contained HTML report (and its JSON) comparing the checkpoints."""
     import shlex
 
-    from geodiag.gate import resolve_config
+    from geodiag.gate.checks import resolve_config
     from geodiag.report import ReportOptions, write_report
 
     opts = ReportOptions(

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from geodiag.atomic import atomic_dir
 from geodiag.errors import InputError
-from geodiag.sidecar import CODEBOOKS_FILENAME, SemanticIds, save
-from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
+from geodiag.io.sidecar import CODEBOOKS_FILENAME, SemanticIds, save
+from geodiag.io.sidecar import FILENAME as SIDECAR_FILENAME
 
 if TYPE_CHECKING:  # the output-folder rule is read by gti sids build, without transformers
     from transformers import PreTrainedTokenizerBase

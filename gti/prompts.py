@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from geodiag.sidecar import SemanticIds, token_string
+from geodiag.io.sidecar import SemanticIds, token_string
 from gti.options import TEMPLATE_SYSTEM
 
 TEXT_TO_SID = (

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag import sidecar as sidecar_mod
 from geodiag.errors import InputError
+from geodiag.io import sidecar as sidecar_mod
 from geodiag.io.layouts import resolve_hub_cache
 from geodiag.io.new_tokens import NewTokens, Sources, absent_from, resolve_new_tokens, special_note
 from geodiag.io.options import ReadOptions
@@ -459,7 +459,7 @@ def check_rows(
     """Reject NaN/Inf rows (unless allowed: then they are dropped).
 
     All-zero rows are kept: they are untrained rows (a zero init, or rows a save never
-    wrote), a finding of the analysis (geodiag.findings), measured as they are; the
+    wrote), a finding of the analysis (geodiag.analysis.findings), measured as they are; the
     metrics whose cosine they leave undefined say so. Returns a boolean mask of the rows kept.
     """
     where = ckpt.store.file_of(matrix.tensor)

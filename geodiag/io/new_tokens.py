@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag import sidecar as sidecar_mod
 from geodiag.errors import InputError
+from geodiag.io import sidecar as sidecar_mod
 from geodiag.io.options import ReadOptions
 from geodiag.io.tokenizer import AddedToken, TokenizerInfo, list_names
 

@@ -1,4 +1,4 @@
-"""The HTML report and the projector export: format what :mod:`geodiag.analysis` computes.
+"""The HTML report and the projector export: format what :mod:`geodiag.analysis.checkpoint` computes.
 
 ``build`` computes the report model, ``verdict`` explains the gate, ``figures`` draws,
 ``html`` formats, ``write`` writes atomically, ``projector`` exports TensorBoard files.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag.analysis import (
+from geodiag.analysis.checkpoint import (
     AnalyzeOptions,
     CheckpointReport,
     DriftReport,
@@ -25,20 +25,20 @@ from geodiag.analysis import (
     command_line,
     new_rows,
 )
-from geodiag.errors import InputError
-from geodiag.gate import GateConfig, GateResult, run_gate
-from geodiag.io.checkpoint import Checkpoint, open_checkpoint
-from geodiag.io.options import ReadOptions
-from geodiag.metrics.blas import blas_threads
-from geodiag.metrics.geometry import cosine_matrix, level_cosine, row_norms
-from geodiag.report.verdict import Verdict, verdict
-from geodiag.trajectory import (
+from geodiag.analysis.trajectory import (
     Trajectory,
     checkpoint_series,
     from_jsonl,
     series_order,
     split_inputs,
 )
+from geodiag.errors import InputError
+from geodiag.gate.checks import GateConfig, GateResult, run_gate
+from geodiag.gate.verdict import Verdict, verdict
+from geodiag.io.checkpoint import Checkpoint, open_checkpoint
+from geodiag.io.options import ReadOptions
+from geodiag.metrics.blas import blas_threads
+from geodiag.metrics.geometry import cosine_matrix, level_cosine, row_norms
 from geodiag.version import __version__
 
 Progress = Callable[[str], None]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from geodiag.escape import figure_text
-from geodiag.gate import CHECKS
+from geodiag.gate.checks import CHECKS
 from geodiag.report.build import Report
 
 STYLE = {
@@ -316,7 +316,7 @@ def usage_movement(report: Report, style: FigureFormat) -> str | None:
 
 def _trajectory_panels(report: Report) -> list[tuple[str, str, str, float | None]]:
     """(title, attribute, x axis, gate threshold) of each trajectory panel with data: one
-    per gate check with a label (geodiag.gate.CHECKS), per-level ones when measured."""
+    per gate check with a label (geodiag.gate.checks.CHECKS), per-level ones when measured."""
     trajs = report.trajectories
     panels = [
         (c.label, c.name, "steps", c.threshold(report.gate_config))

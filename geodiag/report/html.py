@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from geodiag.analysis.findings import FINDINGS
 from geodiag.escape import html_page
-from geodiag.findings import FINDINGS
+from geodiag.gate.text import provenance_lines
 from geodiag.jsonio import to_jsonable
-from geodiag.render_text import provenance_lines
 from geodiag.report.build import Report
 from geodiag.report.figures import FigureFormat, render_all
 

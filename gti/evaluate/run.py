@@ -19,8 +19,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from geodiag.atomic import atomic_write
 from geodiag.errors import InputError
+from geodiag.io.sidecar import load
 from geodiag.jsonio import dumps
-from geodiag.sidecar import load
 from gti.checkpoint_files import SFT_CONFIG_FILENAME
 from gti.data.tasks import dataset_of, load_task_data, of_users, sample_users
 from gti.evaluate.config import EvalConfig

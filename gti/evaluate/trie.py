@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from geodiag.sidecar import SemanticIds
+from geodiag.io.sidecar import SemanticIds
 
 
 @dataclass

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from geodiag.atomic import atomic_write, atomic_write_many
 from geodiag.errors import InputError
+from geodiag.io.sidecar import FILENAME as SIDECAR_FILENAME
 from geodiag.jsonio import dumps
 from geodiag.settings import tagged
-from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.evaluate.run import load_result
 from gti.experiment.arms import ARMS
 from gti.experiment.config import SECTIONS, ExperimentConfig
@@ -302,7 +302,7 @@ def report_is_current(report: Path, inputs: list[Path]) -> bool:
         return False
     from dataclasses import fields
 
-    from geodiag.gate import GateConfig
+    from geodiag.gate.checks import GateConfig
     from geodiag.report.build import REPORT_FORMAT_VERSION
 
     data = json.loads(data_path.read_text())

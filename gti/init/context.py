@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
 
-    from geodiag.sidecar import SemanticIds
+    from geodiag.io.sidecar import SemanticIds
 
 
 @dataclass

@@ -52,7 +52,7 @@ class ProbeItems:
 
 def reference_rows(embedding: torch.Tensor, base_vocab_size: int, n: int, seed: int) -> np.ndarray:
     """The seeded sample of original rows geodiag compares with (same draw as
-    ``geodiag.analysis``: ``default_rng(seed).choice(base, min(n, base))``, sorted)."""
+    ``geodiag.analysis.checkpoint``: ``default_rng(seed).choice(base, min(n, base))``, sorted)."""
     rng = np.random.default_rng(seed)
     ids = np.sort(rng.choice(base_vocab_size, size=min(n, base_vocab_size), replace=False))
     rows = embedding.detach()[torch.from_numpy(ids)].double().cpu().numpy()

@@ -1,6 +1,6 @@
 """The geometry of one checkpoint's SID rows, as the study records it at each milestone.
 
-A compact extract of ``geodiag.analysis.analyze`` (the input matrix; SmolLM2 ties
+A compact extract of ``geodiag.analysis.checkpoint.analyze`` (the input matrix; SmolLM2 ties
 input and output): effective rank (uncentered and centered), spread relative to an
 equal-size sample of the original vocabulary, mean pairwise cosine, top-1 energy
 share, within/between-level cosine, and per level its effective rank and RSA
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from geodiag.analysis import AnalyzeOptions, analyze
+from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
 
 
 def measure(checkpoint: Path, *, permutations: int, seed: int) -> dict[str, object]:

@@ -40,7 +40,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from geodiag.atomic import atomic_write
-from geodiag.sidecar import FILENAME as SIDECAR_FILENAME
+from geodiag.io.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.experiment.arms import ARMS
 from gti.experiment.layout import RunPaths, arm_stages, run_name, study_paths
 from gti.experiment.runner import Stages
@@ -221,7 +221,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     init_name = ARMS[arm].init_name
     stages.run(f"init {init_name}", init_dir / SIDECAR_FILENAME, lambda: run_init(init_cfg))
 
-    from geodiag.sidecar import load
+    from geodiag.io.sidecar import load
 
     sids = load(init_dir)
     data = dataset_of(sids, sft_cfg.data, init_dir)

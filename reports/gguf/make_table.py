@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from geodiag.analysis import AnalyzeOptions, analyze_drift
+from geodiag.analysis.checkpoint import AnalyzeOptions, analyze_drift
 from geodiag.jsonio import dumps
 from gti.deploy import convert, requantize
 

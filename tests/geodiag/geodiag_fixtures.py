@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag import sidecar
+from geodiag.io import sidecar
 from geodiag.io.safetensors import save_file
 
 BASE_VOCAB = 300

@@ -12,9 +12,9 @@ import pytest
 from geodiag_fixtures import BASE_VOCAB, LEVELS, base_rows, codebooks, planted_new_rows
 
 import geodiag
-from geodiag.analysis import AnalyzeOptions, analyze
+from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
 from geodiag.errors import InputError
-from geodiag.gate import GateConfig
+from geodiag.gate.checks import GateConfig
 from geodiag.jsonio import to_jsonable
 
 N_NEW = sum(k for _, k in LEVELS)

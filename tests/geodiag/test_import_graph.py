@@ -104,12 +104,66 @@ def test_no_import_cycles_in_geodiag_or_gti():
     assert _cycles(graph) == []
 
 
-def test_the_old_paths_kept_for_gti_are_the_same_objects():
-    import geodiag.checkpoints as old_checkpoints
-    import geodiag.safetensors_file as old_safetensors
-    from geodiag.io import checkpoint, options, safetensors
+# geodiag's floors, bottom to top (docs/architecture.md): a module imports only its own
+# floor and those below it. The front doors (cli, api, precommit, callback, the package
+# itself) sit on top.
+LAYERS = (
+    (
+        "geodiag.version",
+        "geodiag.errors",
+        "geodiag.escape",
+        "geodiag.atomic",
+        "geodiag.jsonio",
+        "geodiag.settings",
+    ),
+    ("geodiag.io",),
+    ("geodiag.metrics",),
+    ("geodiag.analysis",),
+    ("geodiag.gate",),
+    ("geodiag.report",),
+    ("geodiag", "geodiag.cli", "geodiag.api", "geodiag.precommit", "geodiag.callback"),
+)
 
-    assert old_checkpoints.open_checkpoint is checkpoint.open_checkpoint
-    assert old_checkpoints.ReadOptions is options.ReadOptions
-    assert old_safetensors.SafetensorsFile is safetensors.SafetensorsFile
-    assert old_safetensors.save_file is safetensors.save_file
+
+def _floor(module: str) -> int:
+    """The index in LAYERS of the longest prefix that names ``module``'s floor."""
+    best, floor = -1, None
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > best:
+                best, floor = len(name), i
+    assert floor is not None, f"{module} sits on no floor of LAYERS"
+    return floor
+
+
+def _upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) pairs of geodiag where the imported module sits higher."""
+    return sorted(
+        (a, b)
+        for a, targets in graph.items()
+        if a.split(".")[0] == "geodiag"
+        for b in targets
+        if b.split(".")[0] == "geodiag" and _floor(b) > _floor(a)
+    )
+
+
+def test_the_floor_check_finds_an_upward_import():
+    graph = {
+        "geodiag.io.store": {"geodiag.gate.checks", "geodiag.errors"},
+        "geodiag.gate.checks": set(),
+    }
+    assert _upward(graph) == [("geodiag.io.store", "geodiag.gate.checks")]
+
+
+def test_geodiag_never_imports_gti_nor_a_floor_above():
+    modules = _modules()
+    graph = {name: _imported(name, path, modules) for name, path in modules.items()}
+    into_gti = sorted(
+        (a, b)
+        for a, bs in graph.items()
+        if a.startswith("geodiag")
+        for b in bs
+        if b.startswith("gti")
+    )
+    assert into_gti == []
+    assert _upward(graph) == []

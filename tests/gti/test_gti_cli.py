@@ -12,7 +12,7 @@ import pytest
 from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
-from geodiag import sidecar
+from geodiag.io import sidecar
 from gti.cli import app
 
 runner = CliRunner()

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from geodiag.io.safetensors import SafetensorsFile
-from geodiag.sidecar import CODEBOOKS_FILENAME, load
+from geodiag.io.sidecar import CODEBOOKS_FILENAME, load
 from gti.data.sources import load_dataset
 from gti.init import InitContext
 from gti.init.grounding import NewRows, SharedPrefix, fast_loss, freeze

@@ -15,7 +15,7 @@ import torch
 
 from geodiag.io.safetensors import SafetensorsFile
 from geodiag.metrics.rsa import rsa
-from geodiag.sidecar import load
+from geodiag.io.sidecar import load
 
 torch.manual_seed(0)
 cache = Path("runs/probe/sim_h.pt")

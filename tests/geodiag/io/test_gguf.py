@@ -17,9 +17,9 @@ import pytest
 from geodiag_fixtures import BASE_VOCAB, LEVELS, base_rows, planted_new_rows
 from typer.testing import CliRunner
 
-from geodiag import sidecar
 from geodiag.cli import app
 from geodiag.errors import InputError
+from geodiag.io import sidecar
 from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.store import open_store
 

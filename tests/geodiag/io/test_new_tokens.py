@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from geodiag_fixtures import BASE_VOCAB, tokenizer_json
 
-from geodiag import sidecar
+from geodiag.io import sidecar
 from geodiag.io.new_tokens import RESOLVERS, Sources, resolve_new_tokens
 from geodiag.io.options import ReadOptions
 from geodiag.io.tokenizer import load_tokenizer

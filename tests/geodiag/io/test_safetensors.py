@@ -177,7 +177,7 @@ def test_written_files_are_not_private(tmp_path):
     import os
     import stat
 
-    from geodiag import sidecar
+    from geodiag.io import sidecar
 
     umask = os.umask(0o022)
     try:

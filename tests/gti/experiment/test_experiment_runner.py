@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from geodiag import sidecar
+from geodiag.io import sidecar
 from gti.experiment.cli import experiment
 from gti.experiment.config import load_config
 from gti.experiment.runner import resolved
@@ -190,7 +190,7 @@ def test_a_report_written_by_an_older_geodiag_is_rebuilt(tmp_path):
     """Same checkpoint list, older report format or other gate checks: not current."""
     import json
 
-    from geodiag.gate import GateConfig
+    from geodiag.gate.checks import GateConfig
     from geodiag.jsonio import dumps
     from geodiag.report.build import REPORT_FORMAT_VERSION
     from gti.experiment.runner import report_is_current

@@ -9,8 +9,8 @@ import typer
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
-from geodiag import sidecar
 from geodiag.cli import app as geodiag_app
+from geodiag.io import sidecar
 from gti.init.cli import init
 
 runner = CliRunner()

@@ -9,7 +9,7 @@ import typer
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
-from geodiag import sidecar
+from geodiag.io import sidecar
 from gti.sft.cli import sft
 
 runner = CliRunner()

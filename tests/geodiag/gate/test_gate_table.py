@@ -1,4 +1,4 @@
-"""The gate's table of checks (geodiag.gate.GateConfig / CHECKS) and everything derived from
+"""The gate's table of checks (geodiag.gate.checks.GateConfig / CHECKS) and everything derived from
 it: the check command's flags, geodiag.check's keywords, the Trainer callback's collapse
 test, the report's threshold lines, action.yml and docs/cli.md's table."""
 
@@ -12,9 +12,9 @@ import pytest
 import typer
 
 import geodiag
-from geodiag import gate_docs
+from geodiag.analysis.trajectory import METRICS, structure_of_report
 from geodiag.cli import app
-from geodiag.gate import (
+from geodiag.gate.checks import (
     CHECKS,
     SCOPES,
     THRESHOLDS,
@@ -24,9 +24,9 @@ from geodiag.gate import (
     run_gate,
     threshold,
 )
-from geodiag.trajectory import METRICS, structure_of_report
+from tools import gate_docs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def check_options() -> dict[str, str]:
@@ -72,7 +72,7 @@ def test_help_shows_the_field_defaults():
 def test_committed_files_are_rendered_from_the_table(filename):
     text = (ROOT / filename).read_text(encoding="utf-8")
     assert gate_docs.render(text, filename) == text, (
-        f"{filename} is stale: run `python -m geodiag.gate_docs`"
+        f"{filename} is stale: run `python -m tools.gate_docs`"
     )
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from geodiag.analysis import AnalyzeOptions, analyze
+from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
 from geodiag.cli import app
 from geodiag.io.options import ReadOptions
 
@@ -162,7 +162,7 @@ def test_every_read_option_reaches_open_checkpoint(monkeypatch, f16_overflow):
     from dataclasses import fields
 
     import geodiag
-    import geodiag.analysis
+    import geodiag.analysis.checkpoint
     import geodiag.api
     from geodiag.io import checkpoint as ckpt_mod
 
@@ -172,7 +172,7 @@ def test_every_read_option_reaches_open_checkpoint(monkeypatch, f16_overflow):
         seen.append(opts)
         return ckpt_mod.open_checkpoint(path, opts)
 
-    monkeypatch.setattr(geodiag.analysis, "open_checkpoint", spy)
+    monkeypatch.setattr(geodiag.analysis.checkpoint, "open_checkpoint", spy)
     monkeypatch.setattr(geodiag.api, "open_checkpoint", spy)
     values = {
         "tensor": "model.embed_tokens.weight",

@@ -20,7 +20,7 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 

@@ -24,7 +24,7 @@ expose it). A full analysis (``"kind": "gate"``, checkpoint series) records
 ``effective_rank`` and ``untrained_tokens`` by the gate's definition.
 
 A series comes from such a file (``geodiag_trajectory.jsonl`` of
-:class:`geodiag.trainer.GeodiagCallback`, or any JSONL whose lines carry
+:class:`geodiag.callback.GeodiagCallback`, or any JSONL whose lines carry
 ``structure``), or from an ordered set of checkpoints of one run: Hugging Face
 Trainer's ``checkpoint-N`` folders (ordered by N) or gti checkpoints (ordered by the
 sidecar provenance ``step``).
@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from geodiag.analysis import CheckpointReport
+from geodiag.analysis.checkpoint import CheckpointReport
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
 from geodiag.metrics.snapshot import Snapshot
 

@@ -3,11 +3,11 @@
 Every table of that page comes from the click objects typer builds for ``geodiag`` and
 ``gti``: each command's docstring, its arguments and options with their types, defaults
 and help texts (the reading options from :class:`geodiag.io.options.ReadOptions`, the
-gate's thresholds from :data:`geodiag.gate.CHECKS` through :mod:`geodiag.gate_docs`).
+gate's thresholds from :data:`geodiag.gate.checks.CHECKS` through :mod:`tools.gate_docs`).
 ``tests/geodiag/test_cli_docs.py`` fails when the committed page is stale. After
 changing a command, an option or a help text::
 
-    python -m geodiag.cli_docs        # rewrites docs/cli.md
+    python -m tools.cli_docs        # rewrites docs/cli.md
 
 typer builds its commands on click (or on a copy of click it vendors), so the objects are
 read by their attributes, not their classes.
@@ -20,13 +20,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from geodiag import gate_docs
-from geodiag.gate import CHECKS
+from geodiag.gate.checks import CHECKS
 from geodiag.io.options import ReadOptions
+from tools import gate_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = "docs/cli.md"
-REGENERATE = "python -m geodiag.cli_docs"
+REGENERATE = "python -m tools.cli_docs"
 
 INTRO = f"""\
 # Command-line reference
@@ -126,7 +126,7 @@ def _command(prog: str, cmd: Any, level: int, *, geodiag: bool) -> list[str]:
         lines += _table(own)
     if geodiag and any(p.name in GATE_FIELDS for p in params):
         begin, end = gate_docs._markers("flags", "<!--")
-        lines += ["Gate thresholds (one per check of `geodiag.gate.CHECKS`):", ""]
+        lines += ["Gate thresholds (one per check of `geodiag.gate.checks.CHECKS`):", ""]
         lines += [begin, *gate_docs.FLAG_TABLE_HEAD, *gate_docs.rows(gate_docs.cli_flags)]
         lines += ["", end, ""]
     if geodiag and any(p.name in READ_FIELDS for p in params):

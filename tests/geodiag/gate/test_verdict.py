@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from geodiag.analysis import AnalyzeOptions, analyze
-from geodiag.gate import GateConfig, run_gate
-from geodiag.report.verdict import GTI, verdict
+from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
+from geodiag.gate.checks import GateConfig, run_gate
+from geodiag.gate.verdict import GTI, verdict
 
 OPTS = AnalyzeOptions(n_permutations=50, neighbors_max=0)
 

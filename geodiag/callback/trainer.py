@@ -13,10 +13,10 @@ identical rows; and the new rows' gradient norm at that optimizer step) and
   callbacks that the Trainer puts *before* yours; :meth:`GeodiagCallback.attach` moves
   this one in front of them so they record ``geodiag/*`` like the loss;
 - appends one line to ``<output_dir>/geodiag_trajectory.jsonl`` (schema in
-  :mod:`geodiag.trajectory`; ``geodiag report`` plots it);
+  :mod:`geodiag.analysis.trajectory`; ``geodiag report`` plots it);
 - optionally warns, or stops training (``control.should_training_stop``), when the rows
   are still collapsed at or after ``collapse_after_steps``: they fail one of the gate's
-  collapse checks that the snapshot records (:func:`geodiag.gate.collapse_checks`: the
+  collapse checks that the snapshot records (:func:`geodiag.gate.checks.collapse_checks`: the
   effective rank, ratio and absolute, the spread, the mean cosine, and
   ``max_untrained_tokens`` over the untrained rows below);
 - optionally warns, or stops, when tokens are untrained at or after
@@ -53,7 +53,7 @@ embedding is a DTensor sharded by rows) every process ``unshard()``-s the module
 holds it (a collective) and reshards after, and gathers the new rows' DTensor gradient
 (``full_tensor()``, a collective) on each measured step. The figures equal a
 single-process run's on the same data and seed, to float32 rounding
-(tests/geodiag/test_trainer_distributed.py: DDP and FSDP2, gloo, two processes).
+(tests/geodiag/callback/test_trainer_distributed.py: DDP and FSDP2, gloo, two processes).
 """
 
 from __future__ import annotations
@@ -67,15 +67,8 @@ import numpy as np
 from transformers import TrainerCallback
 from transformers.utils import logging
 
-from geodiag.analysis import AnalyzeOptions, _reference_rows
-from geodiag.atomic import atomic_write
-from geodiag.errors import InputError
-from geodiag.gate import GateConfig, collapse_checks
-from geodiag.io.safetensors import save_file
-from geodiag.io.tokenizer import list_names
-from geodiag.metrics.snapshot import snapshot
-from geodiag.metrics.untrained import TOLERANCE, TOLERANCE_RULE, vocabulary_stats
-from geodiag.trajectory import (
+from geodiag.analysis.checkpoint import AnalyzeOptions, _reference_rows
+from geodiag.analysis.trajectory import (
     TRAJECTORY_FILENAME,
     append_record,
     record,
@@ -83,6 +76,13 @@ from geodiag.trajectory import (
     structure_of_snapshot,
     truncate_after,
 )
+from geodiag.atomic import atomic_write
+from geodiag.errors import InputError
+from geodiag.gate.checks import GateConfig, collapse_checks
+from geodiag.io.safetensors import save_file
+from geodiag.io.tokenizer import list_names
+from geodiag.metrics.snapshot import snapshot
+from geodiag.metrics.untrained import TOLERANCE, TOLERANCE_RULE, vocabulary_stats
 
 logger = logging.get_logger(__name__)
 CHECK_FILENAME = "geodiag_check.json"
@@ -107,7 +107,7 @@ class _Collapse:
 
 def collapse_of(structure: dict, gate: GateConfig) -> _Collapse:
     """Which of the gate's collapse checks a snapshot fails, with the gate's messages
-    (:func:`geodiag.gate.collapse_checks`; undefined fails a floor, as in the gate)."""
+    (:func:`geodiag.gate.checks.collapse_checks`; undefined fails a floor, as in the gate)."""
     failed = collapse_checks(structure, gate)
     return _Collapse(bool(failed), [c.message for c in failed])
 
@@ -525,7 +525,7 @@ class GeodiagCallback(TrainerCallback):
     def _gate(self, folder: Path, model):
         """(GateResult, CheckpointReport, what was measured) for a saved checkpoint."""
         from geodiag.api import open_source
-        from geodiag.gate import run_gate
+        from geodiag.gate.checks import run_gate
 
         opts = AnalyzeOptions(seed=self.seed, neighbors_max=0)
         kw = dict(
@@ -534,7 +534,7 @@ class GeodiagCallback(TrainerCallback):
             codebooks=self.codebooks,
             base_vocab_size=self.base_vocab_size,
         )
-        from geodiag.analysis import analyze_checkpoint
+        from geodiag.analysis.checkpoint import analyze_checkpoint
 
         if not self._reads_memory(folder):
             try:
@@ -557,8 +557,8 @@ class GeodiagCallback(TrainerCallback):
 
     def _describe(self, folder: Path, step: int) -> None:
         """The sidecar and codebooks a reader of this folder needs (gti's contract)."""
-        from geodiag import sidecar
         from geodiag.api import _levels
+        from geodiag.io import sidecar
 
         if self.levels is None or (folder / sidecar.FILENAME).exists():
             return
@@ -567,7 +567,7 @@ class GeodiagCallback(TrainerCallback):
         items = sidecar.load(side_path).items if side_path is not None else {}
         levels = [sidecar.Level(name, len(v), [int(i) for i in v]) for name, v in by_level.items()]
         base = self.base_vocab_size if self.base_vocab_size is not None else min(ids)
-        prov = {"step": step, "written_by": "geodiag.trainer.GeodiagCallback"}
+        prov = {"step": step, "written_by": "geodiag.callback.GeodiagCallback"}
         books = self.codebooks
         if books is None and side_path is not None:
             beside = side_path.parent / sidecar.CODEBOOKS_FILENAME
@@ -610,9 +610,9 @@ _LOGGED = (
 
 def _first_rows(ckpt, matrix, rows: np.ndarray) -> _Rows:
     """The reference of the row-by-row findings: the rows now, and the gate's tolerance
-    (geodiag.analysis._untrained): TOLERANCE x the vocabulary's spread, exact over all
+    (geodiag.analysis.checkpoint._untrained): TOLERANCE x the vocabulary's spread, exact over all
     original rows, or x the new rows' own spread without a vocabulary."""
-    from geodiag.analysis import MIN_REFERENCE_ROWS
+    from geodiag.analysis.checkpoint import MIN_REFERENCE_ROWS
     from geodiag.io.checkpoint import check_original_rows
     from geodiag.metrics.geometry import spread
 

@@ -1,4 +1,4 @@
-"""New rows at scale are held as float32 (geodiag.analysis.FLOAT64_ROWS_MAX_ELEMENTS): the
+"""New rows at scale are held as float32 (geodiag.analysis.checkpoint.FLOAT64_ROWS_MAX_ELEMENTS): the
 stored values exactly, in half the memory, with every sum still in float64.
 
 Reference: the same functions on the same values converted to float64 first (the path
@@ -22,8 +22,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from geodiag import analysis
-from geodiag.analysis import AnalyzeOptions, analyze, analyze_drift, new_rows
+from geodiag.analysis import checkpoint as analysis
+from geodiag.analysis.checkpoint import AnalyzeOptions, analyze, analyze_drift, new_rows
 from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.options import ReadOptions
 from geodiag.io.safetensors import SafetensorsFile, save_file

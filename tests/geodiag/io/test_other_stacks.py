@@ -10,11 +10,11 @@ import pytest
 from geodiag_fixtures import BASE_VOCAB, DIM, base_rows, planted_new_rows, write_checkpoint
 from typer.testing import CliRunner
 
-from geodiag.analysis import AnalyzeOptions, analyze
+from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
 from geodiag.cli import app
-from geodiag.gate import GateConfig, run_gate
+from geodiag.gate.checks import GateConfig, run_gate
+from geodiag.gate.verdict import GTI, fingerprint, verdict
 from geodiag.io.safetensors import save_file
-from geodiag.report.verdict import GTI, fingerprint, verdict
 
 N_NEW = 24
 OPTS = AnalyzeOptions(n_permutations=20, neighbors_max=0)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geodiag.findings import TokenGroup, UntrainedRows, token_group
+from geodiag.analysis.findings import TokenGroup, UntrainedRows, token_group
 from geodiag.io.checkpoint import MAX_PADDING_ROWS, Checkpoint
 from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES
 from geodiag.metrics.geometry import ROW_BLOCK

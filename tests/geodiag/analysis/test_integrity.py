@@ -91,9 +91,9 @@ def test_tied_config_with_a_stored_head_that_differs(tmp_path):
 @pytest.mark.parametrize("block_rows", [1, 2, 4096])
 def test_head_is_compared_a_block_at_a_time(tmp_path, monkeypatch, block_rows):
     """Blocks of 1 and 2 rows (the new rows span several) find the same rows as one block."""
-    import geodiag.integrity
+    import geodiag.analysis.integrity
 
-    monkeypatch.setattr(geodiag.integrity, "_BLOCK_ROWS", block_rows)
+    monkeypatch.setattr(geodiag.analysis.integrity, "_BLOCK_ROWS", block_rows)
     root = _save(_model(tied=True), tmp_path / "tied")
     emb = SafetensorsFile(root / "model.safetensors").read("model.embed_tokens.weight")
     head = emb.copy()

@@ -1,6 +1,6 @@
 """Cause and remedy of a gate result, in the terms of someone who just ran an init.
 
-The gate (:mod:`geodiag.gate`) decides pass / warn / fail; this module only explains
+The gate (:mod:`geodiag.gate.checks`) decides pass / warn / fail; this module only explains
 its decisions: one diagnosis per checkpoint, which carries the remedy once, and one
 finding per gate check, which states what was measured and no remedy (a card whose six
 check lines repeat one remedy reads as six problems). Remedies speak the language of the stack that wrote the checkpoint
@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from geodiag.analysis import CheckpointReport, MatrixReport
-from geodiag.gate import CheckResult, GateResult, untrained_kinds
+from geodiag.analysis.checkpoint import CheckpointReport, MatrixReport
+from geodiag.gate.checks import CheckResult, GateResult, untrained_kinds
 
 GTI = "`gti init --strategy gti`"
 GROUND = f"ground them with {GTI}"

@@ -1,4 +1,4 @@
-"""docs/cli.md is rendered from the commands (geodiag.cli_docs): it is never stale, and it
+"""docs/cli.md is rendered from the commands (tools.cli_docs): it is never stale, and it
 shows every option of every command."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import typer
 
-from geodiag import cli_docs, gate_docs
 from geodiag.cli import app as geodiag_app
 from gti.cli import app as gti_app
+from tools import cli_docs, gate_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / cli_docs.PAGE

@@ -2,11 +2,11 @@
 
 GitHub reads action.yml as it is committed, so the part that follows the thresholds (an
 input each, its ``env:`` line, the flag it becomes) is rendered here from
-:data:`geodiag.gate.CHECKS` and written between marker lines; so is the table of ``geodiag check``
-flags in docs/cli.md (the rest of that page: :mod:`geodiag.cli_docs`). ``tests/geodiag/test_gate_table.py`` fails when either file
+:data:`geodiag.gate.checks.CHECKS` and written between marker lines; so is the table of ``geodiag check``
+flags in docs/cli.md (the rest of that page: :mod:`tools.cli_docs`). ``tests/geodiag/test_gate_table.py`` fails when either file
 is stale. After adding or changing a check::
 
-    python -m geodiag.gate_docs        # rewrites action.yml and docs/cli.md in place
+    python -m tools.gate_docs        # rewrites action.yml and docs/cli.md in place
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from geodiag.gate import CHECKS, Check
+from geodiag.gate.checks import CHECKS, Check
 
 ROOT = Path(__file__).resolve().parents[1]
-REGENERATE = "python -m geodiag.gate_docs"
+REGENERATE = "python -m tools.gate_docs"
 
 
 def input_name(c: Check) -> str:
@@ -69,7 +69,7 @@ BLOCKS: dict[str, tuple[str, Callable[[Check], list[str]], str, list[str], list[
 
 
 def _markers(name: str, syntax: str) -> tuple[str, str]:
-    begin = f"BEGIN gate {name}: generated from geodiag.gate ({REGENERATE})"
+    begin = f"BEGIN gate {name}: generated from geodiag.gate.checks ({REGENERATE})"
     if syntax == "#":
         return f"# {begin}", f"# END gate {name}"
     return f"<!-- {begin} -->", f"<!-- END gate {name} -->"

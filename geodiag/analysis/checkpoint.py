@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from geodiag.errors import InputError
-from geodiag.findings import (  # noqa: F401  (TokenGroup, UntrainedRows: their old home)
+from geodiag.analysis.findings import (  # noqa: F401  (TokenGroup, UntrainedRows: their old home)
     MIN_REFERENCE_ROWS,
     SHOWN_GROUPS,
     SHOWN_TOKENS,
@@ -24,7 +23,8 @@ from geodiag.findings import (  # noqa: F401  (TokenGroup, UntrainedRows: their 
     UntrainedRows,
     row_findings,
 )
-from geodiag.integrity import IntegrityFinding, integrity
+from geodiag.analysis.integrity import IntegrityFinding, integrity
+from geodiag.errors import InputError
 from geodiag.io.checkpoint import (
     Checkpoint,
     Matrix,
@@ -449,7 +449,7 @@ def _deployed_read(read: ReadOptions, a: Checkpoint, after: Path) -> ReadOptions
     it is read with ``a``'s (levels, codes), checked against its token list."""
     from dataclasses import replace
 
-    from geodiag.sidecar import FILENAME
+    from geodiag.io.sidecar import FILENAME
 
     own = after.parent / FILENAME
     theirs = (a.path if a.path.is_dir() else a.path.parent) / FILENAME

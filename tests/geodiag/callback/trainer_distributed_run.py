@@ -12,7 +12,7 @@ r-th slice, so w ranks average the gradient of the same sequences that one proce
 takes whole. SGD without momentum: an update is linear in the gradient, so rounding
 differences stay of the order of float32 rounding (Adam's first steps divide by
 |gradient|, which turns a rounding difference of a near-zero entry into a whole lr).
-Imported by tests/geodiag/test_trainer_distributed.py; a module of its own so that the
+Imported by tests/geodiag/callback/test_trainer_distributed.py; a module of its own so that the
 spawned processes can import the worker by name.
 """
 
@@ -70,7 +70,7 @@ def batch(step: int):
 
 
 def callback(on_untrained: str):
-    from geodiag.trainer import GeodiagCallback
+    from geodiag.callback import GeodiagCallback
 
     return GeodiagCallback(
         levels=LEVELS,

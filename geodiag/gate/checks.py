@@ -16,30 +16,19 @@ The checks are one table: each field of :class:`GateConfig` is a row, declared w
 :class:`Check` objects. The ``geodiag check`` flags, the keywords of ``geodiag.check``,
 the Trainer callback's collapse test, the report's threshold lines, the GitHub Action's
 inputs and the README's table all derive from it (action.yml and the README are
-rendered by :mod:`geodiag.gate_docs`). Adding a check is one field here.
+rendered by :mod:`tools.gate_docs`). Adding a check is one field here.
 """
 
 from __future__ import annotations
 
 import tomllib
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from geodiag.analysis import CheckpointReport, MatrixReport
-from geodiag.atomic import atomic_path
+from geodiag.analysis.checkpoint import CheckpointReport, MatrixReport
 from geodiag.errors import InputError
-from geodiag.escape import (
-    markdown_cell,
-    markdown_code,
-    terminal,
-    terminal_lines,
-    workflow_message,
-    workflow_property,
-    xml_text,
-)
 from geodiag.jsonio import read_document
 from geodiag.settings import setting
 
@@ -69,7 +58,7 @@ class Reading:
     measurable: bool = True
 
 
-def _fmt(x: float | None) -> str:
+def format_value(x: float | None) -> str:
     return "undefined" if x is None else f"{x:.4g}"
 
 
@@ -167,7 +156,9 @@ def _rsa_levels(m: MatrixReport, threshold: float | None) -> list[CheckResult]:
             msg = f"RSA undefined: {lv.rsa.undefined_reason}"
         elif threshold is not None:
             status = "pass" if r >= threshold else "fail"
-            msg = f"RSA {r:.3f} (p={_fmt(p)}) {'>=' if r >= threshold else '<'} {threshold:g}"
+            msg = (
+                f"RSA {r:.3f} (p={format_value(p)}) {'>=' if r >= threshold else '<'} {threshold:g}"
+            )
         elif p is not None and p >= 0.05:
             status = "warn"
             # The remedy depends on how the rows were made: the verdict gives it (verdict.py).
@@ -176,7 +167,7 @@ def _rsa_levels(m: MatrixReport, threshold: float | None) -> list[CheckResult]:
                 f"structure at level {lv.name!r}"
             )
         else:
-            status, msg = "pass", f"RSA {r:.3f} (p={_fmt(p)})"
+            status, msg = "pass", f"RSA {r:.3f} (p={format_value(p)})"
         out.append(CheckResult(name, m.role, status, r, threshold, msg))
     return out
 
@@ -336,7 +327,7 @@ class Check:
             return CheckResult(name, role, "skip", None, threshold, f"{name} undefined{why}")
         ok = v >= threshold if self.direction == "min" else v <= threshold
         rel = {("min", True): ">=", ("min", False): "<", ("max", True): "<=", ("max", False): ">"}
-        shown = _fmt(v) if reading.shown is None else reading.shown
+        shown = format_value(v) if reading.shown is None else reading.shown
         message = f"{name} {shown} {rel[self.direction, ok]} {threshold:g}"
         return CheckResult(
             name, role, "pass" if ok else "fail", v, threshold, message + ("" if ok else why)
@@ -423,7 +414,7 @@ def check_matrix(m: MatrixReport, cfg: GateConfig) -> list[CheckResult]:
 
 
 def collapse_checks(structure: Mapping[str, object], cfg: GateConfig) -> list[CheckResult]:
-    """The failed collapse checks of a snapshot's ``structure`` (geodiag.trajectory: a
+    """The failed collapse checks of a snapshot's ``structure`` (geodiag.analysis.trajectory: a
     value per check name); the checks it does not record are not tested."""
     out = []
     for c in CHECKS:
@@ -438,73 +429,3 @@ def collapse_checks(structure: Mapping[str, object], cfg: GateConfig) -> list[Ch
 def run_gate(report: CheckpointReport, cfg: GateConfig) -> GateResult:
     checks = [c for m in report.matrices for c in check_matrix(m, cfg)]
     return GateResult(report.path, checks, {m.role: m.tensor for m in report.matrices})
-
-
-def text_summary(res: GateResult) -> str:
-    """The terminal form of one result: checks grouped under the matrix they judge.
-
-    Skipped checks are listed with their reason (a check that cannot be computed is
-    said to be skipped, never silently dropped); disabled ones are not.
-    """
-    lines = [f"{res.path}: {'PASS' if res.passed else 'FAIL'}"]
-    for role, tensor in res.tensors.items():
-        mine = [c for c in res.checks if c.matrix == role and c.message != "check disabled"]
-        lines.append(f"  {MATRIX_NAMES.get(role, role)} {tensor}:")
-        lines += [f"    [{c.status:4}] {c.message}" for c in mine]
-    return terminal_lines(lines)
-
-
-def annotation(res: GateResult, c: CheckResult) -> str:
-    """The GitHub ``::error`` workflow command of a failed check. The title holds a
-    level name and the message names tokens: it is printed to stderr, so both go
-    through ``terminal`` first, then the runner's own escaping, so that neither can end
-    the title, start a line, or issue a command of its own (:mod:`geodiag.escape`)."""
-    title = workflow_property(terminal(f"geodiag {c.name}"))
-    where = f"{res.path} ({c.matrix}, {res.tensors.get(c.matrix)})"
-    return f"::error title={title}::{workflow_message(terminal(f'{where}: {c.message}'))}"
-
-
-def write_junit(results: list[GateResult], path: Path) -> None:
-    """JUnit XML, one testcase per check, so CI systems list each threshold. Paths, level
-    names and messages (which name tokens) pass through :func:`~geodiag.escape.xml_text`:
-    ElementTree writes a control character as it is, and the file would not parse."""
-    suites = ET.Element("testsuites", name="geodiag")
-    for res in results:
-        suite = ET.SubElement(suites, "testsuite", name=xml_text(f"geodiag check {res.path}"))
-        counts = {"tests": 0, "failures": 0, "skipped": 0}
-        for c in res.checks:
-            counts["tests"] += 1
-            case = ET.SubElement(
-                suite, "testcase", classname=xml_text(f"geodiag.{c.matrix}"), name=xml_text(c.name)
-            )
-            message = xml_text(c.message)
-            if c.status == "fail":
-                counts["failures"] += 1
-                ET.SubElement(case, "failure", message=message, type="GateFailure").text = message
-            elif c.status == "skip":
-                counts["skipped"] += 1
-                ET.SubElement(case, "skipped", message=message)
-            elif c.status == "warn":
-                ET.SubElement(case, "system-out").text = f"warning: {message}"
-        for k, v in counts.items():
-            suite.set(k, str(v))
-    with atomic_path(path) as tmp:
-        ET.ElementTree(suites).write(tmp, encoding="utf-8", xml_declaration=True)
-
-
-def markdown_summary(results: list[GateResult]) -> str:
-    """GitHub's job summary: a heading and a table per result. GitHub renders the HTML in
-    it, so the path and the check names (a level's name is from the sidecar) are escaped
-    for markdown (:mod:`geodiag.escape`)."""
-    lines = []
-    for res in results:
-        verdict = "passed" if res.passed else "FAILED"
-        lines.append(f"### geodiag check {markdown_code(res.path)}: {verdict}\n")
-        lines.append("| check | matrix | status | value | threshold |")
-        lines.append("|---|---|---|---|---|")
-        for c in res.checks:
-            thr = "" if c.threshold is None else f"{c.threshold:g}"
-            name, matrix = markdown_cell(c.name), markdown_cell(c.matrix)
-            lines.append(f"| {name} | {matrix} | {c.status} | {_fmt(c.value)} | {thr} |")
-        lines.append("")
-    return "\n".join(lines) + "\n"

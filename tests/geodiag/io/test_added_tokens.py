@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from geodiag.analysis import analyze
+from geodiag.analysis.checkpoint import analyze
 from geodiag.cli import app
 from geodiag.io.options import ReadOptions
 

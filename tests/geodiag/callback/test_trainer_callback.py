@@ -21,8 +21,8 @@ transformers = pytest.importorskip("transformers")
 from trainer_distributed_run import BOOKS, DIM, LEVELS, VOCAB, mean_init_model  # noqa: E402
 
 import geodiag  # noqa: E402
-from geodiag.trainer import GeodiagCallback  # noqa: E402
-from geodiag.trajectory import read_records, truncate_after  # noqa: E402
+from geodiag.analysis.trajectory import read_records, truncate_after  # noqa: E402
+from geodiag.callback import GeodiagCallback  # noqa: E402
 
 NEW = [i for ids in LEVELS.values() for i in ids]
 
@@ -143,7 +143,7 @@ def test_logs_jsonl_and_save_time_gate(tmp_path):
     assert geodiag.check(out / "checkpoint-6", levels=LEVELS, codebooks=BOOKS).passed
 
     # Each checkpoint describes itself (sidecar + codebooks): no flags needed afterwards.
-    from geodiag import sidecar
+    from geodiag.io import sidecar
     from geodiag.report import ReportOptions, write_report
 
     side = sidecar.load(out / "checkpoint-3")
@@ -173,7 +173,7 @@ def test_stop_when_still_collapsed(tmp_path, caplog):
         on_collapse="stop",
         gate_on_save=False,
     )
-    with caplog.at_level(logging.WARNING, logger="geodiag.trainer"):
+    with caplog.at_level(logging.WARNING, logger="geodiag.callback"):
         trainer, _ = train(tmp_path, cb, lr=0.0, steps=10, save_steps=100)
     # lr 0: the rows stay the mean. Step 2 is before K = 3; step 4 is the first check.
     assert trainer.state.global_step == 4
@@ -186,7 +186,7 @@ def test_warn_once_and_keep_training(tmp_path, caplog):
     cb = GeodiagCallback(
         new_token_ids=NEW, every_n_steps=1, collapse_after_steps=1, gate_on_save=False
     )
-    with caplog.at_level(logging.WARNING, logger="geodiag.trainer"):
+    with caplog.at_level(logging.WARNING, logger="geodiag.callback"):
         trainer, _ = train(tmp_path, cb, lr=0.0, steps=3, save_steps=100, attach=False)
     assert trainer.state.global_step == 3
     assert caplog.text.count("still collapsed") == 1
@@ -251,7 +251,7 @@ def test_zero3_partitioned_without_deepspeed_skips_with_a_warning(tmp_path, capl
     model.get_input_embeddings().weight.ds_id = 7  # what ZeRO-3 puts on its partitioned params
     args = SimpleNamespace(output_dir=str(tmp_path), report_to=[])
     cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=1)
-    with caplog.at_level(logging.WARNING, logger="geodiag.trainer"):
+    with caplog.at_level(logging.WARNING, logger="geodiag.callback"):
         cb.on_step_end(args, _state(1), transformers.TrainerControl(), model=model)
     assert "deepspeed cannot be imported" in caplog.text
     line = json.loads((tmp_path / "geodiag_trajectory.jsonl").read_text())
@@ -428,7 +428,7 @@ def test_untrained_alarm_names_the_tokens_and_stops(tmp_path, caplog):
     trainer = transformers.Trainer(
         model=model, args=args, train_dataset=FirstLevelOnly(), callbacks=[ref, cb]
     )
-    with caplog.at_level(logging.WARNING, logger="geodiag.trainer"):
+    with caplog.at_level(logging.WARNING, logger="geodiag.callback"):
         trainer.train()
     assert trainer.state.global_step == 4  # step 2 is before K = 3; step 4 stops
     b_names = [f"<b_{i}>" for i in range(10)]  # names from the levels (no tokenizer)
@@ -478,7 +478,7 @@ def test_inf_original_rows_skip_the_snapshot_naming_them(tmp_path, caplog):
         model.get_input_embeddings().weight[[4, 9]] = float("inf")
     args = SimpleNamespace(output_dir=str(tmp_path), report_to=[])
     cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=1)
-    with caplog.at_level(logging.WARNING, logger="geodiag.trainer"):
+    with caplog.at_level(logging.WARNING, logger="geodiag.callback"):
         cb.on_step_end(args, _state(1), transformers.TrainerControl(), model=model)
     assert "2 original rows" in caplog.text and "[4, 9]" in caplog.text
     line = json.loads((tmp_path / "geodiag_trajectory.jsonl").read_text())

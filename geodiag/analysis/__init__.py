@@ -1,0 +1,10 @@
+"""Measuring: one checkpoint (or a pair) -> report dataclasses.
+
+- ``checkpoint``: :func:`analyze_checkpoint` and :func:`analyze_drift`, the numbers of
+  every matrix (geometry, RSA, codebook health, neighbours) as ``CheckpointReport``;
+- ``findings``: the row-by-row findings (untrained tokens, groups of identical rows);
+- ``integrity``: checkpoint-level findings (tied heads that differ, padding rows, scale);
+- ``trajectory``: the callback's ``geodiag_trajectory.jsonl`` and checkpoint series.
+
+Imports ``io`` and ``metrics``, never ``gate`` or ``report``.
+"""

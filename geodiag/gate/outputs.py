@@ -1,0 +1,122 @@
+"""The gate's pages where CI users read them: the terminal summary, JUnit XML, GitHub's job
+summary (Markdown) and workflow annotations. Names from files pass through the sink's
+function of :mod:`geodiag.escape`."""
+
+from __future__ import annotations
+
+import os
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from geodiag.atomic import atomic_path
+from geodiag.errors import InputError, os_reason
+from geodiag.escape import (
+    markdown_cell,
+    markdown_code,
+    terminal,
+    terminal_lines,
+    workflow_message,
+    workflow_property,
+    xml_text,
+)
+from geodiag.gate.checks import MATRIX_NAMES, CheckResult, GateResult, format_value
+
+
+def text_summary(res: GateResult) -> str:
+    """The terminal form of one result: checks grouped under the matrix they judge.
+
+    Skipped checks are listed with their reason (a check that cannot be computed is
+    said to be skipped, never silently dropped); disabled ones are not.
+    """
+    lines = [f"{res.path}: {'PASS' if res.passed else 'FAIL'}"]
+    for role, tensor in res.tensors.items():
+        mine = [c for c in res.checks if c.matrix == role and c.message != "check disabled"]
+        lines.append(f"  {MATRIX_NAMES.get(role, role)} {tensor}:")
+        lines += [f"    [{c.status:4}] {c.message}" for c in mine]
+    return terminal_lines(lines)
+
+
+def annotation(res: GateResult, c: CheckResult) -> str:
+    """The GitHub ``::error`` workflow command of a failed check. The title holds a
+    level name and the message names tokens: it is printed to stderr, so both go
+    through ``terminal`` first, then the runner's own escaping, so that neither can end
+    the title, start a line, or issue a command of its own (:mod:`geodiag.escape`)."""
+    title = workflow_property(terminal(f"geodiag {c.name}"))
+    where = f"{res.path} ({c.matrix}, {res.tensors.get(c.matrix)})"
+    return f"::error title={title}::{workflow_message(terminal(f'{where}: {c.message}'))}"
+
+
+def write_junit(results: list[GateResult], path: Path) -> None:
+    """JUnit XML, one testcase per check, so CI systems list each threshold. Paths, level
+    names and messages (which name tokens) pass through :func:`~geodiag.escape.xml_text`:
+    ElementTree writes a control character as it is, and the file would not parse."""
+    suites = ET.Element("testsuites", name="geodiag")
+    for res in results:
+        suite = ET.SubElement(suites, "testsuite", name=xml_text(f"geodiag check {res.path}"))
+        counts = {"tests": 0, "failures": 0, "skipped": 0}
+        for c in res.checks:
+            counts["tests"] += 1
+            case = ET.SubElement(
+                suite, "testcase", classname=xml_text(f"geodiag.{c.matrix}"), name=xml_text(c.name)
+            )
+            message = xml_text(c.message)
+            if c.status == "fail":
+                counts["failures"] += 1
+                ET.SubElement(case, "failure", message=message, type="GateFailure").text = message
+            elif c.status == "skip":
+                counts["skipped"] += 1
+                ET.SubElement(case, "skipped", message=message)
+            elif c.status == "warn":
+                ET.SubElement(case, "system-out").text = f"warning: {message}"
+        for k, v in counts.items():
+            suite.set(k, str(v))
+    with atomic_path(path) as tmp:
+        ET.ElementTree(suites).write(tmp, encoding="utf-8", xml_declaration=True)
+
+
+def markdown_summary(results: list[GateResult]) -> str:
+    """GitHub's job summary: a heading and a table per result. GitHub renders the HTML in
+    it, so the path and the check names (a level's name is from the sidecar) are escaped
+    for markdown (:mod:`geodiag.escape`)."""
+    lines = []
+    for res in results:
+        verdict = "passed" if res.passed else "FAILED"
+        lines.append(f"### geodiag check {markdown_code(res.path)}: {verdict}\n")
+        lines.append("| check | matrix | status | value | threshold |")
+        lines.append("|---|---|---|---|---|")
+        for c in res.checks:
+            thr = "" if c.threshold is None else f"{c.threshold:g}"
+            name, matrix = markdown_cell(c.name), markdown_cell(c.matrix)
+            lines.append(f"| {name} | {matrix} | {c.status} | {format_value(c.value)} | {thr} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _append_step_summary(path: Path, text: str) -> None:
+    """Append to GitHub's job summary; a path that cannot take it stops the run (exit 2)."""
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise InputError(
+            path, f"cannot append the step summary ($GITHUB_STEP_SUMMARY): {os_reason(e)}"
+        ) from None
+
+
+def write_ci_pages(results: list[GateResult], junit: Path | None) -> None:
+    """The JUnit file when asked for, and the job summary when GitHub gives its path."""
+    if junit is not None:
+        write_junit(results, junit)
+    if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
+        _append_step_summary(Path(summary), markdown_summary(results))
+
+
+def print_annotations(results: list[GateResult]) -> None:
+    """One ``::error`` line on stderr per failed check, under GitHub Actions only."""
+    if os.environ.get("GITHUB_ACTIONS") != "true":
+        return
+    for res in results:
+        for c in res.checks:
+            if c.status == "fail":
+                print(annotation(res, c), file=sys.stderr)
