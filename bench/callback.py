@@ -66,9 +66,7 @@ def synthetic(repeats: int) -> None:
     books = {name: rng.normal(size=(per, 32)) for name in levels}
     cb = GeodiagCallback(levels=levels, codebooks=books)
     cheap = timed(lambda: cb.measure(emb), repeats)
-    full = timed(
-        lambda: geodiag.measure(emb, levels=levels, codebooks=books, neighbors=0), repeats
-    )
+    full = timed(lambda: geodiag.measure(emb, levels=levels, codebooks=books, neighbors=0), repeats)
     print(
         f"synthetic {n_new} x {dim}: snapshot {cheap:.3f} s; full analysis {full:.3f} s; "
         f"ratio {full / cheap:.1f}x"

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag.analysis.checkpoint import AnalyzeOptions, CheckpointReport, analyze_checkpoint
+from geodiag.analysis.checkpoint import analyze_checkpoint
+from geodiag.analysis.options import AnalyzeOptions
+from geodiag.analysis.reports import CheckpointReport
 from geodiag.errors import InputError
 from geodiag.gate.checks import (
     THRESHOLDS,

@@ -96,7 +96,8 @@ def metrics(
     ] = 5,
 ) -> None:
     """Measure the geometry of the new tokens: a table, or JSON with --json."""
-    from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
+    from geodiag.analysis.checkpoint import analyze
+    from geodiag.analysis.options import AnalyzeOptions
     from geodiag.gate.text import metrics_table
     from geodiag.jsonio import dumps
 
@@ -131,7 +132,8 @@ def check(
     seed: SeedOpt = 0,
 ) -> None:
     """Gate CI on the geometry: exit 0 pass, 1 a check failed, 2 bad input."""
-    from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
+    from geodiag.analysis.checkpoint import analyze
+    from geodiag.analysis.options import AnalyzeOptions
     from geodiag.gate.checks import resolve_config, run_gate
     from geodiag.gate.outputs import print_annotations, text_summary, write_ci_pages
     from geodiag.jsonio import dumps
@@ -175,7 +177,8 @@ def drift(
     seed: SeedOpt = 0,
 ) -> None:
     """How far each new token moved, and whether the init's structure survived."""
-    from geodiag.analysis.checkpoint import AnalyzeOptions, analyze_drift
+    from geodiag.analysis.drift import analyze_drift
+    from geodiag.analysis.options import AnalyzeOptions
     from geodiag.gate.text import drift_table
     from geodiag.jsonio import dumps
 

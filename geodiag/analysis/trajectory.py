@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from geodiag.analysis.checkpoint import CheckpointReport
+from geodiag.analysis.reports import CheckpointReport
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
 from geodiag.metrics.snapshot import Snapshot
 

@@ -67,7 +67,8 @@ import numpy as np
 from transformers import TrainerCallback
 from transformers.utils import logging
 
-from geodiag.analysis.checkpoint import AnalyzeOptions, _reference_rows
+from geodiag.analysis.options import AnalyzeOptions
+from geodiag.analysis.rows import reference_rows
 from geodiag.analysis.trajectory import (
     TRAJECTORY_FILENAME,
     append_record,
@@ -271,7 +272,7 @@ class GeodiagCallback(TrainerCallback):
                     raise InputError(
                         "<model>", f"new rows of the {matrix.role} matrix hold NaN/Inf"
                     )
-                reference = _reference_rows(ckpt, matrix, opts, len(rows))
+                reference = reference_rows(ckpt, matrix, opts, len(rows))
                 levels = {}
                 names = self.rsa_levels if self.rsa_levels is not None else ckpt.new.level_names[:1]
                 for name in names:
@@ -612,7 +613,7 @@ def _first_rows(ckpt, matrix, rows: np.ndarray) -> _Rows:
     """The reference of the row-by-row findings: the rows now, and the gate's tolerance
     (geodiag.analysis.checkpoint._untrained): TOLERANCE x the vocabulary's spread, exact over all
     original rows, or x the new rows' own spread without a vocabulary."""
-    from geodiag.analysis.checkpoint import MIN_REFERENCE_ROWS
+    from geodiag.analysis.findings import MIN_REFERENCE_ROWS
     from geodiag.io.checkpoint import check_original_rows
     from geodiag.metrics.geometry import spread
 

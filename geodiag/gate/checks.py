@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from geodiag.analysis.checkpoint import CheckpointReport, MatrixReport
+from geodiag.analysis.reports import CheckpointReport, MatrixReport
 from geodiag.errors import InputError
 from geodiag.jsonio import read_document
 from geodiag.settings import setting

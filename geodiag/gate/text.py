@@ -7,7 +7,7 @@ must not start a line of its own or reach the terminal.
 
 from __future__ import annotations
 
-from geodiag.analysis.checkpoint import CheckpointReport, DriftReport, MatrixReport
+from geodiag.analysis.reports import CheckpointReport, DriftReport, MatrixReport
 from geodiag.escape import terminal_lines
 from geodiag.io.tokenizer import list_names
 

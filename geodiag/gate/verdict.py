@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from geodiag.analysis.checkpoint import CheckpointReport, MatrixReport
+from geodiag.analysis.reports import CheckpointReport, MatrixReport
 from geodiag.gate.checks import CheckResult, GateResult, untrained_kinds
 
 GTI = "`gti init --strategy gti`"

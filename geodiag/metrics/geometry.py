@@ -38,7 +38,7 @@ def as_matrix(
     """``x`` as a finite 2-D float64 array (no copy when it already is one).
 
     ``keep_float32``: a float32 ``x`` stays float32, for the functions that take the new
-    rows at scale (geodiag.analysis.checkpoint.FLOAT64_ROWS_MAX_ELEMENTS) and sum in float64 a block
+    rows at scale (geodiag.analysis.rows.FLOAT64_ROWS_MAX_ELEMENTS) and sum in float64 a block
     at a time: float32 holds F32, F16 and BF16 weights exactly, in half the memory."""
     m = np.asarray(x)
     if not (keep_float32 and m.dtype == np.float32):

@@ -16,15 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag.analysis.checkpoint import (
-    AnalyzeOptions,
-    CheckpointReport,
-    DriftReport,
-    analyze_checkpoint,
-    analyze_drift,
-    command_line,
-    new_rows,
-)
+from geodiag.analysis.checkpoint import analyze_checkpoint, command_line
+from geodiag.analysis.drift import analyze_drift
+from geodiag.analysis.options import AnalyzeOptions
+from geodiag.analysis.reports import CheckpointReport, DriftReport
+from geodiag.analysis.rows import new_rows
 from geodiag.analysis.trajectory import (
     Trajectory,
     checkpoint_series,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag.analysis.checkpoint import new_rows
+from geodiag.analysis.rows import new_rows
 from geodiag.atomic import atomic_write_many
 from geodiag.escape import tsv_field
 from geodiag.io.checkpoint import open_checkpoint

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
+from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.options import AnalyzeOptions
 
 
 def measure(checkpoint: Path, *, permutations: int, seed: int) -> dict[str, object]:

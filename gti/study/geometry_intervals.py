@@ -125,7 +125,7 @@ class Cell:
 def _read(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(rows per level, codebook per level) of a checkpoint's new tokens, paired as
     ``geodiag.analysis.checkpoint`` pairs them (rows in (level, code) order, codebook rows by code)."""
-    from geodiag.analysis.checkpoint import new_rows
+    from geodiag.analysis.rows import new_rows
     from geodiag.io.checkpoint import open_checkpoint
 
     ckpt = open_checkpoint(path)

@@ -19,7 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from geodiag.analysis.checkpoint import AnalyzeOptions, analyze  # noqa: E402
+from geodiag.analysis.checkpoint import analyze
+
+from geodiag.analysis.options import AnalyzeOptions
 from geodiag.io.options import ReadOptions  # noqa: E402
 from gti.experiment.layout import experiment_paths  # noqa: E402
 

@@ -15,7 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from geodiag.analysis.checkpoint import AnalyzeOptions, analyze_drift
+from geodiag.analysis.drift import analyze_drift
+
+from geodiag.analysis.options import AnalyzeOptions
 from geodiag.jsonio import dumps
 from gti.deploy import convert, requantize
 

@@ -12,7 +12,8 @@ import pytest
 from geodiag_fixtures import BASE_VOCAB, LEVELS, base_rows, codebooks, planted_new_rows
 
 import geodiag
-from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
+from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.options import AnalyzeOptions
 from geodiag.errors import InputError
 from geodiag.gate.checks import GateConfig
 from geodiag.jsonio import to_jsonable

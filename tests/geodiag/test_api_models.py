@@ -66,9 +66,7 @@ def test_plain_model_tied_and_untied():
     rep = geodiag.measure(tied, new_ids=NEW, n_permutations=10)
     assert [m.role for m in rep.matrices] == ["input"] and rep.tied
     w = tied.get_input_embeddings().weight
-    assert (
-        geodiag.measure(w, new_ids=NEW, n_permutations=10).matrices[0].new == rep.matrices[0].new
-    )
+    assert geodiag.measure(w, new_ids=NEW, n_permutations=10).matrices[0].new == rep.matrices[0].new
     untied = tiny(tie=False)
     rep = geodiag.measure(untied, new_ids=NEW, n_permutations=10)
     assert [m.role for m in rep.matrices] == ["input", "output"] and not rep.tied

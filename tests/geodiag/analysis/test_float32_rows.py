@@ -1,4 +1,4 @@
-"""New rows at scale are held as float32 (geodiag.analysis.checkpoint.FLOAT64_ROWS_MAX_ELEMENTS): the
+"""New rows at scale are held as float32 (geodiag.analysis.rows.FLOAT64_ROWS_MAX_ELEMENTS): the
 stored values exactly, in half the memory, with every sum still in float64.
 
 Reference: the same functions on the same values converted to float64 first (the path
@@ -22,8 +22,11 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from geodiag.analysis import checkpoint as analysis
-from geodiag.analysis.checkpoint import AnalyzeOptions, analyze, analyze_drift, new_rows
+from geodiag.analysis import rows as analysis_rows
+from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.drift import analyze_drift
+from geodiag.analysis.options import AnalyzeOptions
+from geodiag.analysis.rows import new_rows
 from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.options import ReadOptions
 from geodiag.io.safetensors import SafetensorsFile, save_file
@@ -170,7 +173,7 @@ def test_store_reads_float32_exactly_with_the_same_digest(tmp_path):
 @pytest.fixture
 def at_scale(monkeypatch):
     """Every checkpoint's rows take the float32 path."""
-    monkeypatch.setattr(analysis, "FLOAT64_ROWS_MAX_ELEMENTS", 0)
+    monkeypatch.setattr(analysis_rows, "FLOAT64_ROWS_MAX_ELEMENTS", 0)
 
 
 def _analyses(init, sft) -> dict:
@@ -193,7 +196,7 @@ def test_analysis_at_scale_matches_the_float64_path(make_ckpt, monkeypatch):
     init = make_ckpt(init_rows, name="init", dtype="BF16")
     sft = make_ckpt(sft_rows, name="sft", dtype="BF16", provenance={"stage": "sft"})
     expected = _analyses(init, sft)
-    monkeypatch.setattr(analysis, "FLOAT64_ROWS_MAX_ELEMENTS", 0)
+    monkeypatch.setattr(analysis_rows, "FLOAT64_ROWS_MAX_ELEMENTS", 0)
     ckpt = open_checkpoint(sft)
     assert new_rows(ckpt, ckpt.matrices[0])[0].dtype == np.float32  # the path taken
     got = _analyses(init, sft)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
+from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.options import AnalyzeOptions
 from geodiag.gate.checks import GateConfig, run_gate
 from geodiag.gate.verdict import GTI, verdict
 

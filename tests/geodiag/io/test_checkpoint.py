@@ -226,7 +226,8 @@ def test_tokenizer_merges_are_skipped_without_changing_anything(tmp_path):
 def test_vocabulary_scan_blocks_are_exact_float32(make_ckpt, dtype):
     """The neighbour scan reads float32 blocks (converted once from BF16/F16) that hold
     the stored values exactly, and its nearest tokens equal a float64 brute force."""
-    from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
+    from geodiag.analysis.checkpoint import analyze
+    from geodiag.analysis.options import AnalyzeOptions
 
     path = make_ckpt("random", dtype=dtype)
     ckpt = open_checkpoint(path)

@@ -10,7 +10,8 @@ import pytest
 from geodiag_fixtures import BASE_VOCAB, DIM, base_rows, planted_new_rows, write_checkpoint
 from typer.testing import CliRunner
 
-from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
+from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.options import AnalyzeOptions
 from geodiag.cli import app
 from geodiag.gate.checks import GateConfig, run_gate
 from geodiag.gate.verdict import GTI, fingerprint, verdict

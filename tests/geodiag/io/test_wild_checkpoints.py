@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
+from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.options import AnalyzeOptions
 from geodiag.cli import app
 from geodiag.io.options import ReadOptions
 

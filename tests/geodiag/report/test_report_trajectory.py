@@ -12,7 +12,8 @@ from geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
 from report_fixtures import Page, strict_json
 from typer.testing import CliRunner
 
-from geodiag.analysis.checkpoint import AnalyzeOptions, analyze
+from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.options import AnalyzeOptions
 from geodiag.cli import app
 from geodiag.report import ReportOptions, write_report
 from geodiag.report.html import resolve

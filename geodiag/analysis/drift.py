@@ -1,0 +1,134 @@
+"""Measure a pair: per-token cosine and structure RSA between two checkpoints with the
+same new tokens (``geodiag drift``; a GGUF file as the second adds the quantization
+findings)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from geodiag.analysis.options import AnalyzeOptions
+from geodiag.analysis.reports import DriftReport
+from geodiag.analysis.rows import float32_at_scale, new_rows, selected_rows
+from geodiag.errors import InputError
+from geodiag.io.checkpoint import Checkpoint, Matrix, open_checkpoint
+from geodiag.io.options import ReadOptions
+from geodiag.metrics.blas import blas_threads
+
+
+def analyze_drift(
+    before: str | Path,
+    after: str | Path,
+    read: ReadOptions | None = None,
+    opts: AnalyzeOptions | None = None,
+) -> list[DriftReport]:
+    """Per-token cosine and structure RSA between two checkpoints with the same new tokens."""
+    opts = opts or AnalyzeOptions()
+    read = dataclasses.replace(read or ReadOptions(), reference=None)
+    a = open_checkpoint(before, read)
+    b = open_checkpoint(after, _deployed_read(read, a, Path(after)))
+    if a.new.tokens != b.new.tokens or not np.array_equal(a.new.ids, b.new.ids):
+        raise InputError(
+            after, f"new tokens differ from those of {before}: drift needs the same vocabulary"
+        )
+    out = []
+    with blas_threads(1):
+        for ma, mb in zip(a.matrices, b.matrices, strict=False):
+            out.append(_drift_matrix(a, b, ma, mb, before, after, opts))
+    return out
+
+
+def _deployed_read(read: ReadOptions, a: Checkpoint, after: Path) -> ReadOptions:
+    """A GGUF file converted from ``a`` keeps its token ids: without a sidecar of its own
+    it is read with ``a``'s (levels, codes), checked against its token list."""
+    from dataclasses import replace
+
+    from geodiag.io.sidecar import FILENAME
+
+    own = after.parent / FILENAME
+    theirs = (a.path if a.path.is_dir() else a.path.parent) / FILENAME
+    if after.suffix != ".gguf" or read.sidecar or own.is_file() or not theirs.is_file():
+        return read
+    return replace(read, sidecar=theirs)
+
+
+def _drift_matrix(
+    a: Checkpoint, b: Checkpoint, ma: Matrix, mb: Matrix, before, after, opts: AnalyzeOptions
+) -> DriftReport:
+    from geodiag.metrics.drift import drift
+
+    if ma.dim != mb.dim:
+        raise InputError(after, f"'{mb.tensor}' has {mb.dim} dims, '{before}' has {ma.dim}")
+    deployed = getattr(b.store, "dequantizes", False)  # a deployed file: what export did
+    if float32_at_scale(len(a.new.ids), ma) and not deployed:
+        return _streamed_drift_matrix(a, b, ma, mb, before, after, opts)
+    ra, ka = new_rows(a, ma)
+    rb, kb = new_rows(b, mb)
+    if not (ka.all() and kb.all()):
+        raise InputError(after, "drift needs every new row finite in both checkpoints")
+    kw = dict(n_permutations=opts.n_permutations, seed=opts.seed, max_items=opts.rsa_max_items)
+    levels = {}
+    if a.new.level_index is not None:
+        for li, name in enumerate(a.new.level_names):
+            sel = a.new.level_index == li
+            levels[name] = drift(selected_rows(ra, sel), selected_rows(rb, sel), **kw)
+    whole = drift(ra, rb, **kw)
+    found = None
+    if deployed:
+        from geodiag.metrics.quantization import quantization_findings
+
+        books = a.codebooks or b.codebooks
+        masks = {n: a.new.level_index == li for li, n in enumerate(a.new.level_names)}
+        found = quantization_findings(
+            ra,
+            rb,
+            dtype=mb.dtype,
+            tokens=a.new.tokens,
+            structure=whole.structure_rsa,
+            levels={n: (masks[n], book) for n, book in books.items()},
+            **kw,
+        )
+    return DriftReport(str(before), str(after), ma.role, len(ra), whole, levels, found)
+
+
+def _streamed_drift_matrix(
+    a: Checkpoint, b: Checkpoint, ma: Matrix, mb: Matrix, before, after, opts: AnalyzeOptions
+) -> DriftReport:
+    """_drift_matrix at scale: both checkpoints' rows read a block at a time, not held."""
+    from geodiag.metrics.drift import streamed_drift
+
+    ids = a.new.ids
+
+    def reader(ckpt: Checkpoint, matrix: Matrix):
+        def read(pos: np.ndarray) -> np.ndarray:
+            rows = ckpt.read_rows(matrix, ids[pos], float32=True)
+            bad = ~np.isfinite(rows).all(axis=1)
+            if bad.any():
+                raise InputError(
+                    ckpt.store.file_of(matrix.tensor),
+                    f"new-token rows of '{matrix.tensor}' hold NaN/Inf (ids "
+                    f"{ids[pos][bad][:5].tolist()}): drift needs every new row finite in both "
+                    "checkpoints",
+                )
+            return rows
+
+        return read
+
+    subsets = {}
+    if a.new.level_index is not None:
+        subsets = {
+            name: np.flatnonzero(a.new.level_index == li)
+            for li, name in enumerate(a.new.level_names)
+        }
+    whole, levels = streamed_drift(
+        len(ids),
+        reader(a, ma),
+        reader(b, mb),
+        subsets,
+        n_permutations=opts.n_permutations,
+        seed=opts.seed,
+        max_items=opts.rsa_max_items,
+    )
+    return DriftReport(str(before), str(after), ma.role, len(ids), whole, levels, None)

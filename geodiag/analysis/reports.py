@@ -1,0 +1,104 @@
+"""What measuring returns: the report dataclasses that the gate, the text tables, the JSON
+and the HTML report format (compute first, render second)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from geodiag.analysis.findings import UntrainedRows
+from geodiag.analysis.integrity import IntegrityFinding
+from geodiag.metrics.codebook import CodebookHealth
+from geodiag.metrics.geometry import GeometrySummary, LevelCosine
+from geodiag.metrics.rsa import RSAResult
+
+if TYPE_CHECKING:  # drift is loaded by the commands that measure it, not by every gate
+    from geodiag.metrics.drift import DriftResult
+    from geodiag.metrics.quantization import QuantizationFindings
+
+
+@dataclass
+class LevelMetrics:
+    name: str
+    n_tokens: int
+    geometry: GeometrySummary
+    rsa: RSAResult | None
+    rsa_skip_reason: str | None
+
+
+@dataclass
+class Neighbor:
+    id: int
+    token: str
+    cosine: float
+
+
+@dataclass
+class TokenNeighbors:
+    id: int
+    token: str
+    nearest: list[Neighbor]
+
+
+@dataclass
+class MatrixReport:
+    role: str  # "input" | "output" (an untied head is its own matrix)
+    tensor: str
+    dtype: str
+    n_rows: int
+    dim: int
+    n_new: int  # rows measured (after dropping non-finite ones, if allowed)
+    nonfinite_rows_dropped: int
+    new: GeometrySummary
+    reference: GeometrySummary | None  # None: no original vocabulary (--all-rows-new)
+    reference_size: int
+    levels: list[LevelMetrics]
+    level_cosine: LevelCosine | None
+    neighbors: list[TokenNeighbors]
+    neighbors_sampled: bool
+    # Why the vocabulary-relative figures (spread ratio, nearest original tokens) are null.
+    reference_undefined_reason: str | None = None
+    untrained: UntrainedRows | None = None
+    # Largest new-row norm / largest original-row norm (all original rows); None without
+    # a vocabulary. Rows far longer than any known token dominate every softmax.
+    norm_ratio: float | None = None
+    # Percentiles of the original rows' norms (geodiag.metrics.untrained.NORM_PERCENTILES).
+    vocabulary_norms: dict[str, float] | None = None
+    # Original rows left out of every vocabulary figure as NaN/Inf (--allow-nonfinite;
+    # without it they are bad input), and the first SHOWN_TOKENS of their ids.
+    nonfinite_original_rows_dropped: int = 0
+    nonfinite_original_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class CheckpointReport:
+    geodiag_version: str
+    path: str
+    store: str
+    tied: bool
+    n_new_tokens: int
+    new_token_source: str
+    base_vocab_size: int
+    level_names: list[str]
+    levels_source: str | None
+    provenance: dict
+    matrices: list[MatrixReport]
+    digests: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+    adapter: dict = field(default_factory=dict)  # PEFT adapter read over a base: what it changed
+    stack: dict = field(default_factory=dict)  # the training stack that wrote it, when known
+    # Usage of the codes by the sidecar's items (None without a sidecar's items).
+    codebook: CodebookHealth | None = None
+    integrity: list[IntegrityFinding] = field(default_factory=list)  # save / merge / reload
+    reference: str | None = None  # --reference, when given
+
+
+@dataclass
+class DriftReport:
+    before: str
+    after: str
+    matrix: str
+    n_tokens: int
+    drift: DriftResult
+    levels: dict[str, DriftResult]
+    quantization: QuantizationFindings | None = None  # when AFTER is a GGUF file
