@@ -1,22 +1,29 @@
 """Reading: open a checkpoint (or a matrix in memory) and hand out the new-token rows.
 
-Bottom to top, each module importing only those above it in this list:
+Bottom to top, each module importing only those above it in this list
+(``tests/geodiag/test_import_graph.py`` keeps it true):
 
+- ``layouts``: where a folder keeps its weights (the Hub cache), and the layouts named
+  but not read (sharded distributed checkpoints, Git LFS pointers, other frameworks);
 - ``safetensors``: a validating safetensors reader that reads only the rows asked for,
   and a small writer;
-- ``store``: the :class:`~geodiag.io.store.TensorStore` questions (names, shape, dtype,
-  rows) over one file, a sharded set, a torch pickle or a GGUF file;
-- ``memory``: the same questions over a numpy array, a torch tensor or a model;
+- ``tensor_store``: :class:`~geodiag.io.tensor_store.TensorStore`, the questions every
+  store answers;
 - ``tokenizer``: token strings and added tokens from ``tokenizer.json``;
 - ``gguf``: a GGUF file's tensors (rows dequantized by llama.cpp's ``gguf`` package),
   metadata and token list, opened by ``store`` only for a ``.gguf``;
 - ``mlx_quantized``: the packed matrices of an MLX-quantized safetensors checkpoint
-  (``mlx_lm.convert -q``), dequantized as mlx does, wrapped around ``store``'s by it;
+  (``mlx_lm.convert -q``), dequantized as mlx does, wrapped around a safetensors store by ``store``;
+- ``store``: those questions over one file, a sharded set, a torch pickle or a GGUF file
+  (``open_store``: the one place that picks the store for a path);
+- ``memory``: the same questions over a numpy array, a torch tensor or a model;
 - ``tensor_names``: which tensor is the input embedding, which the output head;
 - ``peft_adapter``: a PEFT adapter folder over its base, rows as PEFT merges them;
 - ``stack``: which training stack wrote a checkpoint;
 - ``options``: :class:`~geodiag.io.options.ReadOptions`, the reading flags of every command;
+- ``sidecar``: ``semantic_ids.json``, the levels and codes of the new tokens (read and written);
 - ``new_tokens``: which rows are new, one resolver per source in precedence order;
+- ``codebooks``: the RQ-VAE codebooks beside the weights, per new token's code;
 - ``checkpoint``: :func:`~geodiag.io.checkpoint.open_checkpoint`, tying the above together.
 
 Nothing here imports torch or transformers (a torch pickle or tensor brings its own).

@@ -25,14 +25,15 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io import sidecar as sidecar_mod
+from geodiag.io.codebooks import codebooks_of
 from geodiag.io.layouts import resolve_hub_cache
 from geodiag.io.new_tokens import NewTokens, Sources, absent_from, resolve_new_tokens, special_note
 from geodiag.io.options import ReadOptions
 from geodiag.io.peft_adapter import AdapterInfo, is_adapter, open_adapter
-from geodiag.io.safetensors import SafetensorsFile
 from geodiag.io.stack import detect_stack
-from geodiag.io.store import FLOAT_DTYPES, TensorStore, is_float, open_store
+from geodiag.io.store import FLOAT_DTYPES, is_float, open_store
 from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES, find_input_tensor, find_output_head
+from geodiag.io.tensor_store import TensorStore
 from geodiag.io.tokenizer import TokenizerInfo, load_tokenizer_in
 from geodiag.jsonio import read_json_object
 
@@ -186,43 +187,6 @@ class Checkpoint:
         return d
 
 
-def _load_codebooks(path: Path, new: NewTokens) -> tuple[dict[str, np.ndarray], str | None, str]:
-    """Per level, the codebook vector of each new token's code, in token order.
-
-    With a sidecar the level sizes are known and a codebook must have exactly that
-    many codes; with levels parsed from token names it must cover every code seen.
-    """
-    f = SafetensorsFile(path)
-    books: dict[str, np.ndarray] = {}
-    missing = []
-    assert new.level_index is not None and new.codes is not None
-    for li, name in enumerate(new.level_names):
-        if name not in f.tensors:
-            missing.append(name)
-            continue
-        book = f.read(name)
-        codes = new.codes[new.level_index == li]
-        if book.ndim != 2:
-            raise InputError(
-                path, f"codebook '{name}' has shape {list(book.shape)}, expected [codes, code_dim]"
-            )
-        if new.levels_source == "sidecar" and book.shape[0] != len(codes):
-            raise InputError(
-                path,
-                f"codebook '{name}' has {book.shape[0]} codes, but level '{name}' has {len(codes)}",
-            )
-        if codes.max() >= book.shape[0]:
-            raise InputError(
-                path,
-                f"codebook '{name}' has {book.shape[0]} codes, but token <{name}_{codes.max()}> exists",
-            )
-        if not np.isfinite(book).all():
-            raise InputError(path, f"codebook '{name}' holds NaN or Inf values")
-        books[name] = book[codes]
-    note = f"no codebook for level(s) {', '.join(missing)} in {path.name}" if missing else None
-    return books, note, f.digest.hexdigest()
-
-
 def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkpoint:
     """Open a checkpoint folder, weights file or PEFT adapter folder and resolve everything
     but the row values, in the module docstring's order."""
@@ -253,7 +217,7 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
     notes = [*([hub_note] if hub_note else []), *(adapter.notes if adapter else []), *head_notes]
     notes += _notes(tok, new, side, side_path, trainable, untied_by_adapter, config)
     book_path = opts.codebooks or beside(sidecar_mod.CODEBOOKS_FILENAME)
-    books, book_note, book_digest = _codebooks(book_path, opts, new)
+    books, book_note, book_digest = codebooks_of(book_path, opts, new)
     provenance = adapter.provenance() if adapter is not None else None
     ckpt = Checkpoint(
         path=path,
@@ -438,19 +402,6 @@ def _notes(
     if side is not None and not side.has_token_ids:
         notes.append(f"{side_path.name} has no token ids yet (written before vocabulary extension)")
     return notes
-
-
-def _codebooks(
-    book_path: Path, opts: ReadOptions, new: NewTokens
-) -> tuple[dict[str, np.ndarray], str | None, str | None]:
-    """(codebook vectors per level, why RSA is skipped or partial, the file's digest)."""
-    if not new.level_names:
-        note = "levels unknown (no sidecar, token names do not match --level-pattern): RSA skipped"
-        return {}, note, None
-    if opts.codebooks is None and not book_path.is_file():
-        note = "no codebooks.safetensors beside the checkpoint and no --codebooks FILE: RSA skipped"
-        return {}, note, None
-    return _load_codebooks(book_path, new)
 
 
 def check_rows(

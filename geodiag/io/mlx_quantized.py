@@ -27,12 +27,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io.safetensors import bf16_to_float32, float32_to_bf16
+from geodiag.io.tensor_store import PackedSource
 from geodiag.jsonio import read_json_object
 
 BITS = (2, 3, 4, 5, 6, 8)  # what mx.quantize packs in affine mode
@@ -47,21 +47,6 @@ _WEIGHT = ".weight"
 # Rows dequantized at a time: a few float32 temporaries of (rows, hidden) live at once,
 # 16 MB each at 1,024 rows of 4,096 dims (the blocks iter_original reads are as large).
 _UNPACK_ROWS = 1024
-
-
-class PackedSource(Protocol):
-    """What the store needs of the safetensors it wraps (``SafetensorsStore``)."""
-
-    description: str
-
-    def names(self) -> list[str]: ...
-    def shape(self, name: str) -> tuple[int, ...]: ...
-    def dtype(self, name: str) -> str: ...
-    def file_of(self, name: str) -> Path: ...
-    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray: ...
-    def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray: ...
-    def read_words(self, name: str, rows: np.ndarray) -> np.ndarray: ...
-    def digests(self) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError
-from geodiag.io.store import TensorStore, open_store
+from geodiag.io.store import open_store
 from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES
+from geodiag.io.tensor_store import TensorStore
 from geodiag.jsonio import read_json_object
 
 CONFIG_FILENAME = "adapter_config.json"

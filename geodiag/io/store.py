@@ -13,28 +13,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
 from geodiag.io.layouts import check_not_lfs_pointer, unread_layout
 from geodiag.io.safetensors import FLOAT_DTYPES, SafetensorsFile
-
-
-class TensorStore(Protocol):
-    description: str
-
-    def names(self) -> list[str]: ...
-    def shape(self, name: str) -> tuple[int, ...]: ...
-    def dtype(self, name: str) -> str: ...
-    def file_of(self, name: str) -> Path: ...
-    # float32=True permits float32 where it holds the stored values exactly (F32, F16, BF16,
-    # FP8, GGUF's dequantized rows); a store whose rows are computed (a merged LoRA delta)
-    # or stored as F64 returns float64 anyway, so callers take either.
-    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray: ...
-    def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray: ...
-    def digests(self) -> dict[str, str]: ...
+from geodiag.io.tensor_store import TensorStore
 
 
 class SafetensorsStore:

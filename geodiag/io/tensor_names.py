@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from geodiag.errors import InputError
-from geodiag.io.store import TensorStore
+from geodiag.io.tensor_store import TensorStore
 
 INPUT_EMBEDDING_NAMES = (
     "model.embed_tokens.weight",  # Llama, Qwen, Mistral, SmolLM, Gemma

@@ -167,3 +167,20 @@ def test_geodiag_never_imports_gti_nor_a_floor_above():
     )
     assert into_gti == []
     assert _upward(graph) == []
+
+
+def test_io_modules_import_only_those_listed_above_them():
+    """geodiag/io/__init__.py lists its modules bottom to top; each imports only earlier ones."""
+    import re
+
+    import geodiag.io
+
+    order = [f"geodiag.io.{m}" for m in re.findall(r"^- ``(\w+)``", geodiag.io.__doc__, re.M)]
+    modules = _modules()
+    listed = {m for m in modules if m.startswith("geodiag.io.")}
+    assert set(order) == listed  # every module of io/ is listed, once
+    pos = {m: i for i, m in enumerate(order)}
+    upward = [
+        (a, b) for a in order for b in _imported(a, modules[a], modules) if pos.get(b, -1) > pos[a]
+    ]
+    assert upward == []

@@ -1,0 +1,64 @@
+"""The RQ-VAE codebooks beside a checkpoint (``codebooks.safetensors`` or ``--codebooks
+FILE``): per level, the codebook vector of each new token's code, validated against the
+levels the new tokens resolved to (RSA's second matrix)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from geodiag.errors import InputError
+from geodiag.io.new_tokens import NewTokens
+from geodiag.io.options import ReadOptions
+from geodiag.io.safetensors import SafetensorsFile
+
+
+def codebooks_of(
+    book_path: Path, opts: ReadOptions, new: NewTokens
+) -> tuple[dict[str, np.ndarray], str | None, str | None]:
+    """(codebook vectors per level, why RSA is skipped or partial, the file's digest)."""
+    if not new.level_names:
+        note = "levels unknown (no sidecar, token names do not match --level-pattern): RSA skipped"
+        return {}, note, None
+    if opts.codebooks is None and not book_path.is_file():
+        note = "no codebooks.safetensors beside the checkpoint and no --codebooks FILE: RSA skipped"
+        return {}, note, None
+    return load_codebooks(book_path, new)
+
+
+def load_codebooks(path: Path, new: NewTokens) -> tuple[dict[str, np.ndarray], str | None, str]:
+    """Per level, the codebook vector of each new token's code, in token order.
+
+    With a sidecar the level sizes are known and a codebook must have exactly that
+    many codes; with levels parsed from token names it must cover every code seen.
+    """
+    f = SafetensorsFile(path)
+    books: dict[str, np.ndarray] = {}
+    missing = []
+    assert new.level_index is not None and new.codes is not None
+    for li, name in enumerate(new.level_names):
+        if name not in f.tensors:
+            missing.append(name)
+            continue
+        book = f.read(name)
+        codes = new.codes[new.level_index == li]
+        if book.ndim != 2:
+            raise InputError(
+                path, f"codebook '{name}' has shape {list(book.shape)}, expected [codes, code_dim]"
+            )
+        if new.levels_source == "sidecar" and book.shape[0] != len(codes):
+            raise InputError(
+                path,
+                f"codebook '{name}' has {book.shape[0]} codes, but level '{name}' has {len(codes)}",
+            )
+        if codes.max() >= book.shape[0]:
+            raise InputError(
+                path,
+                f"codebook '{name}' has {book.shape[0]} codes, but token <{name}_{codes.max()}> exists",
+            )
+        if not np.isfinite(book).all():
+            raise InputError(path, f"codebook '{name}' holds NaN or Inf values")
+        books[name] = book[codes]
+    note = f"no codebook for level(s) {', '.join(missing)} in {path.name}" if missing else None
+    return books, note, f.digest.hexdigest()

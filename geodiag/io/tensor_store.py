@@ -1,0 +1,34 @@
+"""The questions every store of tensors answers (:class:`TensorStore`): names, shape,
+dtype, the file that holds a tensor, rows by index or by block, digests. The stores
+themselves live in :mod:`geodiag.io.store` (files), :mod:`geodiag.io.memory` (arrays,
+tensors, models), :mod:`geodiag.io.gguf`, :mod:`geodiag.io.mlx_quantized` and
+:mod:`geodiag.io.peft_adapter`; everything above them asks only these questions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+
+class TensorStore(Protocol):
+    description: str
+
+    def names(self) -> list[str]: ...
+    def shape(self, name: str) -> tuple[int, ...]: ...
+    def dtype(self, name: str) -> str: ...
+    def file_of(self, name: str) -> Path: ...
+    # float32=True permits float32 where it holds the stored values exactly (F32, F16, BF16,
+    # FP8, GGUF's dequantized rows); a store whose rows are computed (a merged LoRA delta)
+    # or stored as F64 returns float64 anyway, so callers take either.
+    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray: ...
+    def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray: ...
+    def digests(self) -> dict[str, str]: ...
+
+
+class PackedSource(TensorStore, Protocol):
+    """A store that also hands out a packed tensor's raw 32-bit words
+    (``SafetensorsStore``; what :mod:`geodiag.io.mlx_quantized` dequantizes)."""
+
+    def read_words(self, name: str, rows: np.ndarray) -> np.ndarray: ...
