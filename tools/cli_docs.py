@@ -4,7 +4,7 @@ Every table of that page comes from the click objects typer builds for ``geodiag
 ``gti``: each command's docstring, its arguments and options with their types, defaults
 and help texts (the reading options from :class:`geodiag.io.options.ReadOptions`, the
 gate's thresholds from :data:`geodiag.gate.checks.CHECKS` through :mod:`tools.gate_docs`).
-``tests/geodiag/test_cli_docs.py`` fails when the committed page is stale. After
+``tests/tools/test_cli_docs.py`` fails when the committed page is stale. After
 changing a command, an option or a help text::
 
     python -m tools.cli_docs        # rewrites docs/cli.md
@@ -32,7 +32,7 @@ INTRO = f"""\
 # Command-line reference
 
 <!-- Generated from the commands' own metadata ({REGENERATE}); edit the help texts in
-the code, not this page. tests/geodiag/test_cli_docs.py fails when it is stale. -->
+the code, not this page. tests/tools/test_cli_docs.py fails when it is stale. -->
 
 Every table below is rendered from the commands themselves: their docstrings, and the
 types, defaults and help texts of their options. What the commands read and how they

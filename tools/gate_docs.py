@@ -3,7 +3,7 @@
 GitHub reads action.yml as it is committed, so the part that follows the thresholds (an
 input each, its ``env:`` line, the flag it becomes) is rendered here from
 :data:`geodiag.gate.checks.CHECKS` and written between marker lines; so is the table of ``geodiag check``
-flags in docs/cli.md (the rest of that page: :mod:`tools.cli_docs`). ``tests/geodiag/test_gate_table.py`` fails when either file
+flags in docs/cli.md (the rest of that page: :mod:`tools.cli_docs`). ``tests/geodiag/gate/test_gate_table.py`` fails when either file
 is stale. After adding or changing a check::
 
     python -m tools.gate_docs        # rewrites action.yml and docs/cli.md in place

@@ -32,7 +32,7 @@ BOOKS = {name: np.random.default_rng(i).normal(size=(10, 3)) for i, name in enum
 
 def mean_init_model(tie: bool = True):
     """A tiny Llama whose new rows are all the mean of the original ones (one identical
-    group). Also the model of tests/geodiag/test_trainer_callback.py."""
+    group). Also the model of tests/geodiag/callback/test_trainer_callback.py."""
     import torch
     import transformers
 
