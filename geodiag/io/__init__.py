@@ -16,6 +16,8 @@ Bottom to top, each module importing only those above it in this list:
 - ``peft_adapter``: a PEFT adapter folder over its base, rows as PEFT merges them;
 - ``stack``: which training stack wrote a checkpoint;
 - ``options``: :class:`~geodiag.io.options.ReadOptions`, the reading flags of every command;
+- ``levels``: the ``levels`` argument of the API and the Trainer callback (token ids per
+  level, from a mapping or a ``semantic_ids.json``);
 - ``new_tokens``: which rows are new, one resolver per source in precedence order;
 - ``checkpoint``: :func:`~geodiag.io.checkpoint.open_checkpoint`, tying the above together.
 
