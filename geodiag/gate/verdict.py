@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from geodiag.analysis.reports import CheckpointReport, MatrixReport
 from geodiag.analysis.values import CheckName
-from geodiag.gate.checks import CheckResult, GateResult, untrained_kinds
+from geodiag.gate.checks import DISABLED, CheckResult, GateResult, untrained_kinds
 
 GTI = "`gti init --strategy gti`"
 GROUND = f"ground them with {GTI}"
@@ -416,7 +416,7 @@ def verdict(report: CheckpointReport, gate: GateResult) -> Verdict:
     """Overall status, the one-sentence diagnosis, and a sentence per enabled check."""
     by_role = {m.role: m for m in report.matrices}
     remedies = {m.role: _collapse_remedy(report, m) for m in report.matrices}
-    shown = [c for c in gate.checks if not (c.status == "skip" and c.message == "check disabled")]
+    shown = [c for c in gate.checks if not (c.status == "skip" and c.message == DISABLED)]
     checks = [
         CheckVerdict(
             c.name,
