@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -35,39 +35,14 @@ from geodiag.gate.checks import (
 )
 from geodiag.io import sidecar as sidecar_mod
 from geodiag.io.checkpoint import Checkpoint, open_checkpoint
+from geodiag.io.levels import Levels
+from geodiag.io.levels import read_levels as _levels  # the names _new_tokens calls them by
+from geodiag.io.levels import token_ids as _ids
 from geodiag.io.memory import MemoryStore, array_matrix, gathered, is_torch, model_matrices
 from geodiag.io.new_tokens import NewTokens
 from geodiag.io.options import ReadOptions
 
-Levels = Mapping[str, Sequence[int]] | str | os.PathLike[str] | sidecar_mod.SemanticIds
 Codebooks = Mapping[str, object] | str | os.PathLike[str]
-
-
-def _ids(x, what: str) -> np.ndarray:
-    if is_torch(x):
-        x = x.detach().cpu().numpy()
-    a = np.asarray(x)
-    if a.ndim != 1 or a.size == 0 or not np.issubdtype(a.dtype, np.integer):
-        raise InputError(what, f"expected a non-empty 1-D sequence of token ids, got {a!r:.80}")
-    if len(np.unique(a)) != len(a):
-        raise InputError(what, "token ids repeat")
-    return a.astype(np.int64)
-
-
-def _levels(levels: Levels) -> tuple[dict[str, np.ndarray], Path | None]:
-    """{level name: token ids in code order}, and the sidecar file they came from."""
-    if isinstance(levels, str | os.PathLike):
-        path = Path(levels)
-        path = path / sidecar_mod.FILENAME if path.is_dir() else path
-        levels = sidecar_mod.load(path)
-        if not levels.has_token_ids:
-            raise InputError(path, "has no token ids yet (written before vocabulary extension)")
-        return {lv.name: np.asarray(lv.token_ids, np.int64) for lv in levels.levels}, path
-    if isinstance(levels, sidecar_mod.SemanticIds):
-        return {lv.name: np.asarray(lv.token_ids, np.int64) for lv in levels.levels}, None
-    if not isinstance(levels, Mapping) or not levels:
-        raise InputError("levels", "expected {level name: token ids in code order} or a sidecar")
-    return {str(k): _ids(v, f"levels['{k}']") for k, v in levels.items()}, None
 
 
 def _codebooks(codebooks: Codebooks, new: NewTokens) -> tuple[dict[str, np.ndarray], str | None]:

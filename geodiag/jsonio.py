@@ -9,6 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
+# Field metadata key: a dataclass field the JSON leaves out (another field says it, as a
+# check result's shown name says its check and level).
+JSON_SKIP = "geodiag.jsonio.skip"
+
 
 def to_jsonable(obj: object) -> object:
     """Dataclasses -> dicts, numpy -> Python; a non-finite float is a bug, so it raises."""
@@ -16,7 +20,7 @@ def to_jsonable(obj: object) -> object:
         return {
             f.name: to_jsonable(getattr(obj, f.name))
             for f in dataclasses.fields(obj)
-            if not f.name.startswith("_")
+            if not f.name.startswith("_") and not f.metadata.get(JSON_SKIP)
         }
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}

@@ -10,14 +10,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from geodiag.atomic import atomic_dir
 from geodiag.errors import InputError
-from geodiag.io.sidecar import CODEBOOKS_FILENAME, SemanticIds, save
-from geodiag.io.sidecar import FILENAME as SIDECAR_FILENAME
+from geodiag.io.sidecar import SemanticIds, write_description
 
 if TYPE_CHECKING:  # the output-folder rule is read by gti sids build, without transformers
     from transformers import PreTrainedTokenizerBase
@@ -73,9 +71,7 @@ def write_checkpoint(
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)  # type: ignore[attr-defined]
         tokenizer.save_pretrained(tmp)
-        save(sids, tmp / SIDECAR_FILENAME)
-        if codebooks is not None:
-            shutil.copyfile(codebooks, tmp / CODEBOOKS_FILENAME)
+        write_description(tmp, sids, codebooks)
         (tmp / config_filename).write_text(json.dumps(run_config, indent=1, allow_nan=False))
         if train_log is not None:
             lines = (json.dumps(e, allow_nan=False) for e in train_log)

@@ -4,6 +4,8 @@
   every matrix (geometry, RSA, codebook health, neighbours) as ``CheckpointReport``;
 - ``findings``: the row-by-row findings (untrained tokens, groups of identical rows);
 - ``integrity``: checkpoint-level findings (tied heads that differ, padding rows, scale);
+- ``values``: the gate's check names (``CheckName``) and the value each reads off a matrix,
+  for the gate and the trajectory records alike;
 - ``trajectory``: the callback's ``geodiag_trajectory.jsonl`` and checkpoint series.
 
 Imports ``io`` and ``metrics``, never ``gate`` or ``report``.

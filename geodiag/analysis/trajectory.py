@@ -40,14 +40,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geodiag.analysis.reports import CheckpointReport
+from geodiag.analysis.values import VALUES, CheckName, rsa_by_level, rsa_p_by_level
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
 from geodiag.metrics.snapshot import Snapshot
 
 TRAJECTORY_FILENAME = "geodiag_trajectory.jsonl"
 CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")  # transformers' PREFIX_CHECKPOINT_DIR
-METRICS = ("effective_rank_ratio", "spread_ratio", "mean_cosine")
+C = CheckName
+METRICS = (C.EFFECTIVE_RANK_RATIO, C.SPREAD_RATIO, C.MEAN_COSINE)
 # Series that only some records carry (the callback's row-by-row findings): None elsewhere.
-ROW_METRICS = ("effective_rank", "untrained_tokens", "movement", "unmoved_fraction", "grad_norm")
+ROW_METRICS = (C.EFFECTIVE_RANK, C.UNTRAINED_TOKENS, "movement", "unmoved_fraction", "grad_norm")
 
 
 def _finite(x: object) -> float | None:
@@ -58,17 +60,17 @@ def _finite(x: object) -> float | None:
 
 def structure_of_snapshot(s: Snapshot) -> dict:
     out = {
-        "effective_rank_ratio": s.effective_rank_ratio,
-        "effective_rank": s.effective_rank,
-        "spread_ratio": s.spread_ratio,
-        "mean_cosine": s.mean_cosine,
-        "rsa": dict(s.rsa),
+        C.EFFECTIVE_RANK_RATIO: s.effective_rank_ratio,
+        C.EFFECTIVE_RANK: s.effective_rank,
+        C.SPREAD_RATIO: s.spread_ratio,
+        C.MEAN_COSINE: s.mean_cosine,
+        C.RSA: dict(s.rsa),
         "rsa_p": dict(s.rsa_p),
     }
     r = s.rows
     if r is not None:
+        out[C.UNTRAINED_TOKENS] = r.n_untrained
         out.update(
-            untrained_tokens=r.n_untrained,
             movement=r.movement,
             n_unmoved=r.n_unmoved,
             unmoved_fraction=None if r.n_unmoved is None else r.n_unmoved / max(s.n_tokens, 1),
@@ -79,18 +81,15 @@ def structure_of_snapshot(s: Snapshot) -> dict:
 
 
 def structure_of_report(report: CheckpointReport, matrix: int = 0) -> dict:
-    """The record's ``structure`` from a full analysis (input matrix by default)."""
+    """The record's ``structure`` from a full analysis (input matrix by default): the
+    values the gate's checks read (geodiag.analysis.values)."""
     m = report.matrices[matrix]
-    rsa = {lv.name: (lv.rsa.spearman if lv.rsa else None) for lv in m.levels}
-    rsa_p = {lv.name: (lv.rsa.p_value if lv.rsa else None) for lv in m.levels}
+    blocks = (C.EFFECTIVE_RANK_RATIO, C.EFFECTIVE_RANK, C.SPREAD_RATIO, C.MEAN_COSINE)
     return {
-        "effective_rank_ratio": m.new.centered.effective_rank_ratio,
-        "effective_rank": m.new.centered.effective_rank,
-        "spread_ratio": m.new.spread_relative,
-        "mean_cosine": m.new.mean_pairwise_cosine,
-        "rsa": rsa,
-        "rsa_p": rsa_p,
-        "untrained_tokens": None if m.untrained is None else m.untrained.n_untrained,
+        **{c: VALUES[c](m) for c in blocks},
+        C.RSA: rsa_by_level(m),
+        "rsa_p": rsa_p_by_level(m),
+        C.UNTRAINED_TOKENS: VALUES[C.UNTRAINED_TOKENS](m),
     }
 
 
@@ -222,7 +221,7 @@ def from_structures(
         steps=steps,
         elapsed_s=elapsed,
         **{k: [_finite(s.get(k)) for s in structures] for k in METRICS},
-        rsa=_per_key(structures, "rsa"),
+        rsa=_per_key(structures, C.RSA),
         rsa_p=_per_key(structures, "rsa_p"),
         code_accuracy=_per_key(structures, "code_accuracy"),
         code_accuracy_chance=_per_key(structures, "code_accuracy_chance"),

@@ -58,59 +58,43 @@ single-process run's on the same data and seed, to float32 rounding
 
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from transformers import TrainerCallback
 from transformers.utils import logging
 
-from geodiag.analysis.options import AnalyzeOptions
-from geodiag.analysis.rows import reference_rows
 from geodiag.analysis.trajectory import (
     TRAJECTORY_FILENAME,
     append_record,
     record,
     structure_of_report,
-    structure_of_snapshot,
     truncate_after,
 )
-from geodiag.atomic import atomic_write
+from geodiag.analysis.values import CheckName
+from geodiag.callback.checkpoints import (
+    describe_checkpoint,
+    gate_saved,
+    reads_memory,
+    write_check,
+)
+from geodiag.callback.distributed import join_gather, partitioned
+from geodiag.callback.snapshots import (
+    Collapse,
+    FirstRows,
+    collapse_of,
+    empty_structure,
+    logs_of,
+    measure_matrices,
+    new_token_ids,
+    untrained_why,
+)
 from geodiag.errors import InputError
-from geodiag.gate.checks import GateConfig, collapse_checks
-from geodiag.io.safetensors import save_file
+from geodiag.gate.checks import GateConfig
 from geodiag.io.tokenizer import list_names
-from geodiag.metrics.snapshot import snapshot
-from geodiag.metrics.untrained import TOLERANCE, TOLERANCE_RULE, vocabulary_stats
 
 logger = logging.get_logger(__name__)
-CHECK_FILENAME = "geodiag_check.json"
-SHOWN_TOKENS = 20  # untrained tokens an alarm names
-
-
-@dataclass
-class _Rows:
-    """What the first snapshot fixes for the row-by-row findings of one matrix."""
-
-    first: np.ndarray  # (n, d) the new rows then
-    scale: float  # the vocabulary's spread (or the new rows' own, without a vocabulary)
-    tolerance: float  # TOLERANCE x scale
-    rule: str
-
-
-@dataclass
-class _Collapse:
-    collapsed: bool
-    why: list[str]
-
-
-def collapse_of(structure: dict, gate: GateConfig) -> _Collapse:
-    """Which of the gate's collapse checks a snapshot fails, with the gate's messages
-    (:func:`geodiag.gate.checks.collapse_checks`; undefined fails a floor, as in the gate)."""
-    failed = collapse_checks(structure, gate)
-    return _Collapse(bool(failed), [c.message for c in failed])
 
 
 class GeodiagCallback(TrainerCallback):
@@ -197,7 +181,7 @@ class GeodiagCallback(TrainerCallback):
         self._elapsed_offset = 0.0
         self._warned_collapse = False
         self._warned_untrained = False
-        self._rows: dict[str, _Rows] = {}  # role -> fixed at the first snapshot
+        self._rows: dict[str, FirstRows] = {}  # role -> fixed at the first snapshot
         self._grads: dict[str, float | None] = {}
         self._grad_step: int | None = None
         self._tokenizer = None
@@ -226,27 +210,18 @@ class GeodiagCallback(TrainerCallback):
     def _elapsed(self) -> float:
         return self._elapsed_offset + time.monotonic() - self._t0
 
-    def _open(self, model):
-        from geodiag.api import open_source
-
-        return open_source(
-            model,
+    def _source(self) -> dict:
+        """What :func:`geodiag.api.open_source` needs to know about the new rows."""
+        return dict(
             new_ids=self.new_token_ids,
             levels=self.levels,
             codebooks=self.codebooks,
             base_vocab_size=self.base_vocab_size,
-            tokenizer=self._tokenizer,
         )
 
     def _new_ids(self) -> np.ndarray:
         if self._ids is None:
-            if self.new_token_ids is not None:
-                self._ids = np.asarray(self.new_token_ids, dtype=np.int64)
-            else:
-                from geodiag.api import _levels
-
-                by_level = _levels(self.levels)[0].values()  # may read a semantic_ids.json
-                self._ids = np.concatenate([np.asarray(v, np.int64) for v in by_level])
+            self._ids = new_token_ids(self.new_token_ids, self.levels)
         return self._ids
 
     # -- measuring ----------------------------------------------------------------------
@@ -260,58 +235,19 @@ class GeodiagCallback(TrainerCallback):
 
     def _measure(self, model) -> dict[str, tuple[dict, list[str]]]:
         """{role: (structure, names of the untrained tokens, the first SHOWN_TOKENS)}."""
+        from geodiag.api import open_source
         from geodiag.io.memory import gathered
 
         with gathered(model):
-            ckpt = self._open(model)
-            opts = AnalyzeOptions(seed=self.seed)
-            out = {}
-            for matrix in ckpt.matrices:
-                rows = ckpt.read_rows(matrix, ckpt.new.ids)
-                if not np.isfinite(rows).all():
-                    raise InputError(
-                        "<model>", f"new rows of the {matrix.role} matrix hold NaN/Inf"
-                    )
-                reference = reference_rows(ckpt, matrix, opts, len(rows))
-                levels = {}
-                names = self.rsa_levels if self.rsa_levels is not None else ckpt.new.level_names[:1]
-                for name in names:
-                    if name in ckpt.codebooks and ckpt.new.level_index is not None:
-                        li = ckpt.new.level_names.index(name)
-                        levels[name] = (rows[ckpt.new.level_index == li], ckpt.codebooks[name])
-                fixed = self._rows.get(matrix.role)
-                first = None if fixed is None else fixed.first  # None: this is the first
-                if fixed is None:
-                    fixed = self._rows[matrix.role] = _first_rows(ckpt, matrix, rows)
-                index = ckpt.new.level_index
-                snap = snapshot(
-                    rows,
-                    reference,
-                    levels,
-                    rsa_max_items=self.rsa_sample,
-                    n_permutations=self.rsa_permutations,
-                    seed=self.seed,
-                    first=first,
-                    scale=fixed.scale,
-                    tolerance=fixed.tolerance,
-                    level_of=None if index is None else (index, list(ckpt.new.level_names)),
-                )
-                assert snap.rows is not None
-                shown = np.sort(ckpt.new.ids[snap.rows.untrained])[:SHOWN_TOKENS]
-                out[matrix.role] = (structure_of_snapshot(snap), [ckpt.token(i) for i in shown])
-            return out
-
-    def _logs_of(self, structures: dict[str, dict]) -> dict[str, float]:
-        logs = {}
-        for role, s in structures.items():
-            pre = self.prefix + ("" if role == "input" else f"{role}/")
-            for key in _LOGGED:
-                if s.get(key) is not None:
-                    logs[pre + key] = float(s[key])
-            for level, v in s["rsa"].items():
-                if v is not None:
-                    logs[f"{pre}rsa_{level}"] = float(v)
-        return logs
+            ckpt = open_source(model, **self._source(), tokenizer=self._tokenizer)
+            return measure_matrices(
+                ckpt,
+                self._rows,
+                rsa_levels=self.rsa_levels,
+                rsa_sample=self.rsa_sample,
+                rsa_permutations=self.rsa_permutations,
+                seed=self.seed,
+            )
 
     # -- TrainerCallback hooks ----------------------------------------------------------
 
@@ -370,17 +306,8 @@ class GeodiagCallback(TrainerCallback):
         otherwise only join the ZeRO-3 gather (a collective) without measuring."""
         if state.is_world_process_zero or "stop" in (self.on_collapse, self.on_untrained):
             self._snapshot(args, state, control, model, log=log)
-        elif _partitioned(model):
-            self._enter_gather_only(model)
-
-    def _enter_gather_only(self, model) -> None:
-        from geodiag.io.memory import gathered
-
-        try:
-            with gathered(model):
-                pass
-        except InputError:
-            pass
+        elif partitioned(model):
+            join_gather(model)
 
     def _snapshot(self, args, state, control, model, *, log: bool) -> None:
         main = state.is_world_process_zero
@@ -390,30 +317,17 @@ class GeodiagCallback(TrainerCallback):
         except (InputError, ValueError) as e:
             if main:
                 logger.warning("geodiag snapshot at step %d skipped: %s", step, e)
-                self._write(
-                    args, record(step, self._elapsed(), _empty(), kind="skipped", reason=str(e))
+                rec = record(
+                    step, self._elapsed(), empty_structure(), kind="skipped", reason=str(e)
                 )
+                self._write(args, rec)
             return
         structures = {role: s for role, (s, _) in measured.items()}
         for role, s in structures.items():
             s["grad_norm"] = self._grads.get(role) if self._grad_step == step else None
         s, names = measured["input"]
         self.last_structure, self.last_untrained = s, names
-        collapse = collapse_of(s, self.gate)
-        due = self.collapse_after_steps is not None and step >= self.collapse_after_steps
-        if due and collapse.collapsed:
-            msg = (
-                f"geodiag: the new-token rows are still collapsed at step {step} "
-                f"({'; '.join(collapse.why)})"
-            )
-            self._alarm(control, main, msg, self.on_collapse, "_warned_collapse")
-        if self._untrained_due(step, s):
-            msg = (
-                f"geodiag: {s['untrained_tokens']} of {len(self._new_ids())} new tokens are "
-                f"untrained after {step} steps ({self._untrained_why(s)}): "
-                + list_names(names, s["untrained_tokens"])
-            )
-            self._alarm(control, main, msg, self.on_untrained, "_warned_untrained")
+        collapse = self._alarms(control, main, step, s, names)
         if not main:
             return
         extra = {k: v for k, v in structures.items() if k != "input"}
@@ -429,10 +343,29 @@ class GeodiagCallback(TrainerCallback):
             ),
         )
         if log:
-            logs = self._logs_of(structures)
+            logs = logs_of(structures, self.prefix)
             logs[self.prefix + "collapsed"] = float(collapse.collapsed)
             self._queue(logs, step)
             control.should_log = True
+
+    def _alarms(self, control, main: bool, step: int, s: dict, names: list[str]) -> Collapse:
+        """Raise the collapse and the untrained alarms that the snapshot ``s`` calls for."""
+        collapse = collapse_of(s, self.gate)
+        due = self.collapse_after_steps is not None and step >= self.collapse_after_steps
+        if due and collapse.collapsed:
+            msg = (
+                f"geodiag: the new-token rows are still collapsed at step {step} "
+                f"({'; '.join(collapse.why)})"
+            )
+            self._alarm(control, main, msg, self.on_collapse, "_warned_collapse")
+        if self._untrained_due(step, s):
+            n = s[CheckName.UNTRAINED_TOKENS]
+            msg = (
+                f"geodiag: {n} of {len(self._new_ids())} new tokens are untrained after "
+                f"{step} steps ({untrained_why(s, self._rows['input'])}): " + list_names(names, n)
+            )
+            self._alarm(control, main, msg, self.on_untrained, "_warned_untrained")
+        return collapse
 
     def _alarm(self, control, main: bool, msg: str, action: str, warned: str) -> None:
         """``action`` "stop": stop (every rank decides the same); "warn": once per run."""
@@ -448,16 +381,7 @@ class GeodiagCallback(TrainerCallback):
         if self.untrained_after_steps is None or step < self.untrained_after_steps:
             return False
         limit = self.gate.max_untrained_tokens
-        return s.get("untrained_tokens", 0) > (0 if limit is None else limit)
-
-    def _untrained_why(self, s: dict) -> str:
-        fixed = self._rows["input"]
-        parts = []
-        if s.get("n_unmoved"):
-            parts.append(f"{s['n_unmoved']} not moved since the first snapshot")
-        if s.get("identical_rows"):
-            parts.append(f"{s['identical_rows']} in a group of identical rows")
-        return "; ".join(parts) + f"; tolerance {fixed.tolerance:.3g} = {fixed.rule}"
+        return s.get(CheckName.UNTRAINED_TOKENS, 0) > (0 if limit is None else limit)
 
     def _queue(self, logs: dict[str, float], step: int) -> None:
         if self._pending_step is not None and self._pending_step != step:
@@ -478,30 +402,28 @@ class GeodiagCallback(TrainerCallback):
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and self.describe_checkpoints and folder.is_dir():
             try:
-                self._describe(folder, state.global_step)
+                describe_checkpoint(
+                    folder, state.global_step, self.levels, self.codebooks, self.base_vocab_size
+                )
             except (InputError, OSError) as e:
                 logger.warning("geodiag: could not describe %s: %s", folder, e)
         if not self.gate_on_save:
             return
         if not state.is_world_process_zero:
-            if model is not None and _partitioned(model) and self._reads_memory(folder):
-                self._enter_gather_only(model)  # the main process gathers to measure
+            if model is not None and partitioned(model) and reads_memory(folder):
+                join_gather(model)  # the main process gathers to measure
             return
         try:
-            result, report, source = self._gate(folder, model)
+            result, report, source = gate_saved(folder, model, self.gate, self.seed, self._source())
         except (InputError, ValueError) as e:
             logger.warning("geodiag gate on %s skipped: %s", folder, e)
             return
-        from geodiag.jsonio import dumps
+        self._record_gate(args, state, folder, result, report, source)
 
+    def _record_gate(self, args, state, folder: Path, result, report, source: str) -> None:
+        """The save-time gate's result: in the folder, the trajectory and the log."""
         if folder.is_dir():
-            summary = {
-                "passed": result.passed,
-                "measured": source,
-                "gate_config": self.gate,
-                "result": result,
-            }
-            atomic_write(folder / CHECK_FILENAME, dumps(summary) + "\n")
+            write_check(folder, result, self.gate, source)
         failed = [f"{c.name} ({c.matrix})" for c in result.checks if c.status == "fail"]
         if failed:
             logger.warning("geodiag gate FAILED on %s: %s", folder, ", ".join(failed))
@@ -523,127 +445,10 @@ class GeodiagCallback(TrainerCallback):
         else:
             self._queue(logs, state.global_step)
 
-    def _gate(self, folder: Path, model):
-        """(GateResult, CheckpointReport, what was measured) for a saved checkpoint."""
-        from geodiag.api import open_source
-        from geodiag.gate.checks import run_gate
-
-        opts = AnalyzeOptions(seed=self.seed, neighbors_max=0)
-        kw = dict(
-            new_ids=self.new_token_ids,
-            levels=self.levels,
-            codebooks=self.codebooks,
-            base_vocab_size=self.base_vocab_size,
-        )
-        from geodiag.analysis.checkpoint import analyze_checkpoint
-
-        if not self._reads_memory(folder):
-            try:
-                report = analyze_checkpoint(open_source(folder, **kw), opts)
-                return run_gate(report, self.gate), report, str(folder)
-            except InputError as e:
-                # In memory instead, unless that needs a gather the other ranks won't join.
-                if model is None or _partitioned(model):
-                    raise
-                logger.warning(
-                    "geodiag: reading %s failed (%s); measuring the model in memory", folder, e
-                )
-        if model is None:
-            raise InputError(folder, "no model to measure")
-        from geodiag.io.memory import gathered
-
-        with gathered(model):
-            report = analyze_checkpoint(open_source(model, **kw), opts)
-        return run_gate(report, self.gate), report, "model in memory"
-
-    def _describe(self, folder: Path, step: int) -> None:
-        """The sidecar and codebooks a reader of this folder needs (gti's contract)."""
-        from geodiag.api import _levels
-        from geodiag.io import sidecar
-
-        if self.levels is None or (folder / sidecar.FILENAME).exists():
-            return
-        by_level, side_path = _levels(self.levels)
-        ids = [int(i) for v in by_level.values() for i in v]
-        items = sidecar.load(side_path).items if side_path is not None else {}
-        levels = [sidecar.Level(name, len(v), [int(i) for i in v]) for name, v in by_level.items()]
-        base = self.base_vocab_size if self.base_vocab_size is not None else min(ids)
-        prov = {"step": step, "written_by": "geodiag.callback.GeodiagCallback"}
-        books = self.codebooks
-        if books is None and side_path is not None:
-            beside = side_path.parent / sidecar.CODEBOOKS_FILENAME
-            books = beside if beside.is_file() else None
-        dest = folder / sidecar.CODEBOOKS_FILENAME
-        if books is not None and not dest.exists():
-            if isinstance(books, str | os.PathLike):
-                atomic_write(dest, Path(books).read_bytes())
-            else:
-                arrays = {str(k): np.asarray(_numpy(v), dtype=np.float32) for k, v in books.items()}
-                save_file(arrays, dest)
-        sidecar.save(sidecar.SemanticIds(base, levels, items, prov), folder)
-
-    @staticmethod
-    def _reads_memory(folder: Path) -> bool:
-        """An adapter folder (or no folder) is measured from the model in memory."""
-        return not folder.is_dir() or (folder / "adapter_config.json").is_file()
-
     def _write(self, args, rec: dict) -> None:
         path = self._path(args)
         if path is not None:
             append_record(path, rec)
-
-
-def _numpy(x):
-    return x.detach().cpu().numpy() if hasattr(x, "detach") else x
-
-
-# The structure's numbers logged as geodiag/<key> (RSA per level besides).
-_LOGGED = (
-    "effective_rank_ratio",
-    "spread_ratio",
-    "mean_cosine",
-    "untrained_tokens",
-    "unmoved_fraction",
-    "movement",
-    "grad_norm",
-)
-
-
-def _first_rows(ckpt, matrix, rows: np.ndarray) -> _Rows:
-    """The reference of the row-by-row findings: the rows now, and the gate's tolerance
-    (geodiag.analysis.checkpoint._untrained): TOLERANCE x the vocabulary's spread, exact over all
-    original rows, or x the new rows' own spread without a vocabulary."""
-    from geodiag.analysis.findings import MIN_REFERENCE_ROWS
-    from geodiag.io.checkpoint import check_original_rows
-    from geodiag.metrics.geometry import spread
-
-    vocab = vocabulary_stats(block for _, block in ckpt.iter_original(matrix))
-    if vocab is not None:  # NaN/Inf original rows: every snapshot is skipped, naming them
-        check_original_rows(ckpt, matrix, vocab.nonfinite_rows, allow_nonfinite=False)
-    scale, rule = (vocab.spread, TOLERANCE_RULE) if vocab is not None else (0.0, "")
-    if vocab is None or vocab.n_rows < MIN_REFERENCE_ROWS or scale <= 0:
-        scale = spread(rows)
-        rule = f"{TOLERANCE:g} x the new rows' own spread (no vocabulary)"
-    return _Rows(rows.copy(), float(scale), TOLERANCE * float(scale), rule)
-
-
-def _empty() -> dict:
-    return {
-        "effective_rank_ratio": None,
-        "spread_ratio": None,
-        "mean_cosine": None,
-        "rsa": {},
-        "rsa_p": {},
-    }
-
-
-def _partitioned(model) -> bool:
-    from geodiag.io.memory import fsdp_owners, partitioned_embeddings
-
-    try:
-        return bool(partitioned_embeddings(model)) or bool(fsdp_owners(model))
-    except AttributeError:
-        return False
 
 
 __all__ = ["GeodiagCallback", "collapse_of"]

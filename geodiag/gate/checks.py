@@ -28,19 +28,25 @@ from pathlib import Path
 from typing import Any
 
 from geodiag.analysis.reports import CheckpointReport, MatrixReport
+from geodiag.analysis.values import VALUES, CheckName, rsa_by_level, shown_name
 from geodiag.errors import InputError
-from geodiag.jsonio import read_document
+from geodiag.jsonio import JSON_SKIP, read_document
 from geodiag.settings import setting
 
 
 @dataclass
 class CheckResult:
-    name: str  # e.g. "effective_rank_ratio"
+    name: str = field(init=False)  # as shown: the check's, or "rsa[<level>]" (shown_name)
+    check: CheckName = field(metadata={JSON_SKIP: True})  # the name says it in the JSON
     matrix: str  # "input" | "output"
     status: str  # "pass" | "warn" | "fail" | "skip"
     value: float | None
     threshold: float | None
     message: str
+    level: str | None = field(default=None, metadata={JSON_SKIP: True})  # a level check's
+
+    def __post_init__(self) -> None:
+        self.name = shown_name(self.check, self.level)
 
 
 DISABLED = "check disabled"  # the message of a check whose threshold is None
@@ -64,14 +70,14 @@ def format_value(x: float | None) -> str:
 
 def _effective_rank_ratio(m: MatrixReport) -> Reading:
     return Reading(
-        m.new.centered.effective_rank_ratio,
+        VALUES[CheckName.EFFECTIVE_RANK_RATIO](m),
         f"the {m.n_new} new rows span few directions around their mean (collapsed, or on a line)",
     )
 
 
 def _effective_rank(m: MatrixReport) -> Reading:
     return Reading(
-        m.new.centered.effective_rank,
+        VALUES[CheckName.EFFECTIVE_RANK](m),
         f"the {m.n_new} new rows span few directions around their mean",
     )
 
@@ -80,14 +86,14 @@ def _spread_ratio(m: MatrixReport) -> Reading:
     if m.reference is None:
         return Reading(None, str(m.reference_undefined_reason), measurable=False)
     return Reading(
-        m.new.spread_relative,
+        VALUES[CheckName.SPREAD_RATIO](m),
         f"the {m.n_new} new rows sit within a tiny ball compared with the original "
         "vocabulary (mean initialization, with or without small noise)",
     )
 
 
 def _mean_cosine(m: MatrixReport) -> Reading:
-    cos = m.new.mean_pairwise_cosine
+    cos = VALUES[CheckName.MEAN_COSINE](m)
     if cos is None:  # two rows or more (one row is a block check's skip): a zero row
         return Reading(None, "a new row has zero norm, so its direction is undefined")
     return Reading(cos, f"the {m.n_new} new rows all point the same way (mean initialization?)")
@@ -123,11 +129,11 @@ def _untrained_tokens(m: MatrixReport) -> Reading:
             f"{u.n_untrained} of {m.n_new} new rows never left their init "
             f"({'; '.join(untrained_kinds(u))}): {u.untrained.listed()}"
         )
-    return Reading(u.n_untrained, why, shown=f"{u.n_untrained}")
+    return Reading(VALUES[CheckName.UNTRAINED_TOKENS](m), why, shown=f"{u.n_untrained}")
 
 
 def _norm_ratio(m: MatrixReport) -> Reading:
-    r = m.norm_ratio
+    r = VALUES[CheckName.NORM_RATIO](m)
     if r is None:
         return Reading(None, "no original vocabulary to compare the new rows' norms with")
     return Reading(
@@ -140,17 +146,17 @@ def _norm_ratio(m: MatrixReport) -> Reading:
 def _rsa_levels(m: MatrixReport, threshold: float | None) -> list[CheckResult]:
     """One result per level. Off (the default), a low RSA warns: a random init has no
     structure but is not collapsed."""
-    out = []
+    out, values = [], rsa_by_level(m)
     for lv in m.levels:
-        name = f"rsa[{lv.name}]"
+        name = shown_name(CheckName.RSA, lv.name)
         if lv.rsa is None:
             status = "fail" if threshold is not None else "skip"
             # The reason is often the checkpoint's note ("...: RSA skipped"): said once here.
             reason = (lv.rsa_skip_reason or "").removesuffix(": RSA skipped")
             msg = f"{name} not measured: {reason}"
-            out.append(CheckResult(name, m.role, status, None, threshold, msg))
+            out.append(CheckResult(CheckName.RSA, m.role, status, None, threshold, msg, lv.name))
             continue
-        r, p = lv.rsa.spearman, lv.rsa.p_value
+        r, p = values[lv.name], lv.rsa.p_value
         if r is None:
             status = "fail" if threshold is not None else "warn"
             msg = f"RSA undefined: {lv.rsa.undefined_reason}"
@@ -168,7 +174,7 @@ def _rsa_levels(m: MatrixReport, threshold: float | None) -> list[CheckResult]:
             )
         else:
             status, msg = "pass", f"RSA {r:.3f} (p={format_value(p)})"
-        out.append(CheckResult(name, m.role, status, r, threshold, msg))
+        out.append(CheckResult(CheckName.RSA, m.role, status, r, threshold, msg, lv.name))
     return out
 
 
@@ -291,7 +297,7 @@ class GateConfig:
 class Check:
     """One row of the gate's table: a :class:`GateConfig` field and what it judges."""
 
-    name: str  # the result's name, e.g. "spread_ratio"; a level check's: "rsa[<level>]"
+    name: CheckName  # e.g. "spread_ratio"; a level check's results add the level
     field: str  # the GateConfig field, e.g. "min_spread_ratio"
     direction: str  # "min": value >= threshold passes; "max": value <= threshold
     default: float | None
@@ -338,7 +344,13 @@ def _row(f) -> Check:
     direction, _, name = f.name.partition("_")
     if direction not in ("min", "max"):
         raise ValueError(f"GateConfig.{f.name}: a threshold's name starts with min_ or max_")
-    return Check(name=name, field=f.name, direction=direction, default=f.default, **f.metadata[ROW])
+    try:
+        check = CheckName(name)
+    except ValueError:
+        raise ValueError(f"GateConfig.{f.name}: {name!r} is no CheckName") from None
+    return Check(
+        name=check, field=f.name, direction=direction, default=f.default, **f.metadata[ROW]
+    )
 
 
 # In field order, which is the order of the results: block checks, row checks, level checks.

@@ -20,7 +20,7 @@ from geodiag.escape import (
     workflow_property,
     xml_text,
 )
-from geodiag.gate.checks import MATRIX_NAMES, CheckResult, GateResult, format_value
+from geodiag.gate.checks import DISABLED, MATRIX_NAMES, CheckResult, GateResult, format_value
 
 
 def text_summary(res: GateResult) -> str:
@@ -31,7 +31,7 @@ def text_summary(res: GateResult) -> str:
     """
     lines = [f"{res.path}: {'PASS' if res.passed else 'FAIL'}"]
     for role, tensor in res.tensors.items():
-        mine = [c for c in res.checks if c.matrix == role and c.message != "check disabled"]
+        mine = [c for c in res.checks if c.matrix == role and c.message != DISABLED]
         lines.append(f"  {MATRIX_NAMES.get(role, role)} {tensor}:")
         lines += [f"    [{c.status:4}] {c.message}" for c in mine]
     return terminal_lines(lines)

@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass
 
 from geodiag.analysis.reports import CheckpointReport, MatrixReport
-from geodiag.gate.checks import CheckResult, GateResult, untrained_kinds
+from geodiag.analysis.values import CheckName
+from geodiag.gate.checks import DISABLED, CheckResult, GateResult, untrained_kinds
 
 GTI = "`gti init --strategy gti`"
 GROUND = f"ground them with {GTI}"
@@ -130,7 +131,7 @@ def _where(m: MatrixReport, n_matrices: int) -> str:
 
 
 def _rsa_sentence(c: CheckResult, m: MatrixReport) -> str:
-    level = c.name[len("rsa[") : -1]
+    level = c.level
     lv = next(lv for lv in m.levels if lv.name == level)
     if lv.rsa is None:
         hint = "; pass --codebooks FILE" if "codebook" in (lv.rsa_skip_reason or "") else ""
@@ -148,43 +149,44 @@ def _rsa_sentence(c: CheckResult, m: MatrixReport) -> str:
 def check_sentence(c: CheckResult, m: MatrixReport) -> str:
     """The finding of one gate check, in one sentence. No remedy: the card's diagnosis
     (:func:`verdict`'s sentence) carries it, once."""
-    if c.name.startswith("rsa["):
+    if c.check is CheckName.RSA:
         return _rsa_sentence(c, m)
     if c.status == "skip":
         return c.message if c.message.endswith(".") else c.message + "."
     g, v, t = m.new, c.value, c.threshold
     k = min(m.n_new, m.dim)
     ok = c.status == "pass"
-    if c.name in ("effective_rank_ratio", "effective_rank"):
+    if c.check in (CheckName.EFFECTIVE_RANK_RATIO, CheckName.EFFECTIVE_RANK):
         erank = g.centered.effective_rank
         if erank == 0:
             return "the rows are identical: rank 0 around their mean."
-        shown = f"ratio {_g(v)}" if c.name == "effective_rank_ratio" else f"rank {_g(v)}"
+        ratio = c.check is CheckName.EFFECTIVE_RANK_RATIO
+        shown = f"ratio {_g(v)}" if ratio else f"rank {_g(v)}"
         if ok:
             return f"{erank:.3g} effective directions of {k} possible ({shown} >= {t:g})."
         return (
             f"only {erank:.3g} effective direction(s) of {k} ({shown} < {t:g}): a line or a thin "
             "subspace."
         )
-    if c.name == "spread_ratio":
+    if c.check is CheckName.SPREAD_RATIO:
         if v is None:
             return f"spread ratio undefined ({c.message})."
         if ok:
             return f"spread {v:.3g}x the vocabulary's (>= {t:g})."
         return f"spread only {v:.2g}x the vocabulary's (< {t:g}): one point, as after mean init."
-    if c.name == "untrained_tokens":
+    if c.check is CheckName.UNTRAINED_TOKENS:
         u = m.untrained
         if ok or u is None or u.untrained is None:
             return f"no new row is still at its init (none within {_g(u.tolerance if u else None)} of another row or of the vocabulary mean)."
         return _untrained_finding(m)
-    if c.name == "norm_ratio":
+    if c.check is CheckName.NORM_RATIO:
         if ok:
             return f"the longest new row is {v:.3g}x the longest original row (<= {t:g})."
         return (
             f"the longest new row is {v:.3g}x the longest original row (> {t:g}): logits scale "
             "with the norm, so the model will emit it everywhere."
         )
-    if c.name == "mean_cosine":
+    if c.check is CheckName.MEAN_COSINE:
         if ok:
             return (
                 f"mean pairwise cosine {v:.3g} (<= {t:g}): the rows point in different directions."
@@ -295,18 +297,19 @@ def _untrained_diagnosis(m: MatrixReport, remedy: str) -> str:
     return f"{finding}: {_UNTRAINED_REMEDY[cause]}."
 
 
-def _collapse(m: MatrixReport, failed: set[str], remedy: str) -> str | None:
+def _collapse(m: MatrixReport, failed_checks: list[CheckResult], remedy: str) -> str | None:
     """The diagnosis of a failed matrix, most specific cause first."""
     n, g = m.n_new, m.new
-    if _untrained_cause(m) in _NO_INIT and "untrained_tokens" in failed:
+    failed = {c.check for c in failed_checks}
+    if _untrained_cause(m) in _NO_INIT and CheckName.UNTRAINED_TOKENS in failed:
         return _untrained_diagnosis(m, remedy)  # no init ran: no init option to blame
-    if "spread_ratio" in failed or "mean_cosine" in failed:
+    if CheckName.SPREAD_RATIO in failed or CheckName.MEAN_COSINE in failed:
         if g.spread == 0:
             return (
                 f"all {n} new tokens are the same vector: mean initialization (or an init that "
                 f"never ran); {remedy}."
             )
-        if "spread_ratio" in failed and g.spread_relative is not None:
+        if CheckName.SPREAD_RATIO in failed and g.spread_relative is not None:
             return (
                 f"all {n} new tokens lie within {g.spread:.1g} (RMS) of one point, "
                 f"{g.spread_relative:.1g}x the spread of the original vocabulary: mean initialization, "
@@ -316,7 +319,7 @@ def _collapse(m: MatrixReport, failed: set[str], remedy: str) -> str | None:
             f"the {n} new tokens all point the same way (mean cosine {_g(g.mean_pairwise_cosine)}): "
             f"a shared offset dominates them, as after mean initialization; {remedy}."
         )
-    if failed & {"effective_rank_ratio", "effective_rank"}:
+    if failed & {CheckName.EFFECTIVE_RANK_RATIO, CheckName.EFFECTIVE_RANK}:
         if g.centered.effective_rank == 0:
             return f"all {n} new tokens are the same vector (rank 0 around their mean); {remedy}."
         return (
@@ -324,14 +327,14 @@ def _collapse(m: MatrixReport, failed: set[str], remedy: str) -> str | None:
             "around their mean: they lie on a line or in a thin subspace (e.g. multiples of one "
             f"vector); give each token its own starting point, or {GROUND}."
         )
-    if "untrained_tokens" in failed and m.untrained is not None and m.untrained.untrained:
+    if CheckName.UNTRAINED_TOKENS in failed and m.untrained is not None and m.untrained.untrained:
         return _untrained_diagnosis(m, remedy)
-    if "norm_ratio" in failed:
+    if CheckName.NORM_RATIO in failed:
         return (
             f"the longest new row is {_g(m.norm_ratio)}x the longest original row: the model "
             "will emit it everywhere; rescale the new rows to the vocabulary's norms."
         )
-    rsa_failed = sorted(name[4:-1] for name in failed if name.startswith("rsa["))
+    rsa_failed = sorted(str(c.level) for c in failed_checks if c.check is CheckName.RSA)
     if rsa_failed:
         return (
             f"level(s) {', '.join(rsa_failed)} do not reproduce the codebook's structure; "
@@ -382,11 +385,11 @@ def _structure(report: CheckpointReport, m: MatrixReport, checks: list[CheckResu
         else "spread ratio undefined without a vocabulary"
     )
     healthy = f"not collapsed (effective rank {_g(g.centered.effective_rank)}, {spread})"
-    rsa = [c for c in checks if c.name.startswith("rsa[")]
+    rsa = [c for c in checks if c.check is CheckName.RSA]
     measured = [
         lv.rsa.spearman for lv in m.levels if lv.rsa is not None and lv.rsa.spearman is not None
     ]
-    warned = [c.name[4:-1] for c in rsa if c.status == "warn"]
+    warned = [str(c.level) for c in rsa if c.status == "warn"]
     if warned and len(warned) == len(rsa):
         r = f"~{sum(measured) / len(measured):.2f}" if measured else "undefined"
         return (
@@ -413,7 +416,7 @@ def verdict(report: CheckpointReport, gate: GateResult) -> Verdict:
     """Overall status, the one-sentence diagnosis, and a sentence per enabled check."""
     by_role = {m.role: m for m in report.matrices}
     remedies = {m.role: _collapse_remedy(report, m) for m in report.matrices}
-    shown = [c for c in gate.checks if not (c.status == "skip" and c.message == "check disabled")]
+    shown = [c for c in gate.checks if not (c.status == "skip" and c.message == DISABLED)]
     checks = [
         CheckVerdict(
             c.name,
@@ -430,7 +433,7 @@ def verdict(report: CheckpointReport, gate: GateResult) -> Verdict:
     sentences = []
     for m in report.matrices:
         mine = [c for c in gate.checks if c.matrix == m.role]
-        failed = {c.name for c in mine if c.status == "fail"}
+        failed = [c for c in mine if c.status == "fail"]
         text = _collapse(m, failed, remedies[m.role]) if failed else _structure(report, m, mine)
         text = text or "see the failed checks below."
         sentences.append(_where(m, len(report.matrices)) + text[0].upper() + text[1:])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import string
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -126,6 +127,29 @@ def load(path: str | os.PathLike[str]) -> SemanticIds:
         p = p / FILENAME
     data = read_json(p)
     return parse(data, p)
+
+
+def write_description(
+    folder: str | os.PathLike[str],
+    sids: SemanticIds,
+    codebooks: str | os.PathLike[str] | Mapping[str, object] | None,
+) -> None:
+    """Describe a checkpoint folder as the contract has it (DESIGN.md), for gti's writer and
+    the Trainer callback alike: ``codebooks.safetensors`` (a copy of a file, or arrays as
+    float32 ``[codes, code_dim]``; one already there is kept; None: none), then
+    ``semantic_ids.json``, last, so that a reader who finds it finds the codebooks too."""
+    folder = Path(folder)
+    dest = folder / CODEBOOKS_FILENAME
+    if codebooks is not None and not dest.exists():
+        if isinstance(codebooks, str | os.PathLike):
+            atomic_write(dest, Path(codebooks).read_bytes())
+        else:
+            import numpy as np
+
+            from geodiag.io.safetensors import save_file
+
+            save_file({str(k): np.asarray(v, dtype=np.float32) for k, v in codebooks.items()}, dest)
+    save(sids, folder / FILENAME)
 
 
 def save(sids: SemanticIds, path: str | os.PathLike[str]) -> Path:

@@ -89,11 +89,12 @@ def _singular_values_svd(x: np.ndarray) -> np.ndarray:
     return np.linalg.svd(x, compute_uv=False)
 
 
-def _gram(a: np.ndarray) -> np.ndarray:
+def _gram(a: np.ndarray, widen_threads: bool = True) -> np.ndarray:
     """a @ a.T, (k, k), exactly symmetric. numpy hands a product of a matrix with its own
     transpose to BLAS syrk (half the flops of a general product, no copy of ``a``) and
-    mirrors the triangle: as fast as scipy's dsyrk here, without scipy's import."""
-    if a.size <= _THREADS_MIN_ELEMENTS:
+    mirrors the triangle: as fast as scipy's dsyrk here (and equal to it, bit for bit, on
+    one thread), without scipy's import. widen_threads=False keeps the caller's limit."""
+    if a.size <= _THREADS_MIN_ELEMENTS or not widen_threads:
         return a @ a.T
     from geodiag.metrics.blas import blas_threads
 
@@ -118,14 +119,17 @@ def _gram_scale(x: np.ndarray) -> float:
     return scale if scale and not 1e-100 < scale < 1e100 else 1.0
 
 
-def _singular_values_gram(x: np.ndarray) -> np.ndarray:
-    """Singular values from the eigenvalues of the smaller Gram matrix, descending."""
+def singular_values_by_gram(x: np.ndarray, *, widen_threads: bool = True) -> np.ndarray:
+    """Singular values of x (n, d), a 2-D float64 array, descending, from the eigenvalues
+    of its smaller Gram matrix (the route above _SVD_MAX_ELEMENTS; its precision: the
+    comment there). widen_threads=False keeps the caller's BLAS thread limit, where the
+    product would otherwise ask for every core (the Trainer callback, beside torch's)."""
     n, d = x.shape
     if x.max() == 0.0 and x.min() == 0.0:
         return np.zeros(min(n, d))
     scale = _gram_scale(x)
     x = x / scale if scale != 1.0 else x
-    return _sv_from_gram(_gram(x.T if d <= n else x)) * scale
+    return _sv_from_gram(_gram(x.T if d <= n else x, widen_threads)) * scale
 
 
 def _use_gram(shape: tuple[int, int]) -> bool:
@@ -178,8 +182,8 @@ def _spectra_via_gram(x: np.ndarray, m: np.ndarray) -> tuple[SpectrumStats, Spec
         g_x = g_c + cm[:, None] + cm[None, :] + float(m @ m)
     sv_c = np.zeros(min(n, d)) if not g_c.any() else _sv_from_gram(g_c) * scale
     sv_x = np.zeros(min(n, d)) if not g_x.any() else _sv_from_gram(g_x) * scale
-    uncentered = _spectrum_from_singular_values(sv_x, n, d)
-    return uncentered, _spectrum_from_singular_values(sv_c, n, d), sq
+    uncentered = spectrum_from_singular_values(sv_x, n, d)
+    return uncentered, spectrum_from_singular_values(sv_c, n, d), sq
 
 
 def singular_values(x: np.ndarray) -> np.ndarray:
@@ -190,10 +194,11 @@ def singular_values(x: np.ndarray) -> np.ndarray:
 def _singular_values(x: np.ndarray) -> np.ndarray:
     if not _use_gram(x.shape):
         return _singular_values_svd(x)
-    return _singular_values_gram(x)
+    return singular_values_by_gram(x)
 
 
-def _spectrum_from_singular_values(s: np.ndarray, n: int, d: int) -> SpectrumStats:
+def spectrum_from_singular_values(s: np.ndarray, n: int, d: int) -> SpectrumStats:
+    """The rank figures of an (n, d) matrix from its singular values ``s`` (min(n, d))."""
     k = min(n, d)
     s = np.clip(np.asarray(s, dtype=np.float64), 0.0, None)
     total = float(s.sum())
@@ -237,8 +242,8 @@ def spectrum_stats(x: np.ndarray) -> SpectrumStats:
 def _spectrum(x: np.ndarray) -> SpectrumStats:
     n, d = x.shape
     if x.max() == 0.0 and x.min() == 0.0:  # exact zero matrix; np.any would allocate (n, d)
-        return _spectrum_from_singular_values(np.zeros(min(n, d)), n, d)
-    return _spectrum_from_singular_values(_singular_values(x), n, d)
+        return spectrum_from_singular_values(np.zeros(min(n, d)), n, d)
+    return spectrum_from_singular_values(_singular_values(x), n, d)
 
 
 def centered(x: np.ndarray) -> np.ndarray:

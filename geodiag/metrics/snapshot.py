@@ -23,14 +23,11 @@ import numpy as np
 
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.geometry import (
-    _centered,
-    _gram_scale,
-    _mean_pairwise_cosine,
-    _spectrum_from_singular_values,
-    _spread_of_centered,
-    _sv_from_gram,
     as_matrix,
-    row_norms,
+    centered,
+    mean_pairwise_cosine,
+    singular_values_by_gram,
+    spectrum_from_singular_values,
     spread,
 )
 from geodiag.metrics.rsa import rsa
@@ -114,28 +111,17 @@ def untrained(
     )
 
 
-def _gram(a: np.ndarray) -> np.ndarray:
-    """a @ a.T by BLAS syrk, on the caller's BLAS threads (geometry's asks for all cores)."""
-    from scipy.linalg.blas import dsyrk
-
-    upper = dsyrk(1.0, a)
-    return np.triu(upper) + np.triu(upper, 1).T
-
-
 def centered_effective_rank(x: np.ndarray) -> float:
-    """Centered effective rank of x (n, d) from the Gram matrix's eigenvalues.
+    """Centered effective rank of x (n, d) from the Gram matrix's eigenvalues, on the
+    caller's BLAS threads.
 
     Same definition as :func:`geodiag.metrics.geometry.summarize` (which takes the SVD
-    below 4M elements): rows all equal give exactly 0.
+    below 1M elements): rows all equal give exactly 0.
     """
-    c = _centered(as_matrix(x))
+    c = centered(x)
     n, d = c.shape
-    if c.max() == 0.0 and c.min() == 0.0:
-        return 0.0
-    scale = _gram_scale(c)
-    c = c / scale if scale != 1.0 else c
-    sv = _sv_from_gram(_gram(c.T if d <= n else c)) * scale
-    return _spectrum_from_singular_values(sv, n, d).effective_rank
+    sv = singular_values_by_gram(c, widen_threads=False)
+    return spectrum_from_singular_values(sv, n, d).effective_rank
 
 
 def snapshot(
@@ -177,13 +163,13 @@ def _snapshot(x, reference, levels, rsa_max_items, n_permutations, seed) -> Snap
     n, d = x.shape
     erank = centered_effective_rank(x)
     ref_spread = spread(ref)
-    s = _spread_of_centered(_centered(x))
+    s = spread(x)
     out = Snapshot(
         n_tokens=n,
         effective_rank=erank,
         effective_rank_ratio=erank / min(n, d),
         spread_ratio=s / ref_spread if ref_spread > 0 else None,
-        mean_cosine=_mean_pairwise_cosine(x, row_norms(x)),
+        mean_cosine=mean_pairwise_cosine(x),
     )
     for name, (rows, book) in (levels or {}).items():
         r = rsa(

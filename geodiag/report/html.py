@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geodiag.analysis.findings import FINDINGS
+from geodiag.analysis.values import CheckName
 from geodiag.escape import html_page
 from geodiag.gate.text import provenance_lines
 from geodiag.jsonio import to_jsonable
@@ -360,9 +361,9 @@ def codebook_rows(report: Report, p: _Ptr) -> list[list[Cell]]:
 
 
 TRAJECTORY_COLUMNS = [  # (header, attribute of Trajectory)
-    ("effective-rank ratio", "effective_rank_ratio"),
-    ("spread ratio", "spread_ratio"),
-    ("mean cosine", "mean_cosine"),
+    ("effective-rank ratio", CheckName.EFFECTIVE_RANK_RATIO),
+    ("spread ratio", CheckName.SPREAD_RATIO),
+    ("mean cosine", CheckName.MEAN_COSINE),
 ]
 
 

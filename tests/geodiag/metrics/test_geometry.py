@@ -93,11 +93,11 @@ def test_svd_and_gram_routes_agree():
     low = rng.normal(size=(300, 4)) @ rng.normal(size=(4, 40))
     for x in (full, full.T, low, low.T):
         svd = geometry._singular_values_svd(x)
-        gram = geometry._singular_values_gram(x)
+        gram = geometry.singular_values_by_gram(x)
         assert svd.shape == gram.shape == (40,)
         np.testing.assert_allclose(gram, svd, rtol=1e-9, atol=1e-6 * svd[0])
     # The Gram route sets its rounding floor to exact zeros: a rank-4 matrix stays rank 4.
-    assert np.count_nonzero(geometry._singular_values_gram(low)) == 4
+    assert np.count_nonzero(geometry.singular_values_by_gram(low)) == 4
 
 
 def test_gram_route_is_used_for_large_matrices(monkeypatch):
@@ -116,7 +116,7 @@ def test_gram_route_survives_extreme_scales():
     ref = geometry._singular_values_svd(x)
     for scale in (1e-200, 1e200):
         np.testing.assert_allclose(
-            geometry._singular_values_gram(x * scale) / scale, ref, rtol=1e-9
+            geometry.singular_values_by_gram(x * scale) / scale, ref, rtol=1e-9
         )
 
 

@@ -1,0 +1,59 @@
+"""The gate's checks by name, and the value each one reads off a :class:`MatrixReport`.
+
+One enumeration of the names that every user imports (the gate's table and its verdicts,
+the trajectory records, the report, the Trainer callback), and one map from a check to its
+value, which the gate's readers (:mod:`geodiag.gate.checks`) and a trajectory's record of a
+full analysis (:func:`geodiag.analysis.trajectory.structure_of_report`) both read. Here,
+below the gate, so that the analysis can use it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+
+from geodiag.analysis.reports import MatrixReport
+
+
+class CheckName(StrEnum):
+    """A check's name: its results carry it, its ``GateConfig`` field is ``min_`` or
+    ``max_`` + it, and a trajectory record's ``structure`` keys its value by it."""
+
+    EFFECTIVE_RANK_RATIO = "effective_rank_ratio"
+    EFFECTIVE_RANK = "effective_rank"
+    SPREAD_RATIO = "spread_ratio"
+    MEAN_COSINE = "mean_cosine"
+    UNTRAINED_TOKENS = "untrained_tokens"
+    NORM_RATIO = "norm_ratio"
+    RSA = "rsa"  # one result per level
+
+
+def shown_name(check: CheckName, level: str | None = None) -> str:
+    """The name a result is shown by: the check's, or ``rsa[<level>]`` for a level."""
+    return str(check) if level is None else f"{check}[{level}]"
+
+
+def _untrained_tokens(m: MatrixReport) -> float | None:
+    return None if m.untrained is None else m.untrained.n_untrained
+
+
+# The value of each block or row check (the RSA check reads one value per level:
+# rsa_by_level). None: undefined, or not measured.
+VALUES: dict[CheckName, Callable[[MatrixReport], float | None]] = {
+    CheckName.EFFECTIVE_RANK_RATIO: lambda m: m.new.centered.effective_rank_ratio,
+    CheckName.EFFECTIVE_RANK: lambda m: m.new.centered.effective_rank,
+    CheckName.SPREAD_RATIO: lambda m: m.new.spread_relative,  # None without a vocabulary
+    CheckName.MEAN_COSINE: lambda m: m.new.mean_pairwise_cosine,
+    CheckName.UNTRAINED_TOKENS: _untrained_tokens,
+    CheckName.NORM_RATIO: lambda m: m.norm_ratio,
+}
+
+
+def rsa_by_level(m: MatrixReport) -> dict[str, float | None]:
+    """{level: Spearman RSA against its codebook}, None where not measured or undefined."""
+    return {lv.name: (lv.rsa.spearman if lv.rsa else None) for lv in m.levels}
+
+
+def rsa_p_by_level(m: MatrixReport) -> dict[str, float | None]:
+    """{level: the RSA's permutation p-value}, None where not measured or undefined."""
+    return {lv.name: (lv.rsa.p_value if lv.rsa else None) for lv in m.levels}
