@@ -177,6 +177,29 @@ def rsa(
         if reason is not None:
             return undefined(reason)
 
+    r_obs, p_value = _spearman_and_p(ta, tb, rows, cols, n, rng, n_permutations)
+    return RSAResult(
+        spearman=float(np.clip(r_obs, -1.0, 1.0)),
+        p_value=p_value,
+        n_items=n,
+        n_total=n_total,
+        n_permutations=n_permutations,
+        sampled=sampled,
+        undefined_reason=None,
+    )
+
+
+def _spearman_and_p(
+    ta: np.ndarray,
+    tb: np.ndarray,
+    rows: np.ndarray,
+    cols: np.ndarray,
+    n: int,
+    rng: np.random.Generator,
+    n_permutations: int,
+) -> tuple[float, float | None]:
+    """Spearman r of the two triangles (n (n - 1) / 2,) at (rows, cols), and its
+    permutation p-value (None for no permutations), drawing from ``rng``."""
     # Rank once; a permutation of items permutes the multiset of b's triangle values, so
     # their mean and norm are fixed and each permuted Pearson r is a single dot product.
     ra = _average_ranks(ta)
@@ -199,12 +222,4 @@ def rsa(
     if n_permutations:
         hits = sum(statistic(rng.permutation(n)) >= r_obs - _TIE_TOL for _ in range(n_permutations))
         p_value = (1 + hits) / (1 + n_permutations)
-    return RSAResult(
-        spearman=float(np.clip(r_obs, -1.0, 1.0)),
-        p_value=p_value,
-        n_items=n,
-        n_total=n_total,
-        n_permutations=n_permutations,
-        sampled=sampled,
-        undefined_reason=None,
-    )
+    return r_obs, p_value
