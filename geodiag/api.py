@@ -41,6 +41,7 @@ from geodiag.io.levels import token_ids as _ids
 from geodiag.io.memory import MemoryStore, array_matrix, gathered, is_torch, model_matrices
 from geodiag.io.new_tokens import NewTokens
 from geodiag.io.options import ReadOptions
+from geodiag.settings import default_of
 
 Codebooks = Mapping[str, object] | str | os.PathLike[str]
 
@@ -252,9 +253,9 @@ def measure(
     tokenizer=None,
     reference=None,
     options: AnalyzeOptions | None = None,
-    seed: int = 0,
-    n_permutations: int = 1000,
-    neighbors: int = 5,
+    seed: int = default_of(AnalyzeOptions, "seed"),
+    n_permutations: int = default_of(AnalyzeOptions, "n_permutations"),
+    neighbors: int = default_of(AnalyzeOptions, "neighbors_k"),
 ) -> CheckpointReport:
     """Every metric of ``geodiag metrics`` for the new rows of ``source``.
 
@@ -269,12 +270,11 @@ def measure(
     that barely moved since it count as untrained (``--reference``). ``options`` wins over
     ``seed`` / ``n_permutations`` / ``neighbors``. Raises :class:`InputError` on bad input.
     """
-    opts = options or AnalyzeOptions(
-        seed=seed,
-        n_permutations=n_permutations,
-        neighbors_k=neighbors,
-        neighbors_max=500 if neighbors else 0,
-    )
+    opts = options
+    if opts is None:  # the keywords' defaults are AnalyzeOptions' (geodiag.settings.default_of)
+        opts = AnalyzeOptions(seed=seed, n_permutations=n_permutations, neighbors_k=neighbors)
+        if not neighbors:
+            opts = dataclasses.replace(opts, neighbors_max=0)
     with gathered(source) if hasattr(source, "get_input_embeddings") else _nothing():
         ckpt = open_source(
             source,

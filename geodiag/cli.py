@@ -6,6 +6,8 @@ stops a run (an unwritable output, a bug: see ``geodiag.errors.exits_2_on_any_er
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import sys
 from pathlib import Path
@@ -13,11 +15,13 @@ from typing import Annotated
 
 import typer
 
+from geodiag.analysis.options import AnalyzeOptions
 from geodiag.errors import exits_2_on_any_error, print_unexpected
 from geodiag.escape import terminal
 from geodiag.gate.checks import GateConfig
 from geodiag.io.options import ReadOptions
-from geodiag.settings import options_from
+from geodiag.report.options import DEFAULT_OUTPUT, ReportOptions
+from geodiag.settings import from_cli, options_from
 from geodiag.version import __version__
 
 app = typer.Typer(
@@ -46,12 +50,18 @@ def reads_checkpoints(*, without: tuple[str, ...] = ()):
     return options_from("read", ReadOptions, without=without)
 
 
-PermOpt = Annotated[
-    int, typer.Option("--permutations", min=0, help="RSA permutations for the p-value.")
-]
-SeedOpt = Annotated[
-    int, typer.Option("--seed", help="Seed of the vocabulary sample and the permutations.")
-]
+# The measuring options (--permutations, --seed, --neighbors) are the fields of
+# AnalyzeOptions: a command takes ``analysis: AnalyzeOptions = ANALYZE`` under
+# ``@measures(...)``; ``fixed`` are the fields a command sets itself, whatever the default.
+ANALYZE = AnalyzeOptions()
+
+
+def measures(*, without: tuple[str, ...] = (), **fixed):
+    """Decorate a command: its ``analysis`` parameter becomes the measuring options."""
+    build = functools.partial(from_cli, AnalyzeOptions, **fixed)
+    return options_from("analysis", AnalyzeOptions, without=without, build=build)
+
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (strict: no NaN/Infinity).")]
 
 
@@ -85,28 +95,19 @@ def _main(
 @app.command()
 @exits_2_on_any_error
 @reads_checkpoints()
+@measures()
 def metrics(
     ckpt: Annotated[Path, typer.Argument(help="Checkpoint folder or weights file.")],
     json_out: JsonOpt = False,
     read: ReadOptions = READ,
-    permutations: PermOpt = 1000,
-    seed: SeedOpt = 0,
-    neighbors: Annotated[
-        int, typer.Option(help="Nearest original tokens per new token (0: off).")
-    ] = 5,
+    analysis: AnalyzeOptions = ANALYZE,
 ) -> None:
     """Measure the geometry of the new tokens: a table, or JSON with --json."""
     from geodiag.analysis.checkpoint import analyze
-    from geodiag.analysis.options import AnalyzeOptions
     from geodiag.gate.text import metrics_table
     from geodiag.jsonio import dumps
 
-    opts = AnalyzeOptions(
-        seed=seed,
-        n_permutations=permutations,
-        neighbors_k=neighbors,
-    )
-    report = analyze(ckpt, read, opts)
+    report = analyze(ckpt, read, analysis)
     # Compact JSON: the C encoder; indenting goes through json's pure-Python one, which took
     # a tenth of the run on SmolLM2 (pipe through `jq` to read it).
     _say(dumps(report, indent=None) if json_out else metrics_table(report))
@@ -116,6 +117,7 @@ def metrics(
 @exits_2_on_any_error
 @reads_checkpoints()
 @options_from("thresholds", GateConfig, build=dict)
+@measures(without=("neighbors_k",), neighbors_max=0)  # the gate needs no neighbours
 def check(
     ckpt: Annotated[list[Path], typer.Argument(help="One or more checkpoints to gate.")],
     thresholds: dict = NOT_GIVEN,
@@ -128,23 +130,16 @@ def check(
     ] = None,
     json_out: JsonOpt = False,
     read: ReadOptions = READ,
-    permutations: PermOpt = 1000,
-    seed: SeedOpt = 0,
+    analysis: AnalyzeOptions = ANALYZE,
 ) -> None:
     """Gate CI on the geometry: exit 0 pass, 1 a check failed, 2 bad input."""
     from geodiag.analysis.checkpoint import analyze
-    from geodiag.analysis.options import AnalyzeOptions
     from geodiag.gate.checks import resolve_config, run_gate
     from geodiag.gate.outputs import print_annotations, text_summary, write_ci_pages
     from geodiag.jsonio import dumps
 
     cfg = resolve_config(config, thresholds)
-    opts = AnalyzeOptions(
-        seed=seed,
-        n_permutations=permutations,
-        neighbors_max=0,
-    )
-    reports = [analyze(p, read, opts) for p in ckpt]
+    reports = [analyze(p, read, analysis) for p in ckpt]
     results = [run_gate(rep, cfg) for rep in reports]
     write_ci_pages(results, junit)
     if json_out:
@@ -166,6 +161,7 @@ def check(
 @app.command()
 @exits_2_on_any_error
 @reads_checkpoints(without=("sidecar", "codebooks", "allow_nonfinite", "reference"))
+@measures(without=("neighbors_k",))
 def drift(
     before: Annotated[Path, typer.Argument(help="Earlier checkpoint (e.g. after init).")],
     after: Annotated[
@@ -173,24 +169,30 @@ def drift(
     ],
     json_out: JsonOpt = False,
     read: ReadOptions = READ,
-    permutations: PermOpt = 1000,
-    seed: SeedOpt = 0,
+    analysis: AnalyzeOptions = ANALYZE,
 ) -> None:
     """How far each new token moved, and whether the init's structure survived."""
     from geodiag.analysis.drift import analyze_drift
-    from geodiag.analysis.options import AnalyzeOptions
     from geodiag.gate.text import drift_table
     from geodiag.jsonio import dumps
 
-    reports = analyze_drift(
-        before, after, read, AnalyzeOptions(seed=seed, n_permutations=permutations)
-    )
+    reports = analyze_drift(before, after, read, analysis)
     _say(dumps(reports) if json_out else drift_table(reports))
+
+
+def report_options(param: str, *names: str):
+    """Decorate ``report``: its ``param`` becomes the flags of these ReportOptions fields,
+    handed over as a dict (the others are set by the command, or in another place of
+    its --help)."""
+    others = tuple(f.name for f in dataclasses.fields(ReportOptions) if f.name not in names)
+    return options_from(param, ReportOptions, without=others, build=dict)
 
 
 @app.command()
 @exits_2_on_any_error
 @reads_checkpoints(without=("reference",))  # each checkpoint's reference: its init (drift pair)
+@report_options("page", "title", "heatmap_max_tokens")
+@report_options("measuring", "n_permutations", "seed")  # last, as in the other commands
 def report(
     ckpt: Annotated[
         list[Path],
@@ -206,30 +208,24 @@ def report(
             "--output",
             help="NAME.html to write; NAME.json (every number shown) goes beside it.",
         ),
-    ] = Path("reports/report.html"),
-    title: Annotated[str, typer.Option("--title", help="Title of the page.")] = "geodiag report",
+    ] = DEFAULT_OUTPUT,
+    page: dict = NOT_GIVEN,
     config: Annotated[
         Path | None, typer.Option("--config", help="TOML with gate thresholds, as for check.")
     ] = None,
-    heatmap_max_tokens: Annotated[
-        int, typer.Option(help="Above this many tokens, cosine maps show block means.")
-    ] = 2000,
     read: ReadOptions = READ,
-    permutations: PermOpt = 1000,
-    seed: SeedOpt = 0,
+    measuring: dict = NOT_GIVEN,
 ) -> None:
     """Write one self-contained HTML report (and its JSON) comparing the checkpoints."""
     import shlex
 
     from geodiag.gate.checks import resolve_config
-    from geodiag.report import ReportOptions, write_report
+    from geodiag.report import write_report
 
     opts = ReportOptions(
-        title=title,
-        seed=seed,
-        n_permutations=permutations,
+        **page,
+        **measuring,
         gate=resolve_config(config, {}),
-        heatmap_max_tokens=heatmap_max_tokens,
         command_line=shlex.join(["geodiag", *sys.argv[1:]]),
     )
     files = write_report(

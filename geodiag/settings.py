@@ -8,9 +8,11 @@ bounds and its roles in the field's metadata. From that one declaration come:
 - the checks of simple bounds, with the flag named in the message (:func:`check_bounds`);
 - the conversion of a TOML table, from the type hints (:func:`from_table`);
 - the lists of fields with a given role (:func:`tagged`), e.g. gti's "set by the
-  experiment runner" or "may change when a run resumes".
+  experiment runner" or "may change when a run resumes";
+- the defaults of other front doors (:func:`default_of`: an API keyword, a config of
+  gti) and fields that stand for the same setting in another config (:func:`same_as`).
 
-So adding a setting to a command is one field. Import-light: typer is imported
+So adding a setting to a command is one field, and its default is written there only. Import-light: typer is imported
 only when a command is built.
 """
 
@@ -49,6 +51,7 @@ class Spec:
     tags: frozenset[str] = frozenset()
     argument: bool = False  # a positional argument instead of an option
     nested: bool = False  # a dataclass whose options stand in this field's place
+    show_bounds: bool = False  # typer checks the bounds too, and --help shows them
     typer_kwargs: tuple[tuple[str, Any], ...] = ()
 
     def flag(self, name: str) -> str:
@@ -72,9 +75,16 @@ def setting(
     tags: Iterable[str] = (),
     argument: bool = False,
     nested: bool = False,
+    show_bounds: bool = False,
     **typer_kwargs: Any,
 ) -> Any:
-    """A dataclass field that describes its command-line option (``help`` None: none)."""
+    """A dataclass field that describes its command-line option (``help`` None: none).
+
+    ``show_bounds``: typer checks the bounds as well (click's ``int range``, an exit-2
+    usage error) and ``--help`` shows them (``x>=0``); :func:`check_bounds` checks them
+    for every other way in (closed bounds only: typer has no open ones)."""
+    if show_bounds and (gt is not None or lt is not None):
+        raise ValueError("show_bounds takes ge / le: typer's ranges have no open bounds")
     spec = Spec(
         help=help,
         flags=tuple(flags),
@@ -88,9 +98,35 @@ def setting(
         tags=frozenset(tags),
         argument=argument,
         nested=nested,
+        show_bounds=show_bounds,
         typer_kwargs=tuple(sorted(typer_kwargs.items())),
     )
     return field(default=default, default_factory=default_factory, metadata={KEY: spec})
+
+
+def _field(cls: type, name: str) -> dataclasses.Field:
+    found = {f.name: f for f in dataclasses.fields(cls)}
+    if name not in found:
+        raise AttributeError(f"{cls.__name__} has no field {name!r}")
+    return found[name]
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default of field ``name`` of ``cls``: for an API keyword or another config that
+    takes the same setting, so that its default is written once, on the field."""
+    value = _default(_field(cls, name))
+    if value is inspect.Parameter.empty:
+        raise TypeError(f"{cls.__name__}.{name} has no default")
+    return value
+
+
+def same_as(cls: type, name: str, **changes: Any) -> Any:
+    """A field that is field ``name`` of ``cls`` again, in another config: the same
+    default, help, flags and bounds; ``changes`` replace parts of its :class:`Spec`
+    (``help=None``: not on this config's command line)."""
+    f = _field(cls, name)
+    spec = dataclasses.replace(spec_of(f), **changes)
+    return field(default=f.default, default_factory=f.default_factory, metadata={KEY: spec})
 
 
 def spec_of(f: dataclasses.Field) -> Spec:
@@ -151,7 +187,7 @@ def cli_parameters(cls: type, *, without: Iterable[str] = ()) -> list[inspect.Pa
             continue
         kind = s.cli_type if s.cli_type is not None else hints[f.name]
         make = typer.Argument if s.argument else typer.Option
-        option = make(*s.flags, help=s.help, **dict(s.typer_kwargs))
+        option = make(*s.flags, help=s.help, **_typer_bounds(s), **dict(s.typer_kwargs))
         default = s.cli_default if s.cli_default is not UNSET else _default(f)
         default = inspect.Parameter.empty if default is REQUIRED else default
         params.append(
@@ -163,6 +199,13 @@ def cli_parameters(cls: type, *, without: Iterable[str] = ()) -> list[inspect.Pa
             )
         )
     return params
+
+
+def _typer_bounds(s: Spec) -> dict[str, Any]:
+    if not s.show_bounds:
+        return {}
+    bounds = {"min": s.ge, "max": s.le}
+    return {k: v for k, v in bounds.items() if v is not None}
 
 
 def from_cli(cls: type, values: dict[str, Any], **fixed: Any) -> Any:

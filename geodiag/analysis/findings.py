@@ -249,7 +249,7 @@ def row_findings(
     ids: np.ndarray,
     vocab: VocabularyStats | None,
     sample: np.ndarray,
-    seed: int = 0,
+    seed: int,  # AnalyzeOptions.seed
     reference_norms: np.ndarray | None = None,
 ) -> UntrainedRows:
     """Every per-token finding of the measured ``rows`` (n, d) of ``ids`` (n,).

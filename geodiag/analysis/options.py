@@ -1,16 +1,40 @@
-"""How a checkpoint is measured: :class:`AnalyzeOptions`."""
+"""How a checkpoint is measured: :class:`AnalyzeOptions` (one definition of each setting,
+turned into the measuring flags of ``metrics``, ``check`` and ``drift`` by
+``geodiag.settings``, and into the defaults of ``geodiag.measure``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from geodiag.settings import check_bounds, setting
+
 
 @dataclass(frozen=True)
 class AnalyzeOptions:
-    reference_size: int | None = None  # default: as many original rows as new ones (capped)
-    reference_cap: int = 20_000
-    seed: int = 0
-    n_permutations: int = 1000
-    rsa_max_items: int = 1000  # RSA on a seeded sample above this many tokens per level
-    neighbors_k: int = 5
-    neighbors_max: int = 500  # nearest originals for a seeded sample of this many new tokens
+    """The measuring settings; a field with help is a flag of the commands that measure,
+    with its default (``--permutations``, ``--seed``, ``--neighbors``). The metric
+    functions take these values from the caller and have no defaults of their own."""
+
+    # Default: as many original rows as new ones, capped at reference_cap.
+    reference_size: int | None = setting(None, ge=1)
+    reference_cap: int = setting(20_000, ge=1)
+    n_permutations: int = setting(
+        1000,
+        help="RSA permutations for the p-value.",
+        flags=("--permutations",),
+        ge=0,
+        show_bounds=True,
+    )
+    seed: int = setting(
+        0, help="Seed of the vocabulary sample and the permutations.", flags=("--seed",)
+    )
+    # RSA on a seeded sample above this many tokens per level.
+    rsa_max_items: int = setting(1000, ge=3)
+    neighbors_k: int = setting(
+        5, help="Nearest original tokens per new token (0: off).", flags=("--neighbors",), ge=0
+    )
+    # Nearest originals for a seeded sample of this many new tokens.
+    neighbors_max: int = setting(500, ge=0)
+
+    def __post_init__(self) -> None:
+        check_bounds(self)

@@ -30,9 +30,9 @@ def drift(
     a: np.ndarray,
     b: np.ndarray,
     *,
-    n_permutations: int = 1000,
-    seed: int = 0,
-    max_items: int = 1000,
+    n_permutations: int,
+    seed: int,
+    max_items: int,
 ) -> DriftResult:
     """How far each token row moved from a (n, d) to b (n, d), and whether the pairwise
     structure of a survives in b (RSA, see :func:`geodiag.metrics.rsa.rsa`)."""
@@ -136,9 +136,9 @@ def streamed_drift(
     read_b: RowReader,
     subsets: dict[str, np.ndarray],
     *,
-    n_permutations: int = 1000,
-    seed: int = 0,
-    max_items: int = 1000,
+    n_permutations: int,
+    seed: int,
+    max_items: int,
 ) -> tuple[DriftResult, dict[str, DriftResult]]:
     """:func:`drift` of all n rows and of each subset (name -> positions, ascending), with
     the rows read a block at a time rather than held: memory is a block and the RSA's

@@ -86,7 +86,8 @@ def _merge_hits(
 def nearest_rows(
     queries: np.ndarray,
     chunks: Iterable[tuple[np.ndarray, np.ndarray]],
-    k: int = 5,
+    *,
+    k: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k rows of highest cosine to each query, over a stream of vocabulary blocks.
 

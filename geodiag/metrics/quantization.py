@@ -119,9 +119,9 @@ def quantization_findings(
     tokens: list[str],
     structure: RSAResult,
     levels: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
-    n_permutations: int = 1000,
-    seed: int = 0,
-    max_items: int = 1000,
+    n_permutations: int,
+    seed: int,
+    max_items: int,
 ) -> QuantizationFindings:
     """Findings for training rows a (n, d) and deployed rows b (n, d) of ``tokens``.
 

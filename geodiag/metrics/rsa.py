@@ -112,7 +112,7 @@ def _sample(rng: np.random.Generator, n_total: int, max_items: int) -> np.ndarra
     return np.sort(rng.choice(n_total, size=max_items, replace=False))
 
 
-def rsa_sample(n_total: int, seed: int = 0, max_items: int = 1000) -> np.ndarray:
+def rsa_sample(n_total: int, seed: int, max_items: int) -> np.ndarray:
     """Positions (ascending) of the items rsa() measures among ``n_total``: all of them, or
     the seeded subset above ``max_items``."""
     keep = _sample(np.random.default_rng(seed), n_total, max_items)
@@ -123,9 +123,9 @@ def rsa(
     a: np.ndarray,
     b: np.ndarray,
     *,
-    n_permutations: int = 1000,
-    seed: int = 0,
-    max_items: int = 1000,
+    n_permutations: int,
+    seed: int,
+    max_items: int,
     names: tuple[str, str] = ("a (first matrix)", "b (second matrix)"),
     n_total: int | None = None,
 ) -> RSAResult:
@@ -135,7 +135,8 @@ def rsa(
     together) with ``np.random.default_rng(seed)``; p = (1 + #{r_perm >= r_obs}) /
     (1 + n_permutations). Above ``max_items`` items a seeded subset (drawn first, from the
     same generator) is used. Undefined cases return None with a reason, never NaN; the
-    reason calls the two matrices by ``names``.
+    reason calls the two matrices by ``names``. No defaults for the three settings: the
+    callers pass them (``geodiag.analysis.options.AnalyzeOptions`` holds geodiag's).
 
     ``n_total``: a and b are already the rows of ``n_total`` items at the positions
     ``rsa_sample(n_total, seed, max_items)`` (read without holding all n_total rows); the
@@ -176,6 +177,29 @@ def rsa(
         if reason is not None:
             return undefined(reason)
 
+    r_obs, p_value = _spearman_and_p(ta, tb, rows, cols, n, rng, n_permutations)
+    return RSAResult(
+        spearman=float(np.clip(r_obs, -1.0, 1.0)),
+        p_value=p_value,
+        n_items=n,
+        n_total=n_total,
+        n_permutations=n_permutations,
+        sampled=sampled,
+        undefined_reason=None,
+    )
+
+
+def _spearman_and_p(
+    ta: np.ndarray,
+    tb: np.ndarray,
+    rows: np.ndarray,
+    cols: np.ndarray,
+    n: int,
+    rng: np.random.Generator,
+    n_permutations: int,
+) -> tuple[float, float | None]:
+    """Spearman r of the two triangles (n (n - 1) / 2,) at (rows, cols), and its
+    permutation p-value (None for no permutations), drawing from ``rng``."""
     # Rank once; a permutation of items permutes the multiset of b's triangle values, so
     # their mean and norm are fixed and each permuted Pearson r is a single dot product.
     ra = _average_ranks(ta)
@@ -198,12 +222,4 @@ def rsa(
     if n_permutations:
         hits = sum(statistic(rng.permutation(n)) >= r_obs - _TIE_TOL for _ in range(n_permutations))
         p_value = (1 + hits) / (1 + n_permutations)
-    return RSAResult(
-        spearman=float(np.clip(r_obs, -1.0, 1.0)),
-        p_value=p_value,
-        n_items=n,
-        n_total=n_total,
-        n_permutations=n_permutations,
-        sampled=sampled,
-        undefined_reason=None,
-    )
+    return r_obs, p_value

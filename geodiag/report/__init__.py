@@ -1,14 +1,35 @@
 """The HTML report and the projector export: format what :mod:`geodiag.analysis.checkpoint` computes.
 
-``build`` computes the report model, ``verdict`` explains the gate, ``figures`` draws,
-``html`` formats, ``write`` writes atomically, ``projector`` exports TensorBoard files.
+``options`` says what the report computes and shows, ``build`` computes the report
+model, ``verdict`` explains the gate, ``figures`` draws, ``html`` formats, ``write``
+writes atomically, ``projector`` exports TensorBoard files.
 matplotlib, seaborn and jinja2 are imported only when a report is rendered.
+
+The names below are loaded on first use: ``geodiag.cli`` reads ``ReportOptions`` to build
+``geodiag report``'s flags, and a gate that never writes a report should not pay for
+importing the report model at start-up.
 """
 
-from geodiag.report.build import Report, ReportOptions, build_report
-from geodiag.report.projector import export_projector
-from geodiag.report.write import DEFAULT_OUTPUT, ReportFiles, write_report
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from geodiag.report.build import Report, build_report
+    from geodiag.report.options import DEFAULT_OUTPUT, ReportOptions
+    from geodiag.report.projector import export_projector
+    from geodiag.report.write import ReportFiles, write_report
+
+_HOME = {
+    "DEFAULT_OUTPUT": "geodiag.report.options",
+    "Report": "geodiag.report.build",
+    "ReportFiles": "geodiag.report.write",
+    "ReportOptions": "geodiag.report.options",
+    "build_report": "geodiag.report.build",
+    "export_projector": "geodiag.report.projector",
+    "write_report": "geodiag.report.write",
+}
 __all__ = [
     "DEFAULT_OUTPUT",
     "Report",
@@ -18,3 +39,9 @@ __all__ = [
     "export_projector",
     "write_report",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'geodiag.report' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOME[name]), name)

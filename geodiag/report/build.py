@@ -35,6 +35,7 @@ from geodiag.io.checkpoint import Checkpoint, open_checkpoint
 from geodiag.io.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.geometry import cosine_matrix, level_cosine, row_norms
+from geodiag.report.options import ReportOptions
 from geodiag.version import __version__
 
 Progress = Callable[[str], None]
@@ -42,33 +43,6 @@ Progress = Callable[[str], None]
 
 # 2: per-token findings, centered cosine maps, untrained / norm-ratio checks.
 REPORT_FORMAT_VERSION = 2
-
-
-@dataclass(frozen=True)
-class ReportOptions:
-    """What the report computes and shows. Defaults match ``geodiag check`` and ``metrics``."""
-
-    title: str = "geodiag report"
-    seed: int = 0
-    n_permutations: int = 1000
-    gate: GateConfig = field(default_factory=GateConfig)
-    # Above this many tokens a cosine map shows block means (an n x n map of 100,000 SID
-    # tokens would be 80 GB in float64 and unreadable anyway).
-    heatmap_max_tokens: int = 2000
-    heatmap_blocks: int = 400  # about this many blocks across, when aggregated
-    neighbors_k: int = 5
-    neighbors_shown: int = 6  # new tokens in the nearest-originals table, per checkpoint
-    histogram_bins: int = 40
-    command_line: str | None = None  # default: this process's argv
-    generated: str | None = None  # default: now, UTC, ISO 8601
-
-    def validate(self) -> None:
-        if self.heatmap_max_tokens < 2:
-            raise InputError("--heatmap-max-tokens", f"must be >= 2, got {self.heatmap_max_tokens}")
-        if self.heatmap_blocks < 2:
-            raise InputError("--heatmap-blocks", f"must be >= 2, got {self.heatmap_blocks}")
-        if self.n_permutations < 0:
-            raise InputError("--permutations", f"must be >= 0, got {self.n_permutations}")
 
 
 @dataclass

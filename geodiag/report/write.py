@@ -14,10 +14,10 @@ from geodiag.atomic import atomic_write_many, check_writable
 from geodiag.errors import InputError, require_extra
 from geodiag.io.options import ReadOptions
 from geodiag.jsonio import dumps
-from geodiag.report.build import Progress, Report, ReportOptions, build_report
+from geodiag.report.build import Progress, Report, build_report
 from geodiag.report.figures import FigureFormat
+from geodiag.report.options import DEFAULT_OUTPUT, ReportOptions
 
-DEFAULT_OUTPUT = Path("reports/report.html")
 # What the ``report`` extra of pyproject.toml installs, by import name -> distribution
 # (a test holds the two lists equal). The gate's install has none of them.
 REPORT_MODULES = {"matplotlib": "matplotlib", "PIL": "pillow", "jinja2": "jinja2"}

@@ -18,8 +18,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from geodiag.analysis.options import AnalyzeOptions
 from geodiag.errors import InputError
-from geodiag.settings import from_table, tagged
+from geodiag.settings import default_of, from_table, tagged
 from gti.evaluate.config import EvalConfig
 from gti.experiment.arms import ARMS, DEFAULT_ARMS
 from gti.init.config import GroundingConfig
@@ -43,7 +44,7 @@ RUNNER_KEYS: dict[str, tuple[str, ...]] = {k: tagged(c, RUNNER) for k, c in SECT
 class ReportSection:
     """The geodiag report comparing every arm at both stages (first seed)."""
 
-    permutations: int = 1000  # RSA permutations, as `geodiag report`
+    permutations: int = default_of(AnalyzeOptions, "n_permutations")  # as `geodiag report`
     title: str | None = None  # default: "<name>: init and SFT"
 
 

@@ -30,8 +30,10 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from geodiag.analysis.options import AnalyzeOptions
 from geodiag.metrics.geometry import summarize
 from geodiag.metrics.rsa import rsa
+from geodiag.settings import default_of
 from gti.init.grounding import NewRows, SharedPrefix, _cache_kwarg, _cache_of
 from gti.prompts import render
 
@@ -201,6 +203,7 @@ class StructureProbe:
                 self.items.codebooks[name],
                 n_permutations=self.permutations,
                 seed=self.seed,
+                max_items=default_of(AnalyzeOptions, "rsa_max_items"),  # geodiag's sample
             )
             r[name], p[name] = _plain(res.spearman), _plain(res.p_value)
         # Plain floats: the log is JSON and part of the resume state (weights_only load).

@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from geodiag.analysis.options import AnalyzeOptions
 from geodiag.errors import InputError
+from geodiag.settings import default_of
 from gti.evaluate.config import SPLITS, EvalConfig
 from gti.experiment.arms import ARMS
 from gti.experiment.config import STAGE_SECTIONS, _fill, read_config, stage_configs
@@ -42,7 +44,8 @@ class StudyConfig:
     device: str = "auto"
     # torch intra-op threads (0: torch's default). 1 on the shared 2-core machine.
     threads: int = 1
-    permutations: int = 1000  # RSA permutations per level and checkpoint
+    # RSA permutations per level and checkpoint, as geodiag's default.
+    permutations: int = default_of(AnalyzeOptions, "n_permutations")
     report_html: bool = True  # geodiag report (init vs final) per run, committed
     sids: SidsConfig = field(default_factory=SidsConfig)
     grounding: GroundingConfig = field(default_factory=GroundingConfig)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pytest
@@ -10,7 +10,16 @@ import typer
 from typer.testing import CliRunner
 
 from geodiag.errors import InputError, exits_on_bad_input
-from geodiag.settings import check_bounds, from_table, options_from, setting, tagged
+from geodiag.settings import (
+    check_bounds,
+    default_of,
+    from_table,
+    options_from,
+    same_as,
+    setting,
+    spec_of,
+    tagged,
+)
 
 
 @dataclass
@@ -96,3 +105,46 @@ def test_a_nested_config_puts_its_options_in_its_place():
     help_text = CliRunner().invoke(outer, ["run", "--help"], env={"COLUMNS": "200"}).stdout
     order = [help_text.index(f) for f in ("--title", "--steps", "--cap", "--seed")]
     assert order == sorted(order)
+
+
+@dataclass
+class Again:
+    steps: int = same_as(Toy, "steps")
+    cap: int = same_as(Toy, "cap", help=None)  # the same setting, not on this command line
+    shown: int = setting(4, help="Shown.", ge=1, le=9, show_bounds=True)
+
+
+def test_default_of_and_same_as_read_the_one_field():
+    assert default_of(Toy, "steps") == 3 and default_of(Toy, "names") == ()
+    with pytest.raises(TypeError, match="no default"):
+
+        @dataclass
+        class NoDefault:
+            x: int = setting(help="X.")
+
+        default_of(NoDefault, "x")
+    with pytest.raises(AttributeError, match="no field 'nope'"):
+        default_of(Toy, "nope")
+    assert Again() == Again(steps=3, cap=5)
+    specs = {f.name: spec_of(f) for f in fields(Again)}
+    assert specs["steps"] == spec_of(next(f for f in fields(Toy) if f.name == "steps"))
+    assert specs["cap"].help is None and specs["cap"].le == 10
+    with pytest.raises(InputError, match="--steps: must be >= 1"):
+        check_bounds(Again(steps=0))
+
+
+def test_show_bounds_lets_typer_check_and_show_them():
+    again = typer.Typer()
+
+    @again.command("run")
+    @options_from("cfg", Again)
+    def run(cfg: Again = Again()) -> None:
+        typer.echo(repr(cfg))
+
+    again.command("noop")(lambda: None)
+    help_text = CliRunner().invoke(again, ["run", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "1<=x<=9" in help_text and "--cap" not in help_text
+    res = CliRunner().invoke(again, ["run", "--shown", "10"])
+    assert res.exit_code == 2 and "10 is not in the range 1<=x<=9" in res.output
+    with pytest.raises(ValueError, match="ge / le"):
+        setting(1, help="X.", gt=0, show_bounds=True)

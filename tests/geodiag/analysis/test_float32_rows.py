@@ -36,6 +36,10 @@ from geodiag.metrics.geometry import level_cosine, row_norms, spread, summarize
 from geodiag.metrics.rsa import rsa
 from geodiag.metrics.untrained import identical_groups
 
+# rsa()'s sample settings have no defaults (callers pass them; AnalyzeOptions holds
+# geodiag's): the tests use geodiag's.
+SAMPLE = dict(seed=0, max_items=1000)
+
 RTOL = 1e-9
 
 
@@ -109,7 +113,7 @@ def test_float32_rows_make_no_float64_copy():
         ("level_cosine", lambda: level_cosine(x32, index, list("abc"))),
         ("level_cosine centered", lambda: level_cosine(x32, index, list("abc"), center=x32[0])),
         ("identical_groups", lambda: identical_groups(x32, 1e-6)),
-        ("drift", lambda: drift(x32, b32, n_permutations=10)),
+        ("drift", lambda: drift(x32, b32, n_permutations=10, **SAMPLE)),
     ):
         peak = _peak_bytes(f)
         assert peak < x32.nbytes, f"{name}: peak {peak} B, rows {x32.nbytes} B"
@@ -127,15 +131,17 @@ def test_identical_groups_and_rsa_are_unchanged_in_float32():
         assert [g.tolist() for g in g32] == [g.tolist() for g in g64]
     assert [g.tolist() for g in identical_groups(x32, 1e-5, seed=1)][0] == list(range(100, 130))
     book = rng.normal(size=(5_000, 6))
-    assert rsa(x32, book, n_permutations=50) == rsa(x64, book, n_permutations=50)
+    assert rsa(x32, book, n_permutations=50, **SAMPLE) == rsa(
+        x64, book, n_permutations=50, **SAMPLE
+    )
 
 
 def test_drift_of_float32_rows_matches_float64():
     a32 = _rows32(30_000, 40, seed=4)
     b32 = (a32 + np.random.default_rng(5).normal(size=a32.shape) * 0.01).astype(np.float32)
     a32[7] = 0.0  # a zero row: its cosine is undefined in both
-    d32 = drift(a32, b32, n_permutations=20)
-    d64 = drift(a32.astype(np.float64), b32.astype(np.float64), n_permutations=20)
+    d32 = drift(a32, b32, n_permutations=20, **SAMPLE)
+    d64 = drift(a32.astype(np.float64), b32.astype(np.float64), n_permutations=20, **SAMPLE)
     _close(_asdict(d32), _asdict(d64))
 
 

@@ -68,9 +68,9 @@ def test_zero_rows_are_skipped_and_k_is_capped():
 def test_bad_input_raises():
     ok = [(np.arange(3), np.ones((3, 2)))]
     with pytest.raises(ValueError, match="zero norm"):
-        nearest_rows(np.zeros((1, 2)), ok)
+        nearest_rows(np.zeros((1, 2)), ok, k=5)
     with pytest.raises(ValueError, match="do not pair"):
-        nearest_rows(np.ones((1, 3)), ok)
+        nearest_rows(np.ones((1, 3)), ok, k=5)
     with pytest.raises(ValueError, match="k must be"):
         nearest_rows(np.ones((1, 2)), ok, k=0)
 

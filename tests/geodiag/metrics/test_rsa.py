@@ -13,6 +13,10 @@ import scipy.stats
 
 from geodiag.metrics.rsa import _average_ranks, dissimilarity, rsa
 
+# rsa()'s sample settings have no defaults (callers pass them; AnalyzeOptions holds
+# geodiag's): the tests use geodiag's.
+SAMPLE = dict(seed=0, max_items=1000)
+
 
 def explicit_dissimilarity(x: np.ndarray) -> np.ndarray:
     u = x / np.linalg.norm(x, axis=1, keepdims=True)
@@ -70,7 +74,7 @@ def test_spearman_matches_scipy_on_the_triangles():
     expected = scipy.stats.spearmanr(
         explicit_dissimilarity(a)[iu], explicit_dissimilarity(b)[iu]
     ).statistic
-    r = rsa(a, b, n_permutations=0)
+    r = rsa(a, b, n_permutations=0, **SAMPLE)
     assert r.spearman == pytest.approx(expected, abs=1e-12)
     assert r.p_value is None and r.undefined_reason is None
     assert (r.n_items, r.n_total, r.n_permutations, r.sampled) == (30, 30, 0, False)
@@ -92,7 +96,7 @@ def test_duplicate_rows_tie_like_scipy_average_ranks():
     tb = np.round(explicit_dissimilarity(b)[iu], 12)
     assert len(np.unique(ta)) == len(np.unique(da))
     expected = scipy.stats.spearmanr(ta, tb).statistic
-    assert rsa(a, b, n_permutations=0).spearman == pytest.approx(expected, abs=1e-12)
+    assert rsa(a, b, n_permutations=0, **SAMPLE).spearman == pytest.approx(expected, abs=1e-12)
 
 
 def test_parallel_rows_have_zero_dissimilarity():
@@ -118,21 +122,21 @@ def test_p_value_matches_slow_explicit_loop(noise):
     rng = np.random.default_rng(4)
     a = rng.normal(size=(9, 5))
     b = a[:, :3] + noise * rng.normal(size=(9, 3))
-    r = rsa(a, b, n_permutations=200, seed=7)
+    r = rsa(a, b, n_permutations=200, seed=7, max_items=1000)
     assert r.p_value == slow_mantel_p(a, b, 200, seed=7)
     assert r.n_permutations == 200
 
 
 def test_codebook_derived_rows_share_structure():
     rows, book = codebook_pair(256, seed=5)
-    r = rsa(rows, book, n_permutations=1000, seed=0)
+    r = rsa(rows, book, n_permutations=1000, **SAMPLE)
     assert r.spearman > 0.85
     assert r.p_value == 1 / 1001
 
 
 def test_independent_rows_share_no_structure():
     rng = np.random.default_rng(6)
-    r = rsa(rng.normal(size=(80, 32)), rng.normal(size=(80, 8)), n_permutations=1000, seed=0)
+    r = rsa(rng.normal(size=(80, 32)), rng.normal(size=(80, 8)), n_permutations=1000, **SAMPLE)
     assert abs(r.spearman) < 0.1
     assert r.p_value > 0.05
 
@@ -142,14 +146,14 @@ def test_large_inputs_use_a_seeded_sample():
     r = rsa(rows, book, n_permutations=0, seed=3, max_items=20)
     assert (r.sampled, r.n_items, r.n_total) == (True, 20, 50)
     keep = np.sort(np.random.default_rng(3).choice(50, size=20, replace=False))
-    assert r.spearman == rsa(rows[keep], book[keep], n_permutations=0).spearman
+    assert r.spearman == rsa(rows[keep], book[keep], n_permutations=0, **SAMPLE).spearman
     assert rsa(rows, book, n_permutations=0, seed=3, max_items=20) == r
 
 
 def test_identical_rows_are_undefined_not_nan():
     rng = np.random.default_rng(8)
     tokens = np.tile(rng.normal(size=16), (10, 1))  # exact mean initialization
-    r = rsa(tokens, rng.normal(size=(10, 4)))
+    r = rsa(tokens, rng.normal(size=(10, 4)), n_permutations=0, **SAMPLE)
     assert r.spearman is None and r.p_value is None
     assert "identical" in r.undefined_reason and "a (first matrix)" in r.undefined_reason
     json.dumps(dataclasses.asdict(r), allow_nan=False)
@@ -175,7 +179,7 @@ def test_other_undefined_cases(case, match):
         b = rng.uniform(0.5, 3.0, size=(6, 1)) * rng.normal(size=3)  # scaled copies of one row
     else:
         b = 2.0 * np.eye(6)  # every pair at the same angle
-    r = rsa(a, b)
+    r = rsa(a, b, n_permutations=0, **SAMPLE)
     assert r.spearman is None and r.p_value is None
     assert match in r.undefined_reason
     json.dumps(dataclasses.asdict(r), allow_nan=False)
@@ -184,16 +188,16 @@ def test_other_undefined_cases(case, match):
 def test_bad_arguments_raise():
     a = np.ones((5, 3))
     with pytest.raises(ValueError, match=r"\(5, 3\).*\(4, 3\)"):
-        rsa(a, np.ones((4, 3)))
+        rsa(a, np.ones((4, 3)), n_permutations=0, **SAMPLE)
     with pytest.raises(ValueError, match="n_permutations"):
-        rsa(a, a, n_permutations=-1)
+        rsa(a, a, n_permutations=-1, **SAMPLE)
     with pytest.raises(ValueError, match="max_items"):
-        rsa(a, a, max_items=2)
+        rsa(a, a, max_items=2, n_permutations=0, seed=0)
 
 
 def test_result_is_strict_json():
     rows, book = codebook_pair(20, seed=10)
-    r = rsa(rows, book, n_permutations=50)
+    r = rsa(rows, book, n_permutations=50, **SAMPLE)
     data = json.loads(json.dumps(dataclasses.asdict(r), allow_nan=False))
     assert set(data) == {
         "spearman",

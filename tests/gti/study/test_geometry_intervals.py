@@ -23,6 +23,10 @@ from gti.study.geometry_intervals import (
     weighted_spearman,
 )
 
+# rsa()'s sample settings have no defaults (callers pass them; AnalyzeOptions holds
+# geodiag's): the tests use geodiag's.
+SAMPLE = dict(seed=0, max_items=1000)
+
 
 def triangle(x: np.ndarray) -> np.ndarray:
     rows, cols = np.triu_indices(len(x), k=1)
@@ -77,7 +81,7 @@ def test_full_sample_is_geodiags_rsa_and_constant_rows_are_undefined():
         weighted_ranks(sort_pairs(triangle(book)), ones),
         ones,
     )
-    assert got == pytest.approx(rsa(x, book, n_permutations=0).spearman, abs=1e-12)
+    assert got == pytest.approx(rsa(x, book, n_permutations=0, **SAMPLE).spearman, abs=1e-12)
     flat = np.zeros(190)  # every dissimilarity equal: no ranking, no correlation
     assert weighted_spearman(weighted_ranks(sort_pairs(flat), ones), ones * 95.5, ones) is None
 
@@ -104,7 +108,9 @@ def test_planted_structure_and_its_absence():
     doc = summarize_cells(cells, books, sizes, n_resamples=400, seed=0)
     rows = {(r["arm"], r["level"]): r for r in doc["rsa"]}
     gti, mean = rows[("gti", "a")], rows[("mean", "a")]
-    want = np.mean([rsa(raw[("gti", k)], book, n_permutations=0).spearman for k in range(3)])
+    want = np.mean(
+        [rsa(raw[("gti", k)], book, n_permutations=0, **SAMPLE).spearman for k in range(3)]
+    )
     assert gti["estimate"] == pytest.approx(want, abs=1e-12)
     assert gti["low"] > 0.3  # planted: the codebook's clusters are in the rows
     assert mean["low"] < 0 < mean["high"]  # pure noise: the interval covers 0
