@@ -80,6 +80,7 @@ from geodiag.analysis.trajectory import (
 from geodiag.atomic import atomic_write
 from geodiag.errors import InputError
 from geodiag.gate.checks import GateConfig, collapse_checks
+from geodiag.io.new_tokens import declare
 from geodiag.io.safetensors import save_file
 from geodiag.io.tokenizer import list_names
 from geodiag.metrics.snapshot import snapshot
@@ -239,14 +240,8 @@ class GeodiagCallback(TrainerCallback):
         )
 
     def _new_ids(self) -> np.ndarray:
-        if self._ids is None:
-            if self.new_token_ids is not None:
-                self._ids = np.asarray(self.new_token_ids, dtype=np.int64)
-            else:
-                from geodiag.api import _levels
-
-                by_level = _levels(self.levels)[0].values()  # may read a semantic_ids.json
-                self._ids = np.concatenate([np.asarray(v, np.int64) for v in by_level])
+        if self._ids is None:  # may read a semantic_ids.json
+            self._ids = declare(self.new_token_ids, self.levels, self.base_vocab_size).ids
         return self._ids
 
     # -- measuring ----------------------------------------------------------------------
@@ -558,16 +553,15 @@ class GeodiagCallback(TrainerCallback):
 
     def _describe(self, folder: Path, step: int) -> None:
         """The sidecar and codebooks a reader of this folder needs (gti's contract)."""
-        from geodiag.api import _levels
         from geodiag.io import sidecar
 
         if self.levels is None or (folder / sidecar.FILENAME).exists():
             return
-        by_level, side_path = _levels(self.levels)
-        ids = [int(i) for v in by_level.values() for i in v]
+        declared = declare(self.new_token_ids, self.levels, self.base_vocab_size)
+        by_level, side_path = declared.by_level, declared.levels_path
         items = sidecar.load(side_path).items if side_path is not None else {}
         levels = [sidecar.Level(name, len(v), [int(i) for i in v]) for name, v in by_level.items()]
-        base = self.base_vocab_size if self.base_vocab_size is not None else min(ids)
+        base = declared.base
         prov = {"step": step, "written_by": "geodiag.callback.GeodiagCallback"}
         books = self.codebooks
         if books is None and side_path is not None:
