@@ -214,7 +214,8 @@ def measure(
     levels: ``{name: token ids in code order}`` or a ``semantic_ids.json`` (its
     ``codebooks.safetensors`` is used when ``codebooks`` is not given). codebooks:
     ``{name: (codes, code_dim) array}`` or a ``.safetensors`` file. base_vocab_size:
-    original rows are ``[0, N)`` (default: the smallest new id). tokenizer: a transformers
+    original rows are ``[0, N)`` (default: the levels' sidecar's, else the smallest new id;
+    :mod:`geodiag.io.new_tokens` resolves the rows, for a path as in memory). tokenizer: a transformers
     tokenizer that names the rows in memory (neighbour tables). reference: an earlier state
     of the same rows (a path, an array, a tensor or a model, e.g. the init checkpoint): rows
     that barely moved since it count as untrained (``--reference``). ``options`` wins over

@@ -126,7 +126,8 @@ class GeodiagCallback(TrainerCallback):
             (default with a sidecar: its ``codebooks.safetensors``).
         rsa_levels: levels whose RSA the snapshot computes (default: the first, coarsest).
         rsa_sample, rsa_permutations: tokens per level and permutations for that RSA.
-        base_vocab_size: original rows are ``[0, N)`` (default: the smallest new id).
+        base_vocab_size: original rows are ``[0, N)`` (default: the levels' sidecar's,
+            else the smallest new id; :func:`geodiag.io.new_tokens.declare`).
         seed: seed of the reference sample and of the RSA sample/permutations.
         gate: thresholds, for the collapse test and the save-time gate.
         gate_on_save: run the full gate on each saved checkpoint.

@@ -16,7 +16,8 @@ Bottom to top, each module importing only those above it in this list:
 - ``peft_adapter``: a PEFT adapter folder over its base, rows as PEFT merges them;
 - ``stack``: which training stack wrote a checkpoint;
 - ``options``: :class:`~geodiag.io.options.ReadOptions`, the reading flags of every command;
-- ``new_tokens``: which rows are new, one resolver per source in precedence order;
+- ``new_tokens``: which rows are new, one resolver per source in precedence order, for a
+  checkpoint and for rows in memory (the API and the callback name theirs in Python);
 - ``checkpoint``: :func:`~geodiag.io.checkpoint.open_checkpoint`, tying the above together.
 
 Nothing here imports torch or transformers (a torch pickle or tensor brings its own).
