@@ -35,11 +35,8 @@ from geodiag.gate.checks import (
 )
 from geodiag.io import sidecar as sidecar_mod
 from geodiag.io.checkpoint import Checkpoint, open_checkpoint
-from geodiag.io.levels import Levels
-from geodiag.io.levels import read_levels as _levels  # the names _new_tokens calls them by
-from geodiag.io.levels import token_ids as _ids
 from geodiag.io.memory import MemoryStore, array_matrix, gathered, is_torch, model_matrices
-from geodiag.io.new_tokens import NewTokens
+from geodiag.io.new_tokens import Levels, NewTokens, Sources, declare, resolve_new_tokens
 from geodiag.io.options import ReadOptions
 from geodiag.settings import default_of
 
@@ -78,56 +75,6 @@ def _codebooks(codebooks: Codebooks, new: NewTokens) -> tuple[dict[str, np.ndarr
         out[name] = book[new.codes[new.level_index == li]]
     note = f"no codebook for level(s) {', '.join(missing)} in {where}" if missing else None
     return out, note
-
-
-def _new_tokens(
-    ckpt: Checkpoint, new_ids, base_vocab_size: int | None, levels: Levels | None
-) -> tuple[NewTokens, Path | None]:
-    n_rows = ckpt.matrices[0].n_rows
-    side_path = None
-    if levels is not None:
-        by_level, side_path = _levels(levels)
-        ids = np.concatenate(list(by_level.values()))
-        if new_ids is not None and set(_ids(new_ids, "new_ids").tolist()) != set(ids.tolist()):
-            raise InputError("new_ids", "differ from the token ids of `levels`; give one of them")
-        names = list(by_level)
-        level_index = np.concatenate([np.full(len(v), i) for i, v in enumerate(by_level.values())])
-        codes = np.concatenate([np.arange(len(v)) for v in by_level.values()])
-        tokens = [
-            sidecar_mod.token_string(n, c) for n, v in by_level.items() for c in range(len(v))
-        ]
-    else:
-        ids = _ids(new_ids, "new_ids")
-        names, level_index, codes, tokens = [], None, None, None
-    if len(np.unique(ids)) != len(ids):
-        raise InputError("levels", "a token id appears in two levels")
-    bad = ids[(ids < 0) | (ids >= n_rows)]
-    if bad.size:
-        raise InputError(
-            "new_ids", f"token ids {bad[:5].tolist()} out of range for {n_rows} embedding rows"
-        )
-    base = int(ids.min()) if base_vocab_size is None else int(base_vocab_size)
-    if base < 1 or base > int(ids.min()):
-        raise InputError(
-            "base_vocab_size",
-            f"{base}: the original rows [0, base) must be non-empty and below every new id",
-        )
-    if ckpt.tokenizer is not None or tokens is None:
-        tokens = [ckpt.token(int(i)) for i in ids]
-    else:  # in memory with levels: the new rows are named like a sidecar names them
-        ckpt.tokenizer = _Names(dict(zip(ids.tolist(), tokens, strict=True)))
-    source = "sidecar" if side_path is not None else "argument"
-    new = NewTokens(
-        ids,
-        tokens,
-        source,
-        base,
-        names,
-        level_index,
-        codes,
-        "sidecar" if side_path else ("argument" if names else None),
-    )
-    return new, side_path
 
 
 class _Names:
@@ -197,22 +144,12 @@ def open_source(
 
 
 def _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, tokenizer):
-    from_file = isinstance(source, str | os.PathLike)
-    explicit = new_ids is not None or levels is not None
-    given = None
-    if explicit:  # the ids the caller names, from new_ids or else from the levels
-        given = (
-            _ids(new_ids, "new_ids")
-            if new_ids is not None
-            else np.concatenate(list(_levels(levels)[0].values()))  # type: ignore[arg-type]
-        )
-    if from_file:
-        read = read or ReadOptions()
-        if given is not None and read.new_tokens is None and read.base_vocab_size is None:
-            # The ids are given: do not make the reader guess (and fail) first.
-            read = dataclasses.replace(read, base_vocab_size=max(int(given.min()), 1))
-        ckpt = open_checkpoint(source, read)
-        if not explicit:
+    """The rows are new as :mod:`geodiag.io.new_tokens` resolves them: ``new_ids`` /
+    ``levels`` first, for a file as for rows in memory; then (files only) its flags and files."""
+    declared = declare(new_ids, levels, base_vocab_size)
+    if isinstance(source, str | os.PathLike):
+        ckpt = open_checkpoint(source, read or ReadOptions(), declared)
+        if declared is None:
             if base_vocab_size is not None:
                 raise InputError("base_vocab_size", "give it with new_ids or levels")
             if codebooks is not None and ckpt.new.level_names:
@@ -221,17 +158,31 @@ def _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, toke
     else:
         if read is not None:
             raise InputError("read", "ReadOptions apply to files; give new_ids / levels instead")
-        if given is None:
+        if declared is None:
             raise InputError(
                 "new_ids", "which rows are new? pass new_ids=[...] (or levels={name: ids})"
             )
-        ckpt = _memory_checkpoint(source, tokenizer, probe_ids=np.sort(given))
-    ckpt.new, side_path = _new_tokens(ckpt, new_ids, base_vocab_size, levels)
+        ckpt = _memory_checkpoint(source, tokenizer, probe_ids=np.sort(declared.ids))
+        sources = Sources(
+            root=ckpt.path,
+            opts=ReadOptions(),
+            n_rows=ckpt.matrices[0].n_rows,
+            tokenizer=ckpt.tokenizer,
+            sidecar=None,
+            sidecar_path=None,
+            declared=declared,
+        )
+        ckpt.new = resolve_new_tokens(sources)
+    if ckpt.tokenizer is None and declared.by_level is not None:
+        # No tokenizer: the new rows are named as their levels name them, like a sidecar.
+        names = dict(zip(ckpt.new.ids.tolist(), ckpt.new.tokens, strict=True))
+        ckpt.tokenizer = _Names(names)  # type: ignore[assignment]
     ckpt.sidecar = None
     ckpt.codebooks, ckpt.codebooks_path, ckpt.codebooks_note = {}, None, None
     if not ckpt.new.level_names:
         ckpt.codebooks_note = "levels unknown (no levels given): RSA skipped"
         return ckpt
+    side_path = declared.levels_path
     if codebooks is None and side_path is not None:
         beside = side_path.parent / sidecar_mod.CODEBOOKS_FILENAME
         codebooks = beside if beside.is_file() else None
@@ -264,7 +215,8 @@ def measure(
     levels: ``{name: token ids in code order}`` or a ``semantic_ids.json`` (its
     ``codebooks.safetensors`` is used when ``codebooks`` is not given). codebooks:
     ``{name: (codes, code_dim) array}`` or a ``.safetensors`` file. base_vocab_size:
-    original rows are ``[0, N)`` (default: the smallest new id). tokenizer: a transformers
+    original rows are ``[0, N)`` (default: the levels' sidecar's, else the smallest new id;
+    :mod:`geodiag.io.new_tokens` resolves the rows, for a path as in memory). tokenizer: a transformers
     tokenizer that names the rows in memory (neighbour tables). reference: an earlier state
     of the same rows (a path, an array, a tensor or a model, e.g. the init checkpoint): rows
     that barely moved since it count as untrained (``--reference``). ``options`` wins over

@@ -22,7 +22,7 @@ from geodiag.callback.distributed import partitioned
 from geodiag.errors import InputError
 from geodiag.gate.checks import GateConfig, GateResult, run_gate
 from geodiag.io import sidecar
-from geodiag.io.levels import read_levels
+from geodiag.io.new_tokens import declare
 
 logger = logging.get_logger(__name__)
 CHECK_FILENAME = "geodiag_check.json"
@@ -37,11 +37,11 @@ def describe_checkpoint(
     sidecar for ``levels``: its ``codebooks.safetensors``, when there is one)."""
     if levels is None or (folder / sidecar.FILENAME).exists():
         return
-    by_level, side_path = read_levels(levels)
-    ids = [int(i) for v in by_level.values() for i in v]
+    declared = declare(None, levels, base_vocab_size)
+    by_level, side_path = declared.by_level, declared.levels_path
     items = sidecar.load(side_path).items if side_path is not None else {}
     level_list = [sidecar.Level(name, len(v), [int(i) for i in v]) for name, v in by_level.items()]
-    base = base_vocab_size if base_vocab_size is not None else min(ids)
+    base = declared.base
     prov = {"step": step, "written_by": WRITTEN_BY}
     books = codebooks
     if books is None and side_path is not None:

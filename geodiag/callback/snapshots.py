@@ -19,7 +19,6 @@ from geodiag.analysis.trajectory import structure_of_snapshot
 from geodiag.analysis.values import CheckName
 from geodiag.errors import InputError
 from geodiag.gate.checks import GateConfig, collapse_checks
-from geodiag.io.levels import read_levels
 from geodiag.metrics.snapshot import snapshot
 from geodiag.metrics.untrained import TOLERANCE, TOLERANCE_RULE, vocabulary_stats
 
@@ -58,14 +57,6 @@ def collapse_of(structure: dict, gate: GateConfig) -> Collapse:
     (:func:`geodiag.gate.checks.collapse_checks`; undefined fails a floor, as in the gate)."""
     failed = collapse_checks(structure, gate)
     return Collapse(bool(failed), [c.message for c in failed])
-
-
-def new_token_ids(new_token_ids, levels) -> np.ndarray:
-    """The ids of the new rows: those given, else the levels' (in level order)."""
-    if new_token_ids is not None:
-        return np.asarray(new_token_ids, dtype=np.int64)
-    by_level = read_levels(levels)[0].values()  # may read a semantic_ids.json
-    return np.concatenate([np.asarray(v, np.int64) for v in by_level])
 
 
 def first_rows(ckpt, matrix, rows: np.ndarray) -> FirstRows:

@@ -87,11 +87,11 @@ from geodiag.callback.snapshots import (
     empty_structure,
     logs_of,
     measure_matrices,
-    new_token_ids,
     untrained_why,
 )
 from geodiag.errors import InputError
 from geodiag.gate.checks import GateConfig
+from geodiag.io.new_tokens import declare
 from geodiag.io.tokenizer import list_names
 
 logger = logging.get_logger(__name__)
@@ -109,7 +109,8 @@ class GeodiagCallback(TrainerCallback):
             (default with a sidecar: its ``codebooks.safetensors``).
         rsa_levels: levels whose RSA the snapshot computes (default: the first, coarsest).
         rsa_sample, rsa_permutations: tokens per level and permutations for that RSA.
-        base_vocab_size: original rows are ``[0, N)`` (default: the smallest new id).
+        base_vocab_size: original rows are ``[0, N)`` (default: the levels' sidecar's,
+            else the smallest new id; :func:`geodiag.io.new_tokens.declare`).
         seed: seed of the reference sample and of the RSA sample/permutations.
         gate: thresholds, for the collapse test and the save-time gate.
         gate_on_save: run the full gate on each saved checkpoint.
@@ -220,8 +221,8 @@ class GeodiagCallback(TrainerCallback):
         )
 
     def _new_ids(self) -> np.ndarray:
-        if self._ids is None:
-            self._ids = new_token_ids(self.new_token_ids, self.levels)
+        if self._ids is None:  # may read a semantic_ids.json
+            self._ids = declare(self.new_token_ids, self.levels, self.base_vocab_size).ids
         return self._ids
 
     # -- measuring ----------------------------------------------------------------------

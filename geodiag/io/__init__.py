@@ -22,9 +22,8 @@ Bottom to top, each module importing only those above it in this list
 - ``stack``: which training stack wrote a checkpoint;
 - ``options``: :class:`~geodiag.io.options.ReadOptions`, the reading flags of every command;
 - ``sidecar``: ``semantic_ids.json``, the levels and codes of the new tokens (read and written);
-- ``levels``: the ``levels`` argument of the API and the Trainer callback (token ids per
-  level, from a mapping or a ``semantic_ids.json``);
-- ``new_tokens``: which rows are new, one resolver per source in precedence order;
+- ``new_tokens``: which rows are new, one resolver per source in precedence order, for a
+  checkpoint and for rows in memory (the API and the callback name theirs in Python);
 - ``codebooks``: the RQ-VAE codebooks beside the weights, per new token's code;
 - ``checkpoint``: :func:`~geodiag.io.checkpoint.open_checkpoint`, tying the above together.
 

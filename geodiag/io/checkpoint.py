@@ -10,7 +10,7 @@ Resolution order (DESIGN.md, checkpoint contract):
   architectures, else the unique ``*embed_tokens/wte/word_embeddings`` tensor;
   the output head is analyzed on its own when it is not tied (``geodiag.io.tensor_names``);
 - new rows: one resolver per source, in the order ``geodiag.io.new_tokens`` states
-  (flags, sidecar, all rows, adapter, ``--base``, tokenizer);
+  (arguments, flags, sidecar, all rows, adapter, ``--base``, tokenizer);
 - levels: the sidecar, else token names matching ``--level-pattern``, else none;
 - codebooks: ``--codebooks FILE``, else ``codebooks.safetensors`` beside the weights.
 """
@@ -27,7 +27,14 @@ from geodiag.errors import InputError
 from geodiag.io import sidecar as sidecar_mod
 from geodiag.io.codebooks import codebooks_of
 from geodiag.io.layouts import resolve_hub_cache
-from geodiag.io.new_tokens import NewTokens, Sources, absent_from, resolve_new_tokens, special_note
+from geodiag.io.new_tokens import (
+    Declared,
+    NewTokens,
+    Sources,
+    absent_from,
+    resolve_new_tokens,
+    special_note,
+)
 from geodiag.io.options import ReadOptions
 from geodiag.io.peft_adapter import AdapterInfo, is_adapter, open_adapter
 from geodiag.io.stack import detect_stack
@@ -187,9 +194,12 @@ class Checkpoint:
         return d
 
 
-def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkpoint:
+def open_checkpoint(
+    path: str | Path, opts: ReadOptions | None = None, declared: Declared | None = None
+) -> Checkpoint:
     """Open a checkpoint folder, weights file or PEFT adapter folder and resolve everything
-    but the row values, in the module docstring's order."""
+    but the row values, in the module docstring's order. ``declared``: new tokens named in
+    Python (the API), over every flag and file; their codebooks are the caller's to give."""
     opts = opts or ReadOptions()
     path, hub_note = resolve_hub_cache(Path(path))
     store, adapter, roots = _open_weights(path, opts)
@@ -212,12 +222,17 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
         sidecar_path=side_path if side else None,
         trainable=trainable,
         base_tokenizer=_base_tokenizer(path, roots, tok, adapter, base_ckpt),
+        declared=declared,
     )
     new = resolve_new_tokens(sources)
     notes = [*([hub_note] if hub_note else []), *(adapter.notes if adapter else []), *head_notes]
-    notes += _notes(tok, new, side, side_path, trainable, untied_by_adapter, config)
     book_path = opts.codebooks or beside(sidecar_mod.CODEBOOKS_FILENAME)
-    books, book_note, book_digest = codebooks_of(book_path, opts, new)
+    if declared is None:
+        notes += _notes(tok, new, side, side_path, trainable, untied_by_adapter, config)
+        books, book_note, book_digest = codebooks_of(book_path, opts, new)
+    else:  # the caller's rows: how the files would have named them does not apply
+        notes += _notes(tok, new, None, side_path, None, untied_by_adapter, config)
+        books, book_note, book_digest = {}, None, None
     provenance = adapter.provenance() if adapter is not None else None
     ckpt = Checkpoint(
         path=path,
@@ -239,16 +254,19 @@ def open_checkpoint(path: str | Path, opts: ReadOptions | None = None) -> Checkp
         _codebook_digest=book_digest,
     )
     if opts.reference is not None:
-        ckpt.reference = open_reference(ckpt, opts.reference, replace(opts, reference=None))
+        ref_opts = replace(opts, reference=None)
+        ckpt.reference = open_reference(ckpt, opts.reference, ref_opts, declared)
     return ckpt
 
 
-def open_reference(ckpt: Checkpoint, path: Path, opts: ReadOptions) -> Checkpoint:
+def open_reference(
+    ckpt: Checkpoint, path: Path, opts: ReadOptions, declared: Declared | None = None
+) -> Checkpoint:
     """``--reference``: the checkpoint the new rows' movement is measured from; it must
     have the same new tokens (ids and strings) as ``ckpt``."""
     if not Path(path).exists():
         raise InputError("--reference", f"{path}: no such file or folder")
-    ref = open_checkpoint(path, opts)
+    ref = open_checkpoint(path, opts, declared)
     same_vocab(ref, ckpt, path, "--reference")
     return ref
 

@@ -1,8 +1,12 @@
 """Which rows of the embedding are the new tokens, and their levels.
 
 One resolver per source, tried in this order; the first that answers wins
-(:data:`RESOLVERS`):
+(:data:`RESOLVERS`), whatever the input: a checkpoint on disk
+(:func:`geodiag.io.checkpoint.open_checkpoint`), or an array, a tensor or a model (the
+Python API, the Trainer callback):
 
+0. arguments: ``new_ids`` / ``levels`` / ``base_vocab_size`` given in Python
+   (:func:`declare`), over every flag and file;
 1. flags: ``--new-tokens START:END``, else ``--base-vocab-size N`` (an explicit flag
    overrides every file);
 2. the ``semantic_ids.json`` sidecar's token ids, with their levels and codes; over a
@@ -13,15 +17,17 @@ One resolver per source, tried in this order; the first that answers wins
 5. ``--base``: the added tokens absent from the base's tokenizer, special or not;
 6. the tokenizer's added non-special tokens.
 
-When none answers the input is bad, and the error says what was looked for. Every
-source but the sidecar takes its levels from token names matching ``--level-pattern``
+When none answers the input is bad, and the error says what was looked for. The
+arguments keep the ids in their order (their levels when given, none otherwise); every
+other source but the sidecar takes its levels from token names matching ``--level-pattern``
 (when all of them match), and orders the rows by (level, code).
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +35,7 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io import sidecar as sidecar_mod
+from geodiag.io.memory import is_torch
 from geodiag.io.options import ReadOptions
 from geodiag.io.tokenizer import AddedToken, TokenizerInfo, list_names
 
@@ -37,12 +44,95 @@ from geodiag.io.tokenizer import AddedToken, TokenizerInfo, list_names
 class NewTokens:
     ids: np.ndarray  # (n,) int64, in (level, code) order when levels are known
     tokens: list[str]
-    source: str  # "sidecar" | "flag" | "tokenizer" | "adapter" | "base" | "all rows"
+    # "argument" | "sidecar" | "flag" | "tokenizer" | "adapter" | "base" | "all rows"
+    source: str
     base_vocab_size: int  # original rows are [0, base_vocab_size)
     level_names: list[str] = field(default_factory=list)
     level_index: np.ndarray | None = None  # (n,) index into level_names
     codes: np.ndarray | None = None  # (n,) code within the level
     levels_source: str | None = None  # "sidecar" | "token names" | None
+
+
+# The levels a caller names: {level name: token ids in code order}, or a sidecar (a
+# semantic_ids.json, its folder, or a loaded one).
+Levels = Mapping[str, Sequence[int]] | str | os.PathLike[str] | sidecar_mod.SemanticIds
+
+
+def _token_ids(x, what: str) -> np.ndarray:
+    """(n,) int64 ids from a sequence, an array or a torch tensor; ``what``: the argument
+    named in errors."""
+    if is_torch(x):
+        x = x.detach().cpu().numpy()
+    a = np.asarray(x)
+    if a.ndim != 1 or a.size == 0 or not np.issubdtype(a.dtype, np.integer):
+        raise InputError(what, f"expected a non-empty 1-D sequence of token ids, got {a!r:.80}")
+    if len(np.unique(a)) != len(a):
+        raise InputError(what, "token ids repeat")
+    return a.astype(np.int64)
+
+
+def _read_levels(levels: Levels) -> tuple[dict[str, np.ndarray], Path | None, int | None]:
+    """{level name: token ids in code order}, the sidecar file they came from, and the
+    base vocabulary size a sidecar states."""
+    if isinstance(levels, str | os.PathLike):
+        path = Path(levels)
+        path = path / sidecar_mod.FILENAME if path.is_dir() else path
+        levels = sidecar_mod.load(path)
+        if not levels.has_token_ids:
+            raise InputError(path, "has no token ids yet (written before vocabulary extension)")
+        by_level = {lv.name: np.asarray(lv.token_ids, np.int64) for lv in levels.levels}
+        return by_level, path, levels.base_vocab_size
+    if isinstance(levels, sidecar_mod.SemanticIds):
+        by_level = {lv.name: np.asarray(lv.token_ids, np.int64) for lv in levels.levels}
+        return by_level, None, levels.base_vocab_size
+    if not isinstance(levels, Mapping) or not levels:
+        raise InputError("levels", "expected {level name: token ids in code order} or a sidecar")
+    return {str(k): _token_ids(v, f"levels['{k}']") for k, v in levels.items()}, None, None
+
+
+def default_base(stated: int | None, ids: np.ndarray) -> int:
+    """The base vocabulary size: as stated (an argument, a sidecar), else the smallest new
+    id (every row below the new ones is original)."""
+    return int(ids.min()) if stated is None else int(stated)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """The new tokens a caller names in Python, parsed and checked against each other
+    (:func:`declare`); :func:`from_arguments` resolves them against the rows."""
+
+    ids: np.ndarray  # (n,) int64: the levels' ids in (level, code) order, else new_ids as given
+    by_level: dict[str, np.ndarray] | None  # {level: ids in code order}, when levels are given
+    levels_path: Path | None  # the semantic_ids.json the levels were read from
+    base_vocab_size: int | None  # as given, else as the levels' sidecar states it
+    where: str  # the argument that named the ids, for errors
+
+    @property
+    def base(self) -> int:
+        """Original rows are ``[0, base)`` (:func:`default_base`)."""
+        return default_base(self.base_vocab_size, self.ids)
+
+
+def declare(
+    new_ids=None, levels: Levels | None = None, base_vocab_size: int | None = None
+) -> Declared | None:
+    """``new_ids`` (any order) and / or ``levels``, as the API and the callback take them;
+    None when neither is given. Raises :class:`InputError` when they disagree."""
+    if new_ids is None and levels is None:
+        return None
+    given = None if new_ids is None else _token_ids(new_ids, "new_ids")
+    if levels is None:
+        assert given is not None
+        return Declared(given, None, None, base_vocab_size, "new_ids")
+    by_level, path, stated = _read_levels(levels)
+    ids = np.concatenate(list(by_level.values()))
+    if given is not None and set(given.tolist()) != set(ids.tolist()):
+        raise InputError("new_ids", "differ from the token ids of `levels`; give one of them")
+    if len(np.unique(ids)) != len(ids):
+        raise InputError("levels", "a token id appears in two levels")
+    where = "new_ids" if given is not None else str(path or "levels")
+    base = base_vocab_size if base_vocab_size is not None else stated
+    return Declared(ids, by_level, path, base, where)
 
 
 @dataclass(frozen=True)
@@ -57,6 +147,7 @@ class Sources:
     sidecar_path: Path | None
     trainable: np.ndarray | None = None  # (k,) a PEFT adapter's trainable-token indices
     base_tokenizer: TokenizerInfo | None = None  # --base's (or an adapter's base's)
+    declared: Declared | None = None  # the new tokens named in Python (the API, the callback)
 
     def name_of(self, token_id: int) -> str:
         t = self.tokenizer.token(token_id) if self.tokenizer is not None else None
@@ -67,7 +158,11 @@ Resolver = Callable[[Sources], "NewTokens | None"]
 
 
 def _check_id_range(
-    ids: np.ndarray, n_rows: int, where: Path | str, what: str, tok: TokenizerInfo | None = None
+    ids: np.ndarray,
+    n_rows: int,
+    where: Path | str,
+    what: str | None,
+    tok: TokenizerInfo | None = None,
 ) -> None:
     """Raise unless every id has a row; ``tok``: the tokenizer the ids come from, whose
     size past the rows means the embedding was never resized for its added tokens."""
@@ -85,7 +180,8 @@ def _check_id_range(
         )
     raise InputError(
         where,
-        f"{what}: token ids {bad[:5].tolist()} out of range for an embedding of {n_rows} rows",
+        f"{what + ': ' if what else ''}token ids {bad[:5].tolist()} out of range for an "
+        f"embedding of {n_rows} rows",
     )
 
 
@@ -124,6 +220,36 @@ def _rows(src: Sources, ids: np.ndarray, source: str, base: int) -> NewTokens:
         new.level_names, new.level_index, new.codes = names, index[order], codes[order]
         new.levels_source = "token names"
     return new
+
+
+def from_arguments(src: Sources) -> NewTokens | None:
+    """``new_ids`` / ``levels`` given in Python: rows named from the tokenizer, else (with
+    levels) as a sidecar names them."""
+    d = src.declared
+    if d is None:
+        return None
+    _check_id_range(d.ids, src.n_rows, d.where, None)
+    base = d.base
+    if base < 1 or base > int(d.ids.min()):
+        raise InputError(
+            "base_vocab_size",
+            f"{base}: the original rows [0, base) must be non-empty and below every new id",
+        )
+    if d.by_level is None:
+        return NewTokens(d.ids, [src.name_of(int(i)) for i in d.ids], "argument", base)
+    sizes = [len(v) for v in d.by_level.values()]
+    if src.tokenizer is not None:
+        tokens = [src.name_of(int(i)) for i in d.ids]
+    else:
+        tokens = [
+            sidecar_mod.token_string(n, c)
+            for n, k in zip(d.by_level, sizes, strict=True)
+            for c in range(k)
+        ]
+    level_index = np.concatenate([np.full(k, i) for i, k in enumerate(sizes)])
+    codes = np.concatenate([np.arange(k) for k in sizes])
+    source = "sidecar" if d.levels_path is not None else "argument"
+    return NewTokens(d.ids, tokens, source, base, list(d.by_level), level_index, codes, source)
 
 
 def from_flags(src: Sources) -> NewTokens | None:
@@ -175,7 +301,7 @@ def from_sidecar(src: Sources) -> NewTokens | None:
             tokens.append(actual if actual is not None else expected)
     level_index = np.concatenate([np.full(lv.size, i) for i, lv in enumerate(side.levels)])
     codes = np.concatenate([np.arange(lv.size) for lv in side.levels])
-    base = side.base_vocab_size if side.base_vocab_size is not None else int(ids.min())
+    base = default_base(side.base_vocab_size, ids)
     if src.opts.all_rows_new:
         base = 0
     if base > int(ids.min()):
@@ -231,6 +357,7 @@ def from_tokenizer(src: Sources) -> NewTokens | None:
 
 
 RESOLVERS: tuple[Resolver, ...] = (
+    from_arguments,
     from_flags,
     from_sidecar,
     from_all_rows,

@@ -16,7 +16,6 @@ from geodiag.callback.snapshots import (  # noqa: E402
     collapse_of,
     empty_structure,
     logs_of,
-    new_token_ids,
     untrained_why,
 )
 from geodiag.gate.checks import GateConfig  # noqa: E402
@@ -54,11 +53,13 @@ def test_collapse_of_says_the_gate_messages_of_the_failed_collapse_checks():
 
 
 def test_new_token_ids_given_or_from_the_levels(tmp_path):
-    assert new_token_ids([3, 1], None).tolist() == [3, 1]
-    assert new_token_ids(None, LEVELS).tolist() == [10, 11, 12, 13, 14]
+    from geodiag.io.new_tokens import declare
+
+    assert declare([3, 1], None).ids.tolist() == [3, 1]
+    assert declare(None, LEVELS).ids.tolist() == [10, 11, 12, 13, 14]
     levels = [sidecar.Level(k, len(v), v) for k, v in LEVELS.items()]
     sidecar.save(sidecar.SemanticIds(10, levels, {}), tmp_path / sidecar.FILENAME)
-    assert new_token_ids(None, tmp_path).tolist() == [10, 11, 12, 13, 14]
+    assert declare(None, tmp_path).ids.tolist() == [10, 11, 12, 13, 14]
 
 
 def test_untrained_why_names_both_kinds_and_the_rule():

@@ -1,5 +1,5 @@
 """Describing a checkpoint folder (geodiag.io.sidecar.write_description), the writer gti's
-checkpoints and the Trainer callback share; the ``levels`` argument (geodiag.io.levels)."""
+checkpoints and the Trainer callback share; the ``levels`` argument (geodiag.io.new_tokens.declare)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from geodiag.errors import InputError
 from geodiag.io import sidecar
-from geodiag.io.levels import read_levels, token_ids
+from geodiag.io.new_tokens import declare
 from geodiag.io.safetensors import SafetensorsFile, save_file
 
 
@@ -41,16 +41,18 @@ def test_arrays_are_written_as_float32_and_a_file_already_there_is_kept(tmp_path
 
 
 def test_levels_from_a_mapping_a_sidecar_object_and_a_file(tmp_path):
-    by_level, path = read_levels({"a": [10, 11], "b": np.array([12, 13, 14])})
-    assert path is None and {k: v.tolist() for k, v in by_level.items()} == {
+    d = declare(None, {"a": [10, 11], "b": np.array([12, 13, 14])})
+    assert d.levels_path is None and {k: v.tolist() for k, v in d.by_level.items()} == {
         "a": [10, 11],
         "b": [12, 13, 14],
     }
-    assert read_levels(sids())[0]["b"].tolist() == [12, 13, 14]
+    assert d.ids.tolist() == [10, 11, 12, 13, 14] and d.base == 10  # the smallest new id
+    assert declare(None, sids()).by_level["b"].tolist() == [12, 13, 14]
     sidecar.save(sids(), tmp_path / sidecar.FILENAME)
-    by_level, path = read_levels(tmp_path)
-    assert path == tmp_path / sidecar.FILENAME and by_level["a"].tolist() == [10, 11]
+    d = declare(None, tmp_path)
+    assert d.levels_path == tmp_path / sidecar.FILENAME and d.by_level["a"].tolist() == [10, 11]
+    assert d.base == 10  # the file's own base_vocab_size
     with pytest.raises(InputError, match="token ids repeat"):
-        token_ids([1, 1], "new_ids")
+        declare([1, 1])
     with pytest.raises(InputError, match="levels"):
-        read_levels({})
+        declare(None, {})

@@ -169,9 +169,9 @@ def test_every_read_option_reaches_open_checkpoint(monkeypatch, f16_overflow):
 
     seen = []
 
-    def spy(path, opts=None):
+    def spy(path, opts=None, declared=None):
         seen.append(opts)
-        return ckpt_mod.open_checkpoint(path, opts)
+        return ckpt_mod.open_checkpoint(path, opts, declared)
 
     monkeypatch.setattr(geodiag.analysis.checkpoint, "open_checkpoint", spy)
     monkeypatch.setattr(geodiag.api, "open_checkpoint", spy)
