@@ -1,6 +1,7 @@
-"""Fixtures for geodiag tests; the checkpoint builders live in geodiag_fixtures.py
-(a unique module name: several test folders have a conftest.py, and `from conftest
-import ...` would resolve to whichever was imported first)."""
+"""Fixtures for geodiag tests; the checkpoint builders live in geodiag_fixtures.py and the
+tiny transformers models in tiny_models.py (unique module names: several test folders
+have a conftest.py, and `from conftest import ...` would resolve to whichever was
+imported first)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
+from tiny_models import save, tiny_lm
 
 
 @pytest.fixture
@@ -21,5 +23,16 @@ def make_ckpt(tmp_path):
         rows = planted_new_rows(kind, base) if isinstance(kind, str) else kind
         label = name or (kind if isinstance(kind, str) else "custom")
         return write_checkpoint(tmp_path / label, rows, base=base, **kw)
+
+    return _make
+
+
+@pytest.fixture
+def tiny_lm_dir(tmp_path):
+    """tiny_lm_dir(vocab_size, name=..., tokenizer=..., **tiny_lm options) -> the folder of a
+    freshly built tiny model (and its tokenizer), as save_pretrained writes it."""
+
+    def _make(vocab_size: int, name: str = "tiny", tokenizer=None, **kw) -> Path:
+        return save(tiny_lm(vocab_size, **kw), tmp_path / name, tokenizer)
 
     return _make

@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+from tiny_models import tiny_lm
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -24,17 +25,7 @@ NEW = list(range(VOCAB - N_NEW, VOCAB))
 
 
 def tiny(tie: bool = True, seed: int = 0):
-    torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=DIM,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        tie_word_embeddings=tie,
-    )
-    return transformers.LlamaForCausalLM(cfg)
+    return tiny_lm(VOCAB, hidden_size=DIM, tied=tie, seed=seed)
 
 
 def perturb(model, seed=1):

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from geodiag_fixtures import tokenizer_json
+from tiny_models import tiny_lm
 from typer.testing import CliRunner
 
 from geodiag.cli import app
@@ -31,21 +32,8 @@ def run(*args):
 
 
 def _model(tied: bool, kind: str = "llama"):
-    kw = dict(
-        vocab_size=V0,
-        hidden_size=D,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=8,
-        tie_word_embeddings=tied,
-    )
-    cfg = (transformers.GemmaConfig if kind == "gemma" else transformers.LlamaConfig)(**kw)
-    torch.manual_seed(0)
-    model = (transformers.GemmaForCausalLM if kind == "gemma" else transformers.LlamaForCausalLM)(
-        cfg
-    )
+    # head_dim: Gemma's default (256) is not hidden / heads
+    model = tiny_lm(V0, hidden_size=D, head_dim=8, tied=tied, seed=0, arch=kind)
     with torch.no_grad():  # new rows that look trained: distinct, at the vocabulary's scale
         model.resize_token_embeddings(V0 + N_NEW, mean_resizing=False)
         emb = model.get_input_embeddings().weight

@@ -13,7 +13,8 @@ takes whole. SGD without momentum: an update is linear in the gradient, so round
 differences stay of the order of float32 rounding (Adam's first steps divide by
 |gradient|, which turns a rounding difference of a near-zero entry into a whole lr).
 Imported by tests/geodiag/callback/test_trainer_distributed.py; a module of its own so that the
-spawned processes can import the worker by name.
+spawned processes can import the worker by name (they inherit the parent's sys.path, which
+holds tests/geodiag for tiny_models).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+from tiny_models import tiny_lm
 
 VOCAB, DIM, STEPS, BATCH, LR = 120, 16, 4, 8, 0.5
 LEVELS = {"a": list(range(100, 110)), "b": list(range(110, 120))}
@@ -34,19 +36,8 @@ def mean_init_model(tie: bool = True):
     """A tiny Llama whose new rows are all the mean of the original ones (one identical
     group). Also the model of tests/geodiag/callback/test_trainer_callback.py."""
     import torch
-    import transformers
 
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=DIM,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        tie_word_embeddings=tie,
-    )
-    model = transformers.LlamaForCausalLM(cfg)
+    model = tiny_lm(VOCAB, hidden_size=DIM, tied=tie, seed=0)
     with torch.no_grad():
         w = model.get_input_embeddings().weight
         w[100:] = w[:100].mean(dim=0)

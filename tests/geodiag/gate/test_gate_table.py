@@ -1,6 +1,7 @@
 """The gate's table of checks (geodiag.gate.checks.GateConfig / CHECKS) and everything derived from
-it: the check command's flags, geodiag.check's keywords, the Trainer callback's collapse
-test, the report's threshold lines, action.yml and docs/cli.md's table."""
+it: the check command's flags, geodiag.check's keywords, the report's threshold lines,
+action.yml and docs/cli.md's table. What each check decides, and the Trainer callback's
+collapse test, are tests/geodiag/gate/test_checks.py's."""
 
 from __future__ import annotations
 
@@ -12,16 +13,12 @@ import pytest
 import typer
 
 import geodiag
-from geodiag.analysis.trajectory import METRICS, structure_of_report
 from geodiag.cli import app
 from geodiag.gate.checks import (
     CHECKS,
     SCOPES,
     THRESHOLDS,
     GateConfig,
-    check_matrix,
-    collapse_checks,
-    run_gate,
     threshold,
 )
 from tools import gate_docs
@@ -107,48 +104,6 @@ def test_api_keywords_override_the_config(make_ckpt):
     assert geodiag.check(ckpt, config=base, min_spread_ratio=0.5, n_permutations=10).passed
     with pytest.raises(TypeError):
         geodiag.check(ckpt, min_spread_ratioo=0.5)
-
-
-@pytest.mark.parametrize("kind", ["mean", "mean-noise", "line", "random", "grounded"])
-@pytest.mark.parametrize("cfg", [GateConfig(), GateConfig(min_effective_rank_ratio=0.9)])
-def test_the_callbacks_collapse_test_fails_what_the_gate_fails(make_ckpt, kind, cfg):
-    """Same checks, same verdicts and messages (less the explanation) as the gate, on every
-    collapse check the snapshot's structure records."""
-    report = geodiag.measure(make_ckpt(kind), n_permutations=10, neighbors=0)
-    structure = structure_of_report(report)
-    gate = {
-        c.name: c.message
-        for c in run_gate(report, cfg).checks
-        if c.status == "fail" and c.name in structure
-    }
-    collapse = {c.name: c.message for c in collapse_checks(structure, cfg)}
-    assert set(collapse) == set(gate) - {"rsa"}
-    assert all(gate[name].startswith(message) for name, message in collapse.items())
-    assert bool(collapse) == (kind in ("mean", "mean-noise", "line") or cfg != GateConfig())
-
-
-def test_collapse_test_covers_the_collapse_checks_the_snapshot_records():
-    tested = {c.name for c in CHECKS if c.collapse and c.name in METRICS}
-    assert tested == {"effective_rank_ratio", "spread_ratio", "mean_cosine"}
-    undefined = {"effective_rank_ratio": None, "spread_ratio": None, "mean_cosine": None}
-    failed = collapse_checks(undefined, GateConfig())
-    # an undefined floor fails, an undefined ceiling does not
-    assert [c.message for c in failed] == [
-        "effective_rank_ratio is undefined",
-        "spread_ratio is undefined",
-    ]
-
-
-def test_undefined_mean_cosine_says_why(make_ckpt):
-    report = geodiag.measure(make_ckpt("random"), n_permutations=10, neighbors=0)
-    m = report.matrices[0]
-    m = dataclasses.replace(m, new=dataclasses.replace(m.new, mean_pairwise_cosine=None))
-    (res,) = [c for c in check_matrix(m, GateConfig()) if c.name == "mean_cosine"]
-    assert res.status == "skip"
-    assert (
-        res.message
-        == "mean_cosine undefined: a new row has zero norm, so its direction is undefined"
-    )
 
 
 def test_report_threshold_lines_come_from_the_table():

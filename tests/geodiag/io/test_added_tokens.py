@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tiny_models import tiny_lm, word_tokenizer
 from typer.testing import CliRunner
 
 from geodiag.analysis.checkpoint import analyze
@@ -44,10 +45,7 @@ def run(*args):
 
 
 def _bare_tokenizer():
-    vocab = {"<unk>": 0, **{w: i + 1 for i, w in enumerate(WORDS)}}
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
+    return word_tokenizer(len(WORDS))
 
 
 def _tokenizer():
@@ -60,17 +58,15 @@ def _tokenizer():
 def _write_base(root: Path, tied: bool, pad_to: int | None = None) -> Path:
     """A Qwen2-style base: its own added tokens have trained (distinct) rows."""
     tok = _tokenizer()
-    cfg = transformers.Qwen2Config(
-        vocab_size=len(tok),
+    model = tiny_lm(
+        len(tok),
         hidden_size=D,
         intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
         num_key_value_heads=1,
-        tie_word_embeddings=tied,
+        tied=tied,
+        seed=0,
+        arch="qwen2",
     )
-    torch.manual_seed(0)
-    model = transformers.Qwen2ForCausalLM(cfg)
     if pad_to is not None:  # Qwen pads its matrix past the tokenizer
         model.resize_token_embeddings(len(tok), pad_to_multiple_of=pad_to, mean_resizing=False)
         with torch.no_grad():  # padding rows of a pretrained model: small, never trained
@@ -230,15 +226,14 @@ def test_special_added_tokens_are_named_and_measured_with_base(qwen, tmp_path):
 
 def test_only_special_added_tokens_says_they_exist(tmp_path):
     tok = _bare_tokenizer()
-    cfg = transformers.Qwen2Config(
-        vocab_size=len(WORDS) + 1,
+    model = tiny_lm(
+        len(WORDS) + 1,
         hidden_size=D,
         intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
         num_key_value_heads=1,
+        tied=False,
+        arch="qwen2",
     )
-    model = transformers.Qwen2ForCausalLM(cfg)
     tok.add_special_tokens({"additional_special_tokens": [f"<s_{i}>" for i in range(16)]})
     model.resize_token_embeddings(len(tok))
     model.save_pretrained(tmp_path / "m")

@@ -2,7 +2,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from geodiag_fixtures import BASE_VOCAB, DIM, LEVELS, base_rows, planted_new_rows
 
 from geodiag.errors import InputError
@@ -67,24 +66,6 @@ def test_custom_level_pattern(tmp_path, make_ckpt):
         open_checkpoint(root, ReadOptions(level_pattern=r"(\d+)"))
 
 
-def test_sharded_reads_only_the_embedding_shard(make_ckpt):
-    root = make_ckpt("random", sharded=True)
-    ckpt = open_checkpoint(root)
-    read_new(ckpt)
-    assert [
-        p for p in ckpt.digests() if "model-00002-of" in p
-    ] == []  # the other shard was never opened
-
-
-def test_sharded_index_naming_missing_file(make_ckpt):
-    root = make_ckpt("random", sharded=True)
-    (root / "model-00002-of-00002.safetensors").unlink()
-    with pytest.raises(
-        InputError, match="names shard 'model-00002-of-00002.safetensors', which is missing"
-    ):
-        open_checkpoint(root)
-
-
 @pytest.mark.parametrize("dtype", ["BF16", "F16"])
 def test_half_precision_checkpoints(make_ckpt, dtype):
     ckpt = open_checkpoint(make_ckpt("random", dtype=dtype))
@@ -119,24 +100,6 @@ def test_untied_head_is_its_own_matrix(make_ckpt):
     np.testing.assert_allclose(
         ckpt.read_rows(ckpt.matrices[1], ckpt.new.ids), head[BASE_VOCAB:].astype(np.float32)
     )
-
-
-def test_torch_state_dict_weights_only(tmp_path):
-    emb = torch.randn(40, 8)
-    torch.save({"model.embed_tokens.weight": emb}, tmp_path / "sd.bin")
-    ckpt = open_checkpoint(tmp_path / "sd.bin", ReadOptions(new_tokens=(30, 40)))
-    np.testing.assert_allclose(read_new(ckpt), emb[30:].double().numpy())
-
-
-class Evil:
-    def __reduce__(self):
-        return (print, ("pwned",))
-
-
-def test_unsafe_pickle_refused(tmp_path):
-    torch.save({"model.embed_tokens.weight": torch.zeros(3, 2), "x": Evil()}, tmp_path / "evil.pt")
-    with pytest.raises(InputError, match="refused: the pickle needs arbitrary code"):
-        open_checkpoint(tmp_path / "evil.pt", ReadOptions(new_tokens=(1, 3)))
 
 
 def test_sidecar_out_of_range_and_disagreement(make_ckpt):

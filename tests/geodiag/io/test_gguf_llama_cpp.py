@@ -58,34 +58,35 @@ def converter() -> Path:
     return script.parent.parent
 
 
-def _tiny_model(root: Path, smollm2_gguf: Path, tied: bool) -> Path:
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+def _tiny_model(tiny_lm_dir, smollm2_gguf: Path, tied: bool) -> Path:
+    """SmolLM2's tokenizer + the SID tokens, over a 2-layer Llama (llama.cpp's converter
+    wants the bos/eos ids and a head count it can split)."""
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(smollm2_gguf.parent, gguf_file=smollm2_gguf.name)
     tok.add_tokens(SIDS)
-    config = LlamaConfig(
-        vocab_size=len(tok),
+    return tiny_lm_dir(
+        len(tok),
+        name="ckpt",
+        tokenizer=tok,
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        tie_word_embeddings=tied,
+        tied=tied,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
     )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    model.save_pretrained(root)
-    tok.save_pretrained(root)
-    return root
 
 
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
-def test_converter_output_reads_like_the_checkpoint(tmp_path, smollm2_gguf, converter, tied):
+def test_converter_output_reads_like_the_checkpoint(
+    tmp_path, tiny_lm_dir, smollm2_gguf, converter, tied
+):
     from gti.deploy import convert
 
-    ckpt = _tiny_model(tmp_path / "ckpt", smollm2_gguf, tied)
+    ckpt = _tiny_model(tiny_lm_dir, smollm2_gguf, tied)
     out = convert(ckpt, tmp_path / "m.gguf", "f32", cache=converter)
     g, s = open_checkpoint(out), open_checkpoint(ckpt)
     assert g.new.tokens == s.new.tokens == SIDS and np.array_equal(g.new.ids, s.new.ids)

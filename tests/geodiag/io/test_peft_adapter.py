@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_models import tiny_lm
 from typer.testing import CliRunner
 
 from geodiag.cli import app
@@ -36,17 +37,7 @@ EPS32 = 2.0**-23  # 2u: twice float32's unit roundoff
 
 
 def _tiny(tied: bool, vocab: int = V0):
-    cfg = transformers.LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=D,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        tie_word_embeddings=tied,
-    )
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(cfg)
+    return tiny_lm(vocab, hidden_size=D, tied=tied, seed=0)
 
 
 def _write_base(root: Path, tied: bool, resized: bool) -> Path:
@@ -305,7 +296,7 @@ def _edit_config(folder: Path, **changes) -> None:
     path.write_text(json.dumps(cfg))
 
 
-def test_bad_adapters_exit_2_naming_the_file(tt_adapter, tmp_path):
+def test_bad_adapters_exit_2_naming_the_file(tt_adapter, tiny_lm_dir):
     folder, base = tt_adapter
     # Trainable-token indices out of range.
     _edit_config(folder, trainable_token_indices=[1, 2, 3, 4, 5, 10_000])
@@ -317,16 +308,9 @@ def test_bad_adapters_exit_2_naming_the_file(tt_adapter, tmp_path):
     assert res.exit_code == 2 and "adapter_model.safetensors" in res.output
     _edit_config(folder, trainable_token_indices=NEW)
     # A base with another hidden size.
-    other = tmp_path / "other-base"
-    cfg = transformers.LlamaConfig(
-        vocab_size=V0 + N_NEW,
-        hidden_size=8,
-        intermediate_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
+    other = tiny_lm_dir(
+        V0 + N_NEW, name="other-base", hidden_size=8, intermediate_size=16, tied=False
     )
-    transformers.LlamaForCausalLM(cfg).save_pretrained(other)
     res = _run("metrics", folder, "--base", other)
     assert res.exit_code == 2 and "adapter_model.safetensors" in res.output
     assert "hidden size is 8" in res.output

@@ -371,18 +371,6 @@ def test_checkpoint_with_an_fp8_embedding(make_ckpt):
     assert json.loads(res.output)["matrices"][0]["dtype"] == "F8_E4M3"
 
 
-def test_fp8_embedding_in_a_torch_pickle(tmp_path):
-    """torch converts its own float8 (no ml_dtypes needed on that path)."""
-    from geodiag.io.store import open_store
-
-    x = torch.randn(10, 4).to(torch.float8_e5m2)
-    torch.save({"model.embed_tokens.weight": x}, tmp_path / "pytorch_model.bin")
-    store = open_store(tmp_path / "pytorch_model.bin")
-    assert store.dtype("model.embed_tokens.weight") == "F8_E5M2"
-    got = store.read_rows("model.embed_tokens.weight", np.array([9, 2]))
-    np.testing.assert_array_equal(got, x[[9, 2]].to(torch.float64).numpy())
-
-
 def test_an_embedding_geodiag_cannot_measure_names_the_dtypes_it_can(make_ckpt):
     from typer.testing import CliRunner
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_models import save, tiny_lm, word_tokenizer
 from typer.testing import CliRunner
 
 from geodiag.analysis.checkpoint import analyze
@@ -43,38 +44,21 @@ def one_line_exit_2(res) -> str:
 
 
 def _tokenizer():
-    vocab = {"<unk>": 0, **{w: i + 1 for i, w in enumerate(WORDS)}}
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
+    return word_tokenizer(len(WORDS))
 
 
 def _pretrained(n_rows: int, seed: int = 0):
     """A tiny Llama whose original rows look pretrained: norms spread over a factor of a
     few (a lognormal scale per row), unlike fresh init draws, whose norms concentrate."""
-    cfg = transformers.LlamaConfig(
-        vocab_size=n_rows,
-        hidden_size=D,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
+    model = tiny_lm(
+        n_rows, hidden_size=D, intermediate_size=64, num_key_value_heads=1, tied=True, seed=seed
     )
-    torch.manual_seed(seed)
-    model = transformers.LlamaForCausalLM(cfg)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         w = model.get_input_embeddings().weight  # (n_rows, D)
         scale = torch.exp(0.5 * torch.randn(w.shape[0], 1, generator=g))
         w.copy_(torch.randn(w.shape, generator=g) * 0.05 * scale + 0.01)
     return model
-
-
-def _save(model, tok, path: Path) -> Path:
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
 
 
 def _extended(path: Path, *, trained: bool, dtype=None, inf_rows=()) -> Path:
@@ -93,9 +77,7 @@ def _extended(path: Path, *, trained: bool, dtype=None, inf_rows=()) -> Path:
             w[n_old:] = w[:n_old].mean(dim=0)
         for i in inf_rows:
             w[i] = 7e4  # past float16's 65,504: Inf once saved in float16
-    if dtype is not None:
-        model = model.to(dtype)
-    return _save(model, tok, path)
+    return save(model, path, tok, dtype)
 
 
 # ---- 1. NaN/Inf original rows -------------------------------------------------------------
@@ -208,7 +190,7 @@ def _padded_base(root: Path) -> Path:
     with torch.no_grad():
         w = model.get_input_embeddings().weight
         w[len(tok) :] = torch.randn(192 - len(tok), D, generator=g) * 0.02
-    return _save(model, tok, root / "base")
+    return save(model, root / "base", tok)
 
 
 def _grow_tokenizer(base: Path, out: Path, *, trained: bool) -> Path:
@@ -225,7 +207,7 @@ def _grow_tokenizer(base: Path, out: Path, *, trained: bool) -> Path:
         with torch.no_grad():
             w = model.get_input_embeddings().weight
             w[ids] = w[: ids[0]][torch.randperm(ids[0], generator=g)[: len(ids)]] * 1.1
-    return _save(model, tok, out)
+    return save(model, out, tok)
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +259,7 @@ def test_forgotten_resize_names_both_sizes_and_the_fix(tmp_path):
     tok = _tokenizer()
     model = _pretrained(len(tok))
     tok.add_tokens(SIDS)  # and no resize_token_embeddings
-    ckpt = _save(model, tok, tmp_path / "m")
+    ckpt = save(model, tmp_path / "m", tok)
     line = one_line_exit_2(run("check", ckpt))
     assert f"the tokenizer has {len(tok)} tokens but the embedding has 121 rows" in line
     assert "resize_token_embeddings(len(tokenizer))" in line
@@ -288,7 +270,7 @@ def test_forgotten_resize_names_both_sizes_and_the_fix(tmp_path):
 
 def test_base_with_the_same_tokenizer_suggests_new_tokens(tmp_path):
     tok = _tokenizer()
-    ckpt = _save(_pretrained(len(tok)), tok, tmp_path / "m")
+    ckpt = save(_pretrained(len(tok)), tmp_path / "m", tok)
     line = one_line_exit_2(run("check", ckpt, "--base", ckpt))
     assert "no new tokens to measure" in line and "--new-tokens START:END" in line
 
@@ -301,7 +283,7 @@ def test_zero_rows_are_called_zero_not_a_mean_init(tmp_path):
     model.resize_token_embeddings(len(tok), mean_resizing=False)
     with torch.no_grad():
         model.get_input_embeddings().weight[n_old:] = 0
-    ckpt = _save(model, tok, tmp_path / "zero")
+    ckpt = save(model, tmp_path / "zero", tok)
     res = run("check", ckpt, "--permutations", 0)
     assert res.exit_code == 1
     verdict = next(line for line in res.stdout.splitlines() if "verdict:" in line)
@@ -449,7 +431,7 @@ def test_reserved_slots_get_their_own_remedy(tmp_path):
     model.resize_token_embeddings(len(tok), mean_resizing=False)
     with torch.no_grad():  # one small value everywhere, as the base left them
         model.get_input_embeddings().weight[n_old:] = 1e-3
-    ckpt = _save(model, tok, tmp_path / "llama3")
+    ckpt = save(model, tmp_path / "llama3", tok)
     res = run("check", ckpt, "--new-tokens", f"{n_old}:{len(tok)}", "--permutations", 0)
     assert res.exit_code == 1, res.output
     verdict = next(line for line in res.stdout.splitlines() if "verdict:" in line)
