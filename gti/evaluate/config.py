@@ -7,6 +7,7 @@ from pathlib import Path
 
 from geodiag.errors import InputError
 from geodiag.settings import REQUIRED, check_bounds, setting
+from gti.evaluate.metrics import DEFAULT_KS
 from gti.options import (
     PATH,
     RUNNER,
@@ -18,7 +19,6 @@ from gti.options import (
 )
 
 SPLITS = ("valid", "test")
-DEFAULT_KS = (1, 5, 10, 20)
 
 
 @dataclass
@@ -55,7 +55,7 @@ class EvalConfig:
     )
     ks: tuple[int, ...] = setting(
         DEFAULT_KS,
-        help="K of Recall@K/NDCG@K (repeatable; default 1 5 10 20).",
+        help=f"K of Recall@K/NDCG@K (repeatable; default {' '.join(map(str, DEFAULT_KS))}).",
         flags=("--k",),
         cli_type=list[int] | None,
         cli_default=None,

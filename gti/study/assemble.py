@@ -21,12 +21,18 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.jsonio import read_json
-from gti.evaluate.rankings import Rankings, check_aligned, load_rankings, per_user_metrics
+from gti.evaluate.rankings import (
+    RANKING_KS,
+    Rankings,
+    check_aligned,
+    load_rankings,
+    per_user_metrics,
+)
 from gti.evaluate.stats import interval, paired_test
 from gti.experiment.layout import study_runs
 
 FORMAT = "gti.study.results"
-KS = (5, 10, 20)
+KS = RANKING_KS
 CURVE_METRICS = ("recall@10", "recall@20")
 # (A, B) pairs reported as A - B when both arms ran: GTI against each other init with
 # plain SFT, and with the LC-Rec task mix on both sides (the paper's two comparisons).

@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 from gti.cli import app
 from gti.evaluate.metrics import topk_metrics
 from gti.evaluate.rankings import Rankings, load_rankings
+from gti.experiment.layout import curve_file
 from gti.study.assemble import _paired_curve, _versus_baselines, collect
 from gti.study.config import load_study_config
-from gti.study.run import curve_file, run_all, sft_step_seconds
+from gti.study.run import run_all, sft_step_seconds
 
 runner = CliRunner()
 
