@@ -38,6 +38,15 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _finish(ax, ylabel: str | None, *, xlabel: str = "SFT examples", legend: int = 7) -> None:
+    """Axis labels, a light grid and the legend, as every panel has them."""
+    ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend)
+
+
 def _curve_axes():
     """One axis per curve metric, side by side."""
     fig, axes = _pyplot().subplots(1, len(CURVE_METRICS), figsize=(6 * len(CURVE_METRICS), 4.2))
@@ -66,10 +75,7 @@ def learning_curves(res: dict, path: Path) -> Path:
                     color=f"C{7 + i % 3}",
                     label=f"baseline: {b}",
                 )
-        ax.set_xlabel("SFT examples")
-        ax.set_ylabel(f"{split} {metric}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _finish(ax, f"{split} {metric}")
     return _save(fig, path)
 
 
@@ -94,10 +100,7 @@ def paired_curves(res: dict, path: Path) -> Path:
                 alpha=0.15,
             )
         ax.axhline(0, color="k", lw=0.8)
-        ax.set_xlabel("SFT examples")
-        ax.set_ylabel(f"paired difference in {metric} (95% interval)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _finish(ax, f"paired difference in {metric} (95% interval)")
     return _save(fig, path)
 
 
@@ -126,9 +129,7 @@ def geometry(res: dict, path: Path) -> Path:
                 y = [np.nan if r[key] is None else r[key]["mean"] for r in g]
                 ax.plot(x, y, marker="o", color=f"C{i}", label=arm)
         ax.set_title(key.replace("_", " ") + (" (per level)" if key == "rsa" else ""))
-        ax.set_xlabel("SFT examples")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+        _finish(ax, None, legend=6)
     return _save(fig, path)
 
 
@@ -143,10 +144,7 @@ def spectra(folder: Path, path: Path) -> Path:
         if i == 0:
             r = np.asarray(last["reference_singular_values"])
             ax.semilogy(np.arange(1, len(r) + 1), r / r[0], "k:", label="original vocabulary")
-    ax.set_xlabel("index")
-    ax.set_ylabel("singular value / largest (final checkpoint, first seed)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _finish(ax, "singular value / largest (final checkpoint, first seed)", xlabel="index")
     return _save(fig, path)
 
 
