@@ -11,10 +11,18 @@ from geodiag.io.checkpoint import Checkpoint, Matrix, check_original_rows, check
 
 
 def reference_ids(ckpt: Checkpoint, n_new: int, opts: AnalyzeOptions) -> np.ndarray:
-    size = opts.reference_size or min(n_new, opts.reference_cap)
-    size = min(size, ckpt.new.base_vocab_size)
-    rng = np.random.default_rng(opts.seed)
-    return np.sort(rng.choice(ckpt.new.base_vocab_size, size=size, replace=False)).astype(np.int64)
+    if opts.reference_size:
+        return reference_sample(ckpt.new.base_vocab_size, opts.reference_size, opts.seed)
+    return reference_sample(ckpt.new.base_vocab_size, n_new, opts.seed, opts.reference_cap)
+
+
+def reference_sample(base_vocab_size: int, n: int, seed: int, cap: int | None = None) -> np.ndarray:
+    """(m,) int64 sorted: the seeded sample of original-row ids the new rows are compared
+    with, ``m = min(n, cap, base_vocab_size)`` distinct ids below ``base_vocab_size``
+    (no cap when None). Also drawn by code measuring rows in memory (gti's grounding)."""
+    size = min(n, base_vocab_size) if cap is None else min(n, cap, base_vocab_size)
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(base_vocab_size, size=size, replace=False)).astype(np.int64)
 
 
 # Rows are held in float64 up to this many entries (128 MiB); above, as float32 wherever

@@ -24,8 +24,14 @@ from geodiag.errors import InputError
 from gti.baselines.counting import LastItemTransitions, MostPopular, training_sequences
 from gti.data.sequences import Splits, k_core, leave_one_out, user_sequences
 from gti.data.sources import load_dataset
-from gti.evaluate.rankings import Rankings, from_unsorted, save_rankings
-from gti.evaluate.stats import summarize_rankings
+from gti.evaluate.rankings import (
+    RANKING_KS,
+    Rankings,
+    from_unsorted,
+    rankings_file,
+    save_rankings,
+)
+from gti.evaluate.stats import DEFAULT_RESAMPLES, summarize_rankings
 
 log = logging.getLogger(__name__)
 COUNTING = {"most-popular": MostPopular, "transitions": LastItemTransitions}
@@ -70,8 +76,8 @@ def run_baselines(
     k_core_min: int = 5,
     max_history: int = 20,
     top: int = 20,
-    ks: tuple[int, ...] = (5, 10, 20),
-    n_resamples: int = 10_000,
+    ks: tuple[int, ...] = RANKING_KS,
+    n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
     cache_dir: Path | None = None,
 ) -> dict[str, dict[str, object]]:
@@ -97,7 +103,7 @@ def run_baselines(
         seconds = time.perf_counter() - t0
         folder = Path(out) / name
         for split, r in rankings.items():
-            save_rankings(folder / f"{split}.rankings.json", r)
+            save_rankings(folder / rankings_file(split), r)
         metrics = {
             "baseline": name,
             "fit": "training sequences (every item but the last two of each user)",
@@ -119,7 +125,11 @@ def write_metrics(folder: Path, metrics: dict[str, object]) -> None:
 
 
 def summarize_folder(
-    folder: Path, *, ks: tuple[int, ...] = (5, 10, 20), n_resamples: int = 10_000, seed: int = 0
+    folder: Path,
+    *,
+    ks: tuple[int, ...] = RANKING_KS,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
 ) -> dict[str, object]:
     """metrics.json for a folder of rankings files written elsewhere (SASRec)."""
     from gti.evaluate.rankings import load_rankings
@@ -128,7 +138,7 @@ def summarize_folder(
     splits = {}
     source: dict[str, object] = {}
     for split in ("valid", "test"):
-        path = folder / f"{split}.rankings.json"
+        path = folder / rankings_file(split)
         if path.is_file():
             r = load_rankings(path)
             source = r.source

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from geodiag.errors import InputError
 from geodiag.settings import REQUIRED, check_bounds, setting
+from gti.evaluate.metrics import DEFAULT_KS
 from gti.options import (
     PATH,
     RUNNER,
@@ -18,7 +19,18 @@ from gti.options import (
 )
 
 SPLITS = ("valid", "test")
-DEFAULT_KS = (1, 5, 10, 20)
+
+
+def _repeatable(default: tuple, item: type, flag: str, help: str):
+    """A tuple setting given as a repeatable flag, ``default`` when the flag is absent."""
+    return setting(
+        default,
+        help=help,
+        flags=(flag,),
+        cli_type=list[item] | None,
+        cli_default=None,
+        parse=lambda given: tuple(given) if given else default,
+    )
 
 
 @dataclass
@@ -45,21 +57,14 @@ class EvalConfig:
     data: str | None = setting(  # None: the dataset of the checkpoint's SIDs
         None, help="Dataset (default: the one the SIDs were built from)."
     )
-    splits: tuple[str, ...] = setting(
-        SPLITS,
-        help=f"{' | '.join(SPLITS)} (repeatable; default both).",
-        flags=("--split",),
-        cli_type=list[str] | None,
-        cli_default=None,
-        parse=lambda given: tuple(given) if given else SPLITS,
+    splits: tuple[str, ...] = _repeatable(
+        SPLITS, str, "--split", f"{' | '.join(SPLITS)} (repeatable; default both)."
     )
-    ks: tuple[int, ...] = setting(
+    ks: tuple[int, ...] = _repeatable(
         DEFAULT_KS,
-        help="K of Recall@K/NDCG@K (repeatable; default 1 5 10 20).",
-        flags=("--k",),
-        cli_type=list[int] | None,
-        cli_default=None,
-        parse=lambda given: tuple(given) if given else DEFAULT_KS,
+        int,
+        "--k",
+        f"K of Recall@K/NDCG@K (repeatable; default {' '.join(map(str, DEFAULT_KS))}).",
     )
     # Beam size; >= max(ks), as every metric needs that many items.
     beams: int = setting(20, help="Beam size (>= the largest K).")

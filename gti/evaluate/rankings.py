@@ -25,6 +25,15 @@ from geodiag.jsonio import read_json
 
 FORMAT = "gti.rankings"
 FORMAT_VERSION = 1
+SUFFIX = ".rankings.json"
+# The K of Recall@K / NDCG@K reported from rankings files (study, baselines): every one
+# within the top-20 lists the files keep.
+RANKING_KS = (5, 10, 20)
+
+
+def rankings_file(split: str) -> str:
+    """The name of a split's rankings file in a folder of them (baselines, a study run)."""
+    return f"{split}{SUFFIX}"
 
 
 @dataclass
@@ -129,7 +138,7 @@ def target_ranks(r: Rankings) -> np.ndarray:
     return out
 
 
-def per_user_metrics(r: Rankings, ks: tuple[int, ...] = (5, 10, 20)) -> dict[str, np.ndarray]:
+def per_user_metrics(r: Rankings, ks: tuple[int, ...] = RANKING_KS) -> dict[str, np.ndarray]:
     """``{"recall@K": (n,) 0/1, "ndcg@K": (n,) 1/log2(rank+2) or 0}`` per user.
 
     With one held-out item per user, Recall@K is the hit indicator and the ideal DCG
@@ -146,7 +155,7 @@ def per_user_metrics(r: Rankings, ks: tuple[int, ...] = (5, 10, 20)) -> dict[str
     return out
 
 
-def metric_means(r: Rankings, ks: tuple[int, ...] = (5, 10, 20)) -> dict[str, float]:
+def metric_means(r: Rankings, ks: tuple[int, ...] = RANKING_KS) -> dict[str, float]:
     return {k: float(v.mean()) for k, v in per_user_metrics(r, ks).items()}
 
 

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from gti.evaluate.rankings import RANKING_KS, Rankings, per_user_metrics
+
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_LEVEL = 0.95
 _CHUNK = 500  # resamples per block: bounds the (chunk, n_users) weight matrix
@@ -188,19 +190,17 @@ def paired_test(
 
 
 def summarize_rankings(
-    r: object,
-    ks: tuple[int, ...] = (5, 10, 20),
+    r: Rankings,
+    ks: tuple[int, ...] = RANKING_KS,
     *,
     n_resamples: int = DEFAULT_RESAMPLES,
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
 ) -> dict[str, object]:
     """Every metric of one rankings file with its interval (strict-JSON dict)."""
-    from gti.evaluate.rankings import per_user_metrics
-
-    values = per_user_metrics(r, ks)  # type: ignore[arg-type]
+    values = per_user_metrics(r, ks)
     metrics = {
         name: interval(v, n_resamples=n_resamples, level=level, seed=seed).to_dict()
         for name, v in values.items()
     }
-    return {"n_users": len(r.users), "metrics": metrics}  # type: ignore[attr-defined]
+    return {"n_users": len(r.users), "metrics": metrics}

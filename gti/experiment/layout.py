@@ -1,6 +1,7 @@
-"""One (arm, seed) run of ``gti experiment`` or ``gti study``: its folders (one paths
-object, one layout function per runner) and the configs of its init and SFT stages
-(one builder, shared by both runners)."""
+"""One (arm, seed) run of ``gti experiment`` or ``gti study``: the names of the files
+the runners write (``Files``, read back by ``gti.study.assemble`` and the geometry
+intervals), its folders (one paths object, one layout function per runner) and the
+configs of its init and SFT stages (one builder, shared by both runners)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,50 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from gti.checkpoint_files import TRAIN_LOG_FILENAME
 from gti.evaluate.config import EvalConfig
+from gti.evaluate.rankings import rankings_file
 from gti.experiment.arms import ARMS
 from gti.init.config import GroundingConfig, InitConfig
 from gti.semantic_ids.config import SidsConfig
 from gti.sft.config import SFTConfig
+
+
+class Files:
+    """The file and folder names of a run, each written once: the runners write them,
+    ``gti.study.assemble`` and ``gti.study.geometry_intervals`` read them back."""
+
+    # gti experiment's output folder
+    CONFIG = "experiment.json"  # the resolved config; a re-run must match it
+    SIDS = "sids"  # the SIDs folder, built once for every arm (also in the study's work)
+    EVAL = "eval"  # seed-S/eval/<arm>.json
+    # both runners (the experiment's output folder, a study run's report folder)
+    TIMINGS = "timings.jsonl"  # one line per stage run: name, seconds, when it finished
+    REPORT = "report.html"  # the geodiag report (its JSON beside it)
+    # the tables: the experiment's output folder, the study's reports folder
+    RESULTS_JSON = "results.json"
+    RESULTS_MD = "results.md"
+    # a study run's report folder, <reports>/runs/<arm>-seed<k>/
+    RUN = "run.json"  # settings, milestones, machine, status
+    GEOMETRY = "geometry.json"  # {step: geodiag figures}
+    TRAIN_LOG = TRAIN_LOG_FILENAME  # the SFT log, copied from the final checkpoint
+    CURVE = "curve"  # per-user lists at each milestone (curve_file)
+    FINAL = "final"  # per-user lists of the final splits (final_file)
+    # the study's reports folder
+    RUNS = "runs"
+    BASELINES = "baselines"  # <baseline>/<split>.rankings.json (gti baselines)
+    GEOMETRY_INTERVALS = "geometry_intervals.json"  # gti study geometry-intervals
+
+
+def curve_file(step: int, split: str) -> str:
+    """A study run's per-user lists of ``split`` after ``step`` SFT steps, relative to
+    its report folder."""
+    return f"{Files.CURVE}/step-{step:06d}.{rankings_file(split)}"
+
+
+def final_file(split: str) -> str:
+    """A study run's per-user lists of a final split, relative to its report folder."""
+    return f"{Files.FINAL}/{rankings_file(split)}"
 
 
 def run_name(arm: str, seed: int) -> str:
@@ -21,7 +61,7 @@ def run_name(arm: str, seed: int) -> str:
 
 def study_runs(reports: Path) -> Path:
     """The folder of the study's per-run report folders, ``<reports>/runs``."""
-    return Path(reports) / "runs"
+    return Path(reports) / Files.RUNS
 
 
 @dataclass(frozen=True)
@@ -45,7 +85,7 @@ def experiment_paths(out: Path, arm: str, seed: int) -> RunPaths:
     return RunPaths(
         init=root / "init" / ARMS[arm].init_name,
         sft=root / "sft" / arm,
-        result=root / "eval" / f"{arm}.json",
+        result=root / Files.EVAL / f"{arm}.json",
     )
 
 

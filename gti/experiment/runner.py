@@ -9,7 +9,7 @@ after a kill or with more arms/seeds does only what is missing):
     seed-S/init/<init name>/     gti init (stage init); arms with one init share it
     seed-S/sft/<arm>/            gti sft (stage sft)
     seed-S/eval/<arm>.json       gti evaluate
-                                 (gti.experiment.layout.experiment_paths)
+                                 (names: gti.experiment.layout, Files and experiment_paths)
     results.json, results.md     metrics per arm and split, mean (+ spread) over seeds,
                                  and the wall time of each stage
     report.html, report.json     geodiag report: every arm at both stages (first seed)
@@ -35,14 +35,12 @@ from geodiag.settings import tagged
 from gti.evaluate.run import load_result
 from gti.experiment.arms import ARMS
 from gti.experiment.config import SECTIONS, ExperimentConfig
-from gti.experiment.layout import arm_stages, experiment_paths
+from gti.experiment.layout import Files, arm_stages, experiment_paths
 from gti.experiment.results import summarize, to_markdown
 from gti.experiment.summary import load_screen, recall_note, sft_stage_name
 from gti.options import PATH, UI
 
 log = logging.getLogger(__name__)
-CONFIG_FILENAME = "experiment.json"
-TIMINGS_FILENAME = "timings.jsonl"
 # Settings that decide what finished stages contain; arms, seeds, threads and the
 # report may change between runs.
 PINNED = ("sids", "grounding", "sft", "evaluate", "device")
@@ -73,7 +71,7 @@ def resolved(cfg: ExperimentConfig) -> dict[str, object]:
 def check_or_write_config(cfg: ExperimentConfig) -> None:
     """First run: write experiment.json. Later runs: refuse settings that would make
     finished stages stale, naming what changed."""
-    path = Path(cfg.out) / CONFIG_FILENAME
+    path = Path(cfg.out) / Files.CONFIG
     now = resolved(cfg)
     if path.is_file():
         changed = differences(now, json.loads(path.read_text()))
@@ -171,10 +169,10 @@ def _run_stages(cfg: ExperimentConfig, out: Path) -> ExperimentResult:
     from gti.semantic_ids.build import build_sids
     from gti.sft.run import run_sft
 
-    stages = Stages(out / TIMINGS_FILENAME)
+    stages = Stages(out / Files.TIMINGS)
     common = {"cache_dir": cfg.cache_dir, "progress": cfg.progress}
 
-    sids_dir = out / "sids"
+    sids_dir = out / Files.SIDS
     sids_cfg = replace(cfg.sids, out=sids_dir, **common)
     stages.run("sids", sids_dir / SIDECAR_FILENAME, lambda: build_sids(sids_cfg))
 
@@ -201,7 +199,7 @@ def _run_stages(cfg: ExperimentConfig, out: Path) -> ExperimentResult:
     results_md = results_json = None
     if cfg.trained_arms:
         results_md, results_json = write_results(cfg)
-    report = out / "report.html"
+    report = out / Files.REPORT
     inputs = report_inputs(cfg)
     if stages.ran or not report_is_current(report, inputs):
         stages.timed("report", lambda: write_geodiag_report(cfg, report, inputs))
@@ -224,11 +222,11 @@ def write_results(cfg: ExperimentConfig) -> tuple[Path, Path]:
         f"seeds: {', '.join(map(str, cfg.seeds))}"
         + ("; mean ± sample std" if len(cfg.seeds) > 1 else ""),
     ]
-    md, js = out / "results.md", out / "results.json"
+    md, js = out / Files.RESULTS_MD, out / Files.RESULTS_JSON
     text = to_markdown(summary, f"{cfg.name}: next-item results", notes)
     atomic_write_many(
         {
-            md: text + time_table(cfg, stage_seconds(out / TIMINGS_FILENAME)),
+            md: text + time_table(cfg, stage_seconds(out / Files.TIMINGS)),
             js: json.dumps(summary, indent=1, allow_nan=False) + "\n",
         }
     )

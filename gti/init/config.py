@@ -14,6 +14,7 @@ from pathlib import Path
 
 from geodiag.errors import InputError
 from geodiag.settings import REQUIRED, check_bounds, setting, spec_of
+from gti.models.smollm2 import NAME as DEFAULT_MODEL
 from gti.options import RESUMABLE, RUNNER, cache_dir_setting, check_device, progress_setting
 
 # Row strategies (one function each, gti.init.REGISTRY) plus the grounding stage.
@@ -161,7 +162,7 @@ class InitConfig:
     # None: what the sids folder was built with (its provenance), so the new
     # tokens land in the same backbone and pair with the same item texts.
     model: str | None = setting(
-        None, help="smollm2-135m | tiny | a local HF folder (default: the sids' model)."
+        None, help=f"{DEFAULT_MODEL} | tiny | a local HF folder (default: the sids' model)."
     )
     data: str | None = setting(
         None,

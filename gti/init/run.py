@@ -30,13 +30,13 @@ from gti.init.pairs import PairStream
 from gti.init.structure import ProbeItems, StructureProbe
 from gti.init.trainer import train_grounding
 from gti.models.backbone import resolve_backbone
+from gti.models.smollm2 import NAME as DEFAULT_MODEL
 from gti.options import fingerprinted
 from gti.prompts import sid_strings
 from gti.training import resolve_device
 from gti.vocab import VocabExtension, extend_vocabulary, old_rows, set_new_rows, with_token_ids
 
 log = logging.getLogger(__name__)
-DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_DATA = "movielens-100k"
 
 

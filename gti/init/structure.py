@@ -31,6 +31,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from geodiag.analysis.options import AnalyzeOptions
+from geodiag.analysis.rows import reference_sample
 from geodiag.metrics.geometry import summarize
 from geodiag.metrics.rsa import rsa
 from geodiag.settings import default_of
@@ -53,10 +54,10 @@ class ProbeItems:
 
 
 def reference_rows(embedding: torch.Tensor, base_vocab_size: int, n: int, seed: int) -> np.ndarray:
-    """The seeded sample of original rows geodiag compares with (same draw as
-    ``geodiag.analysis.checkpoint``: ``default_rng(seed).choice(base, min(n, base))``, sorted)."""
-    rng = np.random.default_rng(seed)
-    ids = np.sort(rng.choice(base_vocab_size, size=min(n, base_vocab_size), replace=False))
+    """The seeded sample of original rows geodiag compares ``n`` new rows with (its draw,
+    ``geodiag.analysis.rows.reference_sample``, at its default cap), zero and non-finite
+    rows left out as geodiag does."""
+    ids = reference_sample(base_vocab_size, n, seed, AnalyzeOptions.reference_cap)
     rows = embedding.detach()[torch.from_numpy(ids)].double().cpu().numpy()
     ok = np.isfinite(rows).all(axis=1) & np.any(rows != 0, axis=1)
     return rows[ok]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from geodiag.errors import InputError
 from geodiag.settings import REQUIRED, setting
+from gti.models.smollm2 import NAME as DEFAULT_MODEL
 from gti.options import PATH, RUNNER, cache_dir_setting, progress_setting
 from gti.semantic_ids.collisions import COLLISION_STRATEGIES
 
@@ -70,8 +71,8 @@ class SidsConfig:
         "(JSONL lines: item_id + text fields; interactions: user_id,item_id,timestamp header; .tsv = tabs).",
     )
     model: str = setting(
-        "smollm2-135m",
-        help="smollm2-135m | tiny | a local HF folder | a hub id (local cache only).",
+        DEFAULT_MODEL,
+        help=f"{DEFAULT_MODEL} | tiny | a local HF folder | a hub id (local cache only).",
     )
     # "lm" (backbone mean-pool) or "bow" (hashed words; offline tests).
     encoder: str = setting("lm", help="lm (backbone mean-pool) | bow (hashed words, no model).")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from gti.errors import exits_on_bad_input
+from gti.evaluate.stats import DEFAULT_RESAMPLES
 
 study_app = typer.Typer(
     help="The learning-curve study (configs/study.toml): runs, then tables and plots.",
@@ -58,7 +59,7 @@ def study_run(
 @exits_on_bad_input
 def study_assemble(
     folder: Annotated[Path, typer.Argument(help="The study's reports folder.")],
-    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 10_000,
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = DEFAULT_RESAMPLES,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
 ) -> None:
     """results.md, results.json and the plots, from the committed files alone."""
@@ -83,7 +84,7 @@ def study_geometry_intervals(
 
     from geodiag.atomic import atomic_write
     from geodiag.errors import InputError
-    from gti.experiment.layout import study_runs
+    from gti.experiment.layout import Files, study_runs
     from gti.study.config import load_study_config
     from gti.study.geometry_intervals import (
         check_against_runs,
@@ -108,7 +109,7 @@ def study_geometry_intervals(
             + "; ".join(problems[:3])
             + "): are these the weights of the committed runs?",
         )
-    out = Path(cfg.reports) / "geometry_intervals.json"
+    out = Path(cfg.reports) / Files.GEOMETRY_INTERVALS
     atomic_write(out, json.dumps(doc, indent=1, allow_nan=False) + "\n")
     typer.echo("\n".join(to_markdown(doc, [])))
     typer.echo(f"wrote {out} ({doc['seconds']} s)")
@@ -124,7 +125,7 @@ def baselines(
     ] = None,
     k_core: Annotated[int, typer.Option(help="k-core filter, as the LM arms.")] = 5,
     max_history: Annotated[int, typer.Option(help="History length of the split.")] = 20,
-    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 10_000,
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = DEFAULT_RESAMPLES,
     export_recbole: Annotated[
         Path | None,
         typer.Option(help="Also write the split as RecBole benchmark files into this folder."),

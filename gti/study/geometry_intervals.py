@@ -371,12 +371,12 @@ def summarize_cells(
 def study_checkpoints(cfg) -> tuple[dict[tuple[str, int, str], Path], list[str]]:
     """The init and final checkpoints of every complete run of ``cfg`` whose weights are
     in its work folder; (checkpoints, notes on complete runs left out)."""
-    from gti.experiment.layout import run_name, study_paths
+    from gti.experiment.layout import Files, run_name, study_paths
 
     out, notes = {}, []
     for arm, seed in cfg.ordered_runs():
         paths = study_paths(cfg.work, cfg.reports, arm, seed)
-        run = paths.result / "run.json"
+        run = paths.result / Files.RUN
         try:
             complete = json.loads(run.read_text()).get("status") == "complete"
         except (OSError, ValueError):
@@ -397,12 +397,12 @@ def check_against_runs(doc: dict, runs_root: Path) -> list[str]:
     """Each checkpoint's full-sample RSA (the interval file's ``per_seed``) against the
     value its run's geometry.json recorded; returns the mismatches (none expected: both
     are geodiag's Spearman over the same rows)."""
-    from gti.experiment.layout import run_name
+    from gti.experiment.layout import Files, run_name
 
     problems = []
     for row in doc.get("rsa", []):
         for s, value in zip(row["seeds"], row["per_seed"], strict=True):
-            geo_path = Path(runs_root) / run_name(row["arm"], s) / "geometry.json"
+            geo_path = Path(runs_root) / run_name(row["arm"], s) / Files.GEOMETRY
             try:
                 geo = json.loads(geo_path.read_text())
             except (OSError, ValueError):

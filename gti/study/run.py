@@ -8,7 +8,8 @@ resume state (``gti.sft``: the same examples, the same updates as one straight
 run) and a killed SFT resumes from its last save; a killed ranking resumes at the
 first unranked user (``gti.study.ranking``).
 
-Work folder (weights; never committed), ``<work>/`` (gti.experiment.layout.study_paths)::
+Work folder (weights; never committed), ``<work>/`` (gti.experiment.layout.study_paths;
+the file names: its ``Files``)::
 
     sids/                         copied from sids_from, or built
     init/<strategy>-seed<k>/      gti init (shared by arms with that init)
@@ -42,16 +43,20 @@ from pathlib import Path
 from geodiag.atomic import atomic_write
 from geodiag.io.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.experiment.arms import ARMS
-from gti.experiment.layout import RunPaths, arm_stages, run_name, study_paths
+from gti.experiment.layout import (
+    Files,
+    RunPaths,
+    arm_stages,
+    curve_file,
+    final_file,
+    run_name,
+    study_paths,
+)
 from gti.experiment.runner import Stages
 from gti.study.config import StudyConfig
 
 log = logging.getLogger(__name__)
 RUN_FORMAT = "gti.study.run"
-
-
-def curve_file(step: int, split: str) -> str:
-    return f"curve/step-{step:06d}.{split}.rankings.json"
 
 
 def machine() -> dict[str, object]:
@@ -81,7 +86,7 @@ def machine() -> dict[str, object]:
 
 def prepare_sids(cfg: StudyConfig) -> Path:
     """``<work>/sids``: a copy of ``sids_from`` (never written into), or built."""
-    out = Path(cfg.work) / "sids"
+    out = Path(cfg.work) / Files.SIDS
     if (out / SIDECAR_FILENAME).is_file():
         return out
     if cfg.sids_from is not None:
@@ -215,7 +220,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     paths = study_paths(cfg.work, cfg.reports, arm, seed)
     init_dir, rdir = paths.init, paths.result
     rdir.mkdir(parents=True, exist_ok=True)
-    stages = Stages(rdir / "timings.jsonl")
+    stages = Stages(rdir / Files.TIMINGS)
     sids_dir = prepare_sids(cfg)
     init_cfg, sft_cfg = arm_stages(cfg, arm, seed, paths, sids_dir)
     init_name = ARMS[arm].init_name
@@ -243,13 +248,13 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     }
     users = sample_users(task, cfg.evaluate.max_users, cfg.evaluate.seed)
 
-    geo_path = rdir / "geometry.json"
+    geo_path = rdir / Files.GEOMETRY
     milestones = cfg.milestones()
     for step in milestones:
         last = step == milestones[-1]
         want = [rdir / curve_file(step, cfg.curve_split)]
         if last:
-            want += [rdir / "final" / f"{s}.rankings.json" for s in cfg.final_splits]
+            want += [rdir / final_file(s) for s in cfg.final_splits]
         if str(step) in _json(geo_path) and all(p.is_file() for p in want):
             stages.skipped.append(f"step {step}")
             continue
@@ -286,10 +291,11 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
             shutil.rmtree(snap, ignore_errors=True)
 
     final = Path(sft_cfg.out) if milestones[-1] > 0 else init_dir
-    train_log = final / "train_log.jsonl"
+    train_log = final / Files.TRAIN_LOG
     if train_log.is_file():
-        shutil.copyfile(train_log, rdir / "train_log.jsonl")
-    if cfg.report_html and seed == cfg.seeds[0] and not (rdir / "report.html").is_file():
+        shutil.copyfile(train_log, rdir / Files.TRAIN_LOG)
+    report_html = rdir / Files.REPORT
+    if cfg.report_html and seed == cfg.seeds[0] and not report_html.is_file():
         from geodiag.report import ReportOptions, write_report
 
         opts = ReportOptions(
@@ -299,12 +305,12 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
         )
 
         def report() -> None:
-            write_report([init_dir, final], rdir / "report.html", opts=opts)
+            write_report([init_dir, final], report_html, opts=opts)
             # Every number of the HTML, ~1 MB per run: too large to commit for each run.
-            (rdir / "report.json").unlink(missing_ok=True)
+            report_html.with_suffix(".json").unlink(missing_ok=True)
 
         stages.timed("report", report)
-    (rdir / "report.json").unlink(missing_ok=True)  # left by a kill inside report()
+    report_html.with_suffix(".json").unlink(missing_ok=True)  # left by a kill in report()
     write_run_json(cfg, arm, seed, paths, task, command)
     return rdir
 
@@ -357,9 +363,9 @@ def write_run_json(cfg, arm, seed, paths: RunPaths, task, command) -> None:
     from gti.experiment.runner import stage_seconds
 
     rdir = paths.result
-    seconds = stage_seconds(rdir / "timings.jsonl")
+    seconds = stage_seconds(rdir / Files.TIMINGS)
     n_examples = cfg.sft.steps * cfg.sft.batch_size
-    step_s = sft_step_seconds(rdir / "train_log.jsonl", cfg.sft.steps)
+    step_s = sft_step_seconds(rdir / Files.TRAIN_LOG, cfg.sft.steps)
     sft_s = step_s or sum(v for k, v in seconds.items() if k.startswith("sft ->"))
     doc = {
         "format": RUN_FORMAT,
@@ -382,7 +388,7 @@ def write_run_json(cfg, arm, seed, paths: RunPaths, task, command) -> None:
         "sft_examples_per_s": round(n_examples / sft_s, 4) if sft_s > 0 else None,
         "tokens_per_example": tokens_per_example(cfg, task, paths.init, min(n_examples, 512)),
     }
-    atomic_write(rdir / "run.json", json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    atomic_write(rdir / Files.RUN, json.dumps(doc, indent=1, allow_nan=False) + "\n")
 
 
 def _config_json(cfg: StudyConfig) -> str:
@@ -402,7 +408,7 @@ def run_all(cfg: StudyConfig, *, command: str | None = None) -> list[Path]:
     out = []
     for arm, seed in cfg.ordered_runs():
         rdir = study_paths(cfg.work, cfg.reports, arm, seed).result
-        if _json(rdir / "run.json").get("status") == "complete":
+        if _json(rdir / Files.RUN).get("status") == "complete":
             log.info("= %s: complete", rdir)
             out.append(rdir)
             continue

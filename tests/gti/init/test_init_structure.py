@@ -195,3 +195,19 @@ def test_curve_plot_reads_the_log_and_writes_a_png(tmp_path):
     assert [e["step"] for e in curve] == [0, 2, 4]  # step lines skipped
     out = plot_curves({"run": curve}, tmp_path / "curve.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_reference_sample_is_geodiags_seeded_draw_with_its_cap():
+    from geodiag.analysis.options import AnalyzeOptions
+    from geodiag.analysis.rows import reference_sample
+
+    ids = reference_sample(50, 30, seed=3, cap=8)
+    assert len(ids) == 8 and len(set(ids)) == 8 and list(ids) == sorted(ids)
+    assert (ids == reference_sample(50, 30, seed=3, cap=8)).all()
+    assert len(reference_sample(50, 30, seed=3)) == 30  # no cap
+    assert len(reference_sample(50, 80, seed=3)) == 50  # never more than the vocabulary
+    # The probe's reference rows are exactly those ids (every row here usable).
+    emb = torch.arange(1, 50 * 4 + 1, dtype=torch.float32).reshape(50, 4)
+    got = reference_rows(emb, 50, 30, 3)
+    want = reference_sample(50, 30, 3, AnalyzeOptions.reference_cap)
+    assert np.array_equal(got, emb.double().numpy()[want])

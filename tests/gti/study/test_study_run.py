@@ -16,9 +16,11 @@ from typer.testing import CliRunner
 from gti.cli import app
 from gti.evaluate.metrics import topk_metrics
 from gti.evaluate.rankings import Rankings, load_rankings
-from gti.study.assemble import _paired_curve, _versus_baselines, collect
+from gti.experiment.layout import curve_file
+from gti.study.assemble import collect
+from gti.study.assemble.collect import paired_curve, versus_baselines
 from gti.study.config import load_study_config
-from gti.study.run import curve_file, run_all, sft_step_seconds
+from gti.study.run import run_all, sft_step_seconds
 
 runner = CliRunner()
 
@@ -358,7 +360,7 @@ def test_curve_pairs_and_baseline_verdicts_on_planted_hits():
         }
         for a in curves
     }
-    rows = _paired_curve(curves, arms, 2000, 0)["gti - mean"]
+    rows = paired_curve(curves, arms, 2000, 0)["gti - mean"]
     assert [r["step"] for r in rows] == [0, 4] and rows[1]["seeds"] == [0, 1]
     step0, step4 = rows[0]["metrics"]["recall@20"], rows[1]["metrics"]["recall@20"]
     assert step0["difference"]["estimate"] == 0 and step0["p_value"] == 1.0
@@ -368,7 +370,7 @@ def test_curve_pairs_and_baseline_verdicts_on_planted_hits():
     assert step4["p_value"] == pytest.approx(2 / 64) and step4["exact"]
 
     base = {("pop", "valid"): planted([i % 2 == 0 for i in range(n)])}
-    got = _versus_baselines(curves, {a: {} for a in curves}, arms, base, 2000, 0)
+    got = versus_baselines(curves, {a: {} for a in curves}, arms, base, 2000, 0)
     by = {(r["arm"], r["step"]): r for r in got}
     assert len(got) == 4 and all(r["baseline"] == "pop" for r in got)
     # gti at step 4 (users 0-7) against pop (users 0, 2, 4, 6, 8): users 1, 3, 5, 7 won,
@@ -391,7 +393,7 @@ def test_baseline_verdicts_follow_the_interval(arm_hits, base_hits, verdict):
         ("pop", "valid"): planted([base_hits] * n),
         ("pop", "test"): planted([base_hits] * n, "test"),
     }
-    rows = _versus_baselines(curves, finals, arms, base, 500, 0)
+    rows = versus_baselines(curves, finals, arms, base, 500, 0)
     assert [(r["split"], r["step"]) for r in rows] == [("valid", 4), ("test", 4)]
     for r in rows:
         assert r["verdict"] == {"recall@10": verdict, "recall@20": verdict}
