@@ -44,37 +44,24 @@ Codebooks = Mapping[str, object] | str | os.PathLike[str]
 
 
 def _codebooks(codebooks: Codebooks, new: NewTokens) -> tuple[dict[str, np.ndarray], str | None]:
-    """Per level, the codebook vector of each new token's code, in token order."""
+    """Per level, the codebook vector of each new token's code, in token order: from a
+    file or {level: array or tensor}, checked as the file readers check theirs (each
+    level's codebook has exactly one code per token of the level)."""
+    from geodiag.io.codebooks import codebook_rows
+
     if isinstance(codebooks, str | os.PathLike):
         from geodiag.io.safetensors import SafetensorsFile
 
         f = SafetensorsFile(Path(codebooks))
         where = str(codebooks)
-        books = {name: f.read(name) for name in new.level_names if name in f.tensors}
+        given = {name: f.read(name) for name in new.level_names if name in f.tensors}
     else:
         where = "codebooks"
-        books = {}
-        for name, book in codebooks.items():
-            books[str(name)] = book.detach().cpu().numpy() if is_torch(book) else np.asarray(book)
-    out, missing = {}, []
-    assert new.level_index is not None and new.codes is not None
-    for li, name in enumerate(new.level_names):
-        if name not in books:
-            missing.append(name)
-            continue
-        book = np.asarray(books[name], dtype=np.float64)
-        n_codes = int((new.level_index == li).sum())
-        if book.ndim != 2 or book.shape[0] != n_codes:
-            raise InputError(
-                where,
-                f"codebook '{name}' has shape {list(book.shape)}; level '{name}' has {n_codes} "
-                "codes, so expected [codes, code_dim]",
-            )
-        if not np.isfinite(book).all():
-            raise InputError(where, f"codebook '{name}' holds NaN or Inf values")
-        out[name] = book[new.codes[new.level_index == li]]
-    note = f"no codebook for level(s) {', '.join(missing)} in {where}" if missing else None
-    return out, note
+        given = {
+            str(k): b.detach().cpu().numpy() if is_torch(b) else b for k, b in codebooks.items()
+        }
+    books = {k: np.asarray(b, dtype=np.float64) for k, b in given.items()}
+    return codebook_rows(books, new, where, where, exact=True)
 
 
 class _Names:

@@ -4,6 +4,7 @@ levels the new tokens resolved to (RSA's second matrix)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -28,37 +29,50 @@ def codebooks_of(
 
 
 def load_codebooks(path: Path, new: NewTokens) -> tuple[dict[str, np.ndarray], str | None, str]:
-    """Per level, the codebook vector of each new token's code, in token order.
+    """Per level, the codebook vector of each new token's code, in token order, from a
+    safetensors file (one tensor per level); and the file's digest.
 
     With a sidecar the level sizes are known and a codebook must have exactly that
     many codes; with levels parsed from token names it must cover every code seen.
     """
     f = SafetensorsFile(path)
-    books: dict[str, np.ndarray] = {}
+    books = {name: f.read(name) for name in new.level_names if name in f.tensors}
+    rows, note = codebook_rows(books, new, path, path.name, exact=new.levels_source == "sidecar")
+    return rows, note, f.digest.hexdigest()
+
+
+def codebook_rows(
+    books: Mapping[str, np.ndarray], new: NewTokens, where: object, shown: str, *, exact: bool
+) -> tuple[dict[str, np.ndarray], str | None]:
+    """Per level, ``books[level]``'s row for each new token's code, in token order, and
+    a note naming the levels without a codebook. ``exact``: a codebook must have as many
+    codes as its level has tokens (the levels are known: a sidecar, or given in Python);
+    else it must cover every code seen. ``where`` is named in errors, ``shown`` in the note."""
+    out: dict[str, np.ndarray] = {}
     missing = []
     assert new.level_index is not None and new.codes is not None
     for li, name in enumerate(new.level_names):
-        if name not in f.tensors:
+        if name not in books:
             missing.append(name)
             continue
-        book = f.read(name)
+        book = books[name]
         codes = new.codes[new.level_index == li]
         if book.ndim != 2:
             raise InputError(
-                path, f"codebook '{name}' has shape {list(book.shape)}, expected [codes, code_dim]"
+                where, f"codebook '{name}' has shape {list(book.shape)}, expected [codes, code_dim]"
             )
-        if new.levels_source == "sidecar" and book.shape[0] != len(codes):
+        if exact and book.shape[0] != len(codes):
             raise InputError(
-                path,
+                where,
                 f"codebook '{name}' has {book.shape[0]} codes, but level '{name}' has {len(codes)}",
             )
         if codes.max() >= book.shape[0]:
             raise InputError(
-                path,
+                where,
                 f"codebook '{name}' has {book.shape[0]} codes, but token <{name}_{codes.max()}> exists",
             )
         if not np.isfinite(book).all():
-            raise InputError(path, f"codebook '{name}' holds NaN or Inf values")
-        books[name] = book[codes]
-    note = f"no codebook for level(s) {', '.join(missing)} in {path.name}" if missing else None
-    return books, note, f.digest.hexdigest()
+            raise InputError(where, f"codebook '{name}' holds NaN or Inf values")
+        out[name] = book[codes]
+    note = f"no codebook for level(s) {', '.join(missing)} in {shown}" if missing else None
+    return out, note

@@ -44,7 +44,9 @@ def package_modules() -> set[str]:
 
 
 def test_the_tree_reader_follows_folders_and_stops_at_the_description():
-    text = "```\na/\n  x.py y.py   the x and y of a\n  b/\n    z.py here, not words.py\n  w.py\n```\n"
+    text = (
+        "```\na/\n  x.py y.py   the x and y of a\n  b/\n    z.py here, not words.py\n  w.py\n```\n"
+    )
     assert tree_modules(text) == {"a/x.py", "a/y.py", "a/b/z.py", "a/w.py"}
 
 

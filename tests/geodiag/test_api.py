@@ -132,7 +132,11 @@ def test_levels_from_a_sidecar_file(make_ckpt):
         ({"new_ids": [BASE_VOCAB, BASE_VOCAB]}, "repeat"),
         ({"new_ids": [0, 1, 2]}, "must be non-empty and below every new id"),
         ({"new_ids": [BASE_VOCAB], "levels": LEVEL_IDS}, "differ from the token ids"),
-        ({"levels": LEVEL_IDS, "codebooks": {"a": np.ones((3, 2))}}, "codebook 'a' has shape"),
+        (
+            {"levels": LEVEL_IDS, "codebooks": {"a": np.ones((3, 2))}},
+            "codebook 'a' has 3 codes, but level 'a' has 8",
+        ),
+        ({"levels": LEVEL_IDS, "codebooks": {"a": np.ones(8)}}, "codebook 'a' has shape \\[8\\]"),
         ({"levels": LEVEL_IDS, "codebooks": {"a": np.full((8, 2), np.nan)}}, "NaN"),
     ],
 )
