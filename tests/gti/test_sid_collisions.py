@@ -72,6 +72,23 @@ def test_sinkhorn_falls_back_when_a_prefix_outgrows_the_last_codebook():
     assert not groups_of(out.codes)
 
 
+def test_sinkhorn_out_of_rounds_falls_back_and_says_so():
+    """The guard behind the loop (unreachable with enough rounds) falls back the same way."""
+    rng = np.random.default_rng(0)
+    codes = np.array([[0, 1], [0, 1], [1, 0]], dtype=np.int64)  # one pair, room to move
+    book = rng.standard_normal((4, 8))
+    out = COLLISION_STRATEGIES["sinkhorn"](
+        codes=codes,
+        last_residuals=residuals_near(codes[:, -1], book, rng),
+        last_codebook=book,
+        generator=None,
+        max_rounds=0,
+    )
+    assert out.strategy_used == "dedup-level" and not groups_of(out.codes)
+    assert out.notes == ["sinkhorn left collisions after 0 rounds; fell back to dedup-level"]
+    assert (out.codes[:, :2] == codes).all()  # the codes as they stood, plus a dedup level
+
+
 def test_sinkhorn_assign_balances_and_respects_the_mask():
     # Every row likes column 0 best (greedy argmin would collide all four); row i's
     # runner-up is column i. The balanced plan gives each row its own column.
