@@ -114,3 +114,22 @@ def test_collision_stats_counts_items_not_pairs():
     assert (st.n_unique, st.n_groups, st.max_group) == (3, 1, 3)
     assert st.collision_rate == pytest.approx(3 / 5)
     assert collision_stats(np.array([[0], [1]])).collision_rate == 0.0
+
+
+def test_build_resolves_by_the_registry_and_refuses_a_strategy_that_leaves_collisions(
+    monkeypatch,
+):
+    from types import SimpleNamespace
+
+    from gti.semantic_ids import build
+    from gti.semantic_ids.collisions import Resolved
+
+    codes, residuals, book = case()
+    fit = SimpleNamespace(codes=codes, last_residuals=residuals, codebooks=[book, book, book])
+    out = build.resolve_collisions(fit, "dedup-level", seed=0)
+    assert out.strategy_used == "dedup-level" and not groups_of(out.codes)
+    monkeypatch.setitem(
+        COLLISION_STRATEGIES, "broken", lambda **kw: Resolved(kw["codes"], [4, 4, 4], "broken")
+    )
+    with pytest.raises(RuntimeError, match="strategy broken left colliding SIDs"):
+        build.resolve_collisions(fit, "broken", seed=0)
