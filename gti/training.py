@@ -1,6 +1,7 @@
 """Training plumbing shared by grounding (``gti init``) and SFT (``gti sft``): the
-device, the optimizer, the learning-rate schedule, the result of a run, stopping on a signal, the train-log line
-and the resume state's fingerprint check. Each stage keeps only its own loop.
+device, the optimizer, the learning-rate schedule, the result of a run, where a loop
+resumes and when it saves, stopping on a signal, the train-log line and the resume
+state's fingerprint check. Each stage keeps only its own loop.
 
 A stage that stops early raises :class:`gti.errors.Interrupted` (exit 130 in the CLI);
 its resume state is saved and the same call later resumes it.
@@ -13,11 +14,11 @@ import math
 import shutil
 import signal
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -52,9 +53,20 @@ def make_optimizer(
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=cfg.betas)
 
 
-def set_lr(optimizer, lr: float) -> float:
-    """Every parameter group of ``optimizer`` at learning rate ``lr`` (from :func:`get_lr`);
-    returns ``lr``, for the step's log."""
+class LoopSettings(Protocol):
+    """What a stage's config tells the shared loop pieces: its length, schedule and saves."""
+
+    steps: int
+    lr: float
+    warmup_steps: int
+    save_every: int
+
+
+def set_lr(optimizer, step: int, cfg: LoopSettings, **decay: Any) -> float:
+    """Every parameter group of ``optimizer`` at the learning rate of step ``step``:
+    :func:`get_lr` with ``cfg``'s peak, warm-up and length, ``decay`` its decay keywords
+    (``decay=`` or ``min_lr_ratio=``, per stage). Returns the rate, for the step's log."""
+    lr = get_lr(step, lr=cfg.lr, warmup_steps=cfg.warmup_steps, total_steps=cfg.steps, **decay)
     for group in optimizer.param_groups:
         group["lr"] = lr
     return lr
@@ -90,6 +102,26 @@ class TrainResult:
     log: list[dict[str, object]] = field(default_factory=list)
 
 
+def resume_point(
+    restored: tuple[int, list[dict[str, object]]] | None, steps: int
+) -> tuple[int, list[dict[str, object]]]:
+    """(step, log) a loop starts from: 0 and an empty log, or what a resume state held.
+    A state past ``steps`` is refused: it was saved by a longer run."""
+    if restored is None:
+        return 0, []
+    step, log = restored
+    if step > steps:
+        raise ValueError(f"resume state is at step {step}, past --steps {steps}")
+    return step, log
+
+
+def save_due(step: int, cfg: LoopSettings, halt: bool) -> bool:
+    """Whether the resume state is saved after step ``step`` (1-based count of steps
+    done): every ``save_every`` steps and when stopping early, never after the last step
+    (the stage writes its result instead)."""
+    return step < cfg.steps and (halt or step % cfg.save_every == 0)
+
+
 class StopOnSignal:
     """While active, SIGINT/SIGTERM set ``requested`` instead of killing the step.
 
@@ -114,6 +146,11 @@ class StopOnSignal:
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._saved.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
+
+    def stop_at(self, step: int, should_stop: Callable[[int], bool] | None) -> bool:
+        """Whether to stop after step ``step``: a signal came, or ``should_stop(step)``
+        says so (tests use it to simulate a kill)."""
+        return self.requested or (should_stop is not None and should_stop(step))
 
 
 def loss_key(task: str) -> str:

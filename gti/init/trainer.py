@@ -24,7 +24,14 @@ from gti.init.optim import LazyAdam, make_row_optimizer, present_rows
 from gti.init.pairs import PairStream
 from gti.init.structure import StructureProbe, structure_entry
 from gti.prompts import DIRECTIONS
-from gti.training import StopOnSignal, TrainResult, get_lr, log_entry, set_lr
+from gti.training import (
+    StopOnSignal,
+    TrainResult,
+    log_entry,
+    resume_point,
+    save_due,
+    set_lr,
+)
 
 
 def step_log(step: int, out: StepLoss, seconds: float, **extra: object) -> dict[str, object]:
@@ -70,12 +77,9 @@ def train_grounding(
     ``structure_every`` steps, and the last step).
     """
     optimizer = make_optimizer(rows, cfg)
-    step, log = 0, []
-    restored = resume.load(rows, optimizer) if resume is not None else None
-    if restored is not None:
-        step, log = restored
-        if step > cfg.steps:
-            raise ValueError(f"resume state is at step {step}, past --steps {cfg.steps}")
+    step, log = resume_point(
+        resume.load(rows, optimizer) if resume is not None else None, cfg.steps
+    )
     prefix = stream.common_prefix()
     shared = SharedPrefix(model, prefix) if prefix else None
     measure = probe is not None and cfg.structure_every > 0
@@ -90,16 +94,7 @@ def train_grounding(
         while step < cfg.steps:
             t0 = time.perf_counter()
             batch = stream.batch(step)
-            lr = set_lr(
-                optimizer,
-                get_lr(
-                    step,
-                    lr=cfg.lr,
-                    warmup_steps=cfg.warmup_steps,
-                    total_steps=cfg.steps,
-                    decay=cfg.decay,
-                ),
-            )
+            lr = set_lr(optimizer, step, cfg, decay=cfg.decay)
             with torch.autocast(device_type, dtype=torch.bfloat16, enabled=cfg.bf16):
                 out = fast_loss(model, rows, batch, shared=shared)
             optimizer.zero_grad(set_to_none=True)
@@ -117,8 +112,8 @@ def train_grounding(
                 log.append(structure_entry(step, elapsed, probe))  # type: ignore[arg-type]
             bar.update(1)
             bar.set_postfix(loss=f"{entry['loss']:.3f}")
-            halt = signals.requested or (should_stop is not None and should_stop(step))
-            if resume is not None and step < cfg.steps and (halt or step % cfg.save_every == 0):
+            halt = signals.stop_at(step, should_stop)
+            if resume is not None and save_due(step, cfg, halt):
                 resume.save(step, rows, optimizer, log)
             if halt and step < cfg.steps:
                 return TrainResult(step, False, log)

@@ -28,11 +28,12 @@ from geodiag.errors import InputError
 from geodiag.io.sidecar import CODEBOOKS_FILENAME, Level, SemanticIds, level_name, save
 from gti.checkpoint_files import check_output_dir
 from gti.data.sources import load_dataset
-from gti.models.backbone import resolve_backbone
-from gti.semantic_ids.collisions import COLLISION_STRATEGIES
+from gti.models.backbone import Backbone, resolve_backbone
+from gti.semantic_ids.collisions import COLLISION_STRATEGIES, Resolved
 from gti.semantic_ids.config import RQVAEConfig, SidsConfig
 from gti.semantic_ids.embeddings import bow_embeddings, lm_embeddings
 from gti.semantic_ids.fit_cache import train_or_load
+from gti.semantic_ids.rqvae import RQVAEResult
 from gti.semantic_ids.stats import collision_stats, level_stats
 
 SIDECAR_FILENAME = "semantic_ids.json"
@@ -76,21 +77,10 @@ def build_sids(cfg: SidsConfig) -> SidsResult:
 
     t = time.perf_counter()
     texts = dataset.catalog.texts
-    if cfg.encoder == "lm":
-        embeddings, n_computed = lm_embeddings(
-            texts,
-            backbone,
-            batch_size=cfg.embed_batch_size,
-            max_length=cfg.max_length,
-            cache_dir=cfg.cache_dir,
-            progress=cfg.progress,
-        )
-    else:
-        embeddings, n_computed = bow_embeddings(texts, cfg.bow_dim), len(texts)
+    embeddings, n_computed = encode(texts, backbone, cfg)
     timings["encode_s"] = time.perf_counter() - t
 
     k, shrunk = effective_codebook_size(len(texts), cfg.rqvae.codebook_size)
-    notes = [shrunk] if shrunk else []
     rq_cfg = RQVAEConfig(**{**asdict(cfg.rqvae), "codebook_size": k, "seed": cfg.seed})
     t = time.perf_counter()
     fit, fit_cached = train_or_load(
@@ -99,28 +89,71 @@ def build_sids(cfg: SidsConfig) -> SidsResult:
     timings["rqvae_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    resolved = COLLISION_STRATEGIES[cfg.strategy](
-        codes=fit.codes,
-        last_residuals=fit.last_residuals,
-        last_codebook=fit.codebooks[-1],
-        generator=np.random.default_rng(cfg.seed),
-    )
-    if collision_stats(resolved.codes).n_groups:  # a strategy bug must not ship ambiguous SIDs
-        raise RuntimeError(f"strategy {cfg.strategy} left colliding SIDs")
-    notes += resolved.notes
+    resolved = resolve_collisions(fit, cfg.strategy, cfg.seed)
+    notes = ([shrunk] if shrunk else []) + resolved.notes
     timings["collisions_s"] = time.perf_counter() - t
     for note in notes:
         log.warning("warning: %s", note)
 
     names = [level_name(i) for i in range(len(resolved.level_sizes))]
-    sids = SemanticIds(
+    sids = sidecar(cfg, dataset.catalog.item_ids, backbone, resolved, names)
+    timings["total_s"] = time.perf_counter() - t0
+    stats = {
+        "data": cfg.data,
+        "n_items": len(texts),
+        "model": backbone.name,
+        "encoder": cfg.encoder,
+        "embedding_dim": int(embeddings.shape[1]),
+        "embeddings_computed": n_computed,
+        "rqvae_from_cache": fit_cached,
+        **codes_stats(cfg, rq_cfg, fit, resolved, names),
+        "timings": timings,
+        "warnings": notes,
+    }
+    codebooks = {nm: fit.codebooks[i] for i, nm in enumerate(names[: rq_cfg.n_levels])}
+    write_outputs(out, sids, codebooks, stats)
+    return SidsResult(out, sids, stats)
+
+
+def encode(texts: list[str], backbone: Backbone, cfg: SidsConfig) -> tuple[np.ndarray, int]:
+    """Content embeddings of ``texts`` by ``cfg.encoder``, (n_items, dim); and how many
+    were computed rather than read from the cache."""
+    if cfg.encoder == "lm":
+        return lm_embeddings(
+            texts,
+            backbone,
+            batch_size=cfg.embed_batch_size,
+            max_length=cfg.max_length,
+            cache_dir=cfg.cache_dir,
+            progress=cfg.progress,
+        )
+    return bow_embeddings(texts, cfg.bow_dim), len(texts)
+
+
+def resolve_collisions(fit: RQVAEResult, strategy: str, seed: int) -> Resolved:
+    """Unique SIDs from the RQ-VAE's codes by ``strategy`` (the collision registry)."""
+    resolved = COLLISION_STRATEGIES[strategy](
+        codes=fit.codes,
+        last_residuals=fit.last_residuals,
+        last_codebook=fit.codebooks[-1],
+        generator=np.random.default_rng(seed),
+    )
+    if collision_stats(resolved.codes).n_groups:  # a strategy bug must not ship ambiguous SIDs
+        raise RuntimeError(f"strategy {strategy} left colliding SIDs")
+    return resolved
+
+
+def sidecar(
+    cfg: SidsConfig, item_ids: list[str], backbone: Backbone, resolved: Resolved, names: list[str]
+) -> SemanticIds:
+    """The ``semantic_ids.json`` of the stage: levels, each item's codes, provenance."""
+    return SemanticIds(
         base_vocab_size=backbone.vocab_size,
         levels=[
             Level(name=nm, size=sz) for nm, sz in zip(names, resolved.level_sizes, strict=True)
         ],
         items={
-            iid: [int(c) for c in row]
-            for iid, row in zip(dataset.catalog.item_ids, resolved.codes, strict=True)
+            iid: [int(c) for c in row] for iid, row in zip(item_ids, resolved.codes, strict=True)
         },
         provenance={
             "stage": "sids",
@@ -133,19 +166,18 @@ def build_sids(cfg: SidsConfig) -> SidsResult:
             "data": cfg.data,
         },
     )
-    timings["total_s"] = time.perf_counter() - t0
-    stats = {
-        "data": cfg.data,
-        "n_items": len(texts),
-        "model": backbone.name,
-        "encoder": cfg.encoder,
-        "embedding_dim": int(embeddings.shape[1]),
-        "embeddings_computed": n_computed,
-        "rqvae_from_cache": fit_cached,
+
+
+def codes_stats(
+    cfg: SidsConfig, rq_cfg: RQVAEConfig, fit: RQVAEResult, resolved: Resolved, names: list[str]
+) -> dict[str, object]:
+    """What ``stats.json`` says of the codes: strategy, codebook size, per-level use,
+    collisions before and after, the RQ-VAE's settings and training curve."""
+    return {
         "strategy": cfg.strategy,
         "strategy_used": resolved.strategy_used,
         "codebook_size_requested": cfg.rqvae.codebook_size,
-        "codebook_size": k,
+        "codebook_size": rq_cfg.codebook_size,
         "levels": [
             asdict(level_stats(resolved.codes[:, i], sz, nm, learned=i < rq_cfg.n_levels))
             for i, (nm, sz) in enumerate(zip(names, resolved.level_sizes, strict=True))
@@ -159,12 +191,7 @@ def build_sids(cfg: SidsConfig) -> SidsResult:
             "final": fit.history[-1],
             "curve": fit.history[:: max(1, len(fit.history) // 20)],
         },
-        "timings": timings,
-        "warnings": notes,
     }
-    codebooks = {nm: fit.codebooks[i] for i, nm in enumerate(names[: rq_cfg.n_levels])}
-    write_outputs(out, sids, codebooks, stats)
-    return SidsResult(out, sids, stats)
 
 
 def write_outputs(

@@ -100,6 +100,18 @@ def sinkhorn(
 ) -> Resolved:
     codes = codes.copy()
     k = last_codebook.shape[0]
+
+    def fall_back(why: str) -> Resolved:
+        """``dedup-level`` on the codes as they stand, with a note saying why."""
+        resolved = dedup_level(
+            codes=codes,
+            last_residuals=last_residuals,
+            last_codebook=last_codebook,
+            generator=generator,
+        )
+        resolved.notes.append(f"{why}; fell back to dedup-level")
+        return resolved
+
     dist = (
         (last_residuals**2).sum(1, keepdims=True)
         - 2 * last_residuals @ last_codebook.T
@@ -112,17 +124,10 @@ def sinkhorn(
     too_big = {p: c for p, c in crowded.items() if c > k}
     if too_big:
         p, c = max(too_big.items(), key=lambda kv: kv[1])
-        resolved = dedup_level(
-            codes=codes,
-            last_residuals=last_residuals,
-            last_codebook=last_codebook,
-            generator=generator,
-        )
-        resolved.notes.append(
+        return fall_back(
             f"sinkhorn cannot separate {c} items sharing prefix {list(p)} with {k} last-level codes "
-            f"({len(too_big)} such prefixes); fell back to dedup-level"
+            f"({len(too_big)} such prefixes)"
         )
-        return resolved
     original = codes[:, -1].copy()
     for _ in range(max_rounds):
         groups = groups_of(codes)
@@ -142,16 +147,7 @@ def sinkhorn(
             allowed[row, list(held[prefixes[i]])] = False
         codes[movers, -1] = sinkhorn_assign(dist[movers], allowed)
     if groups_of(codes):  # unreachable by the argument above; never ship duplicates
-        resolved = dedup_level(
-            codes=codes,
-            last_residuals=last_residuals,
-            last_codebook=last_codebook,
-            generator=generator,
-        )
-        resolved.notes.append(
-            f"sinkhorn left collisions after {max_rounds} rounds; fell back to dedup-level"
-        )
-        return resolved
+        return fall_back(f"sinkhorn left collisions after {max_rounds} rounds")
     n_moved = int((codes[:, -1] != original).sum())
     return Resolved(codes, [k] * codes.shape[1], "sinkhorn", n_reassigned=n_moved)
 

@@ -24,7 +24,15 @@ from gti.sft.checkpoint import SFTState
 from gti.sft.config import SFTConfig
 from gti.sft.data import TASK_NAMES, SFTStream
 from gti.sft.loss import AnswerLoss
-from gti.training import StopOnSignal, TrainResult, get_lr, log_entry, make_optimizer, set_lr
+from gti.training import (
+    StopOnSignal,
+    TrainResult,
+    log_entry,
+    make_optimizer,
+    resume_point,
+    save_due,
+    set_lr,
+)
 
 
 def micro_batches(step: int, cfg: SFTConfig, rank: int, world: int) -> list[range]:
@@ -50,12 +58,7 @@ def train_sft(
     loss_fn, optimizer = accelerator.prepare(
         AnswerLoss(model), make_optimizer(model.parameters(), cfg)
     )
-    step, log = 0, []
-    restored = resume.load(accelerator) if resume is not None else None
-    if restored is not None:
-        step, log = restored
-        if step > cfg.steps:
-            raise ValueError(f"resume state is at step {step}, past --steps {cfg.steps}")
+    step, log = resume_point(resume.load(accelerator) if resume is not None else None, cfg.steps)
     rank, world, device = accelerator.process_index, accelerator.num_processes, accelerator.device
     bar = tqdm(
         total=cfg.steps,
@@ -67,16 +70,7 @@ def train_sft(
     with StopOnSignal() as signals, bar:
         while step < cfg.steps:
             t0 = time.perf_counter()
-            lr = set_lr(
-                optimizer,
-                get_lr(
-                    step,
-                    lr=cfg.lr,
-                    warmup_steps=cfg.warmup_steps,
-                    total_steps=cfg.steps,
-                    min_lr_ratio=cfg.min_lr_ratio,
-                ),
-            )
+            lr = set_lr(optimizer, step, cfg, min_lr_ratio=cfg.min_lr_ratio)
             batches = [stream.batch(r) for r in micro_batches(step, cfg, rank, world)]
             local = torch.tensor([float(sum(b.n_answer_tokens for b in batches))], device=device)
             n_tokens = float(accelerator.reduce(local, reduction="sum").item())
@@ -100,14 +94,14 @@ def train_sft(
             optimizer.zero_grad(set_to_none=True)
             step += 1
 
-            halt = signals.requested or (should_stop is not None and should_stop(step))
+            halt = signals.stop_at(step, should_stop)
             stats[-1] = float(halt)
             stats = accelerator.reduce(stats, reduction="sum") if world > 1 else stats
             halt = bool(stats[-1] > 0)
             log.append(step_log(step, stats, lr, grad_norm, time.perf_counter() - t0))
             bar.update(1)
             bar.set_postfix(loss=f"{log[-1]['loss']:.3f}")
-            if resume is not None and step < cfg.steps and (halt or step % cfg.save_every == 0):
+            if resume is not None and save_due(step, cfg, halt):
                 resume.save(accelerator, step, log)
             if halt and step < cfg.steps:
                 return TrainResult(step, False, log), loss_fn

@@ -286,72 +286,34 @@ def summarize_cells(
         cells, books, sizes, n_resamples=n_resamples, seed=seed, progress=progress
     )
     index = {(c.arm, c.seed, c.stage): j for j, c in enumerate(cells)}
-
-    def summary(cols_a: list[int], cols_b: list[int] | None, lv: str, label: str) -> dict:
-        p, r = point[lv][cols_a], reps[lv][:, cols_a]
-        if cols_b is not None:
-            p, r = p - point[lv][cols_b], r - reps[lv][:, cols_b]
-        # Seed draws from a stream of their own per entry: an entry's interval does not
-        # depend on which other runs are present (the code draws never do).
-        rng = np.random.default_rng([seed, 1, zlib.crc32(f"{label} {lv}".encode())])
-        draws = rng.integers(0, len(cols_a), size=(n_resamples, len(cols_a)))
-        out = _summary(p, r, draws, level)
-        out["per_seed"] = [None if not np.isfinite(x) else float(x) for x in p]
-        return out
-
+    boot = Bootstrap(point, reps, index, seed=seed, level=level)
     arms = sorted({c.arm for c in cells}, key=lambda a: (a != "gti", a))
-    rsa, paired, through = [], [], []
-    for arm in arms:
-        for stage in STAGES:
-            seeds = sorted(s for (a, s, st) in index if a == arm and st == stage)
-            for lv in sizes:
-                cols = [index[(arm, s, stage)] for s in seeds]
-                if not cols or not np.isfinite(point[lv][cols]).all():
-                    continue  # no checkpoint, or RSA undefined (mean init)
-                rsa.append(
-                    {
-                        "arm": arm,
-                        "stage": stage,
-                        "level": lv,
-                        "seeds": seeds,
-                        **summary(cols, None, lv, f"{arm} {stage}"),
-                    }
-                )
-        seeds = sorted(
-            s for (a, s, st) in index if a == arm and st == "init" and (a, s, "final") in index
+    rsa = [
+        row
+        for arm in arms
+        for stage in STAGES
+        for row in boot.rows((arm, stage), None, f"{arm} {stage}", {"arm": arm, "stage": stage})
+    ]
+    through = [
+        row
+        for arm in arms
+        for row in boot.rows(
+            (arm, "final"),
+            (arm, "init"),
+            f"{arm} final - init",
+            {"arm": arm, "comparison": "final - init"},
         )
-        for lv in sizes:
-            fin = [index[(arm, s, "final")] for s in seeds]
-            ini = [index[(arm, s, "init")] for s in seeds]
-            if seeds and np.isfinite(point[lv][fin + ini]).all():
-                through.append(
-                    {
-                        "arm": arm,
-                        "comparison": "final - init",
-                        "level": lv,
-                        "seeds": seeds,
-                        **summary(fin, ini, lv, f"{arm} final - init"),
-                    }
-                )
-    for other in COMPARISONS:
-        seeds = sorted(
-            s
-            for (a, s, st) in index
-            if a == "gti" and st == "final" and (other, s, "final") in index
+    ]
+    paired = [
+        row
+        for other in COMPARISONS
+        for row in boot.rows(
+            ("gti", "final"),
+            (other, "final"),
+            f"gti - {other}",
+            {"comparison": f"gti - {other}", "stage": "final"},
         )
-        for lv in sizes:
-            a = [index[("gti", s, "final")] for s in seeds]
-            b = [index[(other, s, "final")] for s in seeds]
-            if seeds and np.isfinite(point[lv][a + b]).all():
-                paired.append(
-                    {
-                        "comparison": f"gti - {other}",
-                        "stage": "final",
-                        "level": lv,
-                        "seeds": seeds,
-                        **summary(a, b, lv, f"gti - {other}"),
-                    }
-                )
+    ]
     return {
         "format": FORMAT,
         "format_version": 1,
@@ -366,6 +328,59 @@ def summarize_cells(
         "paired": paired,
         "through_sft": through,
     }
+
+
+@dataclass
+class Bootstrap:
+    """Each cell's RSA and its replicates (:func:`replicates`), summarized per entry."""
+
+    point: dict[str, np.ndarray]  # level -> (n_cells,)
+    reps: dict[str, np.ndarray]  # level -> (n_resamples, n_cells)
+    index: dict[tuple[str, int, str], int]  # (arm, seed, stage) -> cell
+    seed: int
+    level: float
+
+    def summary(self, cols_a: list[int], cols_b: list[int] | None, lv: str, label: str) -> dict:
+        """Cells ``cols_a`` (one per seed), minus cells ``cols_b`` when given, at level
+        ``lv``: estimate, interval and the per-seed values."""
+        p, r = self.point[lv][cols_a], self.reps[lv][:, cols_a]
+        if cols_b is not None:
+            p, r = p - self.point[lv][cols_b], r - self.reps[lv][:, cols_b]
+        # Seed draws from a stream of their own per entry: an entry's interval does not
+        # depend on which other runs are present (the code draws never do).
+        rng = np.random.default_rng([self.seed, 1, zlib.crc32(f"{label} {lv}".encode())])
+        draws = rng.integers(0, len(cols_a), size=(len(r), len(cols_a)))
+        out = _summary(p, r, draws, self.level)
+        out["per_seed"] = [None if not np.isfinite(x) else float(x) for x in p]
+        return out
+
+    def rows(
+        self,
+        a: tuple[str, str],
+        b: tuple[str, str] | None,
+        label: str,
+        head: dict[str, str],
+    ) -> list[dict]:
+        """One entry per level for (arm, stage) ``a``, or ``a`` minus ``b``, over the seeds
+        that have every checkpoint; a level is left out where a cell's RSA is undefined
+        (mean init). Each entry is ``head``, the level, the seeds and the summary; ``label``
+        names the entry's stream of seed draws."""
+        index, keys = self.index, [a] if b is None else [a, b]
+        seeds = sorted(
+            s
+            for (arm, s, stage) in index
+            if (arm, stage) == a and all((k[0], s, k[1]) in index for k in keys)
+        )
+        cols_a = [index[(a[0], s, a[1])] for s in seeds]
+        cols_b = None if b is None else [index[(b[0], s, b[1])] for s in seeds]
+        out = []
+        for lv in self.point:
+            if not seeds or not np.isfinite(self.point[lv][cols_a + (cols_b or [])]).all():
+                continue
+            out.append(
+                {**head, "level": lv, "seeds": seeds, **self.summary(cols_a, cols_b, lv, label)}
+            )
+        return out
 
 
 def study_checkpoints(cfg) -> tuple[dict[tuple[str, int, str], Path], list[str]]:

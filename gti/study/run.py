@@ -210,13 +210,11 @@ def sft_until(sft_cfg, step: int, snap: Path, stages: Stages) -> Path:
 
 def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None) -> Path:
     """Run (or finish) one (arm, seed); returns its report folder."""
-    from gti.data.tasks import dataset_of, load_task_data, of_users, sample_users
+    from geodiag.io.sidecar import load
+    from gti.data.tasks import dataset_of, load_task_data, sample_users
     from gti.init.run import run_init
-    from gti.study.geometry import measure
-    from gti.study.ranking import rank_split
 
     cfg.validate()
-    name = run_name(arm, seed)
     paths = study_paths(cfg.work, cfg.reports, arm, seed)
     init_dir, rdir = paths.init, paths.result
     rdir.mkdir(parents=True, exist_ok=True)
@@ -225,8 +223,6 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     init_cfg, sft_cfg = arm_stages(cfg, arm, seed, paths, sids_dir)
     init_name = ARMS[arm].init_name
     stages.run(f"init {init_name}", init_dir / SIDECAR_FILENAME, lambda: run_init(init_cfg))
-
-    from geodiag.io.sidecar import load
 
     sids = load(init_dir)
     data = dataset_of(sids, sft_cfg.data, init_dir)
@@ -237,56 +233,22 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
         max_history=cfg.sft.max_history,
         cache_dir=cfg.cache_dir,
     )
-    device = _device(cfg.device)
-    rank_kw = {
-        "beams": cfg.evaluate.beams,
-        "batch_size": cfg.evaluate.batch_size,
-        "titles": cfg.sft.titles,
-        "system": cfg.sft.system_prompt,
-        "device": device,
-        "progress": cfg.progress,
-    }
     users = sample_users(task, cfg.evaluate.max_users, cfg.evaluate.seed)
-
-    geo_path = rdir / Files.GEOMETRY
+    rank_kw = rank_options(cfg)
     milestones = cfg.milestones()
     for step in milestones:
-        last = step == milestones[-1]
-        want = [rdir / curve_file(step, cfg.curve_split)]
-        if last:
-            want += [rdir / final_file(s) for s in cfg.final_splits]
-        if str(step) in _json(geo_path) and all(p.is_file() for p in want):
+        rankings = milestone_rankings(cfg, rdir, step, last=step == milestones[-1])
+        if str(step) in _json(rdir / Files.GEOMETRY) and all(p.is_file() for _, p in rankings):
             stages.skipped.append(f"step {step}")
             continue
         snap = paths.milestone(step)
         ckpt = init_dir if step == 0 else sft_until(sft_cfg, step, snap, stages)
-        if str(step) not in _json(geo_path):
-
-            def geometry(ckpt: Path = ckpt, step: int = step) -> None:
-                figures = measure(ckpt, permutations=cfg.permutations, seed=seed)
-                figures["examples"] = step * cfg.sft.batch_size
-                geo = _json(geo_path)
-                geo[str(step)] = figures
-                ordered = dict(sorted(geo.items(), key=lambda kv: int(kv[0])))
-                atomic_write(geo_path, json.dumps(ordered, indent=1, allow_nan=False) + "\n")
-
-            stages.timed(f"geometry step {step}", geometry)
-        splits = [cfg.curve_split] + (list(cfg.final_splits) if last else [])
-        for split, path in zip(splits, want, strict=True):
-            examples = of_users(getattr(task.splits, split), users)
-            source = {
-                "model": arm,
-                "seed": seed,
-                "step": step,
-                "examples": step * cfg.sft.batch_size,
-            }
-            stages.run(
-                f"rank {split} step {step}",
-                path,
-                lambda c=ckpt, ex=examples, p=path, s=split, src=source: rank_split(
-                    c, task, ex, p, split=s, source=src, **rank_kw
-                ),
+        if str(step) not in _json(rdir / Files.GEOMETRY):
+            stages.timed(
+                f"geometry step {step}",
+                lambda c=ckpt, s=step: record_geometry(cfg, seed, c, s, rdir / Files.GEOMETRY),
             )
+        rank_milestone(cfg, arm, seed, step, ckpt, task, users, rankings, rank_kw, stages)
         if 0 < step < sft_cfg.steps:
             shutil.rmtree(snap, ignore_errors=True)
 
@@ -294,12 +256,83 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     train_log = final / Files.TRAIN_LOG
     if train_log.is_file():
         shutil.copyfile(train_log, rdir / Files.TRAIN_LOG)
+    report_run(cfg, arm, seed, init_dir, final, rdir, stages)
+    write_run_json(cfg, arm, seed, paths, task, command)
+    return rdir
+
+
+def rank_options(cfg: StudyConfig) -> dict[str, object]:
+    """The keywords of every ``rank_split`` call of a run: decoding, prompt, device."""
+    return {
+        "beams": cfg.evaluate.beams,
+        "batch_size": cfg.evaluate.batch_size,
+        "titles": cfg.sft.titles,
+        "system": cfg.sft.system_prompt,
+        "device": _device(cfg.device),
+        "progress": cfg.progress,
+    }
+
+
+def milestone_rankings(
+    cfg: StudyConfig, rdir: Path, step: int, *, last: bool
+) -> list[tuple[str, Path]]:
+    """(split, rankings file) of a milestone: the curve split's, and at the ``last``
+    milestone the final splits' too."""
+    rankings = [(cfg.curve_split, rdir / curve_file(step, cfg.curve_split))]
+    return rankings + ([(s, rdir / final_file(s)) for s in cfg.final_splits] if last else [])
+
+
+def record_geometry(cfg: StudyConfig, seed: int, ckpt: Path, step: int, geo_path: Path) -> None:
+    """geodiag's figures of ``ckpt`` into ``geo_path`` under ``step``, steps ascending."""
+    from gti.study.geometry import measure
+
+    figures = measure(ckpt, permutations=cfg.permutations, seed=seed)
+    figures["examples"] = step * cfg.sft.batch_size
+    geo = _json(geo_path)
+    geo[str(step)] = figures
+    ordered = dict(sorted(geo.items(), key=lambda kv: int(kv[0])))
+    atomic_write(geo_path, json.dumps(ordered, indent=1, allow_nan=False) + "\n")
+
+
+def rank_milestone(
+    cfg: StudyConfig,
+    arm: str,
+    seed: int,
+    step: int,
+    ckpt: Path,
+    task,
+    users,
+    rankings: list[tuple[str, Path]],
+    rank_kw: dict[str, object],
+    stages: Stages,
+) -> None:
+    """Rank ``ckpt`` on each split of ``rankings`` (:func:`milestone_rankings`) for the
+    sampled ``users`` into its file; a file already on disk is kept."""
+    from gti.data.tasks import of_users
+    from gti.study.ranking import rank_split
+
+    for split, path in rankings:
+        examples = of_users(getattr(task.splits, split), users)
+        source = {"model": arm, "seed": seed, "step": step, "examples": step * cfg.sft.batch_size}
+        stages.run(
+            f"rank {split} step {step}",
+            path,
+            lambda c=ckpt, ex=examples, p=path, s=split, src=source: rank_split(
+                c, task, ex, p, split=s, source=src, **rank_kw
+            ),
+        )
+
+
+def report_run(
+    cfg: StudyConfig, arm: str, seed: int, init_dir: Path, final: Path, rdir: Path, stages: Stages
+) -> None:
+    """geodiag's HTML report of init vs final, for the first seed only and once."""
     report_html = rdir / Files.REPORT
     if cfg.report_html and seed == cfg.seeds[0] and not report_html.is_file():
         from geodiag.report import ReportOptions, write_report
 
         opts = ReportOptions(
-            title=f"{cfg.name}: {name}, init vs final SFT",
+            title=f"{cfg.name}: {run_name(arm, seed)}, init vs final SFT",
             n_permutations=cfg.permutations,
             seed=seed,
         )
@@ -311,8 +344,6 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
 
         stages.timed("report", report)
     report_html.with_suffix(".json").unlink(missing_ok=True)  # left by a kill in report()
-    write_run_json(cfg, arm, seed, paths, task, command)
-    return rdir
 
 
 def _device(spec: str) -> str:

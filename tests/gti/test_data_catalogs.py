@@ -12,6 +12,7 @@ import pytest
 
 from geodiag.errors import InputError
 from gti.data import movielens, user_files
+from gti.data.catalog import Interaction, Item, build_catalog, build_interactions
 from gti.data.sources import load_dataset
 from gti.data.synthetic import SyntheticConfig, make_synthetic
 
@@ -61,6 +62,12 @@ def test_movielens_loader_renders_title_year_genres(tmp_path):
 def test_movielens_interaction_with_unknown_item_names_the_file(tmp_path):
     folder = write_ml(tmp_path / "ml", inter=ML_INTER + "5\t999\t4\t1\n")
     with pytest.raises(InputError, match=r"ml-100k\.inter:5: item_id '999' is not in the catalog"):
+        movielens.load(folder=folder)
+
+
+def test_movielens_bad_timestamp_names_file_and_line(tmp_path):
+    folder = write_ml(tmp_path / "ml", inter=ML_INTER + "5\t2\t4\tnoon\n")
+    with pytest.raises(InputError, match=r"ml-100k\.inter:5: timestamp 'noon' is not a number"):
         movielens.load(folder=folder)
 
 
@@ -201,8 +208,12 @@ def test_invalid_json_line(tmp_path):
             "user_id,item_id,timestamp\nu,a,yesterday\n",
             r"events\.csv:2: timestamp 'yesterday' is not a number",
         ),
+        (  # rows are read in order: the first bad line is the one named
+            "user_id,item_id,timestamp\nu,a,yesterday\nu,a\n",
+            r"events\.csv:2: timestamp 'yesterday' is not a number",
+        ),
     ],
-    ids=["unknown-item", "bad-header", "bad-timestamp"],
+    ids=["unknown-item", "bad-header", "bad-timestamp", "first-bad-line"],
 )
 def test_bad_interactions_name_the_file(tmp_path, body, message):
     cat = write_jsonl(tmp_path / "items.jsonl", [{"item_id": "a", "title": "A"}])
@@ -210,6 +221,20 @@ def test_bad_interactions_name_the_file(tmp_path, body, message):
     inter.write_text(body)
     with pytest.raises(InputError, match=message):
         user_files.load(cat, inter)
+
+
+def test_build_interactions_parses_seconds_and_names_the_line():
+    catalog = build_catalog([Item("a", "A", "A."), Item("b", "B", "B.")], "items")
+    rows = [(2, "u", "a", "881250949"), (5, "u", "b", "8.8e8"), (6, "v", "a", "12.9")]
+    assert build_interactions(iter(rows), catalog, "f.tsv") == [
+        Interaction("u", "a", 881250949),
+        Interaction("u", "b", 880000000),
+        Interaction("v", "a", 12),  # the fraction is dropped, not rounded
+    ]
+    with pytest.raises(InputError, match=r"f\.tsv:7: timestamp 'noon' is not a number"):
+        build_interactions([*rows, (7, "v", "b", "noon")], catalog, "f.tsv")
+    with pytest.raises(InputError, match=r"f\.tsv:9: item_id 'z' is not in the catalog"):
+        build_interactions([*rows, (9, "v", "z", "1")], catalog, "f.tsv")
 
 
 def test_unknown_data_spec():

@@ -72,6 +72,23 @@ def test_sinkhorn_falls_back_when_a_prefix_outgrows_the_last_codebook():
     assert not groups_of(out.codes)
 
 
+def test_sinkhorn_out_of_rounds_falls_back_and_says_so():
+    """The guard behind the loop (unreachable with enough rounds) falls back the same way."""
+    rng = np.random.default_rng(0)
+    codes = np.array([[0, 1], [0, 1], [1, 0]], dtype=np.int64)  # one pair, room to move
+    book = rng.standard_normal((4, 8))
+    out = COLLISION_STRATEGIES["sinkhorn"](
+        codes=codes,
+        last_residuals=residuals_near(codes[:, -1], book, rng),
+        last_codebook=book,
+        generator=None,
+        max_rounds=0,
+    )
+    assert out.strategy_used == "dedup-level" and not groups_of(out.codes)
+    assert out.notes == ["sinkhorn left collisions after 0 rounds; fell back to dedup-level"]
+    assert (out.codes[:, :2] == codes).all()  # the codes as they stood, plus a dedup level
+
+
 def test_sinkhorn_assign_balances_and_respects_the_mask():
     # Every row likes column 0 best (greedy argmin would collide all four); row i's
     # runner-up is column i. The balanced plan gives each row its own column.
@@ -97,3 +114,22 @@ def test_collision_stats_counts_items_not_pairs():
     assert (st.n_unique, st.n_groups, st.max_group) == (3, 1, 3)
     assert st.collision_rate == pytest.approx(3 / 5)
     assert collision_stats(np.array([[0], [1]])).collision_rate == 0.0
+
+
+def test_build_resolves_by_the_registry_and_refuses_a_strategy_that_leaves_collisions(
+    monkeypatch,
+):
+    from types import SimpleNamespace
+
+    from gti.semantic_ids import build
+    from gti.semantic_ids.collisions import Resolved
+
+    codes, residuals, book = case()
+    fit = SimpleNamespace(codes=codes, last_residuals=residuals, codebooks=[book, book, book])
+    out = build.resolve_collisions(fit, "dedup-level", seed=0)
+    assert out.strategy_used == "dedup-level" and not groups_of(out.codes)
+    monkeypatch.setitem(
+        COLLISION_STRATEGIES, "broken", lambda **kw: Resolved(kw["codes"], [4, 4, 4], "broken")
+    )
+    with pytest.raises(RuntimeError, match="strategy broken left colliding SIDs"):
+        build.resolve_collisions(fit, "broken", seed=0)

@@ -3,6 +3,7 @@ as an uninterrupted one."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import replace
 
@@ -13,7 +14,7 @@ from geodiag.errors import InputError
 from gti.checkpoint_files import partial_dir
 from gti.errors import Interrupted
 from gti.init.config import GroundingConfig, InitConfig
-from gti.init.run import run_init
+from gti.init.run import grounding_fingerprint, run_init
 
 
 def config(world, out, steps=6, save_every=25, **kw) -> InitConfig:
@@ -106,3 +107,20 @@ def test_resume_refuses_other_settings(world):
     other = replace(cfg, grounding=replace(cfg.grounding, lr=5e-3))
     with pytest.raises(InputError, match="lr"):
         run_init(other)
+
+
+def test_grounding_fingerprint_is_the_run_the_sids_content_and_the_fingerprinted_fields(tmp_path):
+    (tmp_path / "semantic_ids.json").write_text('{"levels": []}')
+    run_config = {
+        "strategy": "gti",
+        "model": "tiny",
+        "sids": "/somewhere",
+        "grounding": {"lr": 1.0},
+    }
+    g = GroundingConfig(lr=2e-3, save_every=7)
+    got = grounding_fingerprint(run_config, tmp_path, g)
+    assert got["strategy"] == "gti" and got["model"] == "tiny"
+    assert "sids" not in got and "grounding" not in got  # the path may move; g says the rest
+    assert got["sids_sha256"] == hashlib.sha256(b'{"levels": []}').hexdigest()
+    assert got["lr"] == 2e-3
+    assert "save_every" not in got  # resumable: a resumed run may save more often

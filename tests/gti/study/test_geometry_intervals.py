@@ -14,6 +14,7 @@ from scipy.stats import rankdata, spearmanr
 
 from geodiag.metrics.rsa import dissimilarity, rsa
 from gti.study.geometry_intervals import (
+    Bootstrap,
     Cell,
     code_weights,
     sort_pairs,
@@ -178,3 +179,19 @@ def test_an_entry_does_not_depend_on_the_other_runs_present():
 
     assert pick(full, "gti - mean") == pick(part, "gti - mean")
     assert [r for r in full["rsa"] if r["arm"] != "random"] == part["rsa"]
+
+
+def test_bootstrap_rows_take_the_seeds_with_both_checkpoints_and_skip_undefined_levels():
+    """Cells: gti seeds 0-2 final, seeds 1-2 init; level ``b`` undefined (NaN) in seed 2's
+    init. ``final - init`` is over seeds 1 and 2, and leaves ``b`` out."""
+    keys = [("gti", s, "final") for s in range(3)] + [("gti", s, "init") for s in (1, 2)]
+    index = {k: j for j, k in enumerate(keys)}
+    point = {"a": np.arange(5.0), "b": np.array([0.0, 1.0, 2.0, 3.0, np.nan])}
+    reps = {lv: np.tile(p, (50, 1)) for lv, p in point.items()}
+    boot = Bootstrap(point, reps, index, seed=0, level=0.9)
+    (row,) = boot.rows(("gti", "final"), ("gti", "init"), "x", {"comparison": "final - init"})
+    assert list(row)[:3] == ["comparison", "level", "seeds"]
+    assert row["level"] == "a" and row["seeds"] == [1, 2]
+    assert row["per_seed"] == [1.0 - 3.0, 2.0 - 4.0]  # final minus init, seed by seed
+    assert row["estimate"] == -2.0 and row["low"] == row["high"] == -2.0  # no spread
+    assert [r["seeds"] for r in boot.rows(("gti", "final"), None, "y", {})] == [[0, 1, 2]] * 2

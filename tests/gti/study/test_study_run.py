@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,11 +17,11 @@ from typer.testing import CliRunner
 from gti.cli import app
 from gti.evaluate.metrics import topk_metrics
 from gti.evaluate.rankings import Rankings, load_rankings
-from gti.experiment.layout import curve_file
+from gti.experiment.layout import curve_file, final_file
 from gti.study.assemble import collect
 from gti.study.assemble.collect import paired_curve, versus_baselines
-from gti.study.config import load_study_config
-from gti.study.run import run_all, sft_step_seconds
+from gti.study.config import StudyConfig, load_study_config
+from gti.study.run import milestone_rankings, record_geometry, run_all, sft_step_seconds
 
 runner = CliRunner()
 
@@ -430,3 +431,29 @@ def test_run_record_of_gti_from_description_reads_its_own_init(tmp_path, monkeyp
     study_run.write_run_json(cfg, "gti-from-description", 1, paths, None, "cmd")
     assert read == [tmp_path / "work" / "init" / "gti-from-description-mean-seed1"]
     assert json.loads((rdir / "run.json").read_text())["arm"] == "gti-from-description"
+
+
+def test_milestone_rankings_curve_split_then_final_splits_at_the_last(tmp_path):
+    cfg = replace(StudyConfig(), curve_split="valid", final_splits=("test", "valid"))
+    r = tmp_path / "r"
+    assert milestone_rankings(cfg, r, 2, last=False) == [("valid", r / curve_file(2, "valid"))]
+    assert milestone_rankings(cfg, r, 8, last=True) == [
+        ("valid", r / curve_file(8, "valid")),
+        ("test", r / final_file("test")),
+        ("valid", r / final_file("valid")),  # the same split, measured again as a final one
+    ]
+
+
+def test_record_geometry_adds_a_step_and_keeps_steps_ascending(tmp_path, monkeypatch):
+    import gti.study.geometry
+
+    monkeypatch.setattr(
+        gti.study.geometry, "measure", lambda ckpt, permutations, seed: {"rsa": seed}
+    )
+    cfg = replace(StudyConfig(), sft=replace(StudyConfig().sft, batch_size=4))
+    geo = tmp_path / "geometry.json"
+    record_geometry(cfg, 7, tmp_path, 10, geo)
+    record_geometry(cfg, 7, tmp_path, 2, geo)
+    got = json.loads(geo.read_text())
+    assert list(got) == ["2", "10"]
+    assert got["10"] == {"rsa": 7, "examples": 40}
