@@ -20,7 +20,6 @@ log-probabilities of all levels for all items at once.
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ import torch
 from transformers import PreTrainedModel
 
 from gti.evaluate.trie import SidTrie
+from gti.models.kv_cache import cache_kwarg, cache_of
 
 NEG_INF = float("-inf")
 
@@ -38,17 +38,6 @@ class Ranking:
 
     items: torch.Tensor  # (N, M) long leaf indices into trie.item_ids; -1 = no item
     scores: torch.Tensor  # (N, M) float, sum of SID token log-probs; -inf = no item
-
-
-def _cache_kwarg(model: PreTrainedModel) -> str:
-    # transformers 5 renamed ``past_key_values`` to ``cache``.
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def _cache_of(output: object) -> object:
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else output.past_key_values  # type: ignore[attr-defined]
 
 
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:
@@ -87,7 +76,7 @@ def prefill(model: PreTrainedModel, prompts: list[list[int]], pad_id: int) -> Pr
         input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1
     )
     logprobs = log_softmax(out.logits[:, -1])  # (B, V)
-    return Prefill(logprobs, _cache_of(out), mask, pos[:, -1])
+    return Prefill(logprobs, cache_of(out), mask, pos[:, -1])
 
 
 def _step(
@@ -103,7 +92,7 @@ def _step(
         attention_mask=mask,
         position_ids=pos,
         use_cache=True,
-        **{_cache_kwarg(model): cache},
+        **{cache_kwarg(model): cache},
     )
     return log_softmax(out.logits)
 

@@ -111,9 +111,9 @@ def load_config(path: Path, *, out: Path | None = None) -> ExperimentConfig:
     where = str(path)
     top = {k: v for k, v in data.items() if k not in (*STAGE_SECTIONS, "report")}
     forbidden = (*STAGE_SECTIONS, "report", "source")
-    cfg = _fill(ExperimentConfig, top, where, "top level", forbidden=forbidden)
+    cfg = fill_section(ExperimentConfig, top, where, "top level", forbidden=forbidden)
     cfg.sids, cfg.grounding, cfg.sft, cfg.evaluate = stage_configs(data, where)
-    cfg.report = _fill(ReportSection, data.get("report", {}), where, "report", ())
+    cfg.report = fill_section(ReportSection, data.get("report", {}), where, "report", ())
     cfg.source = where
     if out is not None:
         cfg.out = Path(out)
@@ -149,16 +149,16 @@ def stage_configs(
     sections of ``data`` as stage configs; keys the runner sets are refused, and so are
     ``evaluate_forbidden`` (keys a caller sets itself)."""
     sids_table = dict(data.get("sids", {}))
-    rqvae = _fill(
+    rqvae = fill_section(
         RQVAEConfig, sids_table.pop("rqvae", {}), where, "sids.rqvae", RUNNER_KEYS["rqvae"]
     )
-    sids = _fill(SidsConfig, sids_table, where, "sids", RUNNER_KEYS["sids"] + ("rqvae",))
+    sids = fill_section(SidsConfig, sids_table, where, "sids", RUNNER_KEYS["sids"] + ("rqvae",))
     sids.rqvae = rqvae
-    grounding = _fill(
+    grounding = fill_section(
         GroundingConfig, data.get("grounding", {}), where, "grounding", RUNNER_KEYS["grounding"]
     )
-    sft = _fill(SFTConfig, data.get("sft", {}), where, "sft", RUNNER_KEYS["sft"])
-    evaluate = _fill(
+    sft = fill_section(SFTConfig, data.get("sft", {}), where, "sft", RUNNER_KEYS["sft"])
+    evaluate = fill_section(
         EvalConfig,
         data.get("evaluate", {}),
         where,
@@ -168,7 +168,9 @@ def stage_configs(
     return sids, grounding, sft, evaluate
 
 
-def _fill(cls: type, table: object, where: str, section: str, forbidden: tuple[str, ...]) -> object:
+def fill_section(
+    cls: type, table: object, where: str, section: str, forbidden: tuple[str, ...]
+) -> object:
     """``cls(**table)`` with names checked, and types checked against the type hints
     (lists become tuples, strings paths)."""
     if not isinstance(table, dict):

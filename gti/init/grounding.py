@@ -23,7 +23,6 @@ these are checked against (same gradients).
 from __future__ import annotations
 
 import copy
-import inspect
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +31,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from gti.init.pairs import Batch
+from gti.models.kv_cache import cache_kwarg, cache_of
 from gti.vocab import VocabExtension
 
 
@@ -97,18 +97,6 @@ def freeze(model: PreTrainedModel) -> None:
         p.requires_grad_(False)
 
 
-def _cache_kwarg(decoder: nn.Module) -> str:
-    # transformers 5 renamed ``past_key_values`` to ``cache`` (the old name warns).
-    return (
-        "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
-    )
-
-
-def _cache_of(output: object) -> object:
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else output.past_key_values  # type: ignore[attr-defined]
-
-
 class SharedPrefix:
     """Key/value cache of the token prefix all examples start with, computed once.
 
@@ -125,7 +113,7 @@ class SharedPrefix:
                 attention_mask=torch.ones(1, len(ids), dtype=torch.bool, device=device),
                 use_cache=True,
             )
-        self._cache = _cache_of(out)
+        self._cache = cache_of(out)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -187,7 +175,7 @@ def frozen_prefix(
     n_shared = len(shared) if shared is not None and shared.matches(ids) else 0
     n_shared = n_shared if int(split.min()) > n_shared else 0
     mask = pos[None, :] < split[:, None]  # (B, width), right-padded
-    past = {_cache_kwarg(decoder): shared.cache_for(B)} if n_shared else {}  # type: ignore[union-attr]
+    past = {cache_kwarg(decoder): shared.cache_for(B)} if n_shared else {}  # type: ignore[union-attr]
     with torch.no_grad():
         out = decoder(
             inputs_embeds=model.get_input_embeddings()(ids[:, n_shared:width]),
@@ -199,7 +187,7 @@ def frozen_prefix(
     hidden = out.last_hidden_state  # (B, width - n_shared, d)
     hidden = torch.cat([hidden.new_zeros(B, n_shared, hidden.shape[2]), hidden], dim=1)
     return FrozenPrefix(
-        split, mask, hidden, {_cache_kwarg(decoder): _cache_of(out), "use_cache": True}
+        split, mask, hidden, {cache_kwarg(decoder): cache_of(out), "use_cache": True}
     )
 
 

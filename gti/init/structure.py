@@ -35,7 +35,8 @@ from geodiag.analysis.rows import reference_sample
 from geodiag.metrics.geometry import summarize
 from geodiag.metrics.rsa import rsa
 from geodiag.settings import default_of
-from gti.init.grounding import NewRows, SharedPrefix, _cache_kwarg, _cache_of
+from gti.init.grounding import NewRows, SharedPrefix
+from gti.models.kv_cache import cache_kwarg, cache_of
 from gti.prompts import render
 
 # Never in TEXT_TO_SID: the probe asks in words the rows were not trained on.
@@ -140,11 +141,11 @@ class StructureProbe:
             attention_mask=mask,  # (B, C + T)
             position_ids=pos,
             use_cache=True,
-            **({_cache_kwarg(decoder): self.shared.cache_for(len(rest))} if C else {}),
+            **({cache_kwarg(decoder): self.shared.cache_for(len(rest))} if C else {}),
         )
         return {
             "h": out.last_hidden_state[:, -1],  # (B, d)
-            "cache": _cache_of(out),
+            "cache": cache_of(out),
             "mask": mask,
             "next_pos": pos[:, -1] + 1,  # (B,) position of the first answer token
         }
@@ -179,7 +180,7 @@ class StructureProbe:
                     attention_mask=mask,
                     position_ids=(pos + level)[:, None],
                     use_cache=True,
-                    **{_cache_kwarg(decoder): cache},
+                    **{cache_kwarg(decoder): cache},
                 ).last_hidden_state[:, -1]
             # Back to the prompt alone for the next measurement (negative: tokens to drop).
             cache.crop(-(n_levels - 1))

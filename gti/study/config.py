@@ -19,7 +19,7 @@ from geodiag.errors import InputError
 from geodiag.settings import default_of
 from gti.evaluate.config import SPLITS, EvalConfig
 from gti.experiment.arms import ARMS
-from gti.experiment.config import STAGE_SECTIONS, _fill, read_config, stage_configs
+from gti.experiment.config import STAGE_SECTIONS, fill_section, read_config, stage_configs
 from gti.init.config import GroundingConfig
 from gti.semantic_ids.config import SidsConfig
 from gti.sft.config import SFTConfig
@@ -93,7 +93,7 @@ def load_study_config(path: Path) -> StudyConfig:
     where = str(path)
     top = {k: v for k, v in data.items() if k not in STAGE_SECTIONS}
     forbidden = (*STAGE_SECTIONS, "source", "cache_dir", "progress")
-    cfg = _fill(StudyConfig, top, where, "top level", forbidden)
+    cfg = fill_section(StudyConfig, top, where, "top level", forbidden)
     cfg.sids, cfg.grounding, cfg.sft, cfg.evaluate = stage_configs(
         data,
         where,
