@@ -7,6 +7,7 @@ report all format what :func:`analyze` returns and compute nothing themselves.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -294,22 +295,30 @@ def measure_checkpoint(
     opts: AnalyzeOptions,
     reference: list[MatrixRows] | None = None,
     keep_rows: bool = True,
+    each: Callable[[MatrixRows], None] | None = None,
 ) -> tuple[CheckpointReport, list[MatrixRows]]:
     """(:func:`analyze_checkpoint`'s report, the rows it read per matrix), each row read
     once. ``reference``: what measuring ``ckpt.reference`` read, when the caller holds it
-    (the movement since it is then taken from those rows). Without ``keep_rows`` the new
-    rows of a matrix are let go once measured (an untied head's are not held beside the
-    embedding's), but for the ones the integrity findings compare with a stored head."""
+    (the movement since it is then taken from those rows); ``each``: called with each
+    matrix's rows once measured, while they are held. Without ``keep_rows`` the new rows
+    are let go as soon as they are no longer needed (an untied head's are not held beside
+    the embedding's) and come back as None."""
     theirs = {h.matrix.role: h for h in reference or []}
     matrices, held = [], []
     with blas_threads(1):
         for m in ckpt.matrices:
             report, rows = measure_matrix(ckpt, m, opts, theirs.get(m.role))
+            if each is not None:
+                each(rows)
             if not keep_rows and len(ckpt.matrices) > 1:
                 rows.rows = None
             matrices.append(report)
             held.append(rows)
-    return _checkpoint_report(ckpt, opts, matrices, held), held
+    report = _checkpoint_report(ckpt, opts, matrices, held)  # integrity: a tied head's check
+    if not keep_rows:
+        for rows in held:
+            rows.rows = None
+    return report, held
 
 
 def _checkpoint_report(
