@@ -282,6 +282,93 @@ def _drift(
     return drift_checkpoints(ckpts[a], ckpts[b], paths[a], paths[b], aopts, rows)
 
 
+def _measure_all(
+    paths: list[Path],
+    ckpts: list[Checkpoint],
+    labels: list[str],
+    pairs_found: list[tuple[int, int]],
+    aopts: AnalyzeOptions,
+    opts: ReportOptions,
+    say: Progress,
+) -> tuple[list[CheckpointReport], list, list, dict[int, list[MatrixRows]]]:
+    """(reports, row norms per matrix, cosine maps, the rows held for the pairs).
+
+    Each checkpoint is opened and read once: its figure data come from the rows its
+    analysis read, and the rows of a checkpoint in a pair stay held (float32 at scale)
+    for the movement and the drift, until its last pair is measured."""
+    paired = {i for pair in pairs_found for i in pair}
+    reference_of = {b: a for a, b in pairs_found}
+    reports, norms, maps, held = [], [], [], {}
+    for i, (path, ckpt) in enumerate(zip(paths, ckpts, strict=True)):
+        say(f"[{i + 1}/{len(paths)}] analyzing {path}")
+        figures = _FigureData(labels[i], ckpt, opts)
+        report, rows = measure_checkpoint(
+            ckpt, aopts, held.get(reference_of.get(i)), keep_rows=i in paired, each=figures
+        )
+        reports.append(report)
+        norms.append(figures.norms)
+        maps.append(figures.cosine_map)
+        if i in paired:
+            held[i] = rows
+    return reports, norms, maps, held
+
+
+def _entries(
+    labels: list[str], reports: list[CheckpointReport], norms: list, opts: ReportOptions
+) -> list[CheckpointEntry]:
+    """Gate, verdict and row-norm histograms (shared bins per role) of each checkpoint."""
+    edges = {}
+    for role in ("input", "output"):
+        arrays = [
+            n
+            for rep, ns in zip(reports, norms, strict=True)
+            for m, n in zip(rep.matrices, ns, strict=True)
+            if m.role == role
+        ]
+        if arrays:
+            edges[role] = _edges(arrays, opts.histogram_bins)
+    entries = []
+    for label, rep, ns in zip(labels, reports, norms, strict=True):
+        gate = run_gate(rep, opts.gate)
+        hists = [histogram(n, edges[m.role]) for m, n in zip(rep.matrices, ns, strict=True)]
+        entries.append(CheckpointEntry(label, rep, gate, verdict(rep, gate), hists))
+    return entries
+
+
+def _drift_pairs(
+    paths: list[Path],
+    ckpts: list[Checkpoint],
+    labels: list[str],
+    pairs_found: list[tuple[int, int]],
+    held: dict[int, list[MatrixRows]],
+    read: ReadOptions,
+    aopts: AnalyzeOptions,
+    bins: int,
+    say: Progress,
+) -> tuple[list[DriftPair], list[str]]:
+    """(the drift of each pair, notes on the pairs skipped); rows are let go of once no
+    later pair needs them."""
+    notes, pairs = [], []
+    cos_edges = np.linspace(-1.0, 1.0, bins + 1)
+    for j, (a, b) in enumerate(pairs_found):
+        say(f"drift {labels[a]} -> {labels[b]}")
+        try:
+            drifts = _drift(paths, ckpts, held, a, b, read, aopts)
+        except InputError as e:
+            notes.append(f"drift {labels[a]} -> {labels[b]} skipped: {e}")
+            continue
+        finally:
+            for i in (a, b):  # let go of rows no later pair needs
+                if all(i not in pair for pair in pairs_found[j + 1 :]):
+                    held.pop(i, None)
+        hists = [
+            histogram(np.array([c for c in d.drift.per_token_cosine if c is not None]), cos_edges)
+            for d in drifts
+        ]
+        pairs.append(DriftPair(labels[a], labels[b], drifts, hists))
+    return pairs, notes
+
+
 def build_report(
     paths: list[Path],
     read: ReadOptions | None = None,
@@ -331,59 +418,14 @@ def _build_report(
     # that barely moved since are untrained, and the movement plot shows distance from it.
     for a, b in pairs_found:
         ckpts[b].reference = ckpts[a]
-    # Each checkpoint is opened and read once: its figure data come from the rows its
-    # analysis read, and the rows of a checkpoint in a pair stay held (float32 at scale)
-    # for the movement and the drift, until its last pair is measured.
-    paired = {i for pair in pairs_found for i in pair}
-    reference_of = {b: a for a, b in pairs_found}
-    reports, norms, maps, held = [], [], [], {}
-    for i, (path, ckpt) in enumerate(zip(paths, ckpts, strict=True)):
-        say(f"[{i + 1}/{len(paths)}] analyzing {path}")
-        figures = _FigureData(labels[i], ckpt, opts)
-        report, rows = measure_checkpoint(
-            ckpt, aopts, held.get(reference_of.get(i)), keep_rows=i in paired, each=figures
-        )
-        reports.append(report)
-        norms.append(figures.norms)
-        maps.append(figures.cosine_map)
-        if i in paired:
-            held[i] = rows
+    reports, norms, maps, held = _measure_all(paths, ckpts, labels, pairs_found, aopts, opts, say)
     trajectories += checkpoint_series(list(paths), reports, labels)
 
-    edges = {}
-    for role in ("input", "output"):
-        arrays = [
-            n
-            for rep, ns in zip(reports, norms, strict=True)
-            for m, n in zip(rep.matrices, ns, strict=True)
-            if m.role == role
-        ]
-        if arrays:
-            edges[role] = _edges(arrays, opts.histogram_bins)
-    entries = []
-    for label, rep, ns in zip(labels, reports, norms, strict=True):
-        gate = run_gate(rep, opts.gate)
-        hists = [histogram(n, edges[m.role]) for m, n in zip(rep.matrices, ns, strict=True)]
-        entries.append(CheckpointEntry(label, rep, gate, verdict(rep, gate), hists))
-
-    notes, pairs = list(traj_notes), []
-    cos_edges = np.linspace(-1.0, 1.0, opts.histogram_bins + 1)
-    for j, (a, b) in enumerate(pairs_found):
-        say(f"drift {labels[a]} -> {labels[b]}")
-        try:
-            drifts = _drift(paths, ckpts, held, a, b, read, aopts)
-        except InputError as e:
-            notes.append(f"drift {labels[a]} -> {labels[b]} skipped: {e}")
-            continue
-        finally:
-            for i in (a, b):  # let go of rows no later pair needs
-                if all(i not in pair for pair in pairs_found[j + 1 :]):
-                    held.pop(i, None)
-        hists = [
-            histogram(np.array([c for c in d.drift.per_token_cosine if c is not None]), cos_edges)
-            for d in drifts
-        ]
-        pairs.append(DriftPair(labels[a], labels[b], drifts, hists))
+    entries = _entries(labels, reports, norms, opts)
+    pairs, drift_notes = _drift_pairs(
+        paths, ckpts, labels, pairs_found, held, read, aopts, opts.histogram_bins, say
+    )
+    notes = traj_notes + drift_notes
     return Report(
         title=opts.title,
         generated=opts.generated or dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
