@@ -41,6 +41,7 @@ def run_child(cmd: list[str], tree: Path | None = None) -> tuple[float, float, s
         "out=p.stdout.read();err=p.stderr.read();_,st,ru=os.wait4(p.pid,0);"
         "sys.stderr.write(err.decode()[-3000:]) if st else None;"
         "print(json.dumps({'wall':time.perf_counter()-t,'rss_mib':ru.ru_maxrss/1024,'status':st,"
+        "'cpu':ru.ru_utime+ru.ru_stime,"
         "'out':out.decode()}))"
     )
     env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
@@ -52,7 +53,14 @@ def run_child(cmd: list[str], tree: Path | None = None) -> tuple[float, float, s
     data = json.loads(res.stdout)
     if data["status"] != 0:
         raise SystemExit(f"command failed: {' '.join(cmd)}\n{res.stderr}")
+    run_child.cpu = data["cpu"]  # user + sys of the child, for the CPU medians
     return data["wall"], data["rss_mib"], data["out"]
+
+
+def timed(cmd: list[str], tree: Path | None = None) -> tuple[float, float, float]:
+    """(wall s, peak RSS MiB, CPU s) of one run of ``cmd``."""
+    wall, rss, _ = run_child(cmd, tree)
+    return wall, rss, run_child.cpu
 
 
 GEODIAG = [sys.executable, "-m", "geodiag.cli"]
@@ -97,7 +105,7 @@ def bench_model(workdir: Path, repeats: int, baseline: Path | None = None) -> di
     cfg = json.loads((ckpt / "config.json").read_text())
     end = cfg["vocab_size"]
     start = end - N_ADDED
-    runs: dict[str, list[tuple[float, float]]] = {
+    runs: dict[str, list[tuple[float, float, float]]] = {
         "geodiag": [],
         "naive": [],
         "no_neighbors": [],
@@ -106,21 +114,17 @@ def bench_model(workdir: Path, repeats: int, baseline: Path | None = None) -> di
     }
     for _ in range(repeats):
         if baseline is not None:  # the same command, by the code before this change
-            runs["baseline"].append(
-                run_child([*GEODIAG, "metrics", str(ckpt), "--json"], baseline)[:2]
-            )
-        runs["geodiag"].append(run_child([*GEODIAG, "metrics", str(ckpt), "--json"])[:2])
-        runs["naive"].append(
-            run_child([sys.executable, "-c", NAIVE, str(ckpt), str(start), str(end)])[:2]
-        )
+            runs["baseline"].append(timed([*GEODIAG, "metrics", str(ckpt), "--json"], baseline))
+        runs["geodiag"].append(timed([*GEODIAG, "metrics", str(ckpt), "--json"]))
+        runs["naive"].append(timed([sys.executable, "-c", NAIVE, str(ckpt), str(start), str(end)]))
         # The naive route computes no nearest neighbours; geodiag without them, for the
         # like-for-like figure, and the bare start-up cost.
         runs["no_neighbors"].append(
-            run_child([*GEODIAG, "metrics", str(ckpt), "--json", "--neighbors", "0"])[:2]
+            timed([*GEODIAG, "metrics", str(ckpt), "--json", "--neighbors", "0"])
         )
-        runs["version"].append(run_child([*GEODIAG, "--version"])[:2])
+        runs["version"].append(timed([*GEODIAG, "--version"]))
     med = {
-        k: (statistics.median(w for w, _ in v), statistics.median(r for _, r in v))
+        k: tuple(statistics.median(run[j] for run in v) for j in range(3))  # wall, rss, cpu
         for k, v in runs.items()
         if v
     }
@@ -131,6 +135,10 @@ def bench_model(workdir: Path, repeats: int, baseline: Path | None = None) -> di
         "naive_s": med["naive"][0],
         "naive_rss_mib": med["naive"][1],
         "speedup": med["naive"][0] / med["geodiag"][0],
+        "geodiag_cpu_s": med["geodiag"][2],
+        "naive_cpu_s": med["naive"][2],
+        "cpu_speedup": med["naive"][2] / med["geodiag"][2],
+        "baseline_cpu_s": med["baseline"][2] if "baseline" in med else None,
         "rss_ratio": med["naive"][1] / med["geodiag"][1],
         "no_neighbors_s": med["no_neighbors"][0],
         "version_s": med["version"][0],
@@ -237,13 +245,16 @@ def main() -> None:
             f"geodiag metrics --json {r['geodiag_s']:.2f} s / {r['geodiag_rss_mib']:.0f} MiB; "
             f"from_pretrained + slicing {r['naive_s']:.2f} s / {r['naive_rss_mib']:.0f} MiB; "
             f"speedup {r['speedup']:.1f}x (target >= 10x), RSS ratio {r['rss_ratio']:.1f}x; "
+            f"CPU {r['geodiag_cpu_s']:.2f} s against {r['naive_cpu_s']:.2f} s "
+            f"({r['cpu_speedup']:.1f}x); "
             f"without the neighbour scan {r['no_neighbors_s']:.2f} s; --version {r['version_s']:.2f} s"
         )
         if r["baseline_s"] is not None:
             print(
                 f"  {args.baseline_tree}: metrics --json {r['baseline_s']:.2f} s / "
-                f"{r['baseline_rss_mib']:.0f} MiB, speedup over the naive route "
-                f"{r['naive_s'] / r['baseline_s']:.1f}x"
+                f"{r['baseline_rss_mib']:.0f} MiB / {r['baseline_cpu_s']:.2f} s CPU, speedup "
+                f"over the naive route {r['naive_s'] / r['baseline_s']:.1f}x wall, "
+                f"{r['naive_cpu_s'] / r['baseline_cpu_s']:.1f}x CPU"
             )
     if args.skip_sharded:
         args.skip_scale = True

@@ -20,7 +20,7 @@ from geodiag.analysis.checkpoint import command_line, measure_checkpoint
 from geodiag.analysis.drift import analyze_drift, deployed_read, drift_checkpoints
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.analysis.reports import CheckpointReport, DriftReport
-from geodiag.analysis.rows import MatrixRows
+from geodiag.analysis.rows import MatrixRows, float32_at_scale
 from geodiag.analysis.trajectory import (
     Trajectory,
     checkpoint_series,
@@ -293,24 +293,37 @@ def _measure_all(
 ) -> tuple[list[CheckpointReport], list, list, dict[int, list[MatrixRows]]]:
     """(reports, row norms per matrix, cosine maps, the rows held for the pairs).
 
-    Each checkpoint is opened and read once: its figure data come from the rows its
-    analysis read, and the rows of a checkpoint in a pair stay held (float32 at scale)
-    for the movement and the drift, until its last pair is measured."""
+    Each checkpoint is opened once and its figure data come from the rows its analysis
+    read. The new rows of a checkpoint in a pair stay held for the movement since it and
+    the drift, until its last pair is measured, unless they are held as float32 (above
+    FLOAT64_ROWS_MAX_ELEMENTS): holding 100,000 x 1,024 of them beside the next
+    checkpoint's analysis would add their 410 MB to the report's peak, so those are read
+    again a block at a time, as ``geodiag drift`` reads them."""
     paired = {i for pair in pairs_found for i in pair}
     reference_of = {b: a for a, b in pairs_found}
     reports, norms, maps, held = [], [], [], {}
     for i, (path, ckpt) in enumerate(zip(paths, ckpts, strict=True)):
         say(f"[{i + 1}/{len(paths)}] analyzing {path}")
         figures = _FigureData(labels[i], ckpt, opts)
-        report, rows = measure_checkpoint(
-            ckpt, aopts, held.get(reference_of.get(i)), keep_rows=i in paired, each=figures
-        )
+        keep = i in paired and not _at_scale(ckpt)
+        theirs = held.get(reference_of.get(i))
+        report, rows = measure_checkpoint(ckpt, aopts, theirs, keep_rows=keep, each=figures)
         reports.append(report)
         norms.append(figures.norms)
         maps.append(figures.cosine_map)
-        if i in paired:
+        for h in theirs or []:  # the sample served the movement; drift needs only the rows
+            h.sample_rows = None
+        if keep:
             held[i] = rows
+            if i not in reference_of.values():
+                for h in rows:
+                    h.sample_rows = None
     return reports, norms, maps, held
+
+
+def _at_scale(ckpt: Checkpoint) -> bool:
+    """The new rows are held as float32 (geodiag.analysis.rows.float32_at_scale)."""
+    return any(float32_at_scale(len(ckpt.new.ids), m) for m in ckpt.matrices)
 
 
 def _entries(

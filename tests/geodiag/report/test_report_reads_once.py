@@ -38,3 +38,22 @@ def test_report_drift_equals_drift_read_from_the_paths(tmp_path):
     report = build_report(paths, opts=ReportOptions(n_permutations=20, generated="-"))
     want = analyze_drift(paths[1], paths[2], opts=AnalyzeOptions(n_permutations=20))
     assert dumps(report.drift[0].reports) == dumps(want)
+
+
+def test_at_scale_paired_rows_are_not_held_but_read_again(tmp_path, reads, monkeypatch):
+    """Rows held as float32 (at scale) are let go after the analysis: the movement and the
+    drift read the init's rows again, a block at a time, from the checkpoint opened once."""
+    from geodiag.analysis import rows as analysis_rows
+
+    monkeypatch.setattr(analysis_rows, "FLOAT64_ROWS_MAX_ELEMENTS", 0)
+    paths = write_set(tmp_path)
+    report = build_report(paths, opts=ReportOptions(n_permutations=20, generated="-"))
+    for p in paths:
+        assert reads.opened[str(p / "model.safetensors")] == 1, p
+    new_ids = range(BASE_VOCAB, BASE_VOCAB + N_NEW)
+    init = rows_read(reads, "gti-init", EMB)
+    # The analysis, the movement of gti-sft since it, then streamed_drift's pass and its
+    # RSA samples (the whole matrix, the row's level: 24 rows are all sampled).
+    assert {init[i] for i in new_ids} == {5}
+    want = analyze_drift(paths[1], paths[2], opts=AnalyzeOptions(n_permutations=20))
+    assert dumps(report.drift[0].reports) == dumps(want)
