@@ -301,13 +301,15 @@ def measure_checkpoint(
     once. ``reference``: what measuring ``ckpt.reference`` read, when the caller holds it
     (the movement since it is then taken from those rows); ``each``: called with each
     matrix's rows once measured, while they are held. Without ``keep_rows`` the new rows
-    are let go as soon as they are no longer needed (an untied head's are not held beside
-    the embedding's) and come back as None."""
+    and the sample are let go as soon as they are no longer needed (an untied head's rows
+    are not held beside the embedding's) and come back as None."""
     theirs = {h.matrix.role: h for h in reference or []}
     matrices, held = [], []
     with blas_threads(1):
         for m in ckpt.matrices:
             report, rows = measure_matrix(ckpt, m, opts, theirs.get(m.role))
+            if not keep_rows:  # the sample served the movement (20,000 x d at most)
+                rows.sample_rows = None
             if each is not None:
                 each(rows)
             if not keep_rows and len(ckpt.matrices) > 1:
