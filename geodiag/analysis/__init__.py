@@ -4,6 +4,9 @@
   every matrix (geometry, RSA, codebook health, neighbours) as ``CheckpointReport``;
 - ``findings``: the row-by-row findings (untrained tokens, groups of identical rows);
 - ``integrity``: checkpoint-level findings (tied heads that differ, padding rows, scale);
+- ``rows``: the new rows, the reference sample, the padding rows, and ``MatrixRows``
+  (what measuring a matrix read, for the callers that need the rows again);
+- ``vocabulary``: the one walk of the original rows, each block handed to every consumer;
 - ``trajectory``: the callback's ``geodiag_trajectory.jsonl`` and checkpoint series.
 
 Imports ``io`` and ``metrics``, never ``gate`` or ``report``.
