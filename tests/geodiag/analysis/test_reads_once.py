@@ -131,3 +131,17 @@ def test_feed_hands_every_block_to_every_consumer_in_order():
     blocks = [(np.arange(s, s + 2), np.zeros((2, 1))) for s in (0, 2, 4)]
     assert feed(iter(blocks), logs) == 3
     assert [g.seen for g in logs] == [[0, 2, 4], [0, 2, 4]]
+
+
+def test_no_padding_rows_found_without_decoding_the_vocabulary(make_ckpt, monkeypatch):
+    """An added token on the last row: len(tokenizer) >= rows, so no padding rows; the
+    vocabulary is not decoded to learn it (SmolLM2's costs ~25 ms). Reference: the
+    length itself, decoded."""
+    from geodiag.io.tokenizer import TokenizerInfo
+
+    ckpt = open_checkpoint(make_ckpt("random"))
+    assert max(t.id for t in ckpt.tokenizer.added) == ckpt.matrices[0].n_rows - 1
+    monkeypatch.setattr(TokenizerInfo, "__len__", lambda self: pytest.fail("decoded"))
+    assert len(ckpt.padding_ids()) == 0
+    monkeypatch.undo()
+    assert len(ckpt.tokenizer) >= ckpt.matrices[0].n_rows
