@@ -48,7 +48,7 @@ def cpu_model() -> str:
     return f"{name or 'unknown CPU'}, {os.cpu_count()} logical CPUs, load average {load}"
 
 
-def measured(cmd: list[str], pythonpath: Path) -> dict:
+def measured(cmd: list[str], pythonpath: Path, env: dict | None = None) -> dict:
     """Wall, CPU (user + sys) and peak RSS of ``cmd``, run by a tiny wrapper process whose
     only child it is: the wrapper's RUSAGE_CHILDREN is that child's, once waited for."""
     wrapper = (
@@ -58,7 +58,7 @@ def measured(cmd: list[str], pythonpath: Path) -> dict:
         "print(json.dumps({'wall':time.perf_counter()-t,'cpu':ru.ru_utime+ru.ru_stime,"
         "'rss_mib':ru.ru_maxrss/1024,'rc':p.returncode,'err':err.decode()[-2000:]}))"
     )
-    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(pythonpath)}
     # cwd: the tree itself, as ``python -m`` puts the working directory ahead of PYTHONPATH
     # (run from this repository, the baseline would measure this tree's code).
     res = subprocess.run(
@@ -90,22 +90,66 @@ def medians(runs: list[dict]) -> dict:
     return {k: statistics.median(r[k] for r in runs) for k in ("wall", "cpu", "rss_mib")}
 
 
+# The floor of ``geodiag check``: a process that reads the bytes once (the new rows, then
+# the original rows a block of 1,024 at a time, as the analysis's single walk does, keeping
+# a seeded sample of 2,000) and takes the two 2,000-row spectra (new rows, sample) by one
+# float64 Gram product and eigvalsh each. No digest, no findings, no JSON: what any tool
+# measuring those spectra must at least pay. Run with one BLAS thread, as geodiag runs.
+FLOOR = r"""
+import json, sys
+import numpy as np
+path, n_base, n_new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(path, "rb") as f:
+    n = int.from_bytes(f.read(8), "little")
+    info = json.loads(f.read(n))["model.embed_tokens.weight"]
+    start, d = 8 + n + info["data_offsets"][0], info["shape"][1]
+    f.seek(start + n_base * 4 * d)
+    new = np.frombuffer(f.read(n_new * 4 * d), np.float32).reshape(n_new, d)
+    ids = np.sort(np.random.default_rng(0).choice(n_base, size=n_new, replace=False))
+    ref = np.empty((n_new, d), np.float32)
+    f.seek(start)
+    for s in range(0, n_base, 1024):
+        block = np.frombuffer(f.read(min(1024, n_base - s) * 4 * d), np.float32).reshape(-1, d)
+        lo, hi = np.searchsorted(ids, [s, s + len(block)])
+        ref[lo:hi] = block[ids[lo:hi] - s]
+for x in (new, ref):
+    x = x.astype(np.float64)
+    gram = x.T @ x if len(x) >= x.shape[1] else x @ x.T
+    print(np.sqrt(np.clip(np.linalg.eigvalsh(gram), 0, None))[-1])
+"""
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def bench_check(workdir: Path, baseline: Path, repeats: int) -> dict:
     root = workdir / "qwen-2000"
     if not (root / "config.json").is_file():
         write_synthetic(root, N_BASE, N_NEW, DIM, 0.0)
-    cmd = [sys.executable, "-m", "geodiag.cli", "check", str(root)]
-    cmd += ["--new-tokens", f"{N_BASE}:{N_BASE + N_NEW}"]
-    runs: dict[str, list[dict]] = {"this": [], "baseline": []}
-    for _ in range(repeats):  # interleaved: load drifts hit both alike
-        runs["this"].append(measured(cmd, ROOT))
-        runs["baseline"].append(measured(cmd, baseline))
-    this, base = medians(runs["this"]), medians(runs["baseline"])
+    small = workdir / "qwen-2000-vocab-50000"  # the same new rows count, a third of the vocabulary
+    if not (small / "config.json").is_file():
+        write_synthetic(small, N_BASE // 3, N_NEW, DIM, 0.0)
+
+    def check(folder: Path, n_base: int) -> list[str]:
+        cmd = [sys.executable, "-m", "geodiag.cli", "check", str(folder)]
+        return cmd + ["--new-tokens", f"{n_base}:{n_base + N_NEW}"]
+
+    floor = [sys.executable, "-c", FLOOR, str(root / "model-00001.safetensors")]
+    floor += [str(N_BASE), str(N_NEW)]
+    runs: dict[str, list[dict]] = {"this": [], "baseline": [], "floor": [], "small": []}
+    for _ in range(repeats):  # interleaved: load drifts hit all alike
+        runs["this"].append(measured(check(root, N_BASE), ROOT))
+        runs["baseline"].append(measured(check(root, N_BASE), baseline))
+        runs["floor"].append(measured(floor, ROOT, ONE_THREAD))
+        runs["small"].append(measured(check(small, N_BASE // 3), ROOT))
+    this, base, low = medians(runs["this"]), medians(runs["baseline"]), medians(runs["floor"])
     return {
         "this": this,
         "baseline": base,
+        "floor": low,
+        "vocab_50000": medians(runs["small"]),
         "wall_ratio": base["wall"] / this["wall"],
         "cpu_ratio": base["cpu"] / this["cpu"],
+        "over_floor": this["wall"] / low["wall"],
+        "rss_growth": this["rss_mib"] / medians(runs["small"])["rss_mib"],
     }
 
 
@@ -245,6 +289,13 @@ def main() -> None:
             f"{t['rss_mib']:.0f} MiB; {args.baseline}: {b['wall']:.2f} s / {b['cpu']:.2f} s / "
             f"{b['rss_mib']:.0f} MiB; speedup {r['wall_ratio']:.2f}x wall, "
             f"{r['cpu_ratio']:.2f}x CPU (target <= 2 s)"
+        )
+        f, sm = r["floor"], r["vocab_50000"]
+        print(
+            f"floor (the bytes read once, two {N_NEW:,}-row spectra): {f['wall']:.2f} s wall / "
+            f"{f['cpu']:.2f} s CPU / {f['rss_mib']:.0f} MiB; check at {r['over_floor']:.2f}x "
+            f"the floor (target <= 1.5x); peak RSS at 50,000 original rows {sm['rss_mib']:.0f} "
+            f"MiB, at {N_BASE:,} {t['rss_mib']:.0f} MiB (x{r['rss_growth']:.2f})"
         )
         results["spectra"] = r = bench_spectra(args.repeats)
         print(

@@ -32,23 +32,35 @@ from geodiag.io.safetensors import save_file
 N_ADDED = 192  # the issue's case: SmolLM2-135M + 192 mean-resized tokens
 
 
-def run_child(cmd: list[str]) -> tuple[float, float, str]:
-    """Peak RSS of exactly one child: fork a tiny wrapper that waits on it with wait4."""
+def run_child(cmd: list[str], tree: Path | None = None) -> tuple[float, float, str]:
+    """Peak RSS of exactly one child: fork a tiny wrapper that waits on it with wait4.
+    ``tree``: run the geodiag of that checkout (PYTHONPATH and working directory)."""
     wrapper = (
         "import os,subprocess,sys,time,json;t=time.perf_counter();"
         "p=subprocess.Popen(sys.argv[1:],stdout=subprocess.PIPE,stderr=subprocess.PIPE);"
         "out=p.stdout.read();err=p.stderr.read();_,st,ru=os.wait4(p.pid,0);"
         "sys.stderr.write(err.decode()[-3000:]) if st else None;"
         "print(json.dumps({'wall':time.perf_counter()-t,'rss_mib':ru.ru_maxrss/1024,'status':st,"
+        "'cpu':ru.ru_utime+ru.ru_stime,"
         "'out':out.decode()}))"
     )
-    res = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True)
+    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
+    res = subprocess.run(
+        [sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env, cwd=tree
+    )
     if res.returncode != 0 or not res.stdout.strip():
         raise SystemExit(f"wrapper failed: {res.stderr[-2000:]}")
     data = json.loads(res.stdout)
     if data["status"] != 0:
         raise SystemExit(f"command failed: {' '.join(cmd)}\n{res.stderr}")
+    run_child.cpu = data["cpu"]  # user + sys of the child, for the CPU medians
     return data["wall"], data["rss_mib"], data["out"]
+
+
+def timed(cmd: list[str], tree: Path | None = None) -> tuple[float, float, float]:
+    """(wall s, peak RSS MiB, CPU s) of one run of ``cmd``."""
+    wall, rss, _ = run_child(cmd, tree)
+    return wall, rss, run_child.cpu
 
 
 GEODIAG = [sys.executable, "-m", "geodiag.cli"]
@@ -87,32 +99,34 @@ def smollm2_with_added_tokens(workdir: Path) -> Path:
     return out
 
 
-def bench_model(workdir: Path, repeats: int) -> dict:
+def bench_model(workdir: Path, repeats: int, baseline: Path | None = None) -> dict:
     """Medians of ``repeats`` runs of each route, interleaved so load drifts hit all alike."""
     ckpt = smollm2_with_added_tokens(workdir)
     cfg = json.loads((ckpt / "config.json").read_text())
     end = cfg["vocab_size"]
     start = end - N_ADDED
-    runs: dict[str, list[tuple[float, float]]] = {
+    runs: dict[str, list[tuple[float, float, float]]] = {
         "geodiag": [],
         "naive": [],
         "no_neighbors": [],
         "version": [],
+        "baseline": [],
     }
     for _ in range(repeats):
-        runs["geodiag"].append(run_child([*GEODIAG, "metrics", str(ckpt), "--json"])[:2])
-        runs["naive"].append(
-            run_child([sys.executable, "-c", NAIVE, str(ckpt), str(start), str(end)])[:2]
-        )
+        if baseline is not None:  # the same command, by the code before this change
+            runs["baseline"].append(timed([*GEODIAG, "metrics", str(ckpt), "--json"], baseline))
+        runs["geodiag"].append(timed([*GEODIAG, "metrics", str(ckpt), "--json"]))
+        runs["naive"].append(timed([sys.executable, "-c", NAIVE, str(ckpt), str(start), str(end)]))
         # The naive route computes no nearest neighbours; geodiag without them, for the
         # like-for-like figure, and the bare start-up cost.
         runs["no_neighbors"].append(
-            run_child([*GEODIAG, "metrics", str(ckpt), "--json", "--neighbors", "0"])[:2]
+            timed([*GEODIAG, "metrics", str(ckpt), "--json", "--neighbors", "0"])
         )
-        runs["version"].append(run_child([*GEODIAG, "--version"])[:2])
+        runs["version"].append(timed([*GEODIAG, "--version"]))
     med = {
-        k: (statistics.median(w for w, _ in v), statistics.median(r for _, r in v))
+        k: tuple(statistics.median(run[j] for run in v) for j in range(3))  # wall, rss, cpu
         for k, v in runs.items()
+        if v
     }
     return {
         "repeats": repeats,
@@ -121,10 +135,16 @@ def bench_model(workdir: Path, repeats: int) -> dict:
         "naive_s": med["naive"][0],
         "naive_rss_mib": med["naive"][1],
         "speedup": med["naive"][0] / med["geodiag"][0],
+        "geodiag_cpu_s": med["geodiag"][2],
+        "naive_cpu_s": med["naive"][2],
+        "cpu_speedup": med["naive"][2] / med["geodiag"][2],
+        "baseline_cpu_s": med["baseline"][2] if "baseline" in med else None,
         "rss_ratio": med["naive"][1] / med["geodiag"][1],
         "no_neighbors_s": med["no_neighbors"][0],
         "version_s": med["version"][0],
         "speedup_no_neighbors": med["naive"][0] / med["no_neighbors"][0],
+        "baseline_s": med["baseline"][0] if "baseline" in med else None,
+        "baseline_rss_mib": med["baseline"][1] if "baseline" in med else None,
         "all_runs": runs,
     }
 
@@ -210,24 +230,40 @@ def main() -> None:
     ap.add_argument("--skip-model", action="store_true", help="skip the SmolLM2 comparison")
     ap.add_argument("--skip-scale", action="store_true", help="skip the 100,000-token run")
     ap.add_argument("--repeats", type=int, default=5, help="runs per route (medians)")
+    ap.add_argument(
+        "--baseline-tree", type=Path, help="also time metrics --json by this checkout's code"
+    )
+    ap.add_argument("--skip-sharded", action="store_true", help="skip the 2 GB sharded case")
     args = ap.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="geodiag-bench-"))
     results = {"machine_before": machine()}
     print(results["machine_before"])
     if not args.skip_model:
-        results["smollm2"] = r = bench_model(workdir, args.repeats)
+        results["smollm2"] = r = bench_model(workdir, args.repeats, args.baseline_tree)
         print(
             f"SmolLM2-135M + {N_ADDED} mean-resized tokens, medians of {r['repeats']}: "
             f"geodiag metrics --json {r['geodiag_s']:.2f} s / {r['geodiag_rss_mib']:.0f} MiB; "
             f"from_pretrained + slicing {r['naive_s']:.2f} s / {r['naive_rss_mib']:.0f} MiB; "
             f"speedup {r['speedup']:.1f}x (target >= 10x), RSS ratio {r['rss_ratio']:.1f}x; "
+            f"CPU {r['geodiag_cpu_s']:.2f} s against {r['naive_cpu_s']:.2f} s "
+            f"({r['cpu_speedup']:.1f}x); "
             f"without the neighbour scan {r['no_neighbors_s']:.2f} s; --version {r['version_s']:.2f} s"
         )
-    results["sharded"] = r = bench_sharded(workdir)
-    print(
-        f"sharded {r['checkpoint_gb']:.2f} GB: peak RSS {r['rss_with_2gb_mib']:.0f} MiB vs "
-        f"{r['rss_emb_only_mib']:.0f} MiB for the embedding alone (x{r['rss_growth']:.2f})"
-    )
+        if r["baseline_s"] is not None:
+            print(
+                f"  {args.baseline_tree}: metrics --json {r['baseline_s']:.2f} s / "
+                f"{r['baseline_rss_mib']:.0f} MiB / {r['baseline_cpu_s']:.2f} s CPU, speedup "
+                f"over the naive route {r['naive_s'] / r['baseline_s']:.1f}x wall, "
+                f"{r['naive_cpu_s'] / r['baseline_cpu_s']:.1f}x CPU"
+            )
+    if args.skip_sharded:
+        args.skip_scale = True
+    if not args.skip_sharded:
+        results["sharded"] = r = bench_sharded(workdir)
+        print(
+            f"sharded {r['checkpoint_gb']:.2f} GB: peak RSS {r['rss_with_2gb_mib']:.0f} MiB vs "
+            f"{r['rss_emb_only_mib']:.0f} MiB for the embedding alone (x{r['rss_growth']:.2f})"
+        )
     if args.skip_scale:
         results["machine_after"] = machine()
         print(results["machine_after"])

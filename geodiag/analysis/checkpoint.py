@@ -7,6 +7,8 @@ report all format what :func:`analyze` returns and compute nothing themselves.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,11 +32,16 @@ from geodiag.analysis.reports import (
     TokenNeighbors,
 )
 from geodiag.analysis.rows import (
+    MatrixRows,
+    float32_at_scale,
     new_rows,
+    read_padding,
+    read_sample,
     reference_ids,
-    reference_rows,
     selected_rows,
+    usable_reference,
 )
+from geodiag.analysis.vocabulary import SampleRows, feed
 from geodiag.io.checkpoint import (
     Checkpoint,
     Matrix,
@@ -49,9 +56,9 @@ from geodiag.metrics.geometry import (
     row_norms,
     summarize,
 )
-from geodiag.metrics.neighbors import nearest_rows
+from geodiag.metrics.neighbors import NearestRows
 from geodiag.metrics.rsa import rsa
-from geodiag.metrics.untrained import vocabulary_stats, zero_rows
+from geodiag.metrics.untrained import VocabularyAccumulator, VocabularyStats, zero_rows
 from geodiag.version import __version__
 
 
@@ -103,11 +110,12 @@ NO_VOCABULARY = (
 )
 
 
-def _neighbors(
-    ckpt: Checkpoint, matrix: Matrix, rows: np.ndarray, ids: np.ndarray, opts: AnalyzeOptions
-):
+def _neighbor_queries(
+    ckpt: Checkpoint, rows: np.ndarray, opts: AnalyzeOptions
+) -> tuple[np.ndarray, bool] | None:
+    """(positions of the new rows whose nearest originals are listed, sampled?), or None."""
     if opts.neighbors_max <= 0 or opts.neighbors_k <= 0 or not ckpt.has_vocabulary:
-        return [], False
+        return None
     # A zero row has no direction, so no nearest rows: it is a finding of its own.
     pick = np.flatnonzero(~zero_rows(rows))
     sampled = len(pick) > opts.neighbors_max
@@ -115,11 +123,15 @@ def _neighbors(
         rng = np.random.default_rng(opts.seed)
         pick = np.sort(rng.choice(pick, size=opts.neighbors_max, replace=False))
     if not len(pick):
-        return [], False
-    k = min(opts.neighbors_k, ckpt.new.base_vocab_size)
-    near_ids, near_cos = nearest_rows(rows[pick], ckpt.iter_original(matrix), k=k)
+        return None
+    return pick, sampled
+
+
+def _neighbor_list(
+    ckpt: Checkpoint, ids: np.ndarray, pick: np.ndarray, near: tuple[np.ndarray, np.ndarray]
+) -> list[TokenNeighbors]:
     out = []
-    for qi, row_ids, cos in zip(pick, near_ids, near_cos, strict=True):
+    for qi, row_ids, cos in zip(pick, *near, strict=True):
         tid = int(ids[qi])
         out.append(
             TokenNeighbors(
@@ -131,38 +143,86 @@ def _neighbors(
                 ],
             )
         )
-    return out, sampled
+    return out
+
+
+@dataclass
+class _Vocabulary:
+    """What the one walk of a matrix's original rows found."""
+
+    stats: VocabularyStats | None
+    sample_ids: np.ndarray  # (m,) the reference sample
+    sample_rows: np.ndarray  # (m, d) as read
+    reference: np.ndarray  # its usable rows
+    neighbors: list[TokenNeighbors]
+    neighbors_sampled: bool
+
+
+def _walk_vocabulary(
+    ckpt: Checkpoint, matrix: Matrix, rows: np.ndarray, ids: np.ndarray, opts: AnalyzeOptions
+) -> _Vocabulary:
+    """Statistics, non-finite rows, the reference sample and the nearest original rows of
+    the new ``rows``, from one read of each block of the original rows."""
+    sample_ids = reference_ids(ckpt, len(rows), opts)
+    stats = VocabularyAccumulator()
+    sample = SampleRows(sample_ids, float32_at_scale(len(sample_ids), matrix))
+    consumers: list = [stats, sample]
+    queries = _neighbor_queries(ckpt, rows, opts)
+    if queries is not None:
+        scan = NearestRows(rows[queries[0]], k=min(opts.neighbors_k, ckpt.new.base_vocab_size))
+        consumers.append(scan)
+    feed(ckpt.iter_original(matrix), consumers)
+    vocab = stats.result()
+    if vocab is not None:
+        check_original_rows(ckpt, matrix, vocab.nonfinite_rows, ckpt.read.allow_nonfinite)
+    sample_rows = sample.rows if sample.complete else read_sample(ckpt, matrix, sample_ids)
+    reference = usable_reference(ckpt, matrix, sample_ids, sample_rows)
+    neighbors, sampled = [], False
+    if queries is not None:
+        neighbors, sampled = _neighbor_list(ckpt, ids, queries[0], scan.result()), queries[1]
+    return _Vocabulary(vocab, sample_ids, sample_rows, reference, neighbors, sampled)
 
 
 def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:
+    return measure_matrix(ckpt, matrix, opts)[0]
+
+
+def measure_matrix(
+    ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions, reference: MatrixRows | None = None
+) -> tuple[MatrixReport, MatrixRows]:
+    """(the report of ``matrix``, the rows it read). ``reference``: the rows measuring
+    ``ckpt.reference``'s matrix of the same role read, when held (the report's pairs)."""
     rows, keep = new_rows(ckpt, matrix)
     ids = ckpt.new.ids[keep]
-    reference, undefined = None, NO_VOCABULARY
-    vocab, sample = None, np.zeros(0, np.int64)
-    bad_original, reference_norms = np.zeros(0, np.int64), None
-    if ckpt.has_vocabulary:
-        vocab = vocabulary_stats(block for _, block in ckpt.iter_original(matrix))
-        if vocab is not None:
-            bad_original = vocab.nonfinite_rows
-            check_original_rows(ckpt, matrix, bad_original, ckpt.read.allow_nonfinite)
-        sample = reference_ids(ckpt, len(rows), opts)
-        reference = reference_rows(ckpt, matrix, opts, len(rows))
-        reference_norms = row_norms(reference)
-        if len(reference) < MIN_REFERENCE_ROWS or len(rows) < 2:
+    walk = _walk_vocabulary(ckpt, matrix, rows, ids, opts) if ckpt.has_vocabulary else None
+    vocab = walk.stats if walk is not None else None
+    bad_original = np.zeros(0, np.int64) if vocab is None else vocab.nonfinite_rows
+    ref_rows, undefined, reference_norms = None, NO_VOCABULARY, None
+    if walk is not None:
+        ref_rows = walk.reference
+        reference_norms = row_norms(ref_rows)
+        if len(ref_rows) < MIN_REFERENCE_ROWS or len(rows) < 2:
             undefined = (
-                f"only {len(reference)} original row(s) below id {ckpt.new.base_vocab_size}: "
+                f"only {len(ref_rows)} original row(s) below id {ckpt.new.base_vocab_size}: "
                 "too few to compare the new rows' spread with"
-                if len(reference) < MIN_REFERENCE_ROWS
+                if len(ref_rows) < MIN_REFERENCE_ROWS
                 else "a single new row has no spread around its mean"
             )
-            reference = None
-    levels, lcos = _levels(ckpt, rows, keep, reference, opts)
-    neighbors, sampled = _neighbors(ckpt, matrix, rows, ids, opts)
-    new = summarize(rows, reference)
+            ref_rows = None
+    held = MatrixRows(
+        matrix,
+        rows,
+        keep,
+        np.zeros(0, np.int64) if walk is None else walk.sample_ids,
+        None if walk is None else walk.sample_rows,
+        read_padding(ckpt, matrix),
+    )
+    levels, lcos = _levels(ckpt, rows, keep, ref_rows, opts)
+    new = summarize(rows, ref_rows)
     norm_ratio = (  # the longest new row, from the summary's norms (not a second pass)
         new.row_norms.max / vocab.max_norm if vocab is not None and vocab.max_norm > 0 else None
     )
-    return MatrixReport(
+    report = MatrixReport(
         role=matrix.role,
         tensor=matrix.tensor,
         dtype=matrix.dtype,
@@ -171,21 +231,31 @@ def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> Ma
         n_new=len(rows),
         nonfinite_rows_dropped=int((~keep).sum()),
         new=new,
-        reference=None if reference is None else summarize(reference),
-        reference_size=0 if reference is None else len(reference),
+        reference=None if ref_rows is None else summarize(ref_rows),
+        reference_size=0 if ref_rows is None else len(ref_rows),
         levels=levels,
         level_cosine=lcos,
-        neighbors=neighbors,
-        neighbors_sampled=sampled,
-        reference_undefined_reason=None if reference is not None else undefined,
+        neighbors=[] if walk is None else walk.neighbors,
+        neighbors_sampled=walk is not None and walk.neighbors_sampled,
+        reference_undefined_reason=None if ref_rows is not None else undefined,
         untrained=row_findings(
-            ckpt, matrix, rows, ids, vocab, sample, seed=opts.seed, reference_norms=reference_norms
+            ckpt,
+            matrix,
+            rows,
+            ids,
+            vocab,
+            held.sample_ids,
+            seed=opts.seed,
+            reference_norms=reference_norms,
+            held=held,
+            reference_held=reference,
         ),
         norm_ratio=norm_ratio,
         vocabulary_norms=None if vocab is None else vocab.norm_percentiles,
         nonfinite_original_rows_dropped=len(bad_original),
         nonfinite_original_ids=bad_original[:SHOWN_TOKENS].tolist(),
     )
+    return report, held
 
 
 def analyze(
@@ -217,8 +287,45 @@ def _populations_note(ckpt: Checkpoint, m: MatrixReport) -> str | None:
 
 def analyze_checkpoint(ckpt: Checkpoint, opts: AnalyzeOptions) -> CheckpointReport:
     """:func:`analyze` on an opened checkpoint (a folder, or rows in memory)."""
+    return measure_checkpoint(ckpt, opts, keep_rows=False)[0]
+
+
+def measure_checkpoint(
+    ckpt: Checkpoint,
+    opts: AnalyzeOptions,
+    reference: list[MatrixRows] | None = None,
+    keep_rows: bool = True,
+    each: Callable[[MatrixRows], None] | None = None,
+) -> tuple[CheckpointReport, list[MatrixRows]]:
+    """(:func:`analyze_checkpoint`'s report, the rows it read per matrix), each row read
+    once. ``reference``: what measuring ``ckpt.reference`` read, when the caller holds it
+    (the movement since it is then taken from those rows); ``each``: called with each
+    matrix's rows once measured, while they are held. Without ``keep_rows`` the new rows
+    and the sample are let go as soon as they are no longer needed (an untied head's rows
+    are not held beside the embedding's) and come back as None."""
+    theirs = {h.matrix.role: h for h in reference or []}
+    matrices, held = [], []
     with blas_threads(1):
-        matrices = [analyze_matrix(ckpt, m, opts) for m in ckpt.matrices]
+        for m in ckpt.matrices:
+            report, rows = measure_matrix(ckpt, m, opts, theirs.get(m.role))
+            if not keep_rows:  # the sample served the movement (20,000 x d at most)
+                rows.sample_rows = None
+            if each is not None:
+                each(rows)
+            if not keep_rows and len(ckpt.matrices) > 1:
+                rows.rows = None
+            matrices.append(report)
+            held.append(rows)
+    report = _checkpoint_report(ckpt, opts, matrices, held)  # integrity: a tied head's check
+    if not keep_rows:
+        for rows in held:
+            rows.rows = None
+    return report, held
+
+
+def _checkpoint_report(
+    ckpt: Checkpoint, opts: AnalyzeOptions, matrices: list[MatrixReport], held: list[MatrixRows]
+) -> CheckpointReport:
     notes = list(ckpt.notes)
     if ckpt.codebooks_note:
         notes.append(ckpt.codebooks_note)
@@ -265,7 +372,7 @@ def analyze_checkpoint(ckpt: Checkpoint, opts: AnalyzeOptions) -> CheckpointRepo
         adapter=ckpt.adapter,
         stack=ckpt.stack,
         codebook=health,
-        integrity=integrity(ckpt, matrices),
+        integrity=integrity(ckpt, matrices, held),
         reference=None if ckpt.reference is None else str(ckpt.reference.path),
     )
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.analysis.reports import DriftReport
-from geodiag.analysis.rows import float32_at_scale, new_rows, selected_rows
+from geodiag.analysis.rows import MatrixRows, float32_at_scale, new_rows, selected_rows
 from geodiag.errors import InputError
 from geodiag.io.checkpoint import Checkpoint, Matrix, open_checkpoint
 from geodiag.io.options import ReadOptions
@@ -28,19 +28,42 @@ def analyze_drift(
     opts = opts or AnalyzeOptions()
     read = dataclasses.replace(read or ReadOptions(), reference=None)
     a = open_checkpoint(before, read)
-    b = open_checkpoint(after, _deployed_read(read, a, Path(after)))
+    b = open_checkpoint(after, deployed_read(read, a, Path(after)))
+    return drift_checkpoints(a, b, before, after, opts)
+
+
+def drift_checkpoints(
+    a: Checkpoint,
+    b: Checkpoint,
+    before: str | Path,
+    after: str | Path,
+    opts: AnalyzeOptions,
+    held: tuple[list[MatrixRows], list[MatrixRows]] | None = None,
+) -> list[DriftReport]:
+    """:func:`analyze_drift` on opened checkpoints; ``held``: the rows measuring each read
+    (:func:`geodiag.analysis.checkpoint.measure_checkpoint`), used instead of reading them
+    again where every new row was kept."""
     if a.new.tokens != b.new.tokens or not np.array_equal(a.new.ids, b.new.ids):
         raise InputError(
             after, f"new tokens differ from those of {before}: drift needs the same vocabulary"
         )
+    ha, hb = held if held is not None else ([], [])
     out = []
     with blas_threads(1):
-        for ma, mb in zip(a.matrices, b.matrices, strict=False):
-            out.append(_drift_matrix(a, b, ma, mb, before, after, opts))
+        for i, (ma, mb) in enumerate(zip(a.matrices, b.matrices, strict=False)):
+            rows = (_held(ha, i, ma), _held(hb, i, mb))
+            out.append(_drift_matrix(a, b, ma, mb, before, after, opts, rows))
     return out
 
 
-def _deployed_read(read: ReadOptions, a: Checkpoint, after: Path) -> ReadOptions:
+def _held(held: list[MatrixRows], i: int, matrix: Matrix) -> np.ndarray | None:
+    """The new rows of ``matrix`` as read before, when all were kept (drift needs every one)."""
+    if i < len(held) and held[i].matrix.tensor == matrix.tensor and held[i].all_kept:
+        return held[i].rows
+    return None
+
+
+def deployed_read(read: ReadOptions, a: Checkpoint, after: Path) -> ReadOptions:
     """A GGUF file converted from ``a`` keeps its token ids: without a sidecar of its own
     it is read with ``a``'s (levels, codes), checked against its token list."""
     from dataclasses import replace
@@ -55,7 +78,14 @@ def _deployed_read(read: ReadOptions, a: Checkpoint, after: Path) -> ReadOptions
 
 
 def _drift_matrix(
-    a: Checkpoint, b: Checkpoint, ma: Matrix, mb: Matrix, before, after, opts: AnalyzeOptions
+    a: Checkpoint,
+    b: Checkpoint,
+    ma: Matrix,
+    mb: Matrix,
+    before,
+    after,
+    opts: AnalyzeOptions,
+    held: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
 ) -> DriftReport:
     from geodiag.metrics.drift import drift
 
@@ -63,9 +93,10 @@ def _drift_matrix(
         raise InputError(after, f"'{mb.tensor}' has {mb.dim} dims, '{before}' has {ma.dim}")
     deployed = getattr(b.store, "dequantizes", False)  # a deployed file: what export did
     if float32_at_scale(len(a.new.ids), ma) and not deployed:
-        return _streamed_drift_matrix(a, b, ma, mb, before, after, opts)
-    ra, ka = new_rows(a, ma)
-    rb, kb = new_rows(b, mb)
+        return _streamed_drift_matrix(a, b, ma, mb, before, after, opts, held)
+    # The rows as new_rows reads them, all kept (else read, and the error below raised).
+    ra, ka = (held[0], np.ones(len(held[0]), bool)) if held[0] is not None else new_rows(a, ma)
+    rb, kb = (held[1], np.ones(len(held[1]), bool)) if held[1] is not None else new_rows(b, mb)
     if not (ka.all() and kb.all()):
         raise InputError(after, "drift needs every new row finite in both checkpoints")
     kw = dict(n_permutations=opts.n_permutations, seed=opts.seed, max_items=opts.rsa_max_items)
@@ -94,14 +125,25 @@ def _drift_matrix(
 
 
 def _streamed_drift_matrix(
-    a: Checkpoint, b: Checkpoint, ma: Matrix, mb: Matrix, before, after, opts: AnalyzeOptions
+    a: Checkpoint,
+    b: Checkpoint,
+    ma: Matrix,
+    mb: Matrix,
+    before,
+    after,
+    opts: AnalyzeOptions,
+    held: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
 ) -> DriftReport:
-    """_drift_matrix at scale: both checkpoints' rows read a block at a time, not held."""
+    """_drift_matrix at scale: both checkpoints' rows a block at a time, from the rows
+    measuring them read when held (float32 where exact, as read here), else read."""
     from geodiag.metrics.drift import streamed_drift
 
     ids = a.new.ids
 
-    def reader(ckpt: Checkpoint, matrix: Matrix):
+    def reader(ckpt: Checkpoint, matrix: Matrix, rows: np.ndarray | None):
+        if rows is not None:  # every row kept, so finite
+            return lambda pos: rows[pos]
+
         def read(pos: np.ndarray) -> np.ndarray:
             rows = ckpt.read_rows(matrix, ids[pos], float32=True)
             bad = ~np.isfinite(rows).all(axis=1)
@@ -124,8 +166,8 @@ def _streamed_drift_matrix(
         }
     whole, levels = streamed_drift(
         len(ids),
-        reader(a, ma),
-        reader(b, mb),
+        reader(a, ma, held[0]),
+        reader(b, mb, held[1]),
         subsets,
         n_permutations=opts.n_permutations,
         seed=opts.seed,

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from geodiag.io.checkpoint import MAX_PADDING_ROWS, Checkpoint, Matrix
+from geodiag.analysis.rows import MatrixRows, PaddingRows, read_padding
+from geodiag.io.checkpoint import Checkpoint, Matrix
 from geodiag.io.tokenizer import list_names
 from geodiag.metrics.geometry import ROW_BLOCK, row_norms, spread
 from geodiag.metrics.untrained import (
@@ -179,26 +180,48 @@ def items_per_code(ckpt: Checkpoint, ids: np.ndarray) -> np.ndarray | None:
 
 
 def _movement(
-    ckpt: Checkpoint, matrix: Matrix, rows: np.ndarray, ids: np.ndarray, sample: np.ndarray
+    ckpt: Checkpoint,
+    matrix: Matrix,
+    rows: np.ndarray,
+    ids: np.ndarray,
+    sample: np.ndarray,
+    sample_rows: np.ndarray | None = None,
+    theirs_held: MatrixRows | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None] | None:
     """(||row - reference row|| per new row, the same for the sampled original rows ``sample``),
-    None without a reference or when it lacks this matrix."""
+    None without a reference or when it lacks this matrix. ``sample_rows``: this matrix's
+    rows at ``sample`` as already read; ``theirs_held``: the reference matrix's rows as
+    measuring it read them (else both are read here)."""
     ref = ckpt.reference
     if ref is None:
         return None
     theirs = next((m for m in ref.matrices if m.role == matrix.role), None)
     if theirs is None or theirs.dim != matrix.dim:
         return None
-    moved = _distances(len(ids), lambda p: rows[p], lambda p: ref.read_rows(theirs, ids[p]))
+    held_new = held_sample = None
+    if theirs_held is not None and theirs_held.matrix.tensor == theirs.tensor:
+        if theirs_held.all_kept and np.array_equal(ref.new.ids, ids):
+            held_new = theirs_held.rows
+        if np.array_equal(theirs_held.sample_ids, sample):
+            held_sample = theirs_held.sample_rows
+    moved = _distances(len(ids), lambda p: rows[p], _reader(ref, theirs, ids, held_new))
     original = None
     if len(sample):
         original = _distances(
             len(sample),
-            lambda p: ckpt.read_rows(matrix, sample[p]),
-            lambda p: ref.read_rows(theirs, sample[p]),
+            _reader(ckpt, matrix, sample, sample_rows),
+            _reader(ref, theirs, sample, held_sample),
         )
         original = original[np.isfinite(original)]
     return moved, original
+
+
+def _reader(ckpt: Checkpoint, matrix: Matrix, ids: np.ndarray, held: np.ndarray | None):
+    """The float64 rows at positions p of ``ids``: from ``held`` (rows aligned with ``ids``,
+    as read before) when given, else read from ``ckpt``."""
+    if held is not None:
+        return lambda p: np.asarray(held[p], dtype=np.float64)
+    return lambda p: ckpt.read_rows(matrix, ids[p])
 
 
 # Rows per block of the movement: the reference's rows are read a block at a time, in
@@ -208,7 +231,8 @@ _MOVEMENT_BLOCK = ROW_BLOCK
 
 def _distances(n: int, ours, theirs) -> np.ndarray:
     """(n,) float64 ||ours(p)_i - theirs(p)_i|| over positions p, a block at a time; each
-    reader returns the rows at positions p (theirs: float64, so the difference is)."""
+    reader returns the rows at positions p (theirs: float64, so the difference is; ours
+    may be float32, converted exactly by the subtraction)."""
     out = np.empty(n)
     for start in range(0, n, _MOVEMENT_BLOCK):
         pick = np.arange(start, min(start + _MOVEMENT_BLOCK, n))
@@ -251,12 +275,16 @@ def row_findings(
     sample: np.ndarray,
     seed: int,  # AnalyzeOptions.seed
     reference_norms: np.ndarray | None = None,
+    held: MatrixRows | None = None,
+    reference_held: MatrixRows | None = None,
 ) -> UntrainedRows:
     """Every per-token finding of the measured ``rows`` (n, d) of ``ids`` (n,).
 
     ``sample``: the ids of the original rows sampled as the vocabulary reference (their
     movement since ``--reference`` sets the barely-moved cut); ``reference_norms``: those
-    rows' norms (the padding comparison's yardstick)."""
+    rows' norms (the padding comparison's yardstick). ``held``: what measuring this matrix
+    read (the sample's rows, the padding rows), ``reference_held`` the same of the
+    reference's matrix: rows found there are not read again."""
     n = len(rows)
     scale = vocab.spread if vocab is not None and vocab.n_rows >= MIN_REFERENCE_ROWS else 0.0
     rule = TOLERANCE_RULE
@@ -278,10 +306,12 @@ def row_findings(
     norms = row_norms(rows)
     padding = None
     if base_rows is None and ckpt.base is None and reference_norms is not None:
-        padding = _padding_comparison(ckpt, matrix, norms, reference_norms)
+        pad = held.padding if held is not None else read_padding(ckpt, matrix)
+        padding = _padding_comparison(pad, norms, reference_norms)
         if padding is not None and padding.like_padding:
             masks["like_padding"][:] = True
-    moved = _movement(ckpt, matrix, rows, ids, sample)
+    sample_rows = None if held is None else held.sample_rows
+    moved = _movement(ckpt, matrix, rows, ids, sample, sample_rows, reference_held)
     movement_cut = None
     if moved is not None:
         masks["barely_moved"], movement_cut = barely_moved(*moved)
@@ -296,6 +326,34 @@ def row_findings(
         masks["dead_code"] = n_items == 0
     if vocab is not None and vocab.norm_percentiles is not None:
         masks["norm_small"], masks["norm_large"] = norm_outliers(norms, vocab.norm_percentiles)
+    found = _Found(masks, untrained, n_items, movement, norms)
+    return _untrained_rows(ckpt, ids, found, groups, tol, rule, vocab, padding, movement_cut, basis)
+
+
+@dataclass
+class _Found:
+    """The per-row masks of :func:`row_findings` and what goes with them, per measured row."""
+
+    masks: dict[str, np.ndarray]  # FINDINGS key -> (n,) bool
+    untrained: np.ndarray  # (n,) bool
+    n_items: np.ndarray | None
+    movement: np.ndarray | None
+    norms: np.ndarray
+
+
+def _untrained_rows(
+    ckpt: Checkpoint,
+    ids: np.ndarray,
+    f: _Found,
+    groups: list[np.ndarray],
+    tol: float,
+    rule: str,
+    vocab: VocabularyStats | None,
+    padding: PaddingComparison | None,
+    movement_cut: Movement | None,
+    basis: str | None,
+) -> UntrainedRows:
+    masks, untrained, n_items, movement = f.masks, f.untrained, f.n_items, f.movement
 
     def group(kind: str) -> TokenGroup | None:
         return token_group(ckpt, ids[masks[kind]]) if masks[kind].any() else None
@@ -323,7 +381,7 @@ def row_findings(
         norm_rule=NORM_RULE if vocab is not None else None,
         movement_basis=basis,
         n_flagged=int(flagged.sum()),
-        tokens=_token_rows(ckpt, ids, masks, flagged, n_items, movement, norms),
+        tokens=_token_rows(ckpt, ids, masks, flagged, n_items, movement, f.norms),
         usage_movement=[]
         if n_items is None or movement is None
         else _buckets(n_items, untrained, movement),
@@ -334,16 +392,14 @@ def row_findings(
 
 
 def _padding_comparison(
-    ckpt: Checkpoint, matrix: Matrix, norms: np.ndarray, reference_norms: np.ndarray
+    pad: PaddingRows | None, norms: np.ndarray, reference_norms: np.ndarray
 ) -> PaddingComparison | None:
-    """The new rows' norms against the unused padding rows' (read here, at most
-    MAX_PADDING_ROWS of them) and the vocabulary sample's."""
-    pad = ckpt.padding_ids()
-    if not len(pad) or len(pad) > MAX_PADDING_ROWS:
+    """The new rows' norms against the unused padding rows' (at most MAX_PADDING_ROWS of
+    them, read once: :func:`geodiag.analysis.rows.read_padding`) and the vocabulary
+    sample's."""
+    if pad is None:
         return None
-    pad_rows = ckpt.read_rows(matrix, pad)
-    pad_rows = pad_rows[np.isfinite(pad_rows).all(axis=1)]
-    return compare_with_padding(norms, row_norms(pad_rows), reference_norms)
+    return compare_with_padding(norms, pad.norms[pad.finite], reference_norms)
 
 
 def _token_rows(ckpt, ids, masks, flagged, n_items, movement, norms) -> list[TokenFinding]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from geodiag.analysis.findings import TokenGroup, UntrainedRows, token_group
+from geodiag.analysis.rows import MatrixRows, read_padding
 from geodiag.io.checkpoint import MAX_PADDING_ROWS, Checkpoint
 from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES
 from geodiag.metrics.geometry import ROW_BLOCK
@@ -71,8 +72,9 @@ def _stored_tied_head(ckpt: Checkpoint) -> str | None:
     return None
 
 
-def tied_head_differs(ckpt: Checkpoint) -> IntegrityFinding | None:
-    """A tied config whose file stores a head that differs from the embedding on new rows."""
+def tied_head_differs(ckpt: Checkpoint, held: MatrixRows | None = None) -> IntegrityFinding | None:
+    """A tied config whose file stores a head that differs from the embedding on new rows.
+    ``held``: the embedding's new rows as measuring it read them (else read here)."""
     head = _stored_tied_head(ckpt)
     if head is None or not len(ckpt.new.ids):
         return None
@@ -90,9 +92,13 @@ def tied_head_differs(ckpt: Checkpoint) -> IntegrityFinding | None:
     # A block of rows of each at a time: two (n, d) float64 copies at 100,000 new rows
     # would be 1.6 GB. The embedding's bytes are read in the same order as one read.
     bad, scaled = np.zeros(len(ids), bool), scale != 1.0
+    have = held.rows if held is not None and held.all_kept else None
     for start in range(0, len(ids), _BLOCK_ROWS):
         block = ids[start : start + _BLOCK_ROWS]
-        emb = ckpt.read_rows(ckpt.matrices[0], block)
+        if have is None:
+            emb = ckpt.read_rows(ckpt.matrices[0], block)
+        else:  # (b, d) float64, as read_rows returns them
+            emb = np.asarray(have[start : start + _BLOCK_ROWS], dtype=np.float64)
         out = ckpt.store.read_rows(head, block)
         bad[start : start + len(block)] = differ(emb, out, exact=True)
         scaled = scaled and not differ(emb * scale, out, exact=False).any()
@@ -137,8 +143,11 @@ def head_not_moved(
     )
 
 
-def padding_rows(ckpt: Checkpoint, norm_median: float | None) -> IntegrityFinding | None:
-    """Rows past the tokenizer's length that are not new tokens: count, norm, samplable?"""
+def padding_rows(
+    ckpt: Checkpoint, norm_median: float | None, held: list[MatrixRows] | None = None
+) -> IntegrityFinding | None:
+    """Rows past the tokenizer's length that are not new tokens: count, norm, samplable?
+    ``held``: what measuring each matrix read (its padding rows; else read here)."""
     ids = ckpt.padding_ids()  # none without a tokenizer or a matrix
     if not len(ids):
         return None
@@ -152,15 +161,15 @@ def padding_rows(ckpt: Checkpoint, norm_median: float | None) -> IntegrityFindin
             count=int(len(ids)),
         )
     head = ckpt.matrices[1] if len(ckpt.matrices) > 1 else emb
-    rows = ckpt.read_rows(emb, ids)
-    head_rows = rows if head is emb else ckpt.read_rows(head, ids)
-    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    pads = [h.padding for h in held] if held is not None else [None] * len(ckpt.matrices)
+    rows = pads[0] or read_padding(ckpt, emb)
+    head_rows = rows if head is emb else (pads[1] or read_padding(ckpt, head))
     relative = (
-        f", median norm {quantile(norms, 0.5) / norm_median:.3g}x the vocabulary's"
+        f", median norm {quantile(rows.norms, 0.5) / norm_median:.3g}x the vocabulary's"
         if norm_median
         else ""
     )
-    live = np.any(head_rows != 0, axis=1)
+    live = head_rows.live
     where = "output head" if head is not emb else "tied embedding"
     if not live.any():
         return IntegrityFinding(
@@ -238,15 +247,18 @@ def adapter_server(ckpt: Checkpoint) -> IntegrityFinding | None:
     )
 
 
-def integrity(ckpt: Checkpoint, matrices: list) -> list[IntegrityFinding]:
-    """Every integrity finding of ``ckpt``; ``matrices``: its MatrixReports, input first."""
+def integrity(
+    ckpt: Checkpoint, matrices: list, held: list[MatrixRows] | None = None
+) -> list[IntegrityFinding]:
+    """Every integrity finding of ``ckpt``; ``matrices``: its MatrixReports, input first;
+    ``held``: the rows measuring them read (MatrixRows, same order), not read again."""
     inputs = matrices[0].untrained if matrices else None
     head = matrices[1].untrained if len(matrices) > 1 else None
     vocab_norms = matrices[0].vocabulary_norms if matrices else None
     found = [
-        tied_head_differs(ckpt),
+        tied_head_differs(ckpt, held[0] if held else None),
         head_not_moved(inputs, head, matrices[0].n_new) if head is not None else None,
-        padding_rows(ckpt, (vocab_norms or {}).get("p50")),
+        padding_rows(ckpt, (vocab_norms or {}).get("p50"), held),
         on_padding(ckpt, inputs),
         embedding_scale(ckpt),
         adapter_server(ckpt),

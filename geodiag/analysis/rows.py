@@ -3,11 +3,19 @@ original rows, and the precision they are held in."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.errors import InputError
-from geodiag.io.checkpoint import Checkpoint, Matrix, check_original_rows, check_rows
+from geodiag.io.checkpoint import (
+    MAX_PADDING_ROWS,
+    Checkpoint,
+    Matrix,
+    check_original_rows,
+    check_rows,
+)
 
 
 def reference_ids(ckpt: Checkpoint, n_new: int, opts: AnalyzeOptions) -> np.ndarray:
@@ -40,8 +48,21 @@ def float32_at_scale(n_rows: int, matrix: Matrix) -> bool:
 def reference_rows(
     ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions, n_new: int
 ) -> np.ndarray:
+    """The usable rows of the reference sample, read from the store (the analysis takes
+    them from its one walk of the vocabulary instead: :class:`SampleRows`)."""
     ids = reference_ids(ckpt, n_new, opts)
-    rows = ckpt.read_rows(matrix, ids, float32_at_scale(len(ids), matrix))
+    return usable_reference(ckpt, matrix, ids, read_sample(ckpt, matrix, ids))
+
+
+def read_sample(ckpt: Checkpoint, matrix: Matrix, ids: np.ndarray) -> np.ndarray:
+    """The sampled original rows ``ids``, in the precision the sample is held in."""
+    return ckpt.read_rows(matrix, ids, float32_at_scale(len(ids), matrix))
+
+
+def usable_reference(
+    ckpt: Checkpoint, matrix: Matrix, ids: np.ndarray, rows: np.ndarray
+) -> np.ndarray:
+    """The sampled original rows (ids (m,), rows (m, d)) the new ones are compared with."""
     finite = np.isfinite(rows).all(axis=1)
     # NaN/Inf rows are bad input (or dropped and counted under --allow-nonfinite); zero
     # rows are unused vocabulary slots, not "healthy tokens": left out of the reference.
@@ -54,6 +75,44 @@ def reference_rows(
             "(all zero or non-finite): nothing to compare the new tokens with",
         )
     return rows if ok.all() else rows[ok]
+
+
+@dataclass
+class PaddingRows:
+    """A matrix's unused padding rows (``Checkpoint.padding_ids``), read once: what the
+    per-token findings and the integrity findings ask of them."""
+
+    ids: np.ndarray  # (k,)
+    norms: np.ndarray  # (k,) float64 ||row||; NaN or Inf for a non-finite row
+    finite: np.ndarray  # (k,) bool
+    live: np.ndarray  # (k,) bool: some entry is not zero
+
+
+def read_padding(ckpt: Checkpoint, matrix: Matrix) -> PaddingRows | None:
+    """None without padding rows, or past MAX_PADDING_ROWS of them (not read)."""
+    ids = ckpt.padding_ids()
+    if not len(ids) or len(ids) > MAX_PADDING_ROWS:
+        return None
+    rows = ckpt.read_rows(matrix, ids)  # (k, d) float64
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    return PaddingRows(ids, norms, np.isfinite(rows).all(axis=1), np.any(rows != 0, axis=1))
+
+
+@dataclass
+class MatrixRows:
+    """What measuring one matrix read, kept for whoever needs the rows again (integrity,
+    the report's figures, the movement since a reference, drift): read once."""
+
+    matrix: Matrix
+    rows: np.ndarray | None  # (n_kept, d) the new rows (new_rows); None once let go
+    keep: np.ndarray  # (n,) bool over ckpt.new.ids
+    sample_ids: np.ndarray  # (m,) the reference sample's ids (empty without a vocabulary)
+    sample_rows: np.ndarray | None  # (m, d) their rows as read, NaN and zero rows included
+    padding: PaddingRows | None = None
+
+    @property
+    def all_kept(self) -> bool:
+        return self.rows is not None and bool(self.keep.all())
 
 
 def new_rows(ckpt: Checkpoint, matrix: Matrix) -> tuple[np.ndarray, np.ndarray]:

@@ -139,7 +139,13 @@ class Checkpoint:
         padded vocabulary's unused rows (none without a tokenizer)."""
         if self.tokenizer is None or not self.matrices or not hasattr(self.tokenizer, "__len__"):
             return np.zeros(0, np.int64)
-        ids = np.arange(len(self.tokenizer), self.matrices[0].n_rows, dtype=np.int64)
+        n_rows = self.matrices[0].n_rows
+        # The tokenizer's length is its largest id + 1: an added token on the last row
+        # says there is no row past it without decoding the whole vocabulary for it.
+        added = getattr(self.tokenizer, "added", None) or []
+        if max((t.id for t in added), default=-1) >= n_rows - 1:
+            return np.zeros(0, np.int64)
+        ids = np.arange(len(self.tokenizer), n_rows, dtype=np.int64)
         return ids[~np.isin(ids, self.new.ids)]
 
     @property

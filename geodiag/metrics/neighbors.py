@@ -89,13 +89,24 @@ def nearest_rows(
     *,
     k: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The k rows of highest cosine to each query, over a stream of vocabulary blocks.
+    """The k rows of highest cosine to each query, over a stream of vocabulary blocks:
+    :class:`NearestRows` fed every (ids (m,), rows (m, d)) block of ``chunks``. Returns
+    (ids (q, k') int64, cosines (q, k') float64); see the class."""
+    scan = NearestRows(queries, k)
+    for chunk_ids, chunk_rows in chunks:
+        scan.add(chunk_ids, chunk_rows)
+    return scan.result()
 
-    queries (q, d); ``chunks`` yields (ids (m,), rows (m, d)) blocks, float32 or float64,
-    so memory stays at one block. Returns (ids (q, k') int64, cosines (q, k') float64),
-    sorted by cosine descending then id ascending, with k' = min(k, number of usable rows).
-    Rows of zero or non-finite norm are skipped (no direction); a zero-norm query raises
-    ValueError.
+
+class NearestRows:
+    """The k rows of highest cosine to each query, one vocabulary block at a time: a
+    consumer of the single pass over the original rows (:mod:`geodiag.analysis.vocabulary`).
+
+    queries (q, d); ``add(ids (m,), rows (m, d))`` for each block, float32 or float64, so
+    memory stays at one block; ``result()`` returns (ids (q, k') int64, cosines (q, k')
+    float64), sorted by cosine descending then id ascending, with k' = min(k, number of
+    usable rows). Rows of zero or non-finite norm are skipped (no direction); a zero-norm
+    query raises ValueError.
 
     Each block is scored by one float32 product (the scan's whole cost: q x m x d); the
     best k + margin candidates per query over all blocks are then re-scored exactly in
@@ -112,36 +123,44 @@ def nearest_rows(
     and is dropped before the product with the queries. Spread queries (r >= 0.5) skip
     the bound.
     """
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    queries = as_matrix(queries, "queries", min_rows=0)
-    q, d = queries.shape
-    qn = row_norms(queries)
-    if np.any(qn == 0):
-        first = int(np.flatnonzero(qn == 0)[0])
-        raise ValueError(f"query row {first} has zero norm: its nearest rows are undefined")
-    units = queries / qn[:, None]  # (q, d)
-    units32 = units.astype(np.float32)
-    centre, radius = _spread(units) if q else (None, np.inf)
-    prune = centre is not None and radius < _PRUNE_BELOW
-    if prune:
-        centre32 = centre.astype(np.float32)
-        slack = 2.0 * (radius + _score_error(d))  # below the k-th best centre score
-        best = np.full(k, -np.inf, dtype=np.float32)  # the k best centre scores so far
-    # Running candidates per query, by float32 score: ids (q, c) and their scores; the
-    # row of every current candidate, kept once per id and dropped when no query holds
-    # it (a dict of rows, so a block adds its few newcomers without copying the rest).
-    cand_ids = np.empty((q, 0), dtype=np.int64)
-    cand_score = np.empty((q, 0), dtype=np.float32)
-    pool: dict[int, np.ndarray] = {}
-    for chunk_ids, chunk_rows in chunks:
+
+    def __init__(self, queries: np.ndarray, k: int = 5) -> None:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        queries = as_matrix(queries, "queries", min_rows=0)
+        self.k = k
+        self.q, self.d = q, d = queries.shape
+        self._shape = queries.shape
+        qn = row_norms(queries)
+        if np.any(qn == 0):
+            first = int(np.flatnonzero(qn == 0)[0])
+            raise ValueError(f"query row {first} has zero norm: its nearest rows are undefined")
+        self.units = queries / qn[:, None]  # (q, d)
+        self.units32 = self.units.astype(np.float32)
+        centre, radius = _spread(self.units) if q else (None, np.inf)
+        self.prune = centre is not None and radius < _PRUNE_BELOW
+        if self.prune:
+            self.centre32 = centre.astype(np.float32)
+            self.slack = 2.0 * (radius + _score_error(d))  # below the k-th best centre score
+            self.best = np.full(k, -np.inf, dtype=np.float32)  # the k best centre scores so far
+        self.c = k + (_MARGIN_PRUNED if self.prune else _MARGIN)
+        # Running candidates per query, by float32 score: ids (q, c) and their scores; the
+        # row of every current candidate, kept once per id and dropped when no query holds
+        # it (a dict of rows, so a block adds its few newcomers without copying the rest).
+        self.cand_ids = np.empty((q, 0), dtype=np.int64)
+        self.cand_score = np.empty((q, 0), dtype=np.float32)
+        self.pool: dict[int, np.ndarray] = {}
+
+    def _usable(self, chunk_ids, chunk_rows):
+        """(ids, rows, rows as float32, float32 norms) of a block's rows that have a
+        direction and, under the centre bound, may still reach some query's top k."""
         ids = np.asarray(chunk_ids, dtype=np.int64)
         rows = np.asarray(chunk_rows)
         if rows.dtype not in (np.float32, np.float64):
             rows = rows.astype(np.float64)
-        if rows.ndim != 2 or rows.shape[1:] != (d,) or ids.shape != (rows.shape[0],):
+        if rows.ndim != 2 or rows.shape[1:] != (self.d,) or ids.shape != (rows.shape[0],):
             raise ValueError(
-                f"chunk ids {ids.shape} and rows {rows.shape} do not pair with queries {queries.shape}: "
+                f"chunk ids {ids.shape} and rows {rows.shape} do not pair with queries {self._shape}: "
                 "expected (m,) ids and (m, d) rows"
             )
         rows32 = rows if rows.dtype == np.float32 else rows.astype(np.float32)
@@ -152,55 +171,69 @@ def nearest_rows(
         keep = (rn32 > 0) & np.isfinite(rn32)
         if not keep.all():
             ids, rows, rows32, rn32 = ids[keep], rows[keep], rows32[keep], rn32[keep]
-        if not len(ids) or not q:
-            continue
-        if prune:
-            s = rows32 @ centre32  # (m,)
+        if not len(ids) or not self.q:
+            return None
+        if self.prune:
+            k = self.k
+            s = rows32 @ self.centre32  # (m,)
             s /= rn32
             top = s if len(s) <= k else np.partition(s, len(s) - k)[-k:]
-            best = np.sort(np.concatenate([best, top]))[-k:]
-            near = s >= best[0] - slack  # best[0]: the k-th best; -inf until k rows seen
+            self.best = np.sort(np.concatenate([self.best, top]))[-k:]
+            near = s >= self.best[0] - self.slack  # best[0]: the k-th best; -inf until k rows
             if not near.all():
                 ids, rows, rows32, rn32 = ids[near], rows[near], rows32[near], rn32[near]
             if not len(ids):
-                continue
+                return None
+        return ids, rows, rows32, rn32
+
+    def add(self, chunk_ids: np.ndarray, chunk_rows: np.ndarray) -> None:
+        usable = self._usable(chunk_ids, chunk_rows)
+        if usable is None:
+            return
+        ids, rows, rows32, rn32 = usable
         if np.any(np.diff(ids) <= 0):  # position order must be id order for tie-breaking
             o = np.argsort(ids, kind="stable")
             ids, rows, rows32, rn32 = ids[o], rows[o], rows32[o], rn32[o]
-        approx = units32 @ rows32.T  # (q, m) float32: the scan's one large product
+        approx = self.units32 @ rows32.T  # (q, m) float32: the scan's one large product
         approx /= rn32
-        c = k + (_MARGIN_PRUNED if prune else _MARGIN)
-        if cand_ids.shape[1] == c:
+        c = self.c
+        if self.cand_ids.shape[1] == c:
             # Only scores reaching a query's current c-th best can enter: one comparison
             # pass finds the few, where a partition of every row would cost ~10x more.
-            qi, mi = np.nonzero(approx >= cand_score[:, -1:])
-            cand_ids, cand_score = _merge_hits(cand_ids, cand_score, qi, ids[mi], approx[qi, mi], c)
+            qi, mi = np.nonzero(approx >= self.cand_score[:, -1:])
+            self.cand_ids, self.cand_score = _merge_hits(
+                self.cand_ids, self.cand_score, qi, ids[mi], approx[qi, mi], c
+            )
         else:
             top, pos = _chunk_top_k(approx, np.arange(len(ids)), min(c, len(ids)))  # (q, c')
-            merged_ids = np.concatenate([cand_ids, ids[pos]], axis=1)
-            merged_score = np.concatenate([cand_score, top], axis=1)
+            merged_ids = np.concatenate([self.cand_ids, ids[pos]], axis=1)
+            merged_score = np.concatenate([self.cand_score, top], axis=1)
             order = _order(merged_score, merged_ids)[:, :c]
-            cand_ids = np.take_along_axis(merged_ids, order, axis=1)
-            cand_score = np.take_along_axis(merged_score, order, axis=1)
+            self.cand_ids = np.take_along_axis(merged_ids, order, axis=1)
+            self.cand_score = np.take_along_axis(merged_score, order, axis=1)
         # Rows of the current candidates only (exact values: float32 blocks hold the
         # stored weights exactly): newcomers from this block, leavers dropped.
-        wanted = set(cand_ids.ravel().tolist())  # (np.unique would import numpy.ma)
+        pool = self.pool
+        wanted = set(self.cand_ids.ravel().tolist())  # (np.unique would import numpy.ma)
         for gone in pool.keys() - wanted:
             del pool[gone]
         new_ids = np.array(sorted(wanted - pool.keys()), dtype=np.int64)
         for i, row in zip(new_ids.tolist(), rows[np.searchsorted(ids, new_ids)], strict=True):
             pool[i] = row.copy()
-    if not cand_ids.shape[1]:
-        return cand_ids, np.empty((q, 0))
-    # Exact float64 cosines of the candidates, then the final order: cosine descending,
-    # then id ascending.
-    pool_ids = np.array(sorted(pool), dtype=np.int64)
-    pool_rows = np.array([pool[i] for i in pool_ids.tolist()], dtype=np.float64)  # (p, d)
-    exact = np.empty(cand_ids.shape)  # (q, c)
-    pool_norms = row_norms(pool_rows)
-    for j in range(cand_ids.shape[1]):  # a (q, c, d) gather would cost c times the queries
-        at = np.searchsorted(pool_ids, cand_ids[:, j])
-        exact[:, j] = np.einsum("qd,qd->q", units, pool_rows[at]) / pool_norms[at]
-    exact = np.clip(exact, -1.0, 1.0)
-    order = _order(exact, cand_ids)[:, :k]
-    return np.take_along_axis(cand_ids, order, axis=1), np.take_along_axis(exact, order, axis=1)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        cand_ids, k = self.cand_ids, self.k
+        if not cand_ids.shape[1]:
+            return cand_ids, np.empty((self.q, 0))
+        # Exact float64 cosines of the candidates, then the final order: cosine descending,
+        # then id ascending.
+        pool_ids = np.array(sorted(self.pool), dtype=np.int64)
+        pool_rows = np.array([self.pool[i] for i in pool_ids.tolist()], dtype=np.float64)  # (p, d)
+        exact = np.empty(cand_ids.shape)  # (q, c)
+        pool_norms = row_norms(pool_rows)
+        for j in range(cand_ids.shape[1]):  # a (q, c, d) gather would cost c times the queries
+            at = np.searchsorted(pool_ids, cand_ids[:, j])
+            exact[:, j] = np.einsum("qd,qd->q", self.units, pool_rows[at]) / pool_norms[at]
+        exact = np.clip(exact, -1.0, 1.0)
+        order = _order(exact, cand_ids)[:, :k]
+        return np.take_along_axis(cand_ids, order, axis=1), np.take_along_axis(exact, order, axis=1)

@@ -43,13 +43,26 @@ class VocabularyStats:
     n_nonfinite: int
     # Percentiles of the original rows' norms (NORM_PERCENTILES), None when no row is seen.
     norm_percentiles: dict[str, float] | None = None
-    # (n_nonfinite,) positions in the stream (row ids, for a stream from row 0) of the
-    # rows left out as non-finite: the gate names them.
+    # (n_nonfinite,) ids of the rows left out as non-finite (for :func:`vocabulary_stats`,
+    # positions in the stream): the gate names them.
     nonfinite_rows: np.ndarray | None = None
 
 
 def vocabulary_stats(blocks: Iterable[np.ndarray]) -> VocabularyStats | None:
-    """Mean, spread and largest norm of the rows of ``blocks`` ((b, d) arrays), exact.
+    """Mean, spread and largest norm of the rows of ``blocks`` ((b, d) arrays), exact:
+    :class:`VocabularyAccumulator` fed every block, rows numbered from 0 in stream order."""
+    acc, seen = VocabularyAccumulator(), 0
+    for block in blocks:
+        b = np.asarray(block)
+        acc.add(np.arange(seen, seen + len(b), dtype=np.int64), b)
+        seen += len(b)
+    return acc.result()
+
+
+class VocabularyAccumulator:
+    """:func:`vocabulary_stats` one block at a time: ``add(ids, rows)`` for each block of
+    the stream (a consumer of the single pass over the original rows,
+    :mod:`geodiag.analysis.vocabulary`), then ``result()``.
 
     Rows are taken relative to a pivot (the first block's mean), so a large common mean
     does not cancel a small spread: sum ||x - p||^2 and sum (x - p) are accumulated in
@@ -57,44 +70,59 @@ def vocabulary_stats(blocks: Iterable[np.ndarray]) -> VocabularyStats | None:
     (the pivot is within ~spread / sqrt(block) of the mean, so the subtraction loses
     nothing). Work stays in the blocks' dtype (float32 blocks: no float64 copy), each
     row's squares summed at that precision (relative error ~d * 2^-24). Non-finite rows
-    are counted, their positions in the stream kept, and left out. None when no finite
-    row is seen.
+    are counted, their ids kept, and left out. ``result()`` is None when no finite row
+    was seen.
     """
-    n, pivot, total, sq, max_sq, bad = 0, None, None, 0.0, 0.0, 0
-    norm_blocks, bad_at, seen = [], [], 0
-    for block in blocks:
+
+    def __init__(self) -> None:
+        self.n, self.n_nonfinite = 0, 0
+        self._pivot: np.ndarray | None = None
+        self._total: np.ndarray | None = None  # (d,) float64: sum of (x - pivot)
+        self._sq, self._max_sq = 0.0, 0.0
+        self._norm_blocks: list[np.ndarray] = []
+        self._bad_ids: list[np.ndarray] = []
+
+    def add(self, ids: np.ndarray, block: np.ndarray) -> None:
         b = np.asarray(block)
         if not np.issubdtype(b.dtype, np.floating):
             b = b.astype(np.float64)
         norms_sq = np.einsum("ij,ij->i", b, b)  # (b,), in the block's dtype
         finite = np.isfinite(norms_sq)
         if not finite.all():  # a NaN/Inf entry (or a row past float32's range)
-            bad += int((~finite).sum())
-            bad_at.append(seen + np.flatnonzero(~finite))
+            self.n_nonfinite += int((~finite).sum())
+            self._bad_ids.append(np.asarray(ids, dtype=np.int64)[~finite])
             b, norms_sq = b[finite], norms_sq[finite]
-        seen += len(finite)
         if not len(b):
-            continue
-        max_sq = max(max_sq, float(norms_sq.max()))
-        norm_blocks.append(norms_sq)
-        if pivot is None:
-            pivot = b.mean(axis=0, dtype=np.float64).astype(b.dtype)  # (d,)
-            total = np.zeros(b.shape[1])
-        c = b - pivot  # (b, d), block dtype
-        total += c.sum(axis=0, dtype=np.float64)
-        sq += float(np.einsum("ij,ij->i", c, c).sum(dtype=np.float64))
-        n += len(b)
-    if pivot is None:
-        return None
-    offset = total / n  # (d,): mean - pivot
-    m2 = max(sq - n * float(offset @ offset), 0.0)
-    mean = pivot.astype(np.float64) + offset
-    norms = np.sqrt(np.concatenate(norm_blocks).astype(np.float64))  # (n,)
-    percentiles = {name: quantile(norms, q / 100) for q, name in NORM_PERCENTILES}
-    nonfinite = np.concatenate(bad_at) if bad_at else np.zeros(0, np.int64)
-    return VocabularyStats(
-        n, mean, float(np.sqrt(m2 / n)), float(np.sqrt(max_sq)), bad, percentiles, nonfinite
-    )
+            return
+        self._max_sq = max(self._max_sq, float(norms_sq.max()))
+        self._norm_blocks.append(norms_sq)
+        if self._pivot is None:
+            self._pivot = b.mean(axis=0, dtype=np.float64).astype(b.dtype)  # (d,)
+            self._total = np.zeros(b.shape[1])
+        c = b - self._pivot  # (b, d), block dtype
+        self._total += c.sum(axis=0, dtype=np.float64)
+        self._sq += float(np.einsum("ij,ij->i", c, c).sum(dtype=np.float64))
+        self.n += len(b)
+
+    def result(self) -> VocabularyStats | None:
+        if self._pivot is None:
+            return None
+        n = self.n
+        offset = self._total / n  # (d,): mean - pivot
+        m2 = max(self._sq - n * float(offset @ offset), 0.0)
+        mean = self._pivot.astype(np.float64) + offset
+        norms = np.sqrt(np.concatenate(self._norm_blocks).astype(np.float64))  # (n,)
+        percentiles = {name: quantile(norms, q / 100) for q, name in NORM_PERCENTILES}
+        bad = np.concatenate(self._bad_ids) if self._bad_ids else np.zeros(0, np.int64)
+        return VocabularyStats(
+            n,
+            mean,
+            float(np.sqrt(m2 / n)),
+            float(np.sqrt(self._max_sq)),
+            self.n_nonfinite,
+            percentiles,
+            bad,
+        )
 
 
 def quantile(x: np.ndarray, q: float) -> float:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag.analysis.checkpoint import analyze_checkpoint, command_line
-from geodiag.analysis.drift import analyze_drift
+from geodiag.analysis.checkpoint import command_line, measure_checkpoint
+from geodiag.analysis.drift import analyze_drift, deployed_read, drift_checkpoints
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.analysis.reports import CheckpointReport, DriftReport
-from geodiag.analysis.rows import new_rows
+from geodiag.analysis.rows import MatrixRows, float32_at_scale
 from geodiag.analysis.trajectory import (
     Trajectory,
     checkpoint_series,
@@ -207,18 +207,19 @@ def _block_means(
     )
 
 
-def _figure_data(
-    label: str, ckpt: Checkpoint, opts: ReportOptions
-) -> tuple[list[np.ndarray], CosineMap]:
-    """(row norms per matrix, the input matrix's cosine map): what the figures need of the
-    rows, which are read one matrix at a time and let go before the next checkpoint's."""
-    rows, keep = new_rows(ckpt, ckpt.matrices[0])
-    norms = [row_norms(rows)]
-    cmap = cosine_map(label, ckpt, rows, keep, opts)
-    del rows
-    for m in ckpt.matrices[1:]:
-        norms.append(row_norms(new_rows(ckpt, m)[0]))
-    return norms, cmap
+class _FigureData:
+    """What the figures need of one checkpoint's rows (row norms per matrix, the input
+    matrix's cosine map), taken from each matrix's rows while measuring holds them."""
+
+    def __init__(self, label: str, ckpt: Checkpoint, opts: ReportOptions) -> None:
+        self.label, self.ckpt, self.opts = label, ckpt, opts
+        self.norms: list[np.ndarray] = []
+        self.cosine_map: CosineMap | None = None
+
+    def __call__(self, held: MatrixRows) -> None:
+        self.norms.append(row_norms(held.rows))
+        if held.matrix is self.ckpt.matrices[0]:
+            self.cosine_map = cosine_map(self.label, self.ckpt, held.rows, held.keep, self.opts)
 
 
 def _drift_groups(entries: list[tuple[str, Checkpoint]]) -> list[tuple[int, int]]:
@@ -235,6 +236,124 @@ def _drift_groups(entries: list[tuple[str, Checkpoint]]) -> list[tuple[int, int]
         groups.setdefault(key, []).append(i)
     pairs = [(g[j], g[j + 1]) for g in groups.values() for j in range(len(g) - 1)]
     return sorted(pairs)
+
+
+def _drift(
+    paths: list[Path],
+    ckpts: list[Checkpoint],
+    held: dict[int, list[MatrixRows]],
+    a: int,
+    b: int,
+    read: ReadOptions,
+    aopts: AnalyzeOptions,
+) -> list[DriftReport]:
+    """Drift of the pair (a, b) from the checkpoints opened and the rows read for the
+    analysis; a deployed file that ``geodiag drift`` reads with a's sidecar is opened as
+    that command opens it."""
+    if deployed_read(read, ckpts[a], Path(paths[b])) is not read:
+        return analyze_drift(paths[a], paths[b], read, aopts)
+    rows = (held.get(a, []), held.get(b, []))
+    return drift_checkpoints(ckpts[a], ckpts[b], paths[a], paths[b], aopts, rows)
+
+
+def _measure_all(
+    paths: list[Path],
+    ckpts: list[Checkpoint],
+    labels: list[str],
+    pairs_found: list[tuple[int, int]],
+    aopts: AnalyzeOptions,
+    opts: ReportOptions,
+    say: Progress,
+) -> tuple[list[CheckpointReport], list, list, dict[int, list[MatrixRows]]]:
+    """(reports, row norms per matrix, cosine maps, the rows held for the pairs).
+
+    Each checkpoint is opened once and its figure data come from the rows its analysis
+    read. The new rows of a checkpoint in a pair stay held for the movement since it and
+    the drift, until its last pair is measured, unless they are held as float32 (above
+    FLOAT64_ROWS_MAX_ELEMENTS): holding 100,000 x 1,024 of them beside the next
+    checkpoint's analysis would add their 410 MB to the report's peak, so those are read
+    again a block at a time, as ``geodiag drift`` reads them."""
+    paired = {i for pair in pairs_found for i in pair}
+    reference_of = {b: a for a, b in pairs_found}
+    reports, norms, maps, held = [], [], [], {}
+    for i, (path, ckpt) in enumerate(zip(paths, ckpts, strict=True)):
+        say(f"[{i + 1}/{len(paths)}] analyzing {path}")
+        figures = _FigureData(labels[i], ckpt, opts)
+        keep = i in paired and not _at_scale(ckpt)
+        theirs = held.get(reference_of.get(i))
+        report, rows = measure_checkpoint(ckpt, aopts, theirs, keep_rows=keep, each=figures)
+        reports.append(report)
+        norms.append(figures.norms)
+        maps.append(figures.cosine_map)
+        for h in theirs or []:  # the sample served the movement; drift needs only the rows
+            h.sample_rows = None
+        if keep:
+            held[i] = rows
+            if i not in reference_of.values():
+                for h in rows:
+                    h.sample_rows = None
+    return reports, norms, maps, held
+
+
+def _at_scale(ckpt: Checkpoint) -> bool:
+    """The new rows are held as float32 (geodiag.analysis.rows.float32_at_scale)."""
+    return any(float32_at_scale(len(ckpt.new.ids), m) for m in ckpt.matrices)
+
+
+def _entries(
+    labels: list[str], reports: list[CheckpointReport], norms: list, opts: ReportOptions
+) -> list[CheckpointEntry]:
+    """Gate, verdict and row-norm histograms (shared bins per role) of each checkpoint."""
+    edges = {}
+    for role in ("input", "output"):
+        arrays = [
+            n
+            for rep, ns in zip(reports, norms, strict=True)
+            for m, n in zip(rep.matrices, ns, strict=True)
+            if m.role == role
+        ]
+        if arrays:
+            edges[role] = _edges(arrays, opts.histogram_bins)
+    entries = []
+    for label, rep, ns in zip(labels, reports, norms, strict=True):
+        gate = run_gate(rep, opts.gate)
+        hists = [histogram(n, edges[m.role]) for m, n in zip(rep.matrices, ns, strict=True)]
+        entries.append(CheckpointEntry(label, rep, gate, verdict(rep, gate), hists))
+    return entries
+
+
+def _drift_pairs(
+    paths: list[Path],
+    ckpts: list[Checkpoint],
+    labels: list[str],
+    pairs_found: list[tuple[int, int]],
+    held: dict[int, list[MatrixRows]],
+    read: ReadOptions,
+    aopts: AnalyzeOptions,
+    bins: int,
+    say: Progress,
+) -> tuple[list[DriftPair], list[str]]:
+    """(the drift of each pair, notes on the pairs skipped); rows are let go of once no
+    later pair needs them."""
+    notes, pairs = [], []
+    cos_edges = np.linspace(-1.0, 1.0, bins + 1)
+    for j, (a, b) in enumerate(pairs_found):
+        say(f"drift {labels[a]} -> {labels[b]}")
+        try:
+            drifts = _drift(paths, ckpts, held, a, b, read, aopts)
+        except InputError as e:
+            notes.append(f"drift {labels[a]} -> {labels[b]} skipped: {e}")
+            continue
+        finally:
+            for i in (a, b):  # let go of rows no later pair needs
+                if all(i not in pair for pair in pairs_found[j + 1 :]):
+                    held.pop(i, None)
+        hists = [
+            histogram(np.array([c for c in d.drift.per_token_cosine if c is not None]), cos_edges)
+            for d in drifts
+        ]
+        pairs.append(DriftPair(labels[a], labels[b], drifts, hists))
+    return pairs, notes
 
 
 def build_report(
@@ -286,45 +405,14 @@ def _build_report(
     # that barely moved since are untrained, and the movement plot shows distance from it.
     for a, b in pairs_found:
         ckpts[b].reference = ckpts[a]
-    reports, norms, maps = [], [], []
-    for i, (path, ckpt) in enumerate(zip(paths, ckpts, strict=True), 1):
-        say(f"[{i}/{len(paths)}] analyzing {path}")
-        reports.append(analyze_checkpoint(ckpt, aopts))
-        norms_i, map_i = _figure_data(labels[i - 1], ckpt, opts)
-        norms.append(norms_i)
-        maps.append(map_i)
+    reports, norms, maps, held = _measure_all(paths, ckpts, labels, pairs_found, aopts, opts, say)
     trajectories += checkpoint_series(list(paths), reports, labels)
 
-    edges = {}
-    for role in ("input", "output"):
-        arrays = [
-            n
-            for rep, ns in zip(reports, norms, strict=True)
-            for m, n in zip(rep.matrices, ns, strict=True)
-            if m.role == role
-        ]
-        if arrays:
-            edges[role] = _edges(arrays, opts.histogram_bins)
-    entries = []
-    for label, rep, ns in zip(labels, reports, norms, strict=True):
-        gate = run_gate(rep, opts.gate)
-        hists = [histogram(n, edges[m.role]) for m, n in zip(rep.matrices, ns, strict=True)]
-        entries.append(CheckpointEntry(label, rep, gate, verdict(rep, gate), hists))
-
-    notes, pairs = list(traj_notes), []
-    cos_edges = np.linspace(-1.0, 1.0, opts.histogram_bins + 1)
-    for a, b in pairs_found:
-        say(f"drift {labels[a]} -> {labels[b]}")
-        try:
-            drifts = analyze_drift(paths[a], paths[b], read, aopts)
-        except InputError as e:
-            notes.append(f"drift {labels[a]} -> {labels[b]} skipped: {e}")
-            continue
-        hists = [
-            histogram(np.array([c for c in d.drift.per_token_cosine if c is not None]), cos_edges)
-            for d in drifts
-        ]
-        pairs.append(DriftPair(labels[a], labels[b], drifts, hists))
+    entries = _entries(labels, reports, norms, opts)
+    pairs, drift_notes = _drift_pairs(
+        paths, ckpts, labels, pairs_found, held, read, aopts, opts.histogram_bins, say
+    )
+    notes = traj_notes + drift_notes
     return Report(
         title=opts.title,
         generated=opts.generated or dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
