@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench._synthetic import Spec, write_synthetic  # noqa: E402
 from geodiag.io.checkpoint import open_checkpoint  # noqa: E402
-from geodiag.metrics.geometry import cosine_matrix  # noqa: E402
+from geodiag.metrics.cosine import cosine_matrix  # noqa: E402
 from geodiag.report import ReportOptions, build_report  # noqa: E402
 from geodiag.report.figures import FigureFormat  # noqa: E402
 from geodiag.report.html import render_html  # noqa: E402

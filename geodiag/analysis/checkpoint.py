@@ -51,8 +51,8 @@ from geodiag.io.checkpoint import (
 from geodiag.io.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.codebook import codebook_health
+from geodiag.metrics.cosine import level_cosine
 from geodiag.metrics.geometry import (
-    level_cosine,
     row_norms,
     summarize,
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,7 +53,7 @@ def drift_checkpoints(
     with blas_threads(1):
         for i, (ma, mb) in enumerate(zip(a.matrices, b.matrices, strict=False)):
             rows = (_held(ha, i, ma), _held(hb, i, mb))
-            out.append(_drift_matrix(a, b, ma, mb, before, after, opts, rows))
+            out.append(_drift_matrix(_Pair(a, b, ma, mb, before, after), opts, rows))
     return out
 
 
@@ -61,6 +62,17 @@ def _held(held: list[MatrixRows], i: int, matrix: Matrix) -> np.ndarray | None:
     if i < len(held) and held[i].matrix.tensor == matrix.tensor and held[i].all_kept:
         return held[i].rows
     return None
+
+
+class _Pair(NamedTuple):
+    """One matrix of two checkpoints, and how the user named them (for messages)."""
+
+    a: Checkpoint
+    b: Checkpoint
+    ma: Matrix
+    mb: Matrix
+    before: object
+    after: object
 
 
 def deployed_read(read: ReadOptions, a: Checkpoint, after: Path) -> ReadOptions:
@@ -78,22 +90,16 @@ def deployed_read(read: ReadOptions, a: Checkpoint, after: Path) -> ReadOptions:
 
 
 def _drift_matrix(
-    a: Checkpoint,
-    b: Checkpoint,
-    ma: Matrix,
-    mb: Matrix,
-    before,
-    after,
-    opts: AnalyzeOptions,
-    held: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
+    pair: _Pair, opts: AnalyzeOptions, held: tuple[np.ndarray | None, np.ndarray | None]
 ) -> DriftReport:
     from geodiag.metrics.drift import drift
 
+    a, b, ma, mb, before, after = pair
     if ma.dim != mb.dim:
         raise InputError(after, f"'{mb.tensor}' has {mb.dim} dims, '{before}' has {ma.dim}")
     deployed = getattr(b.store, "dequantizes", False)  # a deployed file: what export did
     if float32_at_scale(len(a.new.ids), ma) and not deployed:
-        return _streamed_drift_matrix(a, b, ma, mb, before, after, opts, held)
+        return _streamed_drift_matrix(pair, opts, held)
     # The rows as new_rows reads them, all kept (else read, and the error below raised).
     ra, ka = (held[0], np.ones(len(held[0]), bool)) if held[0] is not None else new_rows(a, ma)
     rb, kb = (held[1], np.ones(len(held[1]), bool)) if held[1] is not None else new_rows(b, mb)
@@ -125,19 +131,13 @@ def _drift_matrix(
 
 
 def _streamed_drift_matrix(
-    a: Checkpoint,
-    b: Checkpoint,
-    ma: Matrix,
-    mb: Matrix,
-    before,
-    after,
-    opts: AnalyzeOptions,
-    held: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
+    pair: _Pair, opts: AnalyzeOptions, held: tuple[np.ndarray | None, np.ndarray | None]
 ) -> DriftReport:
     """_drift_matrix at scale: both checkpoints' rows a block at a time, from the rows
     measuring them read when held (float32 where exact, as read here), else read."""
     from geodiag.metrics.drift import streamed_drift
 
+    a, b, ma, mb, before, after = pair
     ids = a.new.ids
 
     def reader(ckpt: Checkpoint, matrix: Matrix, rows: np.ndarray | None):

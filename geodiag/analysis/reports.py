@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from geodiag.analysis.findings import UntrainedRows
 from geodiag.analysis.integrity import IntegrityFinding
 from geodiag.metrics.codebook import CodebookHealth
-from geodiag.metrics.geometry import GeometrySummary, LevelCosine
+from geodiag.metrics.cosine import LevelCosine
+from geodiag.metrics.geometry import GeometrySummary
 from geodiag.metrics.rsa import RSAResult
 
 if TYPE_CHECKING:  # drift is loaded by the commands that measure it, not by every gate

@@ -34,7 +34,8 @@ from geodiag.gate.verdict import Verdict, verdict
 from geodiag.io.checkpoint import Checkpoint, open_checkpoint
 from geodiag.io.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
-from geodiag.metrics.geometry import cosine_matrix, level_cosine, row_norms
+from geodiag.metrics.cosine import cosine_matrix, level_cosine
+from geodiag.metrics.geometry import row_norms
 from geodiag.report.options import ReportOptions
 from geodiag.version import __version__
 

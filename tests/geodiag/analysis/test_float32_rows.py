@@ -31,8 +31,9 @@ from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.options import ReadOptions
 from geodiag.io.safetensors import SafetensorsFile, save_file
 from geodiag.jsonio import dumps
+from geodiag.metrics.cosine import level_cosine
 from geodiag.metrics.drift import drift, streamed_drift
-from geodiag.metrics.geometry import level_cosine, row_norms, spread, summarize
+from geodiag.metrics.geometry import row_norms, spread, summarize
 from geodiag.metrics.rsa import rsa
 from geodiag.metrics.untrained import identical_groups
 

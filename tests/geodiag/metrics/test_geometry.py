@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from geodiag.metrics import geometry
+from geodiag.metrics import cosine, geometry
+from geodiag.metrics.cosine import cosine_matrix, level_cosine
 from geodiag.metrics.geometry import (
     centered,
-    cosine_matrix,
-    level_cosine,
     mean_pairwise_cosine,
     row_norm_stats,
     spectrum_stats,
@@ -251,11 +250,11 @@ def test_level_cosine_with_many_levels_sums_in_chunks(monkeypatch):
     """Above _INDICATOR_MAX_LEVELS (a cosine map's blocks) the level sums come a chunk of
     rows at a time, with no (L, n) indicator: same figures as the brute force."""
     rng = np.random.default_rng(17)
-    n_levels = geometry._INDICATOR_MAX_LEVELS + 9
+    n_levels = cosine._INDICATOR_MAX_LEVELS + 9
     index = rng.integers(0, n_levels, size=120)
     index[index == 3] = 4  # an empty level
     x = rng.normal(size=(120, 9)) + 0.3
-    monkeypatch.setattr(geometry, "_SUM_CHUNK_ROWS", 16)  # runs that cross chunks
+    monkeypatch.setattr(cosine, "_SUM_CHUNK_ROWS", 16)  # runs that cross chunks
     names = [str(i) for i in range(n_levels)]
     lc = level_cosine(x, index, names)
     matrix, within, between = brute_level_cosine(x, index, n_levels)

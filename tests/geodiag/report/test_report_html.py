@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from report_fixtures import Page, strict_json, write_set
 
-from geodiag.metrics.geometry import cosine_matrix
+from geodiag.metrics.cosine import cosine_matrix
 from geodiag.report import ReportOptions, write_report
 from geodiag.report.build import _block_index, checkpoint_labels
 from geodiag.report.html import resolve
