@@ -1,13 +1,15 @@
 """The ``transformers.Trainer`` callback: :class:`GeodiagCallback` (``trainer``) watches the
 new rows while a model trains and gates each checkpoint it saves. The only part of geodiag
-that imports transformers at module level.
+that imports transformers at module level; without it the import says what to install."""
 
-- ``trainer``: the callback, its Trainer hooks and the trajectory file;
-- ``snapshots``: the figures of one snapshot, what its alarms say, the log entries;
-- ``checkpoints``: each saved checkpoint described (sidecar, codebooks) and gated;
-- ``distributed``: the ranks that do not measure join the embedding's gather.
-"""
+import importlib.util
 
-from geodiag.callback.trainer import GeodiagCallback
+if importlib.util.find_spec("transformers") is None:
+    raise ImportError(
+        "geodiag.callback needs transformers (the Trainer it hooks into): "
+        "pip install transformers (and torch; see docs/training.md)"
+    )
+
+from geodiag.callback.trainer import GeodiagCallback  # noqa: E402
 
 __all__ = ["GeodiagCallback"]

@@ -193,6 +193,14 @@ def test_wheel_install_outside_the_tree_gates_light_and_reports_with_the_extra(w
             f"error: gti: needs torch and transformers (no module torch, transformers): {GTI_INSTALL}"
         ]
 
+    res = _run([py, "-c", "import geodiag.callback"], cwd=tmp_path)
+    assert res.returncode == 1 and res.stderr.strip().splitlines()[-1] == (
+        "ImportError: geodiag.callback needs transformers (the Trainer it hooks into): "
+        "pip install transformers (and torch; see docs/training.md)"
+    )
+    res = _run([py, "-c", "import tools"], cwd=tmp_path)
+    assert res.returncode == 1, "the repository's dev tools must not ship in the wheel"
+
     res = _run([py, *PIP, "install", "-q", f"{wheel}[report]"], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     res = _run([geodiag, "report", random, mean, "-o", html, "--permutations", "10"], cwd=tmp_path)
