@@ -24,8 +24,8 @@ test: $(STAMP)
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -m numerics -p no:cacheprovider
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check geodiag gti tests bench
-	$(VENV)/bin/ruff format --check geodiag gti tests bench
+	$(VENV)/bin/ruff check geodiag gti tests bench tools
+	$(VENV)/bin/ruff format --check geodiag gti tests bench tools
 
 # Fetches MovieLens-100k and SmolLM2-135M once (later runs find them in the cache),
 # then runs configs/demo.toml (< 15 min on 2 CPU cores); a re-run skips finished stages.
