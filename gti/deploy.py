@@ -25,11 +25,15 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from geodiag.errors import InputError
+from geodiag.errors import InputError, require_extra
 
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"  # vendors the llama.cpp the table was made with
 CACHE = Path(".cache") / "llama.cpp"
 CONVERTER_TYPES = ("f32", "f16", "bf16", "q8_0")  # written by convert_hf_to_gguf.py itself
+# What convert_hf_to_gguf.py imports beyond the standard library and its own gguf-py:
+# checked before the sdist is fetched, so a missing one costs no download.
+CONVERTER_NEEDS = ("numpy", "torch", "transformers", "sentencepiece")
+DEPLOY_INSTALL = "pip install 'geodiag[deploy]'"
 _VENDOR = "vendor/llama.cpp/"
 _MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
 
@@ -68,6 +72,7 @@ def convert(checkpoint: Path, out: Path, outtype: str = "f32", cache: Path = CAC
     """``convert_hf_to_gguf.py CKPT --outtype T --outfile OUT`` with its own gguf-py."""
     if outtype not in CONVERTER_TYPES:
         raise InputError("--type", f"the converter writes {', '.join(CONVERTER_TYPES)}")
+    require_extra("gti.deploy", "llama.cpp's converter", CONVERTER_NEEDS, DEPLOY_INSTALL)
     script = locate_converter(cache)
     env = {**os.environ, "PYTHONPATH": str(script.parent / "gguf-py")}
     cmd = [sys.executable, str(script), str(checkpoint), "--outtype", outtype]

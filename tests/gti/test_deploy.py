@@ -58,3 +58,52 @@ def test_kquants_are_not_writable_by_gguf_py(tmp_path):
     assert not (tmp_path / "k.gguf").exists()
     with pytest.raises(InputError, match="unknown ggml type"):
         requantize(src, tmp_path / "x.gguf", "q9_9")
+
+
+def test_a_missing_converter_dependency_exits_2_before_any_download(tmp_path, monkeypatch, capsys):
+    """The issue's fresh-clone failure: the converter fetched for a minute, then died on
+    `No module named 'sentencepiece'`. Now the check comes first and names the extra."""
+    import importlib.util
+    import subprocess
+
+    from gti import deploy
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "sentencepiece" else real(name, *a),
+    )
+
+    def no_download(*args, **kwargs):
+        raise AssertionError(f"ran {args[0]!r} before checking the converter's modules")
+
+    monkeypatch.setattr(subprocess, "run", no_download)
+    rc = deploy.main([str(tmp_path / "ckpt"), str(tmp_path / "out.gguf"), "--type", "q4_0"])
+    assert rc == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: gti.deploy: needs llama.cpp's converter (no module sentencepiece): "
+        "pip install 'geodiag[deploy]'"
+    )
+    assert not (tmp_path / "out.gguf").exists()
+
+
+def test_the_deploy_extra_installs_what_the_converter_needs():
+    """pyproject's deploy extra (with the gti extra it includes) names every module the
+    converter check looks for."""
+    import re
+    import tomllib
+
+    from gti.deploy import CONVERTER_NEEDS
+
+    root = Path(__file__).resolve().parents[2]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    wanted = {*extras["deploy"], *extras["gti"]}
+    names = {re.split(r"[<>=\[ ]", r, maxsplit=1)[0] for r in wanted}
+    assert set(CONVERTER_NEEDS) - {"numpy"} <= names  # numpy: a core dependency
+    assert "numpy" in {
+        re.split(r"[<>=\[ ]", r, maxsplit=1)[0]
+        for r in tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    }
