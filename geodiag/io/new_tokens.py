@@ -77,17 +77,22 @@ def _read_levels(levels: Levels) -> tuple[dict[str, np.ndarray], Path | None, in
     if isinstance(levels, str | os.PathLike):
         path = Path(levels)
         path = path / sidecar_mod.FILENAME if path.is_dir() else path
-        levels = sidecar_mod.load(path)
-        if not levels.has_token_ids:
+        side = sidecar_mod.load(path)
+        if not side.has_token_ids:
             raise InputError(path, "has no token ids yet (written before vocabulary extension)")
-        by_level = {lv.name: np.asarray(lv.token_ids, np.int64) for lv in levels.levels}
-        return by_level, path, levels.base_vocab_size
+        return _read_levels(side)[0], path, side.base_vocab_size
     if isinstance(levels, sidecar_mod.SemanticIds):
         by_level = {lv.name: np.asarray(lv.token_ids, np.int64) for lv in levels.levels}
         return by_level, None, levels.base_vocab_size
     if not isinstance(levels, Mapping) or not levels:
         raise InputError("levels", "expected {level name: token ids in code order} or a sidecar")
     return {str(k): _token_ids(v, f"levels['{k}']") for k, v in levels.items()}, None, None
+
+
+def _level_layout(sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(level index, code) of each new token, the tokens in (level, code) order."""
+    level_index = np.concatenate([np.full(k, i) for i, k in enumerate(sizes)])
+    return level_index, np.concatenate([np.arange(k) for k in sizes])
 
 
 def default_base(stated: int | None, ids: np.ndarray) -> int:
@@ -246,8 +251,7 @@ def from_arguments(src: Sources) -> NewTokens | None:
             for n, k in zip(d.by_level, sizes, strict=True)
             for c in range(k)
         ]
-    level_index = np.concatenate([np.full(k, i) for i, k in enumerate(sizes)])
-    codes = np.concatenate([np.arange(k) for k in sizes])
+    level_index, codes = _level_layout(sizes)
     source = "sidecar" if d.levels_path is not None else "argument"
     return NewTokens(d.ids, tokens, source, base, list(d.by_level), level_index, codes, source)
 
@@ -299,8 +303,7 @@ def from_sidecar(src: Sources) -> NewTokens | None:
                     f"sidecar says '{expected}'",
                 )
             tokens.append(actual if actual is not None else expected)
-    level_index = np.concatenate([np.full(lv.size, i) for i, lv in enumerate(side.levels)])
-    codes = np.concatenate([np.arange(lv.size) for lv in side.levels])
+    level_index, codes = _level_layout([lv.size for lv in side.levels])
     base = default_base(side.base_vocab_size, ids)
     if src.opts.all_rows_new:
         base = 0

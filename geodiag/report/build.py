@@ -376,8 +376,7 @@ def _build_report(
     progress: Progress | None,
 ) -> Report:
     read = read or ReadOptions()
-    opts = opts or ReportOptions()
-    opts.validate()
+    opts = opts or ReportOptions()  # its bounds were checked when it was built
     say = progress or (lambda _msg: None)
     if not paths:
         raise InputError("CKPT", "give at least one checkpoint")

@@ -41,7 +41,3 @@ class ReportOptions:
 
     def __post_init__(self) -> None:
         check_bounds(self)
-
-    def validate(self) -> None:
-        """Construction checks already; kept for the callers that check again."""
-        check_bounds(self)
