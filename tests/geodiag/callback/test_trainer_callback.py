@@ -51,19 +51,24 @@ class Recorder(transformers.TrainerCallback):
         self.logs.append({**logs, "_step": state.global_step})
 
 
-def train(tmp_path, callback, *, lr=1e-2, steps=6, save_steps=3, model=None, attach=True):
-    args = transformers.TrainingArguments(
+def training_args(tmp_path, **changes) -> transformers.TrainingArguments:
+    """The tests' Trainer settings: CPU, seeded, batches of 4, no reporting, 1e-2."""
+    settings = dict(
         output_dir=str(tmp_path / "run"),
-        max_steps=steps,
         per_device_train_batch_size=4,
         logging_steps=100,
-        save_steps=save_steps,
-        save_strategy="steps",
-        learning_rate=lr,
+        learning_rate=1e-2,
         report_to="none",
         use_cpu=True,
         disable_tqdm=True,
         seed=0,
+    )
+    return transformers.TrainingArguments(**{**settings, **changes})
+
+
+def train(tmp_path, callback, *, lr=1e-2, steps=6, save_steps=3, model=None, attach=True):
+    args = training_args(
+        tmp_path, max_steps=steps, save_steps=save_steps, save_strategy="steps", learning_rate=lr
     )
     recorder = Recorder()
     trainer = transformers.Trainer(
@@ -333,18 +338,7 @@ def test_numbers_reach_tensorboard(tmp_path, monkeypatch):
 
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
     cb = GeodiagCallback(new_token_ids=NEW, every_n_steps=2, gate_on_save=False)
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "run"),
-        max_steps=4,
-        per_device_train_batch_size=4,
-        logging_steps=100,
-        save_strategy="no",
-        learning_rate=1e-2,
-        report_to=["tensorboard"],
-        use_cpu=True,
-        disable_tqdm=True,
-        seed=0,
-    )
+    args = training_args(tmp_path, max_steps=4, save_strategy="no", report_to=["tensorboard"])
     trainer = transformers.Trainer(
         model=mean_init_model(), args=args, train_dataset=Sequences(), callbacks=[cb]
     )
@@ -413,18 +407,7 @@ def test_untrained_alarm_names_the_tokens_and_stops(tmp_path, caplog):
         gate_on_save=False,
     )
     ref = GradRecorder()
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "run"),
-        max_steps=10,
-        per_device_train_batch_size=4,
-        logging_steps=100,
-        save_strategy="no",
-        learning_rate=1e-2,
-        report_to="none",
-        use_cpu=True,
-        disable_tqdm=True,
-        seed=0,
-    )
+    args = training_args(tmp_path, max_steps=10, save_strategy="no")
     trainer = transformers.Trainer(
         model=model, args=args, train_dataset=FirstLevelOnly(), callbacks=[ref, cb]
     )
