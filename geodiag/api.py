@@ -190,6 +190,8 @@ def measure(
     read: ReadOptions | None = None,
     tokenizer=None,
     reference=None,
+    data=(),
+    chat_template=None,
     options: AnalyzeOptions | None = None,
     seed: int = default_of(AnalyzeOptions, "seed"),
     n_permutations: int = default_of(AnalyzeOptions, "n_permutations"),
@@ -207,8 +209,19 @@ def measure(
     tokenizer that names the rows in memory (neighbour tables). reference: an earlier state
     of the same rows (a path, an array, a tensor or a model, e.g. the init checkpoint): rows
     that barely moved since it count as untrained (``--reference``). ``options`` wins over
-    ``seed`` / ``n_permutations`` / ``neighbors``. Raises :class:`InputError` on bad input.
+    ``seed`` / ``n_permutations`` / ``neighbors``. data: training or evaluation files whose
+    use of each new token is counted (``--data``), chat_template: a template file
+    (``--chat-template``); both for a checkpoint path, over ``read``'s. Raises
+    :class:`InputError` on bad input.
     """
+    if data or chat_template is not None:
+        if not isinstance(source, str | os.PathLike):
+            raise InputError("data", "usage is counted for a checkpoint path (its tokenizer.json)")
+        read = dataclasses.replace(
+            read or ReadOptions(),
+            data=tuple(Path(p) for p in ([data] if isinstance(data, str | os.PathLike) else data)),
+            chat_template=None if chat_template is None else Path(chat_template),
+        )
     opts = options
     if opts is None:  # the keywords' defaults are AnalyzeOptions' (geodiag.settings.default_of)
         opts = AnalyzeOptions(seed=seed, n_permutations=n_permutations, neighbors_k=neighbors)

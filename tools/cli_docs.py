@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from geodiag.gate.checks import CHECKS
+from geodiag.gate.checks import THRESHOLDS
 from geodiag.io.options import ReadOptions
 from tools import gate_docs
 
@@ -54,7 +54,7 @@ priority: the defaults, `[tool.geodiag]` in `./pyproject.toml`, `--config FILE`,
 """
 
 READ_FIELDS = {f.name for f in dataclasses.fields(ReadOptions)}
-GATE_FIELDS = {c.field for c in CHECKS}
+GATE_FIELDS = set(THRESHOLDS)
 
 
 def _is_argument(p: Any) -> bool:
@@ -126,7 +126,7 @@ def _command(prog: str, cmd: Any, level: int, *, geodiag: bool) -> list[str]:
         lines += _table(own)
     if geodiag and any(p.name in GATE_FIELDS for p in params):
         begin, end = gate_docs._markers("flags", "<!--")
-        lines += ["Gate thresholds (one per check of `geodiag.gate.checks.CHECKS`):", ""]
+        lines += ["Gate settings (one per field of `geodiag.gate.checks.GateConfig`):", ""]
         lines += [begin, *gate_docs.FLAG_TABLE_HEAD, *gate_docs.rows(gate_docs.cli_flags)]
         lines += ["", end, ""]
     if geodiag and any(p.name in READ_FIELDS for p in params):

@@ -2,7 +2,7 @@
 
 GitHub reads action.yml as it is committed, so the part that follows the thresholds (an
 input each, its ``env:`` line, the flag it becomes) is rendered here from
-:data:`geodiag.gate.checks.CHECKS` and written between marker lines; so is the table of ``geodiag check``
+:data:`geodiag.gate.checks.SETTINGS` (the checks and the rules) and written between marker lines; so is the table of ``geodiag check``
 flags in docs/cli.md (the rest of that page: :mod:`tools.cli_docs`). ``tests/geodiag/gate/test_gate_table.py`` fails when either file
 is stale. After adding or changing a check::
 
@@ -17,21 +17,21 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from geodiag.gate.checks import CHECKS, Check
+from geodiag.gate.checks import SETTINGS, Check, Rule
 
 ROOT = Path(__file__).resolve().parents[1]
 REGENERATE = "python -m tools.gate_docs"
 
 
-def input_name(c: Check) -> str:
+def input_name(c: Check | Rule) -> str:
     return c.flag.removeprefix("--")
 
 
-def env_name(c: Check) -> str:
+def env_name(c: Check | Rule) -> str:
     return "GEODIAG_" + c.field.upper()
 
 
-def action_inputs(c: Check) -> list[str]:
+def action_inputs(c: Check | Rule) -> list[str]:
     # JSON strings are YAML double-quoted scalars: a help text may hold ": ".
     description = json.dumps(f"{c.help} (geodiag default {c.default_text}).")
     return [
@@ -42,24 +42,24 @@ def action_inputs(c: Check) -> list[str]:
     ]
 
 
-def action_env(c: Check) -> list[str]:
+def action_env(c: Check | Rule) -> list[str]:
     return [f"{env_name(c)}: ${{{{ inputs.{input_name(c)} }}}}"]
 
 
-def action_args(c: Check) -> list[str]:
+def action_args(c: Check | Rule) -> list[str]:
     return [f'[ -n "${env_name(c)}" ] && args+=({c.flag} "${env_name(c)}")']
 
 
 FLAG_TABLE_HEAD = ["| flag | default | meaning |", "|---|---|---|"]
 
 
-def cli_flags(c: Check) -> list[str]:
+def cli_flags(c: Check | Rule) -> list[str]:
     default = "off" if c.default is None else f"`{c.default_text}`"
     return [f"| `{c.flag} {c.metavar}` | {default} | {c.help} |"]
 
 
 # name -> (file, how one check renders, the marker's comment syntax, lines before, after)
-BLOCKS: dict[str, tuple[str, Callable[[Check], list[str]], str, list[str], list[str]]] = {
+BLOCKS: dict[str, tuple[str, Callable[[Check | Rule], list[str]], str, list[str], list[str]]] = {
     "inputs": ("action.yml", action_inputs, "#", [], []),
     "env": ("action.yml", action_env, "#", [], []),
     "args": ("action.yml", action_args, "#", [], []),
@@ -75,8 +75,8 @@ def _markers(name: str, syntax: str) -> tuple[str, str]:
     return f"<!-- {begin} -->", f"<!-- END gate {name} -->"
 
 
-def rows(lines_of: Callable[[Check], list[str]]) -> list[str]:
-    return [line for c in CHECKS for line in lines_of(c)]
+def rows(lines_of: Callable[[Check | Rule], list[str]]) -> list[str]:
+    return [line for c in SETTINGS for line in lines_of(c)]
 
 
 def render(text: str, filename: str) -> str:

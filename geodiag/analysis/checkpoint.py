@@ -49,6 +49,7 @@ from geodiag.io.checkpoint import (
     open_checkpoint,
 )
 from geodiag.io.options import ReadOptions
+from geodiag.io.usage import TokenUsage, token_usage
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.codebook import codebook_health
 from geodiag.metrics.cosine import level_cosine
@@ -188,10 +189,15 @@ def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> Ma
 
 
 def measure_matrix(
-    ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions, reference: MatrixRows | None = None
+    ckpt: Checkpoint,
+    matrix: Matrix,
+    opts: AnalyzeOptions,
+    reference: MatrixRows | None = None,
+    usage: TokenUsage | None = None,
 ) -> tuple[MatrixReport, MatrixRows]:
     """(the report of ``matrix``, the rows it read). ``reference``: the rows measuring
-    ``ckpt.reference``'s matrix of the same role read, when held (the report's pairs)."""
+    ``ckpt.reference``'s matrix of the same role read, when held (the report's pairs);
+    ``usage``: the checkpoint's (:func:`geodiag.io.usage.token_usage`), counted once."""
     rows, keep = new_rows(ckpt, matrix)
     ids = ckpt.new.ids[keep]
     walk = _walk_vocabulary(ckpt, matrix, rows, ids, opts) if ckpt.has_vocabulary else None
@@ -249,6 +255,7 @@ def measure_matrix(
             reference_norms=reference_norms,
             held=held,
             reference_held=reference,
+            usage=usage,
         ),
         norm_ratio=norm_ratio,
         vocabulary_norms=None if vocab is None else vocab.norm_percentiles,
@@ -305,9 +312,10 @@ def measure_checkpoint(
     are not held beside the embedding's) and come back as None."""
     theirs = {h.matrix.role: h for h in reference or []}
     matrices, held = [], []
+    usage = token_usage(ckpt)
     with blas_threads(1):
         for m in ckpt.matrices:
-            report, rows = measure_matrix(ckpt, m, opts, theirs.get(m.role))
+            report, rows = measure_matrix(ckpt, m, opts, theirs.get(m.role), usage)
             if not keep_rows:  # the sample served the movement (20,000 x d at most)
                 rows.sample_rows = None
             if each is not None:
@@ -317,6 +325,9 @@ def measure_checkpoint(
             matrices.append(report)
             held.append(rows)
     report = _checkpoint_report(ckpt, opts, matrices, held)  # integrity: a tied head's check
+    if usage is not None:
+        report.usage = usage.sources
+        report.notes += usage.notes
     if not keep_rows:
         for rows in held:
             rows.rows = None

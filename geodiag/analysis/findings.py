@@ -22,6 +22,7 @@ import numpy as np
 from geodiag.analysis.rows import MatrixRows, PaddingRows, read_padding
 from geodiag.io.checkpoint import Checkpoint, Matrix
 from geodiag.io.tokenizer import list_names
+from geodiag.io.usage import TokenUsage
 from geodiag.metrics.geometry import ROW_BLOCK, row_norms, spread
 from geodiag.metrics.untrained import (
     NORM_RULE,
@@ -47,6 +48,10 @@ SHOWN_GROUPS = 10
 SHOWN_FINDINGS = 1000
 # An equal-size sample of fewer rows than this has no spread to compare with.
 MIN_REFERENCE_ROWS = 2
+
+# An untrained token matters when something uses it at least this often (or when no
+# source says): the default of the gate's rule (GateConfig.untrained_uses_to_fail).
+UNTRAINED_USES_TO_FAIL = 1
 
 # The kinds of per-token finding, in the order a token's findings are listed; those in
 # UNTRAINED make a row untrained.
@@ -97,6 +102,13 @@ class TokenFinding:
     n_items: int | None = None  # items whose SID uses this code; None without a sidecar
     movement: float | None = None  # see UntrainedRows.movement_basis
     norm: float | None = None
+    # How often something feeds it, in all (item IDs + --data + the chat template), and
+    # per source that does (name -> count); None without any usage source.
+    uses: int | None = None
+    used_by: dict[str, int] = field(default_factory=dict)
+    # Whether a zero count is known (a code of the item map, or --data given) or only
+    # unknown (a plain token, no --data): an unknown token counts as used by the gate.
+    usage_known: bool | None = None
 
 
 @dataclass
@@ -142,6 +154,14 @@ class UntrainedRows:
     like_padding: TokenGroup | None = None
     # "reference": ||row - the reference's row||; "vocabulary mean": ||row - mean||
     movement_basis: str | None = None
+    # Which untrained tokens something feeds: the sources counted (the item IDs of the
+    # sidecar, --data files, the chat template; none: usage unknown), and the untrained
+    # tokens used at least once, known unused, and of unknown use (a plain token without
+    # --data). The gate's rule (GateConfig.untrained_uses_to_fail) reads the counts.
+    usage_sources: list[str] = field(default_factory=list)
+    untrained_used: TokenGroup | None = None
+    untrained_unused: TokenGroup | None = None
+    untrained_usage_unknown: TokenGroup | None = None
     n_flagged: int = 0  # tokens with any finding
     tokens: list[TokenFinding] = field(default_factory=list)  # the first SHOWN_FINDINGS
     usage_movement: list[UsageBucket] = field(default_factory=list)  # with a sidecar's items
@@ -149,6 +169,18 @@ class UntrainedRows:
     _movement: np.ndarray | None = None
     _n_items: np.ndarray | None = None
     _untrained: np.ndarray | None = None
+    _uses: np.ndarray | None = None  # (n,) int64: item IDs + data + template per row
+    _usage_known: np.ndarray | None = None  # (n,) bool
+
+    def counted(self, min_uses: float | None) -> np.ndarray | None:
+        """(n,) the untrained rows the gate counts: used at least ``min_uses`` times, or of
+        unknown use; every untrained row without usage counts or when ``min_uses`` is
+        None or 0. None when the rows were not kept (a report read back from JSON)."""
+        if self._untrained is None:
+            return None
+        if self._uses is None or self._usage_known is None or not min_uses:
+            return self._untrained
+        return self._untrained & (~self._usage_known | (self._uses >= min_uses))
 
     @property
     def two_populations(self) -> bool:
@@ -277,6 +309,7 @@ def row_findings(
     reference_norms: np.ndarray | None = None,
     held: MatrixRows | None = None,
     reference_held: MatrixRows | None = None,
+    usage: TokenUsage | None = None,
 ) -> UntrainedRows:
     """Every per-token finding of the measured ``rows`` (n, d) of ``ids`` (n,).
 
@@ -326,8 +359,46 @@ def row_findings(
         masks["dead_code"] = n_items == 0
     if vocab is not None and vocab.norm_percentiles is not None:
         masks["norm_small"], masks["norm_large"] = norm_outliers(norms, vocab.norm_percentiles)
-    found = _Found(masks, untrained, n_items, movement, norms)
+    found = _Found(masks, untrained, n_items, movement, norms, _usage(ckpt, ids, n_items, usage))
     return _untrained_rows(ckpt, ids, found, groups, tol, rule, vocab, padding, movement_cut, basis)
+
+
+# The name of the sidecar's item map as a source of usage.
+ITEM_IDS = "item IDs"
+
+
+@dataclass
+class _Usage:
+    """Per measured row: uses in all, whether a zero is known, and each source's counts."""
+
+    sources: list[str]
+    uses: np.ndarray  # (n,) int64
+    known: np.ndarray  # (n,) bool
+    by_source: list[np.ndarray]  # (n,) per source, in `sources` order
+
+
+def _usage(
+    ckpt: Checkpoint, ids: np.ndarray, n_items: np.ndarray | None, usage: TokenUsage | None
+) -> _Usage | None:
+    """The rows' usage from the item map (codes only) and ``usage``'s sources; None when
+    there is neither."""
+    if n_items is None and (usage is None or not usage.sources):
+        return None
+    n = len(ids)
+    names, counts = [], []
+    known = np.zeros(n, bool)
+    if n_items is not None:
+        names.append(ITEM_IDS)
+        counts.append(np.maximum(n_items, 0))
+        known |= n_items >= 0  # the item map says which codes are used, every one of them
+    if usage is not None and usage.sources:
+        position = {int(t): k for k, t in enumerate(ckpt.new.ids.tolist())}
+        at = np.array([position[int(i)] for i in ids], dtype=np.int64)
+        for source, row in zip(usage.sources, usage.counts, strict=True):
+            names.append(source.name)
+            counts.append(row[at])
+            known |= source.complete
+    return _Usage(names, np.sum(counts, axis=0), known, counts)
 
 
 @dataclass
@@ -339,6 +410,7 @@ class _Found:
     n_items: np.ndarray | None
     movement: np.ndarray | None
     norms: np.ndarray
+    usage: _Usage | None = None
 
 
 def _untrained_rows(
@@ -360,6 +432,16 @@ def _untrained_rows(
 
     dead_untrained = masks["dead_code"] & untrained
     flagged = np.logical_or.reduce(list(masks.values()))
+    use = f.usage
+
+    def some(mask: np.ndarray) -> TokenGroup | None:
+        return token_group(ckpt, ids[mask]) if mask.any() else None
+
+    used = unused = unknown = None
+    if use is not None:
+        used = some(untrained & (use.uses > 0))
+        unused = some(untrained & use.known & (use.uses == 0))
+        unknown = some(untrained & ~use.known & (use.uses == 0))
     return UntrainedRows(
         n_untrained=int(untrained.sum()),
         n_trained=int((~untrained).sum()),
@@ -381,13 +463,19 @@ def _untrained_rows(
         norm_rule=NORM_RULE if vocab is not None else None,
         movement_basis=basis,
         n_flagged=int(flagged.sum()),
-        tokens=_token_rows(ckpt, ids, masks, flagged, n_items, movement, f.norms),
+        tokens=_token_rows(ckpt, ids, masks, flagged, n_items, movement, f.norms, use),
+        usage_sources=[] if use is None else list(use.sources),
+        untrained_used=used,
+        untrained_unused=unused,
+        untrained_usage_unknown=unknown,
         usage_movement=[]
         if n_items is None or movement is None
         else _buckets(n_items, untrained, movement),
         _movement=movement,
         _n_items=n_items,
         _untrained=untrained,
+        _uses=None if use is None else use.uses,
+        _usage_known=None if use is None else use.known,
     )
 
 
@@ -402,7 +490,7 @@ def _padding_comparison(
     return compare_with_padding(norms, pad.norms[pad.finite], reference_norms)
 
 
-def _token_rows(ckpt, ids, masks, flagged, n_items, movement, norms) -> list[TokenFinding]:
+def _token_rows(ckpt, ids, masks, flagged, n_items, movement, norms, use) -> list[TokenFinding]:
     new = ckpt.new
     position = {int(t): i for i, t in enumerate(new.ids)}
     out = []
@@ -422,6 +510,13 @@ def _token_rows(ckpt, ids, masks, flagged, n_items, movement, norms) -> list[Tok
                 n_items=None if n_items is None or n_items[i] < 0 else int(n_items[i]),
                 movement=None if movement is None else float(movement[i]),
                 norm=float(norms[i]),
+                uses=None if use is None else int(use.uses[i]),
+                used_by={}
+                if use is None
+                else {
+                    n: int(c[i]) for n, c in zip(use.sources, use.by_source, strict=True) if c[i]
+                },
+                usage_known=None if use is None else bool(use.known[i]),
             )
         )
     return out

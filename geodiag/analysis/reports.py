@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from geodiag.analysis.findings import UntrainedRows
 from geodiag.analysis.integrity import IntegrityFinding
+from geodiag.io.usage import UsageSource
 from geodiag.metrics.codebook import CodebookHealth
 from geodiag.metrics.cosine import LevelCosine
 from geodiag.metrics.geometry import GeometrySummary
@@ -92,6 +93,9 @@ class CheckpointReport:
     codebook: CodebookHealth | None = None
     integrity: list[IntegrityFinding] = field(default_factory=list)  # save / merge / reload
     reference: str | None = None  # --reference, when given
+    # What feeds the new tokens besides the item IDs: --data files, the chat template
+    # (geodiag.io.usage); per token in each matrix's untrained findings.
+    usage: list[UsageSource] = field(default_factory=list)
 
 
 @dataclass

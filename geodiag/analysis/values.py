@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 
+from geodiag.analysis.findings import UNTRAINED_USES_TO_FAIL
 from geodiag.analysis.reports import MatrixReport
 
 
@@ -34,7 +35,13 @@ def shown_name(check: CheckName, level: str | None = None) -> str:
 
 
 def _untrained_tokens(m: MatrixReport) -> float | None:
-    return None if m.untrained is None else m.untrained.n_untrained
+    """The untrained rows that something feeds or may (the gate's rule at its default,
+    UNTRAINED_USES_TO_FAIL); all of them when the row masks are gone."""
+    u = m.untrained
+    if u is None:
+        return None
+    counted = u.counted(UNTRAINED_USES_TO_FAIL)
+    return u.n_untrained if counted is None else int(counted.sum())
 
 
 # The value of each block or row check (the RSA check reads one value per level:

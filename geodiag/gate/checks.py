@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from geodiag.analysis.findings import ITEM_IDS, SHOWN_TOKENS, UNTRAINED, UNTRAINED_USES_TO_FAIL
 from geodiag.analysis.reports import CheckpointReport, MatrixReport
 from geodiag.analysis.values import VALUES, CheckName, rsa_by_level, shown_name
 from geodiag.errors import InputError
@@ -62,27 +63,30 @@ class Reading:
     # False: undefined for want of something the rows do not owe (a vocabulary to compare
     # with): skipped, where an undefined floor otherwise fails.
     measurable: bool = True
+    # Said when the value passes but something beside it deserves a look: the result is
+    # then a warning (untrained tokens that nothing feeds).
+    warning: str = ""
 
 
 def format_value(x: float | None) -> str:
     return "undefined" if x is None else f"{x:.4g}"
 
 
-def _effective_rank_ratio(m: MatrixReport) -> Reading:
+def _effective_rank_ratio(m: MatrixReport, cfg: GateConfig) -> Reading:
     return Reading(
         VALUES[CheckName.EFFECTIVE_RANK_RATIO](m),
         f"the {m.n_new} new rows span few directions around their mean (collapsed, or on a line)",
     )
 
 
-def _effective_rank(m: MatrixReport) -> Reading:
+def _effective_rank(m: MatrixReport, cfg: GateConfig) -> Reading:
     return Reading(
         VALUES[CheckName.EFFECTIVE_RANK](m),
         f"the {m.n_new} new rows span few directions around their mean",
     )
 
 
-def _spread_ratio(m: MatrixReport) -> Reading:
+def _spread_ratio(m: MatrixReport, cfg: GateConfig) -> Reading:
     if m.reference is None:
         return Reading(None, str(m.reference_undefined_reason), measurable=False)
     return Reading(
@@ -92,7 +96,7 @@ def _spread_ratio(m: MatrixReport) -> Reading:
     )
 
 
-def _mean_cosine(m: MatrixReport) -> Reading:
+def _mean_cosine(m: MatrixReport, cfg: GateConfig) -> Reading:
     cos = VALUES[CheckName.MEAN_COSINE](m)
     if cos is None:  # two rows or more (one row is a block check's skip): a zero row
         return Reading(None, "a new row has zero norm, so its direction is undefined")
@@ -119,20 +123,92 @@ def untrained_kinds(u) -> list[str]:
     ]
 
 
-def _untrained_tokens(m: MatrixReport) -> Reading:
+def token_uses(t) -> str:
+    """``<c_17> (412 times in train.jsonl, 3 item IDs)`` for a TokenFinding."""
+    if t.uses is None:
+        return t.token
+    if not t.uses:
+        return f"{t.token} (usage unknown)" if not t.usage_known else f"{t.token} (unused)"
+    parts = [
+        f"{c} {'item ID' if c == 1 else 'item IDs'}"
+        if name == ITEM_IDS
+        else f"{'emitted by' if name.startswith('the chat template') else f'{c}x in'} {name}"
+        for name, c in t.used_by.items()
+    ]
+    return f"{t.token} ({', '.join(parts)})"
+
+
+def _listed(tokens: list, total: int) -> str:
+    shown = [token_uses(t) for t in tokens[:SHOWN_TOKENS]]
+    rest = total - len(shown)
+    return ", ".join(shown) + (f" and {rest} more" if rest > 0 else "")
+
+
+def _untrained_tokens(m: MatrixReport, cfg: GateConfig) -> Reading:
+    """The untrained rows the rule counts (GateConfig.untrained_uses_to_fail): those
+    something feeds, or may; the rest, which nothing can reach, are a warning."""
     u = m.untrained
     if u is None:
         return Reading(None, "rows not measured one by one")
-    why = ""
-    if u.untrained is not None:
+    rule = cfg.untrained_uses_to_fail
+    counted_mask = u.counted(rule)
+    if counted_mask is None:  # read back from JSON: the row masks are gone
+        n_counted = u.n_untrained
+    else:
+        n_counted = int(counted_mask.sum())
+    if u.untrained is None or not u.usage_sources:  # no usage known: every untrained row
+        why = ""
+        if u.untrained is not None:
+            why = (
+                f"{u.n_untrained} of {m.n_new} new rows never left their init "
+                f"({'; '.join(untrained_kinds(u))}): {u.untrained.listed()}; whether anything "
+                f"feeds them is unknown ({USAGE_HINT})"
+            )
+        return Reading(float(n_counted), why, shown=f"{n_counted}")
+    untrained = [t for t in u.tokens if set(t.findings) & set(UNTRAINED)]
+    low = rule or 0
+    counted = [t for t in untrained if not rule or not t.usage_known or t.uses >= low]
+    counted.sort(key=lambda t: -(t.uses or 0))
+    spared = [t for t in untrained if t not in counted]
+    why = warning = ""
+    if n_counted:
+        unknown = sum(1 for t in counted if not t.usage_known and not t.uses)
+        hint = f"; usage unknown for {unknown} of them ({USAGE_HINT})" if unknown else ""
         why = (
-            f"{u.n_untrained} of {m.n_new} new rows never left their init "
-            f"({'; '.join(untrained_kinds(u))}): {u.untrained.listed()}"
+            f"{n_counted} of {m.n_new} new rows never left their init "
+            f"({'; '.join(untrained_kinds(u))}) and something feeds them: "
+            f"{_listed(counted, n_counted)}{hint}"
         )
-    return Reading(VALUES[CheckName.UNTRAINED_TOKENS](m), why, shown=f"{u.n_untrained}")
+    n_spared = u.n_untrained - n_counted
+    if n_spared and n_counted:  # said after a failure; a pass warns of them (below)
+        why += (
+            f"; {n_spared} more that nothing feeds ({spare_reason(u)}): {_listed(spared, n_spared)}"
+        )
+    if n_spared:
+        warning = (
+            f"{n_spared} untrained token(s) that nothing feeds, so they cannot matter "
+            f"({spare_reason(u)}): {_listed(spared, n_spared)}; drop them from the vocabulary "
+            "(re-fit the codebook so every code is used) or leave them"
+        )
+    return Reading(float(n_counted), why, shown=f"{n_counted}", warning=warning)
 
 
-def _norm_ratio(m: MatrixReport) -> Reading:
+# What to pass so that the gate fails only on the untrained tokens that matter.
+USAGE_HINT = "--data FILE counts them in your training data"
+
+
+def spare_reason(u) -> str:
+    """Why nothing feeds the spared tokens, from the sources counted."""
+    said = []
+    if ITEM_IDS in u.usage_sources:
+        said.append("no item's ID uses their codes")
+    others = [s for s in u.usage_sources if s != ITEM_IDS]
+    if others:
+        said.append("absent from " + " and ".join(others))
+    return "; ".join(said)
+
+
+def _norm_ratio(m: MatrixReport, cfg: GateConfig) -> Reading:
     r = VALUES[CheckName.NORM_RATIO](m)
     if r is None:
         return Reading(None, "no original vocabulary to compare the new rows' norms with")
@@ -195,7 +271,7 @@ def threshold(
     help: str,
     metavar: str = "X",
     scope: str = "block",
-    read: Callable[[MatrixReport], Reading] | None = None,
+    read: Callable[[MatrixReport, GateConfig], Reading] | None = None,
     read_levels: Callable[[MatrixReport, float | None], list[CheckResult]] | None = None,
     collapse: bool = False,
     label: str | None = None,
@@ -224,6 +300,18 @@ def threshold(
         label=label,
     )
     return field(default=default, metadata={**option.metadata, ROW: row})
+
+
+RULE = "geodiag.gate.rule"  # field metadata key of a rule (a setting of another check)
+
+
+def rule(default: float | None, *, help: str, metavar: str = "X") -> Any:
+    """A GateConfig field that is no check of its own: a setting another check reads
+    (a flag, a config key and an action input like the thresholds)."""
+    option = setting(default, help=f"{help} [{default_text(default)}].", cli_default=None)
+    return field(
+        default=default, metadata={**option.metadata, RULE: dict(help=help, metavar=metavar)}
+    )
 
 
 @dataclass(frozen=True)
@@ -272,6 +360,14 @@ class GateConfig:
         read=_untrained_tokens,
         collapse=True,
     )
+    # The rule of max_untrained_tokens: which untrained rows count. Not a check of its own.
+    untrained_uses_to_fail: float | None = rule(
+        UNTRAINED_USES_TO_FAIL,
+        help="An untrained token counts against --max-untrained-tokens when the item IDs, "
+        "--data or the chat template use it at least this often, or when no source says; "
+        "the others warn (0: every untrained token counts)",
+        metavar="N",
+    )
     # Logits scale with the norm: a row 10x longer than any token the model knows wins
     # every softmax it enters.
     max_norm_ratio: float | None = threshold(
@@ -304,7 +400,7 @@ class Check:
     help: str
     metavar: str
     scope: str  # one of SCOPES
-    read: Callable[[MatrixReport], Reading] | None
+    read: Callable[[MatrixReport, GateConfig], Reading] | None
     read_levels: Callable[[MatrixReport, float | None], list[CheckResult]] | None
     collapse: bool
     label: str | None
@@ -335,9 +431,11 @@ class Check:
         rel = {("min", True): ">=", ("min", False): "<", ("max", True): "<=", ("max", False): ">"}
         shown = format_value(v) if reading.shown is None else reading.shown
         message = f"{name} {shown} {rel[self.direction, ok]} {threshold:g}"
-        return CheckResult(
-            name, role, "pass" if ok else "fail", v, threshold, message + ("" if ok else why)
-        )
+        if not ok:
+            return CheckResult(name, role, "fail", v, threshold, message + why)
+        if reading.warning:
+            return CheckResult(name, role, "warn", v, threshold, f"{message}: {reading.warning}")
+        return CheckResult(name, role, "pass", v, threshold, message)
 
 
 def _row(f) -> Check:
@@ -353,9 +451,34 @@ def _row(f) -> Check:
     )
 
 
+@dataclass(frozen=True)
+class Rule:
+    """A setting of the gate that is no check: it says how a check counts (a flag, a
+    config key and an action input, like a threshold)."""
+
+    field: str
+    default: float | None
+    help: str
+    metavar: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.field.replace("_", "-")
+
+    @property
+    def default_text(self) -> str:
+        return default_text(self.default)
+
+
 # In field order, which is the order of the results: block checks, row checks, level checks.
-CHECKS: tuple[Check, ...] = tuple(_row(f) for f in fields(GateConfig))
-THRESHOLDS: tuple[str, ...] = tuple(f.name for f in fields(GateConfig))
+CHECKS: tuple[Check, ...] = tuple(_row(f) for f in fields(GateConfig) if ROW in f.metadata)
+# Every setting of the gate, checks and rules, in field order: the flags, the config keys,
+# the action's inputs and the docs' table.
+SETTINGS: tuple[Check | Rule, ...] = tuple(
+    _row(f) if ROW in f.metadata else Rule(f.name, f.default, **f.metadata[RULE])
+    for f in fields(GateConfig)
+)
+THRESHOLDS: tuple[str, ...] = tuple(s.field for s in SETTINGS)
 
 
 MATRIX_NAMES = {"input": "input embedding", "output": "output head"}
@@ -421,7 +544,7 @@ def check_matrix(m: MatrixReport, cfg: GateConfig) -> list[CheckResult]:
             out.append(CheckResult(c.name, m.role, "skip", None, t, message))
         else:
             assert c.read is not None
-            out.append(c.judge(m.role, c.read(m), t))
+            out.append(c.judge(m.role, c.read(m, cfg), t))
     return out
 
 

@@ -120,6 +120,9 @@ class Checkpoint:
     # The options it was read with: the one home of every reading flag (allow_nonfinite
     # among them), so nothing downstream keeps a copy that could disagree.
     read: ReadOptions = field(default_factory=ReadOptions)
+    # The folders its files are looked up in, first match wins (the weights', then a
+    # PEFT adapter's base): where the tokenizer's config and chat template sit.
+    roots: list[Path] = field(default_factory=list)
     _codebook_digest: str | None = None
 
     def base_padding_rows(
@@ -257,6 +260,7 @@ def open_checkpoint(
         stack=detect_stack(roots, config, side.provenance if side else None, provenance),
         base=base_ckpt,
         read=opts,
+        roots=roots,
         _codebook_digest=book_digest,
     )
     if opts.reference is not None:

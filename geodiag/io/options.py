@@ -59,6 +59,22 @@ class ReadOptions:
         "that barely moved since it count as untrained.",
         flags=("--reference",),
     )
+    data: tuple[Path, ...] = setting(
+        (),
+        help="Training or evaluation data (JSON lines with text or chat messages, or plain "
+        "text; repeatable): how often it feeds each new token, counted with the checkpoint's "
+        "tokenizer.json. An untrained token the data uses fails the gate; one nothing uses warns.",
+        flags=("--data",),
+        cli_type=list[Path] | None,
+        cli_default=None,
+        parse=lambda paths: tuple(paths or ()),
+    )
+    chat_template: Path | None = setting(
+        None,
+        help="A chat template (.jinja) whose tokens count as used, instead of the "
+        "checkpoint's own (tokenizer_config.json, chat_template.jinja).",
+        flags=("--chat-template",),
+    )
     all_rows_new: bool = setting(
         False,
         help="Every row of the tensor is a new token (a separate table, e.g. TIGER's codes).",

@@ -154,14 +154,28 @@ def test_block_checks_skip_a_single_row(reports):
 
 
 def test_untrained_tokens_counts_and_names_the_rows(reports):
-    res = by_name(check_matrix(reports["mean"].matrices[0], GateConfig()))["untrained_tokens"]
-    assert (res.status, res.value, res.threshold) == ("fail", 24, 0)
-    assert res.message.startswith("untrained_tokens 24 > 0: 24 of 24 new rows never left")
-    assert "1 group(s) of identical rows" in res.message
-    loose = GateConfig(max_untrained_tokens=24)
-    assert by_name(check_matrix(reports["mean"].matrices[0], loose))["untrained_tokens"].status == (
-        "pass"
+    m = reports["mean"].matrices[0]
+    # The fixture's items leave some codes unused: their untrained rows nothing can reach.
+    dead = sum(1 for t in m.untrained.tokens if t.n_items == 0)
+    used = 24 - dead
+    assert 0 < dead < 24 and m.untrained.untrained_unused.size == dead
+    res = by_name(check_matrix(m, GateConfig()))["untrained_tokens"]
+    assert (res.status, res.value, res.threshold) == ("fail", used, 0)
+    assert res.message.startswith(
+        f"untrained_tokens {used} > 0: {used} of 24 new rows never left their init"
     )
+    assert "1 group(s) of identical rows" in res.message and "item IDs)" in res.message
+    # Counted only once every used one is allowed; the spared ones then warn.
+    loose = by_name(check_matrix(m, GateConfig(max_untrained_tokens=used)))["untrained_tokens"]
+    assert (
+        loose.status == "warn" and f"{dead} untrained token(s) that nothing feeds" in loose.message
+    )
+    assert "no item's ID uses their codes" in loose.message
+    # The rule at 0: every untrained row counts, as without usage.
+    every = by_name(check_matrix(m, GateConfig(untrained_uses_to_fail=0)))["untrained_tokens"]
+    assert (every.status, every.value) == ("fail", 24)
+    allowed = GateConfig(max_untrained_tokens=24, untrained_uses_to_fail=0)
+    assert by_name(check_matrix(m, allowed))["untrained_tokens"].status == "pass"
 
 
 def test_norm_ratio_against_its_ceiling(reports):

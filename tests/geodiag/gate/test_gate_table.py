@@ -17,8 +17,10 @@ from geodiag.cli import app
 from geodiag.gate.checks import (
     CHECKS,
     SCOPES,
+    SETTINGS,
     THRESHOLDS,
     GateConfig,
+    Rule,
     threshold,
 )
 from tools import gate_docs
@@ -39,8 +41,11 @@ def test_every_threshold_has_a_flag_a_keyword_an_action_input_and_a_docs_row():
     action = yaml.safe_load((ROOT / "action.yml").read_text(encoding="utf-8"))
     step = next(s for s in action["runs"]["steps"] if s.get("id") == "check")
     cli_page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
-    assert [c.field for c in CHECKS] == [f.name for f in dataclasses.fields(GateConfig)]
-    for c in CHECKS:
+    assert [c.field for c in SETTINGS] == [f.name for f in dataclasses.fields(GateConfig)]
+    assert {c.field for c in CHECKS} | {r.field for r in SETTINGS if isinstance(r, Rule)} == set(
+        THRESHOLDS
+    )
+    for c in SETTINGS:
         name = c.flag.removeprefix("--")
         assert c.flag in options, c.field
         assert keywords[c.field].kind is inspect.Parameter.KEYWORD_ONLY, c.field
@@ -57,10 +62,11 @@ def test_every_threshold_has_a_flag_a_keyword_an_action_input_and_a_docs_row():
 
 def test_help_shows_the_field_defaults():
     options = check_options()
-    shown = {c.flag: options[c.flag] for c in CHECKS}
+    shown = {c.flag: options[c.flag] for c in SETTINGS}
     assert shown["--min-spread-ratio"].endswith("[0.05].")
     assert shown["--min-rsa"].endswith("[off].")
-    for c in CHECKS:
+    assert shown["--untrained-uses-to-fail"].endswith("[1].")
+    for c in SETTINGS:
         default = dataclasses.fields(GateConfig)[THRESHOLDS.index(c.field)].default
         assert shown[c.flag] == f"{c.help} [{'off' if default is None else f'{default:g}'}].", c
 
