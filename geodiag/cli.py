@@ -128,6 +128,14 @@ def check(
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Write JUnit XML, one testcase per check.")
     ] = None,
+    sarif: Annotated[
+        Path | None,
+        typer.Option(
+            "--sarif",
+            help="Write a SARIF 2.1.0 log (GitHub code scanning), one result per failing or "
+            "warning check.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
     read: ReadOptions = READ,
     analysis: AnalyzeOptions = ANALYZE,
@@ -141,7 +149,7 @@ def check(
     cfg = resolve_config(config, thresholds)
     reports = [analyze(p, read, analysis) for p in ckpt]
     results = [run_gate(rep, cfg) for rep in reports]
-    write_ci_pages(results, junit)
+    write_ci_pages(reports, results, cfg, junit=junit, sarif=sarif)
     if json_out:
         _say(dumps({"config": cfg, "results": results, "passed": all(r.passed for r in results)}))
     else:

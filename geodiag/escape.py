@@ -136,7 +136,7 @@ def markdown_code(text: str) -> str:
 
 
 def xml_text(text: str) -> str:
-    """Text or an attribute value for an XML 1.0 document (JUnit; a future SARIF).
+    """Text or an attribute value for an XML 1.0 document (JUnit).
 
     Rule: each character XML 1.0 forbids (its Char production: C0 controls other than
     tab, LF and CR; U+FFFE, U+FFFF; lone surrogates) or discourages (DEL, C1), and the

@@ -42,7 +42,7 @@ HTML report) and [metrics.md](metrics.md) (definitions).
 
 **Exit codes** (`geodiag`): `0` ok; `1` a gate check failed, and only that; `2` anything
 else that stops the run: bad input or usage, an input that cannot be read, an output
-(`--junit`, `-o`, `$GITHUB_STEP_SUMMARY`) that cannot be written, or a bug (one line on
+(`--junit`, `--sarif`, `-o`, `$GITHUB_STEP_SUMMARY`) that cannot be written, or a bug (one line on
 stderr naming the file and the problem; nothing is written half-way; `GEODIAG_DEBUG=1`
 adds the traceback of a bug). A reader that closes stdout early
 (`geodiag check ... | head -1`) does not change the code. `gti` commands exit 2 with one

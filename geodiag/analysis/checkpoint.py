@@ -231,6 +231,7 @@ def measure_matrix(
     report = MatrixReport(
         role=matrix.role,
         tensor=matrix.tensor,
+        file=str(ckpt.store.file_of(matrix.tensor)),
         dtype=matrix.dtype,
         n_rows=matrix.n_rows,
         dim=matrix.dim,

@@ -46,6 +46,9 @@ class TokenNeighbors:
 class MatrixReport:
     role: str  # "input" | "output" (an untied head is its own matrix)
     tensor: str
+    # The weights file that holds the tensor (a shard; an adapter's file where it changes
+    # the tensor): where a CI page (SARIF) points a finding about these rows.
+    file: str
     dtype: str
     n_rows: int
     dim: int

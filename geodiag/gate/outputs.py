@@ -1,6 +1,6 @@
-"""The gate's pages where CI users read them: the terminal summary, JUnit XML, GitHub's job
-summary (Markdown) and workflow annotations. Names from files pass through the sink's
-function of :mod:`geodiag.escape`."""
+"""The gate's pages where CI users read them: the terminal summary, JUnit XML, a SARIF log
+(:mod:`geodiag.gate.sarif`), GitHub's job summary (Markdown) and workflow annotations.
+Names from files pass through the sink's function of :mod:`geodiag.escape`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from geodiag.atomic import atomic_path
+from geodiag.analysis.reports import CheckpointReport
+from geodiag.atomic import Text, atomic_write_many
 from geodiag.errors import InputError, os_reason
 from geodiag.escape import (
     markdown_cell,
@@ -20,7 +21,15 @@ from geodiag.escape import (
     workflow_property,
     xml_text,
 )
-from geodiag.gate.checks import DISABLED, MATRIX_NAMES, CheckResult, GateResult, format_value
+from geodiag.gate.checks import (
+    DISABLED,
+    MATRIX_NAMES,
+    CheckResult,
+    GateConfig,
+    GateResult,
+    format_value,
+)
+from geodiag.gate.sarif import sarif_text
 
 
 def text_summary(res: GateResult) -> str:
@@ -47,7 +56,7 @@ def annotation(res: GateResult, c: CheckResult) -> str:
     return f"::error title={title}::{workflow_message(terminal(f'{where}: {c.message}'))}"
 
 
-def write_junit(results: list[GateResult], path: Path) -> None:
+def junit_xml(results: list[GateResult]) -> bytes:
     """JUnit XML, one testcase per check, so CI systems list each threshold. Paths, level
     names and messages (which name tokens) pass through :func:`~geodiag.escape.xml_text`:
     ElementTree writes a control character as it is, and the file would not parse."""
@@ -71,8 +80,7 @@ def write_junit(results: list[GateResult], path: Path) -> None:
                 ET.SubElement(case, "system-out").text = f"warning: {message}"
         for k, v in counts.items():
             suite.set(k, str(v))
-    with atomic_path(path) as tmp:
-        ET.ElementTree(suites).write(tmp, encoding="utf-8", xml_declaration=True)
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
 def markdown_summary(results: list[GateResult]) -> str:
@@ -104,10 +112,23 @@ def _append_step_summary(path: Path, text: str) -> None:
         ) from None
 
 
-def write_ci_pages(results: list[GateResult], junit: Path | None) -> None:
-    """The JUnit file when asked for, and the job summary when GitHub gives its path."""
+def write_ci_pages(
+    reports: list[CheckpointReport],
+    results: list[GateResult],
+    cfg: GateConfig,
+    *,
+    junit: Path | None = None,
+    sarif: Path | None = None,
+) -> None:
+    """The JUnit and SARIF files asked for, written together (a failure leaves neither),
+    then the job summary when GitHub gives its path. ``results``: the gate's, one per
+    report, under ``cfg``."""
+    files: dict[Path, Text] = {}
     if junit is not None:
-        write_junit(results, junit)
+        files[junit] = junit_xml(results)
+    if sarif is not None:
+        files[sarif] = sarif_text(reports, results, cfg)
+    atomic_write_many(files)
     if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
         _append_step_summary(Path(summary), markdown_summary(results))
 

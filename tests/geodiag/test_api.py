@@ -27,9 +27,11 @@ for _name, _k in LEVELS:
 
 
 def matrix_json(report, i=0):
-    """A matrix's numbers, without what names a source (tensor name, neighbour strings)."""
+    """A matrix's numbers, without what names a source (tensor name and file, neighbour
+    strings)."""
     d = to_jsonable(report.matrices[i])
     d.pop("tensor")
+    d.pop("file")
     d.pop("dtype")
     d["neighbors"] = [[(n["id"], n["cosine"]) for n in t["nearest"]] for t in d["neighbors"]]
     # Which untrained tokens are dead codes (and items per code) needs the sidecar's item

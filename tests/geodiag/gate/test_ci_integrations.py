@@ -9,6 +9,7 @@ validated with pre-commit's own schema, and the hook's entry runs on file names.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -123,6 +124,22 @@ def test_action_fails_the_job_on_a_collapsed_checkpoint(make_ckpt, tmp_path):
     assert failures >= 3  # mean init fails rank, spread and cosine
     assert "mean`: FAILED" in summary and "random`: passed" in summary
     assert "::error title=geodiag spread_ratio::" in log
+
+
+def test_action_writes_sarif_only_when_asked(make_ckpt, tmp_path):
+    ckpt = make_ckpt("mean")
+    common = dict(checkpoints=str(ckpt), install="none", args="--permutations 20")
+    rc, out, _, log = run_action(tmp_path, **common, sarif="reports/gate.sarif")
+    assert rc == 1, log
+    assert out == {"passed": "false", "junit": "geodiag-junit.xml", "sarif": "reports/gate.sarif"}
+    sarif = json.loads((tmp_path / "reports" / "gate.sarif").read_text(encoding="utf-8"))
+    _, failures = junit_counts(tmp_path / "geodiag-junit.xml")
+    errors = [r for r in sarif["runs"][0]["results"] if r["level"] == "error"]
+    assert len(errors) == failures >= 3
+    (tmp_path / "reports" / "gate.sarif").unlink()
+    rc, out, _, log = run_action(tmp_path, **common)  # the default: no SARIF file
+    assert rc == 1 and "sarif" not in out, log
+    assert not (tmp_path / "reports" / "gate.sarif").exists()
 
 
 def test_action_thresholds_and_config_inputs(make_ckpt, tmp_path):

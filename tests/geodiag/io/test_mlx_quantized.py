@@ -215,8 +215,9 @@ def test_metrics_of_a_converted_checkpoint_are_those_of_its_dequantized_rows(tmp
     mlx, ref = (json.loads(r.output) for r in runs)
     assert mlx["store"].endswith("MLX-quantized")
     assert mlx["matrices"][0]["dtype"] == "U32 (MLX affine 4-bit, group 64, BF16 scales)"
-    for m in (mlx["matrices"][0], ref["matrices"][0]):
+    for m, folder_ in ((mlx["matrices"][0], folder), (ref["matrices"][0], plain)):
         m.pop("dtype")
+        assert m.pop("file") == str(folder_ / "model.safetensors")
     assert mlx["matrices"] == ref["matrices"]
     ids = open_checkpoint(folder).new.ids
     assert ids.tolist() == list(range(BASE_VOCAB, BASE_VOCAB + N_NEW))
