@@ -59,6 +59,12 @@ class ReadOptions:
         "that barely moved since it count as untrained.",
         flags=("--reference",),
     )
+    auto_reference: bool = setting(
+        True,
+        help="Without --reference, the before the files carry, first found: the sidecar's "
+        "init checkpoint, PEFT's original_module, the run's earliest checkpoint-N.",
+        flags=("--auto-reference/--no-auto-reference",),
+    )
     all_rows_new: bool = setting(
         False,
         help="Every row of the tensor is a new token (a separate table, e.g. TIGER's codes).",
