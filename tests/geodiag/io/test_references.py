@@ -256,3 +256,29 @@ def test_the_sidecars_init_comes_first(trainer_run, tmp_path):
     ckpt = open_checkpoint(later)
     assert "is not there" in ckpt.reference_notes[0]
     assert ckpt.reference.path == run / "checkpoint-1"
+
+
+def test_two_adapters_copies_ask_for_tensor(tmp_path):
+    """A full state dict of a PeftModel with two adapters holds one modules_to_save copy
+    each: which one is the model is the user's to say (exit 2 naming both)."""
+    peft = pytest.importorskip("peft")
+    from safetensors.torch import save_file
+
+    model, tok = _model_and_tokenizer()
+    config = dict(r=4, target_modules=["q_proj"], modules_to_save=["embed_tokens"])
+    pm = peft.get_peft_model(model, peft.LoraConfig(**config))
+    pm.add_adapter("other", peft.LoraConfig(**config))
+    state = {k: v.contiguous() for k, v in pm.state_dict().items()}
+    assert {k for k in state if "embed_tokens.modules_to_save" in k} == {
+        "base_model.model.model.embed_tokens.modules_to_save.default.weight",
+        "base_model.model.model.embed_tokens.modules_to_save.other.weight",
+    }
+    folder = tmp_path / "two"
+    folder.mkdir()
+    save_file(state, folder / "model.safetensors")
+    tok.save_pretrained(folder)
+    res = CliRunner().invoke(app, ["metrics", str(folder)])
+    assert res.exit_code == 2 and "several candidate embeddings" in res.output
+    copy = "base_model.model.model.embed_tokens.modules_to_save.other.weight"
+    ckpt = open_checkpoint(folder, ReadOptions(tensor=copy))
+    assert ckpt.reference.matrices[0].tensor.endswith("embed_tokens.original_module.weight")
