@@ -56,11 +56,11 @@ def reference_of(ckpt, opts: ReadOptions, declared: Declared | None, opener: Ope
     """(the reference of ``ckpt``, a :class:`~geodiag.io.checkpoint.Checkpoint` opened
     with ``opts``, or None; the notes: which reference and why, the automatic sources
     passed over and why). ``opener``: ``open_checkpoint``, whose last step this is."""
+    ask = _Ask(opts, declared, opener)
     if opts.reference is not None:
-        ref = _open(ckpt, Path(opts.reference), _Ask(opts, declared, opener), "--reference")
+        ref = _open(ckpt, Path(opts.reference), ask, "--reference")
         return ref, [f"reference: {opts.reference} (--reference)"]
     notes = []
-    ask = _Ask(opts, declared, opener)
     for source in AUTOMATIC if opts.auto_reference else ():
         found = source(ckpt, ask)
         if found is not None and found.reference is not None:
