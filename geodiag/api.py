@@ -122,11 +122,11 @@ def open_source(
     ``reference`` (any such source, read with the same overrides) is set as its reference."""
     ckpt = _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, tokenizer)
     if reference is not None:
-        from geodiag.io.checkpoint import same_vocab
+        from geodiag.io.references import same_vocab
 
         ref = _open_source(reference, new_ids, base_vocab_size, levels, codebooks, read, tokenizer)
         same_vocab(ref, ckpt, "reference", "reference")
-        ckpt.reference = ref
+        ckpt.use_reference(ref, "reference=")
     return ckpt
 
 

@@ -338,7 +338,7 @@ def measure_checkpoint(
 def _checkpoint_report(
     ckpt: Checkpoint, opts: AnalyzeOptions, matrices: list[MatrixReport], held: list[MatrixRows]
 ) -> CheckpointReport:
-    notes = list(ckpt.notes)
+    notes = [*ckpt.notes, *ckpt.reference_notes]
     if ckpt.codebooks_note:
         notes.append(ckpt.codebooks_note)
     m0 = matrices[0]

@@ -27,7 +27,8 @@ def analyze_drift(
 ) -> list[DriftReport]:
     """Per-token cosine and structure RSA between two checkpoints with the same new tokens."""
     opts = opts or AnalyzeOptions()
-    read = dataclasses.replace(read or ReadOptions(), reference=None)
+    # Drift is the movement between the two: neither is measured from a reference.
+    read = dataclasses.replace(read or ReadOptions(), reference=None, auto_reference=False)
     a = open_checkpoint(before, read)
     b = open_checkpoint(after, deployed_read(read, a, Path(after)))
     return drift_checkpoints(a, b, before, after, opts)

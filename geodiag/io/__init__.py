@@ -25,6 +25,9 @@ Bottom to top, each module importing only those above it in this list
 - ``new_tokens``: which rows are new, one resolver per source in precedence order, for a
   checkpoint and for rows in memory (the API and the callback name theirs in Python);
 - ``codebooks``: the RQ-VAE codebooks beside the weights, per new token's code;
+- ``references``: the before the new rows' movement is measured from: ``--reference``, else
+  each one the files carry (the sidecar's init, PEFT's ``original_module``, a Trainer
+  run's earliest ``checkpoint-N``);
 - ``checkpoint``: :func:`~geodiag.io.checkpoint.open_checkpoint`, tying the above together;
 - ``usage``: how often the training data (``--data``) and the chat template feed each new
   token.

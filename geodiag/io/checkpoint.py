@@ -12,13 +12,15 @@ Resolution order (DESIGN.md, checkpoint contract):
 - new rows: one resolver per source, in the order ``geodiag.io.new_tokens`` states
   (arguments, flags, sidecar, all rows, adapter, ``--base``, tokenizer);
 - levels: the sidecar, else token names matching ``--level-pattern``, else none;
-- codebooks: ``--codebooks FILE``, else ``codebooks.safetensors`` beside the weights.
+- codebooks: ``--codebooks FILE``, else ``codebooks.safetensors`` beside the weights;
+- the reference the movement is measured from: ``--reference``, else a before the files
+  carry (``geodiag.io.references``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +39,7 @@ from geodiag.io.new_tokens import (
 )
 from geodiag.io.options import ReadOptions
 from geodiag.io.peft_adapter import AdapterInfo, is_adapter, open_adapter
+from geodiag.io.references import reference_of
 from geodiag.io.stack import detect_stack
 from geodiag.io.store import FLOAT_DTYPES, is_float, open_store
 from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES, find_input_tensor, find_output_head
@@ -115,8 +118,10 @@ class Checkpoint:
     adapter: dict = field(default_factory=dict)  # a PEFT adapter's provenance, when one was read
     stack: dict = field(default_factory=dict)  # which training stack wrote it (stack.py)
     base: BaseCheckpoint | None = None  # --base on a checkpoint that is not an adapter
-    # --reference: an earlier checkpoint with the same new tokens (e.g. the run's init)
+    # What the new rows' movement is measured from: --reference, else a before the files
+    # carry (geodiag.io.references); and which one and why, or why none, for the report.
     reference: Checkpoint | None = None
+    reference_notes: list[str] = field(default_factory=list)
     # The options it was read with: the one home of every reading flag (allow_nonfinite
     # among them), so nothing downstream keeps a copy that could disagree.
     read: ReadOptions = field(default_factory=ReadOptions)
@@ -124,6 +129,10 @@ class Checkpoint:
     # PEFT adapter's base): where the tokenizer's config and chat template sit.
     roots: list[Path] = field(default_factory=list)
     _codebook_digest: str | None = None
+
+    def use_reference(self, ref: Checkpoint, why: str) -> None:
+        """Measure the movement from ``ref`` (same new tokens), ``why`` saying whose it is."""
+        self.reference, self.reference_notes = ref, [f"reference: {ref.path} ({why})"]
 
     def base_padding_rows(
         self, matrix: Matrix, ids: np.ndarray
@@ -263,32 +272,8 @@ def open_checkpoint(
         roots=roots,
         _codebook_digest=book_digest,
     )
-    if opts.reference is not None:
-        ref_opts = replace(opts, reference=None)
-        ckpt.reference = open_reference(ckpt, opts.reference, ref_opts, declared)
+    ckpt.reference, ckpt.reference_notes = reference_of(ckpt, opts, declared, open_checkpoint)
     return ckpt
-
-
-def open_reference(
-    ckpt: Checkpoint, path: Path, opts: ReadOptions, declared: Declared | None = None
-) -> Checkpoint:
-    """``--reference``: the checkpoint the new rows' movement is measured from; it must
-    have the same new tokens (ids and strings) as ``ckpt``."""
-    if not Path(path).exists():
-        raise InputError("--reference", f"{path}: no such file or folder")
-    ref = open_checkpoint(path, opts, declared)
-    same_vocab(ref, ckpt, path, "--reference")
-    return ref
-
-
-def same_vocab(a: Checkpoint, b: Checkpoint, where: object, what: str) -> None:
-    """Raise unless ``a`` and ``b`` have the same new tokens (ids and strings)."""
-    if a.new.tokens != b.new.tokens or not np.array_equal(a.new.ids, b.new.ids):
-        raise InputError(
-            where,
-            f"{what}: new tokens differ ({len(a.new.ids)} here, {len(b.new.ids)} in the "
-            "checkpoint measured): the movement of a row needs the same row in both",
-        )
 
 
 def _open_weights(

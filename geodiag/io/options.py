@@ -75,6 +75,12 @@ class ReadOptions:
         "checkpoint's own (tokenizer_config.json, chat_template.jinja).",
         flags=("--chat-template",),
     )
+    auto_reference: bool = setting(
+        True,
+        help="Without --reference, the before the files carry, first found: the sidecar's "
+        "init checkpoint, PEFT's original_module, the run's earliest checkpoint-N.",
+        flags=("--auto-reference/--no-auto-reference",),
+    )
     all_rows_new: bool = setting(
         False,
         help="Every row of the tensor is a new token (a separate table, e.g. TIGER's codes).",

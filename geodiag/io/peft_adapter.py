@@ -34,13 +34,12 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io.store import open_store
-from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES
+from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES, PEFT_PREFIX
 from geodiag.io.tensor_store import TensorStore
 from geodiag.jsonio import read_json_object
 
 CONFIG_FILENAME = "adapter_config.json"
 WEIGHT_FILENAMES = ("adapter_model.safetensors", "adapter_model.bin")
-PREFIX = "base_model.model."
 
 
 def is_adapter(path: Path) -> bool:
@@ -139,7 +138,7 @@ def _token_indices(config: dict, module: str, where: Path) -> list[int] | None:
 
 def _parse_key(key: str) -> tuple[str, str] | None:
     """(module, kind) of an adapter key that touches an embedding, else None."""
-    k = key[len(PREFIX) :] if key.startswith(PREFIX) else key
+    k = key.removeprefix(PEFT_PREFIX)
     for suffix, kind in (
         (".token_adapter.trainable_tokens_delta", "tokens"),  # under a LoRA config
         (".token_adapter.base_layer.weight", "base_layer"),  # its resized base, same wrapper

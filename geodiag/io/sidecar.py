@@ -11,7 +11,7 @@ import json
 import os
 import string
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from geodiag.atomic import atomic_write
@@ -22,6 +22,9 @@ FILENAME = "semantic_ids.json"
 CODEBOOKS_FILENAME = "codebooks.safetensors"
 FORMAT = "geodiag.semantic_ids"
 FORMAT_VERSION = 1
+# provenance key: the checkpoint this one was trained from (gti sft: its init), as a path
+# relative to the checkpoint's folder, so the two can move together
+INIT_CHECKPOINT = "init_checkpoint"
 
 
 def level_name(index: int) -> str:
@@ -127,6 +130,22 @@ def load(path: str | os.PathLike[str]) -> SemanticIds:
         p = p / FILENAME
     data = read_json(p)
     return parse(data, p)
+
+
+def with_init(
+    sids: SemanticIds, init: str | os.PathLike[str], folder: str | os.PathLike[str]
+) -> SemanticIds:
+    """``sids`` with ``init``, the checkpoint it was trained from, in its provenance,
+    relative to ``folder`` (where the sidecar is published): geodiag's movement reference."""
+    rel = os.path.relpath(Path(init).resolve(), Path(folder).resolve())
+    return replace(sids, provenance={**sids.provenance, INIT_CHECKPOINT: Path(rel).as_posix()})
+
+
+def init_checkpoint(sids: SemanticIds, folder: str | os.PathLike[str]) -> Path | None:
+    """The checkpoint ``sids`` says it was trained from, resolved against ``folder``; None
+    when it names none (whether it exists is the caller's question)."""
+    rel = sids.provenance.get(INIT_CHECKPOINT)
+    return Path(os.path.normpath(Path(folder) / rel)) if isinstance(rel, str) and rel else None
 
 
 def write_description(

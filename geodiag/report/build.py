@@ -404,7 +404,7 @@ def _build_report(
     # Each later checkpoint of a pair is measured from the earlier one (its init): the rows
     # that barely moved since are untrained, and the movement plot shows distance from it.
     for a, b in pairs_found:
-        ckpts[b].reference = ckpts[a]
+        ckpts[b].use_reference(ckpts[a], f"{labels[a]}, the checkpoint before it in this report")
     reports, norms, maps, held = _measure_all(paths, ckpts, labels, pairs_found, aopts, opts, say)
     trajectories += checkpoint_series(list(paths), reports, labels)
 

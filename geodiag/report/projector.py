@@ -9,6 +9,7 @@ or upload the two TSVs to projector.tensorflow.org. An untied output head gets i
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +33,8 @@ def export_projector(
     path: str | Path, out_dir: str | Path, read: ReadOptions | None = None
 ) -> list[Path]:
     """Write the projector files for ``path`` into ``out_dir``; returns the files written."""
-    read = read or ReadOptions()
+    # The vectors alone: no movement to measure, so no reference to open.
+    read = dataclasses.replace(read or ReadOptions(), reference=None, auto_reference=False)
     out_dir = Path(out_dir)
     ckpt = open_checkpoint(path, read)
     new = ckpt.new

@@ -19,7 +19,7 @@ from accelerate.utils import set_seed
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from geodiag.errors import InputError
-from geodiag.io.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
+from geodiag.io.sidecar import CODEBOOKS_FILENAME, SemanticIds, load, with_init
 from geodiag.io.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
 from gti.data.tasks import dataset_of, load_task_data
@@ -129,7 +129,7 @@ def run_sft(cfg: SFTConfig, *, should_stop: Callable[[int], bool] | None = None)
             out,
             trained,
             tokenizer,
-            sft_sidecar(sids, cfg, result.step, data),
+            sft_sidecar(sids, cfg, result.step, data, out),
             codebooks if codebooks.is_file() else None,
             CONFIG_FILENAME,
             run_config,
@@ -142,11 +142,12 @@ def run_sft(cfg: SFTConfig, *, should_stop: Callable[[int], bool] | None = None)
     return out
 
 
-def sft_sidecar(sids: SemanticIds, cfg: SFTConfig, step: int, data: str) -> SemanticIds:
+def sft_sidecar(sids: SemanticIds, cfg: SFTConfig, step: int, data: str, out: Path) -> SemanticIds:
     """The init checkpoint's sidecar with provenance moved to stage ``sft``; the init's
-    provenance is kept whole under ``init``."""
+    provenance is kept whole under ``init``, and the init checkpoint is named relative to
+    ``out`` (geodiag measures the new rows' movement from it)."""
     prov = dict(sids.provenance)
-    return SemanticIds(
+    sft = SemanticIds(
         base_vocab_size=sids.base_vocab_size,
         levels=sids.levels,
         items=sids.items,
@@ -162,3 +163,4 @@ def sft_sidecar(sids: SemanticIds, cfg: SFTConfig, step: int, data: str) -> Sema
             "init": prov,
         },
     )
+    return with_init(sft, cfg.init, out)

@@ -14,11 +14,14 @@ from pathlib import Path
 
 from geodiag.analysis.checkpoint import analyze
 from geodiag.analysis.options import AnalyzeOptions
+from geodiag.io.options import ReadOptions
 
 
 def measure(checkpoint: Path, *, permutations: int, seed: int) -> dict[str, object]:
     """Strict-JSON dict of the figures the study plots, for the new rows of ``checkpoint``."""
-    report = analyze(checkpoint, opts=AnalyzeOptions(n_permutations=permutations, seed=seed))
+    # The geometry alone: no movement, so no reference to open (the init is measured too).
+    read = ReadOptions(auto_reference=False)
+    report = analyze(checkpoint, read, AnalyzeOptions(n_permutations=permutations, seed=seed))
     m = report.matrices[0]
     new = m.new
     levels = {}

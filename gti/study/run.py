@@ -167,7 +167,7 @@ def materialize(sft_cfg, snap: Path) -> Path:
         snap,
         trained,
         tokenizer,
-        sft_sidecar(sids, sft_cfg, step, data),
+        sft_sidecar(sids, sft_cfg, step, data, snap),
         codebooks if codebooks.is_file() else None,
         CONFIG_FILENAME,
         run_config,

@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
 from geodiag.io import sidecar
+from geodiag.io.checkpoint import open_checkpoint
 from gti.sft.cli import sft
 
 runner = CliRunner()
@@ -60,6 +61,11 @@ def test_writes_a_contract_checkpoint_with_stage_sft(world, tmp_path):
     assert prov["stage"] == "sft" and prov["step"] == 3 and prov["seed"] == 0
     assert prov["init_strategy"] == "random" and prov["sft_tasks"] == "next-item"
     assert prov["init"] == init.provenance and prov["data"] == world.data_spec
+    # The init is named relative to the checkpoint: geodiag's reference for the movement.
+    assert sidecar.init_checkpoint(sids, out).resolve() == world.init.resolve()
+    ckpt = open_checkpoint(out)
+    assert ckpt.reference is not None and ckpt.reference.path.resolve() == world.init.resolve()
+    assert "the init checkpoint semantic_ids.json names" in ckpt.reference_notes[-1]
     assert (out / "codebooks.safetensors").read_bytes() == world.codebooks.read_bytes()
 
     config = json.loads((out / "sft_config.json").read_text())
