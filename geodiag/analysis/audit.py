@@ -131,7 +131,8 @@ def tokenizer_past_rows(ckpt: Checkpoint) -> IntegrityFinding | None:
     if tok is None or not ckpt.matrices or isinstance(ckpt.store, GGUFStore):
         return None
     n_rows = ckpt.matrices[0].n_rows
-    past = np.array(sorted(t.id for t in tok.added if t.id >= n_rows), dtype=np.int64)
+    added = getattr(tok, "added", None) or []  # rows in memory name tokens, list none
+    past = np.array(sorted(t.id for t in added if t.id >= n_rows), dtype=np.int64)
     if not len(past):
         return None
     group = token_group(ckpt, past)

@@ -112,7 +112,7 @@ def test_added_tokens_past_the_rows(tmp_path):
     assert f"past the embedding's {V0 + N_NEW} rows" in f.message
 
 
-def test_findings_reach_the_json_and_the_text_table(tmp_path):
+def test_findings_reach_the_json_the_text_table_and_the_report(tmp_path):
     model, tok = _extended()
     model.config.vocab_size = V0
     root = _save(model, tok, tmp_path / "cfg")
@@ -122,6 +122,10 @@ def test_findings_reach_the_json_and_the_text_table(tmp_path):
     assert f["status"] == "warn" and f["count"] == N_NEW
     res = CliRunner().invoke(app, ["metrics", str(root), "--permutations", "0"])
     assert f"warning: config.json says vocab_size {V0}" in res.stdout
+    html = tmp_path / "r.html"
+    res = CliRunner().invoke(app, ["report", str(root), "-o", str(html), "--permutations", "0"])
+    assert res.exit_code == 0, res.output
+    assert f"config.json says vocab_size {V0}" in html.read_text()
 
 
 # -- PEFT adapters -----------------------------------------------------------------------
