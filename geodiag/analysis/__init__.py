@@ -4,6 +4,8 @@
   every matrix (geometry, RSA, codebook health, neighbours) as ``CheckpointReport``;
 - ``findings``: the row-by-row findings (untrained tokens, groups of identical rows);
 - ``integrity``: checkpoint-level findings (tied heads that differ, padding rows, scale);
+- ``audit``: the vocabulary audit, integrity findings too: tokenizer, config.json, embedding
+  and head rows, a PEFT adapter's trained rows and a GGUF's token types against each other;
 - ``values``: the gate's check names (``CheckName``) and the value each reads off a matrix,
   for the gate and the trajectory records alike;
 - ``rows``: the new rows, the reference sample, the padding rows, and ``MatrixRows``

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from geodiag.analysis.audit import audit
 from geodiag.analysis.findings import (  # noqa: F401  (TokenGroup, UntrainedRows: their old home)
     MIN_REFERENCE_ROWS,
     SHOWN_GROUPS,
@@ -384,7 +385,7 @@ def _checkpoint_report(
         adapter=ckpt.adapter,
         stack=ckpt.stack,
         codebook=health,
-        integrity=integrity(ckpt, matrices, held),
+        integrity=integrity(ckpt, matrices, held) + audit(ckpt),
         reference=None if ckpt.reference is None else str(ckpt.reference.path),
     )
 

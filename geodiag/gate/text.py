@@ -68,11 +68,16 @@ def metrics_table(report: CheckpointReport) -> str:
             lines.append(f"  (vocabulary reference undefined: {m.reference_undefined_reason})")
         lines += _matrix_details(m)
     lines += codebook_lines(report)
-    for f in report.integrity:
-        lines.append(f"{'warning' if f.status == 'warn' else 'note'}: {f.message}")
+    lines += integrity_lines(report)
     for note in report.notes:
         lines.append(f"note: {note}")
     return terminal_lines(lines)
+
+
+def integrity_lines(report: CheckpointReport) -> list[str]:
+    """One line per integrity finding (the vocabulary audit's among them), unescaped: the
+    caller's sink escapes (``terminal_lines``)."""
+    return [f"{'warning' if f.status == 'warn' else 'note'}: {f.message}" for f in report.integrity]
 
 
 def _metric_rows(m: MatrixReport) -> list[tuple[str, str, str]]:

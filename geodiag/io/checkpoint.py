@@ -118,6 +118,9 @@ class Checkpoint:
     adapter: dict = field(default_factory=dict)  # a PEFT adapter's provenance, when one was read
     stack: dict = field(default_factory=dict)  # which training stack wrote it (stack.py)
     base: BaseCheckpoint | None = None  # --base on a checkpoint that is not an adapter
+    # An untied head whose rows differ from the embedding's: not analyzed (the audit's
+    # head_rows finding, geodiag.analysis.audit)
+    head_left_out: Matrix | None = None
     # What the new rows' movement is measured from: --reference, else a before the files
     # carry (geodiag.io.references); and which one and why, or why none, for the report.
     reference: Checkpoint | None = None
@@ -226,7 +229,7 @@ def open_checkpoint(
     config, tok = _config_and_tokenizer(store, beside)
 
     untied_by_adapter = _untied_by_adapter(adapter)
-    matrices, tied, head_notes = _matrices(store, path, config, opts, adapter, untied_by_adapter)
+    matrices, tied, head_left_out = _matrices(store, path, config, opts, untied_by_adapter)
     side_path = opts.sidecar or beside(sidecar_mod.FILENAME)
     side = sidecar_mod.load(side_path) if (opts.sidecar or side_path.is_file()) else None
     patch = adapter.patches.get(matrices[0].tensor) if adapter is not None else None
@@ -243,7 +246,7 @@ def open_checkpoint(
         declared=declared,
     )
     new = resolve_new_tokens(sources)
-    notes = [*([hub_note] if hub_note else []), *(adapter.notes if adapter else []), *head_notes]
+    notes = [*([hub_note] if hub_note else []), *(adapter.notes if adapter else [])]
     book_path = opts.codebooks or beside(sidecar_mod.CODEBOOKS_FILENAME)
     if declared is None:
         notes += _notes(tok, new, side, side_path, trainable, untied_by_adapter, config)
@@ -268,6 +271,7 @@ def open_checkpoint(
         adapter=provenance or {},
         stack=detect_stack(roots, config, side.provenance if side else None, provenance),
         base=base_ckpt,
+        head_left_out=head_left_out,
         read=opts,
         roots=roots,
         _codebook_digest=book_digest,
@@ -321,10 +325,9 @@ def _matrices(
     path: Path,
     config: dict,
     opts: ReadOptions,
-    adapter: AdapterInfo | None,
     untied_by_adapter: bool,
-) -> tuple[list[Matrix], bool, list[str]]:
-    """(the input embedding [, the untied head], tied?, notes on a head left out)."""
+) -> tuple[list[Matrix], bool, Matrix | None]:
+    """(the input embedding [, the untied head], tied?, an untied head left out)."""
     input_name = find_input_tensor(store, path, opts.tensor)
     head_name, tied = find_output_head(store, input_name, config, untied_by_adapter)
     if opts.all_rows_new:
@@ -349,22 +352,13 @@ def _matrices(
                 where, f"tensor '{name}' is {list(shape)} but config.json says hidden_size {hidden}"
             )
         matrices.append(Matrix(role, name, dtype, shape[0], shape[1]))
-    head_notes = []
-    if adapter is not None and len(matrices) == 2 and matrices[1].n_rows < matrices[0].n_rows:
-        # The base was resized in memory before PEFT wrapped it; PEFT saved the resized
-        # embedding but not the untied head, whose new rows exist nowhere on disk.
-        head_notes.append(
-            f"output head '{head_name}' not analyzed: the base stores {matrices[1].n_rows} rows, "
-            f"the adapter saves none of its {matrices[0].n_rows - matrices[1].n_rows} new rows "
-            "(resize the base and save it, or add lm_head to modules_to_save)"
-        )
-        matrices.pop()
-    if len(matrices) == 2 and matrices[1].n_rows != matrices[0].n_rows:
-        raise InputError(
-            store.file_of(head_name or ""),
-            f"output head has {matrices[1].n_rows} rows but the input embedding has {matrices[0].n_rows}",
-        )
-    return matrices, tied, head_notes
+    # An untied head whose rows differ from the embedding's (a base resized in memory
+    # before PEFT wrapped it, which saved the embedding but not the head; an embedding
+    # replaced by hand): not analyzed, and the audit's head_rows finding says why.
+    left_out = (
+        matrices.pop() if len(matrices) == 2 and matrices[1].n_rows != matrices[0].n_rows else None
+    )
+    return matrices, tied, left_out
 
 
 def _base_tokenizer(

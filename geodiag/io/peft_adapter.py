@@ -298,8 +298,11 @@ def _check_patch(tensor, p: ModulePatch, config, config_path, weights, base, ada
             raise InputError(
                 config_path,
                 f"token index {int(ids.max())} of '{p.module}' is past the base's {n_base} rows, "
-                f"and rows {missing[:5].tolist()}... are in neither the base nor the adapter "
-                "(out of range, or pass the resized base checkpoint with --base)",
+                f"and rows {missing[:5].tolist()}{', ...' if missing.size > 5 else ''} are in "
+                "neither the base nor the adapter: new tokens left out of "
+                "trainable_token_indices, which then have no trained row anywhere (list every "
+                "new token), or a base other than the resized one the adapter was trained over "
+                "(pass that with --base)",
             )
         p.token_indices = ids
     elif p.full is None and p.lora_a is None:

@@ -15,6 +15,8 @@ BASE_VOCAB = 300
 DIM = 32
 LEVELS = (("a", 8), ("b", 8), ("c", 8))
 CODE_DIM = 6
+# The SID token strings of LEVELS, in (level, code) order.
+SID_NAMES = [sidecar.token_string(lv, c) for lv, k in LEVELS for c in range(k)]
 
 
 def base_rows(seed: int = 0) -> np.ndarray:
@@ -198,3 +200,50 @@ def write_hostile_sidecar_checkpoint(root: Path, kind: str = "mean") -> Path:
         root / sidecar.CODEBOOKS_FILENAME,
     )
     return root
+
+
+def write_gguf(
+    path: Path,
+    emb: np.ndarray,
+    *,
+    qtype: str = "F32",
+    head: np.ndarray | None = None,
+    tokens: list[str] | None = None,
+    types: list[int] | None = None,
+    raw: dict[str, tuple[np.ndarray, int]] | None = None,
+) -> Path:
+    """A llama-arch GGUF with ``token_embd.weight`` (and ``output.weight``) as ``qtype``;
+    tokens default to tok0.. plus the SID names, typed NORMAL / USER_DEFINED, with one
+    CONTROL token at 0. Written by llama.cpp's gguf-py (imported here: the ``gguf`` extra)."""
+    import gguf
+
+    Q = gguf.GGMLQuantizationType
+    w = gguf.GGUFWriter(path, arch="llama")
+    w.add_embedding_length(emb.shape[1])
+    w.add_tokenizer_model("gpt2")
+    n_new = len(emb) - BASE_VOCAB
+    if tokens is None:
+        tokens = ["<|endoftext|>", *(f"tok{i}" for i in range(1, BASE_VOCAB)), *SID_NAMES[:n_new]]
+    if types is None:
+        types = [3] + [1] * (BASE_VOCAB - 1) + [4] * n_new
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    for name, m in (("token_embd.weight", emb), ("output.weight", head)):
+        if m is None:
+            continue
+        t = Q[qtype]
+        data = m.astype(np.float32)
+        if t == Q.F16:
+            w.add_tensor(name, data.astype(np.float16))
+        elif t == Q.F32:
+            w.add_tensor(name, data)
+        else:
+            w.add_tensor(name, gguf.quants.quantize(data, t), raw_dtype=t)
+    for name, (data, type_id) in (raw or {}).items():
+        w.add_tensor(name, data, raw_dtype=Q(type_id))
+    w.add_tensor("output_norm.weight", np.ones(emb.shape[1], np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -14,64 +14,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from geodiag_fixtures import BASE_VOCAB, LEVELS, base_rows, planted_new_rows
+from geodiag_fixtures import BASE_VOCAB, SID_NAMES, base_rows, planted_new_rows, write_gguf
 from typer.testing import CliRunner
 
 from geodiag.cli import app
 from geodiag.errors import InputError
-from geodiag.io import sidecar
 from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.store import open_store
 
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
 ROOT = Path(__file__).resolve().parents[3]
-NAMES = [sidecar.token_string(lv, c) for lv, k in LEVELS for c in range(k)]
 WRITABLE = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
-
-
-def write_gguf(
-    path: Path,
-    emb: np.ndarray,
-    *,
-    qtype: str = "F32",
-    head: np.ndarray | None = None,
-    tokens: list[str] | None = None,
-    types: list[int] | None = None,
-    raw: dict[str, tuple[np.ndarray, int]] | None = None,
-) -> Path:
-    """A llama-arch GGUF with ``token_embd.weight`` (and ``output.weight``) as ``qtype``;
-    tokens default to tok0.. plus the SID names, typed NORMAL / USER_DEFINED, with one
-    CONTROL token at 0."""
-    w = gguf.GGUFWriter(path, arch="llama")
-    w.add_embedding_length(emb.shape[1])
-    w.add_tokenizer_model("gpt2")
-    n_new = len(emb) - BASE_VOCAB
-    if tokens is None:
-        tokens = ["<|endoftext|>", *(f"tok{i}" for i in range(1, BASE_VOCAB)), *NAMES[:n_new]]
-    if types is None:
-        types = [3] + [1] * (BASE_VOCAB - 1) + [4] * n_new
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    for name, m in (("token_embd.weight", emb), ("output.weight", head)):
-        if m is None:
-            continue
-        t = Q[qtype]
-        data = m.astype(np.float32)
-        if t == Q.F16:
-            w.add_tensor(name, data.astype(np.float16))
-        elif t == Q.F32:
-            w.add_tensor(name, data)
-        else:
-            w.add_tensor(name, gguf.quants.quantize(data, t), raw_dtype=t)
-    for name, (data, type_id) in (raw or {}).items():
-        w.add_tensor(name, data, raw_dtype=Q(type_id))
-    w.add_tensor("output_norm.weight", np.ones(emb.shape[1], np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
 def _emb(kind: str = "grounded") -> np.ndarray:
@@ -135,7 +89,7 @@ def test_header_parse_agrees_with_gguf_reader(tmp_path):
 def test_new_tokens_from_token_types_and_untied_head(tmp_path):
     path = write_gguf(tmp_path / "m.gguf", _emb(), head=_emb("random"), qtype="Q8_0")
     ck = open_checkpoint(path)
-    assert ck.new.source == "tokenizer" and ck.new.tokens == NAMES
+    assert ck.new.source == "tokenizer" and ck.new.tokens == SID_NAMES
     assert ck.new.level_names == ["a", "b", "c"] and ck.new.base_vocab_size == BASE_VOCAB
     assert [(m.role, m.tensor, m.dtype) for m in ck.matrices] == [
         ("input", "token_embd.weight", "Q8_0"),

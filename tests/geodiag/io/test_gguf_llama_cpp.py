@@ -125,3 +125,39 @@ def test_smollm2_file_copy_keeps_digest_of_rows_read(tmp_path, smollm2_gguf):
         a.read_rows("token_embd.weight", rows), b.read_rows("token_embd.weight", rows)
     )
     assert list(a.digests().values()) == list(b.digests().values())
+
+
+@pytest.mark.parametrize("named", ["special", "pipes"])
+def test_sids_the_converter_types_control_are_audited(
+    tmp_path, tiny_lm_dir, smollm2_gguf, converter, named
+):
+    """convert_hf_to_gguf.py types an added token CONTROL when it is special or named
+    <|...|>: the audit warns of each (the plain SIDs above are USER_DEFINED, and pass)."""
+    from transformers import AutoTokenizer
+
+    from geodiag.analysis.audit import audit
+    from geodiag.io.options import ReadOptions
+    from gti.deploy import convert
+
+    tok = AutoTokenizer.from_pretrained(smollm2_gguf.parent, gguf_file=smollm2_gguf.name)
+    names = SIDS if named == "special" else [f"<|{s[1:-1]}|>" for s in SIDS]
+    tok.add_tokens(names, special_tokens=named == "special")
+    ckpt = tiny_lm_dir(
+        len(tok),
+        name="ckpt",
+        tokenizer=tok,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    out = convert(ckpt, tmp_path / "m.gguf", "f32", cache=converter)
+    read = ReadOptions(new_tokens=(len(tok) - len(SIDS), len(tok)))
+    assert audit(open_checkpoint(ckpt, read)) == []
+    (f,) = audit(open_checkpoint(out, read))
+    assert (
+        f.kind == "gguf_control_tokens" and f.count == len(SIDS) and f.tokens.tokens[0] == names[0]
+    )

@@ -22,6 +22,7 @@ import pytest
 from tiny_models import tiny_lm
 from typer.testing import CliRunner
 
+from geodiag.analysis.audit import audit
 from geodiag.cli import app
 from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.options import ReadOptions
@@ -184,8 +185,10 @@ def test_trainable_tokens_adapter_over_the_unresized_base(tmp_path, tied):
     ckpt = open_checkpoint(folder)
     assert ckpt.matrices[0].n_rows == V0 + N_NEW and ckpt.new.base_vocab_size == V0
     if not tied:  # PEFT saved the resized embedding, not the untied head's new rows
-        assert set(got) == {"input"}
-        assert any("head 'lm_head.weight' not analyzed" in n for n in ckpt.notes)
+        assert set(got) == {"input"} and ckpt.head_left_out.tensor == "lm_head.weight"
+        kinds = {f.kind: f for f in audit(ckpt)}
+        assert "the head is not analyzed" in kinds["head_rows"].message
+        assert "adapter_head_not_trained" in kinds
 
 
 @pytest.mark.parametrize("tied", [True, False])
