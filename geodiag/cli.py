@@ -153,7 +153,7 @@ def check(
     if json_out:
         _say(dumps({"config": cfg, "results": results, "passed": all(r.passed for r in results)}))
     else:
-        from geodiag.gate.text import dropped_lines
+        from geodiag.gate.text import dropped_lines, integrity_lines
         from geodiag.gate.verdict import verdict
 
         for rep, res in zip(reports, results, strict=True):
@@ -161,6 +161,8 @@ def check(
             for m in rep.matrices:
                 for line in dropped_lines(m, indent="  "):
                     _say(terminal(f"{line} [{m.tensor}]"))
+            for line in integrity_lines(rep):  # the vocabulary audit's findings among them
+                _say(terminal(f"  {line}"))
             _say(terminal(f"  verdict: {verdict(rep, res).sentence}"))
     print_annotations(results)
     raise typer.Exit(0 if all(r.passed for r in results) else 1)

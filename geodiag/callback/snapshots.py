@@ -97,9 +97,9 @@ def measure_matrices(
     rsa_sample: int,
     rsa_permutations: int,
     seed: int,
-) -> dict[str, tuple[dict, list[str]]]:
-    """{role: (structure, names of the untrained tokens, the first SHOWN_TOKENS)} of every
-    matrix of ``ckpt``. ``fixed_rows`` (role -> FirstRows) gains each matrix not in it
+) -> dict[str, tuple[dict, np.ndarray, dict[int, str]]]:
+    """{role: (structure, the untrained tokens' ids ascending, {id: name} of the first
+    MAX_NAMED)} of every matrix of ``ckpt``. ``fixed_rows`` (role -> FirstRows) gains each matrix not in it
     yet: this snapshot is its first. Raises InputError on NaN/Inf rows."""
     opts = AnalyzeOptions(seed=seed)
     out = {}
@@ -127,9 +127,59 @@ def measure_matrices(
             level_of=None if index is None else (index, list(ckpt.new.level_names)),
         )
         assert snap.rows is not None
-        shown = np.sort(ckpt.new.ids[snap.rows.untrained])[:SHOWN_TOKENS]
-        out[matrix.role] = (structure_of_snapshot(snap), [ckpt.token(i) for i in shown])
+        ids = np.sort(ckpt.new.ids[snap.rows.untrained])
+        names = {int(i): ckpt.token(int(i)) for i in ids[:MAX_NAMED]}
+        out[matrix.role] = (structure_of_snapshot(snap), ids, names)
     return out
+
+
+# Untrained tokens whose names a snapshot keeps (the alarm names the most used of them).
+MAX_NAMED = 1000
+# The training data the callback counts: the whole dataset when it holds at most this
+# many examples, else its first this many (a zero count then says nothing).
+USAGE_EXAMPLES = 100_000
+
+
+@dataclass
+class DataUsage:
+    """How often the training dataset feeds each token id (``input_ids``)."""
+
+    counts: np.ndarray  # (max id + 1,) int64
+    n_examples: int
+    complete: bool  # every example counted: a zero means the data never feeds it
+
+    def of(self, ids: np.ndarray) -> np.ndarray:
+        inside = ids < len(self.counts)
+        out = np.zeros(len(ids), np.int64)
+        out[inside] = self.counts[ids[inside]]
+        return out
+
+
+def dataset_usage(dataset, limit: int = USAGE_EXAMPLES) -> DataUsage | None:
+    """The token counts of a training dataset whose examples hold ``input_ids`` (a
+    tokenized ``datasets.Dataset``, a list of dicts, a torch Dataset of dicts); None for
+    any other kind (an iterable dataset, raw text): nothing is guessed."""
+    try:
+        n = len(dataset)
+    except TypeError:
+        return None
+    counts = np.zeros(0, np.int64)
+    seen = min(n, limit)
+    for i in range(seen):
+        try:
+            ids = dataset[i]["input_ids"]
+        except (KeyError, TypeError, IndexError):
+            return None
+        a = np.asarray(ids.detach().cpu() if hasattr(ids, "detach") else ids).ravel()
+        if not a.size:
+            continue
+        if not np.issubdtype(a.dtype, np.integer) or a.min() < 0:
+            a = a[a >= 0].astype(np.int64)  # label padding (-100) is no token
+        found = np.bincount(a.astype(np.int64))
+        if len(found) > len(counts):
+            counts = np.concatenate([counts, np.zeros(len(found) - len(counts), np.int64)])
+        counts[: len(found)] += found
+    return DataUsage(counts, seen, seen == n)
 
 
 def untrained_why(s: dict, fixed: FirstRows) -> str:

@@ -81,9 +81,12 @@ from geodiag.callback.checkpoints import (
 )
 from geodiag.callback.distributed import join_gather, partitioned
 from geodiag.callback.snapshots import (
+    SHOWN_TOKENS,
     Collapse,
+    DataUsage,
     FirstRows,
     collapse_of,
+    dataset_usage,
     empty_structure,
     logs_of,
     measure_matrices,
@@ -182,6 +185,8 @@ class GeodiagCallback(TrainerCallback):
         self._elapsed_offset = 0.0
         self._warned_collapse = False
         self._warned_untrained = False
+        self._warned_spared = False
+        self._usage: DataUsage | None = None  # the training dataset's token counts
         self._rows: dict[str, FirstRows] = {}  # role -> fixed at the first snapshot
         self._grads: dict[str, float | None] = {}
         self._grad_step: int | None = None
@@ -232,10 +237,10 @@ class GeodiagCallback(TrainerCallback):
 
         The first call of a run fixes the reference of the row-by-row findings (the rows
         then, and the tolerance from the vocabulary's spread then)."""
-        return {role: s for role, (s, _) in self._measure(model).items()}
+        return {role: s for role, (s, *_) in self._measure(model).items()}
 
-    def _measure(self, model) -> dict[str, tuple[dict, list[str]]]:
-        """{role: (structure, names of the untrained tokens, the first SHOWN_TOKENS)}."""
+    def _measure(self, model) -> dict[str, tuple[dict, np.ndarray, dict[int, str]]]:
+        """{role: (structure, untrained ids, their names)}: measure_matrices'."""
         from geodiag.api import open_source
         from geodiag.io.memory import gathered
 
@@ -256,6 +261,8 @@ class GeodiagCallback(TrainerCallback):
         self._t0 = time.monotonic()
         self._rows, self._grads, self._grad_step = {}, {}, None
         self._tokenizer = kwargs.get("processing_class")
+        loader = kwargs.get("train_dataloader")
+        self._usage = None if loader is None else dataset_usage(getattr(loader, "dataset", None))
         if not state.is_world_process_zero:
             if state.global_step == 0 and model is not None:
                 self._measure_on_this_rank(args, state, control, model, log=False)
@@ -323,12 +330,13 @@ class GeodiagCallback(TrainerCallback):
                 )
                 self._write(args, rec)
             return
-        structures = {role: s for role, (s, _) in measured.items()}
+        structures = {role: s for role, (s, *_) in measured.items()}
         for role, s in structures.items():
             s["grad_norm"] = self._grads.get(role) if self._grad_step == step else None
-        s, names = measured["input"]
-        self.last_structure, self.last_untrained = s, names
-        collapse = self._alarms(control, main, step, s, names)
+        s, ids, names = measured["input"]
+        self.last_structure = s
+        self.last_untrained = [names[int(i)] for i in ids[:SHOWN_TOKENS] if int(i) in names]
+        collapse = self._alarms(control, main, step, s, ids, names)
         if not main:
             return
         extra = {k: v for k, v in structures.items() if k != "input"}
@@ -349,9 +357,35 @@ class GeodiagCallback(TrainerCallback):
             self._queue(logs, step)
             control.should_log = True
 
-    def _alarms(self, control, main: bool, step: int, s: dict, names: list[str]) -> Collapse:
-        """Raise the collapse and the untrained alarms that the snapshot ``s`` calls for."""
-        collapse = collapse_of(s, self.gate)
+    def _split(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(the untrained ``ids`` the alarm counts, most used first; those the training data
+        never feeds, so they cannot matter; the counted ones' counts, None without usage).
+        The gate's rule: used at least ``untrained_uses_to_fail`` times, or of unknown use
+        (a dataset counted only in part says nothing of a zero)."""
+        rule = self.gate.untrained_uses_to_fail
+        if self._usage is None or not rule:
+            return ids, ids[:0], None
+        counts = self._usage.of(ids)
+        counted = (counts >= rule) | (not self._usage.complete)
+        order = np.argsort(-counts[counted], kind="stable")
+        return ids[counted][order], ids[~counted], counts[counted][order]
+
+    def _named(self, ids: np.ndarray, counts: np.ndarray | None, names: dict[int, str]) -> str:
+        shown = [
+            names.get(int(i), f"<id {int(i)}>")
+            + ("" if counts is None else f" ({int(c)}x in the training data)")
+            for i, c in zip(ids[:SHOWN_TOKENS], counts if counts is not None else ids, strict=False)
+        ]
+        return list_names(shown, len(ids))
+
+    def _alarms(
+        self, control, main: bool, step: int, s: dict, ids: np.ndarray, names: dict[int, str]
+    ) -> Collapse:
+        """Raise the collapse and the untrained alarms that the snapshot ``s`` calls for:
+        the untrained tokens the training data feeds (all of them without usage)."""
+        counted, spared, counts = self._split(ids)
+        judged = {**s, CheckName.UNTRAINED_TOKENS: len(counted)} if counts is not None else s
+        collapse = collapse_of(judged, self.gate)
         due = self.collapse_after_steps is not None and step >= self.collapse_after_steps
         if due and collapse.collapsed:
             msg = (
@@ -359,13 +393,28 @@ class GeodiagCallback(TrainerCallback):
                 f"({'; '.join(collapse.why)})"
             )
             self._alarm(control, main, msg, self.on_collapse, "_warned_collapse")
-        if self._untrained_due(step, s):
-            n = s[CheckName.UNTRAINED_TOKENS]
+        due = self.untrained_after_steps is not None and step >= self.untrained_after_steps
+        limit = self.gate.max_untrained_tokens
+        if due and len(counted) > (0 if limit is None else limit):
+            fed = "" if counts is None else " and the training data feeds them"
+            part = ""
+            if counts is not None and not self._usage.complete:
+                part = f" (counted over its first {self._usage.n_examples} examples)"
             msg = (
-                f"geodiag: {n} of {len(self._new_ids())} new tokens are untrained after "
-                f"{step} steps ({untrained_why(s, self._rows['input'])}): " + list_names(names, n)
+                f"geodiag: {len(counted)} of {len(self._new_ids())} new tokens are untrained "
+                f"after {step} steps ({untrained_why(s, self._rows['input'])}){fed}{part}: "
+                + self._named(counted, counts, names)
             )
             self._alarm(control, main, msg, self.on_untrained, "_warned_untrained")
+        if due and len(spared) and main and not self._warned_spared:
+            logger.warning(
+                "geodiag: %d untrained new tokens the training data never feeds (%d examples "
+                "counted), so they cannot matter to this run: %s",
+                len(spared),
+                self._usage.n_examples,
+                self._named(spared, None, names),
+            )
+            self._warned_spared = True
         return collapse
 
     def _alarm(self, control, main: bool, msg: str, action: str, warned: str) -> None:
@@ -377,12 +426,6 @@ class GeodiagCallback(TrainerCallback):
         elif main and not getattr(self, warned):
             logger.warning("%s", msg)
             setattr(self, warned, True)
-
-    def _untrained_due(self, step: int, s: dict) -> bool:
-        if self.untrained_after_steps is None or step < self.untrained_after_steps:
-            return False
-        limit = self.gate.max_untrained_tokens
-        return s.get(CheckName.UNTRAINED_TOKENS, 0) > (0 if limit is None else limit)
 
     def _queue(self, logs: dict[str, float], step: int) -> None:
         if self._pending_step is not None and self._pending_step != step:

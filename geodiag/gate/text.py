@@ -7,6 +7,7 @@ must not start a line of its own or reach the terminal.
 
 from __future__ import annotations
 
+from geodiag.analysis.findings import ITEM_IDS
 from geodiag.analysis.reports import CheckpointReport, DriftReport, MatrixReport
 from geodiag.escape import terminal_lines
 from geodiag.io.tokenizer import list_names
@@ -147,7 +148,23 @@ def _untrained_lines(m: MatrixReport) -> list[str]:
             lines.append(f"  {g.size} new rows with a {what} ({u.norm_rule}): {g.listed()}")
     if m.norm_ratio is not None:
         lines.append(f"  longest new row / longest original row: {_f(m.norm_ratio)}")
+    lines += _usage_lines(u)
     lines += _token_lines(u)
+    return lines
+
+
+def _usage_lines(u) -> list[str]:
+    """Which untrained rows something feeds (geodiag.io.usage, the item IDs)."""
+    if not u.usage_sources:
+        return []
+    lines = [f"  untrained rows by use ({', '.join(u.usage_sources)}):"]
+    for g, what in (
+        (u.untrained_used, "used"),
+        (u.untrained_unused, "nothing feeds them"),
+        (u.untrained_usage_unknown, "no source says"),
+    ):
+        if g is not None:
+            lines.append(f"    {g.size} {what}: {g.listed()}")
     return lines
 
 
@@ -163,7 +180,10 @@ def _token_lines(u) -> list[str]:
     for t in u.tokens[:SHOWN_TOKEN_LINES]:
         items = "" if t.n_items is None else f"  {t.n_items} item(s)"
         dist = "" if t.movement is None or moved is None else f"  {moved} {_f(t.movement, 3)}"
-        lines.append(f"    {t.id:>8}  {t.token}{items}{dist}: {', '.join(t.findings)}")
+        fed = "".join(
+            f"  {c}x {name}" for name, c in t.used_by.items() if name != ITEM_IDS
+        )  # the item count is shown already
+        lines.append(f"    {t.id:>8}  {t.token}{items}{dist}{fed}: {', '.join(t.findings)}")
     if u.usage_movement:
         lines.append(f"  by items per code (untrained / tokens, median {moved or 'movement'}):")
         lines.append(

@@ -265,6 +265,15 @@ def neighbor_table(report: Report, p: _Ptr, shown: int, top: int = 3) -> list[di
 SHOWN_FINDING_ROWS = 20  # flagged tokens per checkpoint in the page; the JSON has more
 
 
+def _used_by(t) -> str:
+    """What feeds a flagged token (item IDs, --data files, the chat template)."""
+    if t.uses is None:
+        return "-"
+    if not t.uses:
+        return "nothing" if t.usage_known else "unknown"
+    return "; ".join(f"{c}x {name}" for name, c in t.used_by.items())
+
+
 def findings_tables(report: Report, p: _Ptr) -> list[dict]:
     """Per checkpoint and matrix: its first flagged tokens (token, id, level/code, items
     per code, movement, findings), each number read from the JSON by pointer."""
@@ -289,6 +298,7 @@ def findings_tables(report: Report, p: _Ptr) -> list[dict]:
                         Cell("-", None, "num")
                         if t.movement is None
                         else p.num(*at, "tokens", ti, "movement", digits=3),
+                        Cell(_used_by(t)),
                         Cell(", ".join(FINDINGS[k] for k in t.findings)),
                     ]
                 )

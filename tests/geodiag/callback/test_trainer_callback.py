@@ -13,6 +13,7 @@ import logging
 import warnings
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -23,6 +24,7 @@ from trainer_distributed_run import BOOKS, DIM, LEVELS, VOCAB, mean_init_model  
 import geodiag  # noqa: E402
 from geodiag.analysis.trajectory import read_records, truncate_after  # noqa: E402
 from geodiag.callback import GeodiagCallback  # noqa: E402
+from geodiag.gate.checks import GateConfig  # noqa: E402
 
 NEW = [i for ids in LEVELS.values() for i in ids]
 
@@ -394,7 +396,8 @@ class GradRecorder(transformers.TrainerCallback):
 
 def test_untrained_alarm_names_the_tokens_and_stops(tmp_path, caplog):
     """A real Trainer run: level b's rows never move, so from step K the alarm names them
-    and stops; movement, the unmoved fraction per level and the gradient norm are recorded."""
+    and stops (the rule at 0: every untrained token counts, used or not); movement, the
+    unmoved fraction per level and the gradient norm are recorded."""
     model = mean_init_model(tie=False)
     with torch.no_grad():  # new rows distinct (no identical group): only movement flags
         w = model.get_input_embeddings().weight
@@ -405,6 +408,7 @@ def test_untrained_alarm_names_the_tokens_and_stops(tmp_path, caplog):
         untrained_after_steps=3,
         on_untrained="stop",
         gate_on_save=False,
+        gate=GateConfig(untrained_uses_to_fail=0),
     )
     ref = GradRecorder()
     args = training_args(tmp_path, max_steps=10, save_strategy="no")
@@ -451,6 +455,69 @@ def test_untrained_alarm_names_the_tokens_and_stops(tmp_path, caplog):
         (4, 10.0),
     ]
     assert all(h["geodiag/grad_norm"] > 0 for h in logged)
+
+
+def _distinct_new_rows(model):
+    with torch.no_grad():
+        w = model.get_input_embeddings().weight
+        w[100:] = torch.randn(20, DIM, generator=torch.Generator().manual_seed(1)) * 0.02
+    return model
+
+
+def test_the_untrained_alarm_names_what_the_data_feeds_not_what_it_never_does(tmp_path, caplog):
+    """The default rule: the callback counts the training dataset's tokens (all 64 examples).
+    Level b's rows never move, but no example holds them: a warning says they cannot
+    matter, and training goes on; at step 2 some of level a's tokens, which the data does
+    feed, have not been drawn yet: the alarm names those, with their counts, and stops."""
+    data = FirstLevelOnly()
+    want = np.bincount(np.concatenate([data[i]["input_ids"].numpy() for i in range(len(data))]))
+    b_names = [f"<b_{i}>" for i in range(10)]
+    cb = GeodiagCallback(
+        levels=LEVELS,
+        every_n_steps=2,
+        untrained_after_steps=4,
+        on_untrained="stop",
+        gate_on_save=False,
+    )
+    args = training_args(tmp_path, max_steps=6, save_strategy="no")
+    model = _distinct_new_rows(mean_init_model(tie=False))
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[cb])
+    with caplog.at_level(logging.WARNING, logger="geodiag.callback"):
+        trainer.train()
+    assert trainer.state.global_step == 6  # b's tokens did not stop it
+    assert "stopping training" not in caplog.text
+    assert "10 untrained new tokens the training data never feeds (64 examples counted)" in (
+        caplog.text
+    )
+    assert ", ".join(b_names) in caplog.text
+    assert np.array_equal(cb._usage.counts, want) and cb._usage.complete
+    records, _ = read_records(tmp_path / "run" / "geodiag_trajectory.jsonl")
+    # Collapsed only while a token the data feeds is still unmoved (step 2: some of a's
+    # tokens not drawn yet); b's never count.
+    structures = [r["structure"] for r in records]
+    assert [r["collapsed"] for r in records] == [s["untrained_tokens"] > 10 for s in structures]
+    assert structures[-1]["untrained_tokens"] == 10
+
+    caplog.clear()
+    cb = GeodiagCallback(
+        levels=LEVELS,
+        every_n_steps=1,
+        untrained_after_steps=1,
+        on_untrained="stop",
+        gate_on_save=False,
+    )
+    args = training_args(tmp_path / "2", max_steps=6, save_strategy="no")
+    model = _distinct_new_rows(mean_init_model(tie=False))
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[cb])
+    with caplog.at_level(logging.WARNING, logger="geodiag.callback"):
+        trainer.train()
+    stopped = trainer.state.global_step
+    line = next(r.getMessage() for r in caplog.records if "stopping training" in r.getMessage())
+    assert f"after {stopped} steps" in line and "and the training data feeds them" in line
+    named = [t for t in (f"<a_{i}>" for i in range(10)) if f"{t} (" in line]
+    assert named and not any(f"{t} (" in line for t in b_names)
+    for t in named:  # each with its count in the dataset, from the reference bincount
+        assert f"{t} ({want[100 + int(t[3:-1])]}x in the training data)" in line
 
 
 def test_inf_original_rows_skip_the_snapshot_naming_them(tmp_path, caplog):
