@@ -4,8 +4,8 @@ held against each other, from the files alone.
 
 Each disagreement is an :class:`~geodiag.analysis.integrity.IntegrityFinding` with its
 remedy, in the report's ``integrity`` list beside the others (the JSON, the text table, the
-HTML report). All of them warn: a model built from these files misbehaves. None fails the
-gate, which reads no integrity finding.
+HTML report). All of them warn: a model built from these files misbehaves; the gate fails
+on them (``max_vocabulary_disagreements``, 0 by default).
 
 - ``config_vocab_size``: config.json's ``vocab_size`` is not the embedding's row count.
   ``from_pretrained`` builds the matrix from the config, so it refuses the stored one
@@ -321,14 +321,20 @@ def gguf_control_tokens(ckpt: Checkpoint) -> IntegrityFinding | None:
     )
 
 
+# The audit's findings, in the order they are listed (the module docstring's); the gate's
+# ``max_vocabulary_disagreements`` counts the report's findings of these kinds.
+AUDITS = (
+    config_vocab_size,
+    head_rows,
+    tokenizer_past_rows,
+    adapter_tokens_not_trained,
+    adapter_head_not_trained,
+    gguf_control_tokens,
+)
+AUDIT_KINDS = tuple(f.__name__ for f in AUDITS)
+
+
 def audit(ckpt: Checkpoint) -> list[IntegrityFinding]:
     """Every disagreement of ``ckpt``'s vocabulary between its files (module docstring)."""
-    found = [
-        config_vocab_size(ckpt),
-        head_rows(ckpt),
-        tokenizer_past_rows(ckpt),
-        adapter_tokens_not_trained(ckpt),
-        adapter_head_not_trained(ckpt),
-        gguf_control_tokens(ckpt),
-    ]
+    found = [check(ckpt) for check in AUDITS]
     return [f for f in found if f is not None]

@@ -27,6 +27,7 @@ class CheckName(StrEnum):
     UNTRAINED_TOKENS = "untrained_tokens"
     NORM_RATIO = "norm_ratio"
     RSA = "rsa"  # one result per level
+    VOCABULARY_DISAGREEMENTS = "vocabulary_disagreements"  # one result per checkpoint
 
 
 def shown_name(check: CheckName, level: str | None = None) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from geodiag.analysis.audit import AUDIT_KINDS
 from geodiag.analysis.findings import ITEM_IDS, SHOWN_TOKENS, UNTRAINED, UNTRAINED_USES_TO_FAIL
 from geodiag.analysis.reports import CheckpointReport, MatrixReport
 from geodiag.analysis.values import VALUES, CheckName, rsa_by_level, shown_name
@@ -219,6 +220,12 @@ def _norm_ratio(m: MatrixReport, cfg: GateConfig) -> Reading:
     )
 
 
+def _vocabulary_disagreements(report: CheckpointReport) -> Reading:
+    found = [f for f in report.integrity if f.kind in AUDIT_KINDS]
+    why = "; ".join(f"{f.kind}: {f.message}" for f in found)
+    return Reading(float(len(found)), why, shown=str(len(found)))
+
+
 def _rsa_levels(m: MatrixReport, threshold: float | None) -> list[CheckResult]:
     """One result per level. Off (the default), a low RSA warns: a random init has no
     structure but is not collapsed."""
@@ -255,8 +262,8 @@ def _rsa_levels(m: MatrixReport, threshold: float | None) -> list[CheckResult]:
 
 
 # What a check judges: the new rows together (undefined for a single row), each row, each
-# level (one result per level). GateConfig lists its checks in this order (a test checks).
-SCOPES = ("block", "row", "level")
+# level (one result per level), the checkpoint's files (one result, on the input matrix). GateConfig lists its checks in this order (a test checks).
+SCOPES = ("block", "row", "level", "checkpoint")
 ROW = "geodiag.gate.check"  # field metadata key of a row of the table
 
 
@@ -273,6 +280,7 @@ def threshold(
     scope: str = "block",
     read: Callable[[MatrixReport, GateConfig], Reading] | None = None,
     read_levels: Callable[[MatrixReport, float | None], list[CheckResult]] | None = None,
+    read_report: Callable[[CheckpointReport], Reading] | None = None,
     collapse: bool = False,
     label: str | None = None,
 ) -> Any:
@@ -285,8 +293,9 @@ def threshold(
     callback tests it whenever its snapshot records the value. label: the title of its
     panel in the report's plots over training (None: no panel).
     """
-    wanted = "read_levels" if scope == "level" else "read"
-    given = [k for k, v in (("read", read), ("read_levels", read_levels)) if v is not None]
+    wanted = {"level": "read_levels", "checkpoint": "read_report"}.get(scope, "read")
+    readers = (("read", read), ("read_levels", read_levels), ("read_report", read_report))
+    given = [k for k, v in readers if v is not None]
     if scope not in SCOPES or given != [wanted]:
         raise ValueError(f"a {scope!r} check takes {wanted}, and only {wanted}")
     option = setting(default, help=f"{help} [{default_text(default)}].", cli_default=None)
@@ -296,6 +305,7 @@ def threshold(
         scope=scope,
         read=read,
         read_levels=read_levels,
+        read_report=read_report,
         collapse=collapse,
         label=label,
     )
@@ -387,6 +397,16 @@ class GateConfig:
         read_levels=_rsa_levels,
         label="RSA against the codebook, per level",
     )
+    # The files disagree about the vocabulary (geodiag.analysis.audit): a loader refuses
+    # them, or the model built from them cannot read, emit or train some new tokens.
+    max_vocabulary_disagreements: float | None = threshold(
+        0,
+        help="Findings of the vocabulary audit: tokenizer, config.json, embedding, head, "
+        "adapter indices and GGUF token types that disagree",
+        metavar="K",
+        scope="checkpoint",
+        read_report=_vocabulary_disagreements,
+    )
 
 
 @dataclass(frozen=True)
@@ -402,6 +422,7 @@ class Check:
     scope: str  # one of SCOPES
     read: Callable[[MatrixReport, GateConfig], Reading] | None
     read_levels: Callable[[MatrixReport, float | None], list[CheckResult]] | None
+    read_report: Callable[[CheckpointReport], Reading] | None
     collapse: bool
     label: str | None
 
@@ -534,9 +555,12 @@ SINGLE_ROW = "undefined for a single new row (no spread, no pairs around its mea
 
 
 def check_matrix(m: MatrixReport, cfg: GateConfig) -> list[CheckResult]:
+    """The results of every block, row and level check on ``m``."""
     out = []
     for c in CHECKS:
         t = c.threshold(cfg)
+        if c.scope == "checkpoint":
+            continue  # run_gate judges it once per checkpoint
         if c.read_levels is not None:
             out += c.read_levels(m, t)
         elif c.scope == "block" and m.n_new < 2:
@@ -563,4 +587,7 @@ def collapse_checks(structure: Mapping[str, object], cfg: GateConfig) -> list[Ch
 
 def run_gate(report: CheckpointReport, cfg: GateConfig) -> GateResult:
     checks = [c for m in report.matrices for c in check_matrix(m, cfg)]
+    for c in CHECKS:
+        if c.scope == "checkpoint" and c.read_report is not None:
+            checks.append(c.judge(report.matrices[0].role, c.read_report(report), c.threshold(cfg)))
     return GateResult(report.path, checks, {m.role: m.tensor for m in report.matrices})

@@ -179,6 +179,12 @@ def check_sentence(c: CheckResult, m: MatrixReport) -> str:
         if ok or u is None or u.untrained is None:
             return f"no new row is still at its init (none within {_g(u.tolerance if u else None)} of another row or of the vocabulary mean)."
         return _untrained_finding(m)
+    if c.check is CheckName.VOCABULARY_DISAGREEMENTS:
+        if ok:
+            return (
+                "the tokenizer, config.json, the matrices and any adapter agree on the vocabulary."
+            )
+        return f"the files disagree about the vocabulary ({c.message})."
     if c.check is CheckName.NORM_RATIO:
         if ok:
             return f"the longest new row is {v:.3g}x the longest original row (<= {t:g})."
@@ -333,6 +339,11 @@ def _collapse(m: MatrixReport, failed_checks: list[CheckResult], remedy: str) ->
         return (
             f"the longest new row is {_g(m.norm_ratio)}x the longest original row: the model "
             "will emit it everywhere; rescale the new rows to the vocabulary's norms."
+        )
+    if CheckName.VOCABULARY_DISAGREEMENTS in failed:
+        return (
+            "the checkpoint's files disagree about the vocabulary; each finding below "
+            "names its remedy."
         )
     rsa_failed = sorted(str(c.level) for c in failed_checks if c.check is CheckName.RSA)
     if rsa_failed:

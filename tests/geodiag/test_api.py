@@ -37,10 +37,19 @@ def matrix_json(report, i=0):
     # Which untrained tokens are dead codes (and items per code) needs the sidecar's item
     # map: a file has one, rows in memory with their levels do not.
     u = d["untrained"]
-    for key in ("dead_codes", "usage_movement", "n_flagged"):
+    # So does which untrained tokens something feeds (the item IDs are one source).
+    usage = ("usage_sources", "untrained_used", "untrained_unused", "untrained_usage_unknown")
+    for key in ("dead_codes", "usage_movement", "n_flagged", *usage):
         u.pop(key)
     u["tokens"] = [
-        {**t, "n_items": None, "findings": [f for f in t["findings"] if f != "dead_code"]}
+        {
+            **t,
+            "n_items": None,
+            "uses": None,
+            "used_by": {},
+            "usage_known": None,
+            "findings": [f for f in t["findings"] if f != "dead_code"],
+        }
         for t in u["tokens"]
     ]
     u["tokens"] = [t for t in u["tokens"] if t["findings"]]

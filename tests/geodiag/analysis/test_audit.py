@@ -128,6 +128,40 @@ def test_findings_reach_the_json_the_text_table_and_the_report(tmp_path):
     assert f"config.json says vocab_size {V0}" in html.read_text()
 
 
+def test_the_gate_fails_on_a_disagreement_and_passes_a_resized_checkpoint(tmp_path):
+    """max_vocabulary_disagreements (0): the untied head left at the old size, which
+    from_pretrained refuses, fails `geodiag check` (exit 1) naming the finding; the same
+    model resized properly passes that check; the threshold raised lets it pass."""
+    model, tok = _extended(tied=False)
+    model.lm_head = torch.nn.Linear(D, V0, bias=False)
+    root = _save(model, tok, tmp_path / "head")
+    res = CliRunner().invoke(app, ["check", str(root), "--json", "--permutations", "0"])
+    assert res.exit_code == 1, res.output
+    (c,) = [
+        c
+        for c in json.loads(res.stdout)["results"][0]["checks"]
+        if c["name"] == "vocabulary_disagreements"
+    ]
+    assert (c["status"], c["value"], c["threshold"]) == ("fail", 1, 0)
+    assert "head_rows: the untied output head" in c["message"]
+    args = ["check", str(root), "--max-vocabulary-disagreements", "1", "--json"]
+    res = CliRunner().invoke(app, [*args, "--permutations", "0"])
+    (c,) = [
+        c
+        for c in json.loads(res.stdout)["results"][0]["checks"]
+        if c["name"] == "vocabulary_disagreements"
+    ]
+    assert c["status"] == "pass"
+    good = _save(*_extended(tied=False), tmp_path / "good")
+    res = CliRunner().invoke(app, ["check", str(good), "--json", "--permutations", "0"])
+    (c,) = [
+        c
+        for c in json.loads(res.stdout)["results"][0]["checks"]
+        if c["name"] == "vocabulary_disagreements"
+    ]
+    assert (c["status"], c["value"]) == ("pass", 0)
+
+
 # -- PEFT adapters -----------------------------------------------------------------------
 
 

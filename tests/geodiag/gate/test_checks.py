@@ -77,10 +77,16 @@ def test_run_gate_is_check_matrix_over_the_matrices(reports):
     cfg = GateConfig(max_mean_cosine=-0.05)
     res = run_gate(rep, cfg)
     assert res.path == rep.path and res.tensors == {"input": "model.embed_tokens.weight"}
-    assert res.checks == [c for m in rep.matrices for c in check_matrix(m, cfg)]
-    # In table order: block, row, then one result per level.
+    per_matrix = [c for m in rep.matrices for c in check_matrix(m, cfg)]
+    assert res.checks[: len(per_matrix)] == per_matrix
+    # In table order: block, row, one result per level, then one per checkpoint.
     names = [c.name for c in res.checks]
-    assert names == [c.name for c in CHECKS if c.scope != "level"] + ["rsa[a]", "rsa[b]", "rsa[c]"]
+    assert names == [c.name for c in CHECKS if c.scope in ("block", "row")] + [
+        "rsa[a]",
+        "rsa[b]",
+        "rsa[c]",
+        "vocabulary_disagreements",
+    ]
     # One failed check fails the gate.
     assert not res.passed and [c.name for c in res.checks if c.status == "fail"] == ["mean_cosine"]
 

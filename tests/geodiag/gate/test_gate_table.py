@@ -91,7 +91,8 @@ def test_rendering_replaces_the_blocks_and_only_them():
 def test_checks_are_listed_scope_by_scope():
     scopes = [SCOPES.index(c.scope) for c in CHECKS]
     assert scopes == sorted(scopes)
-    assert all((c.read is None) == (c.scope == "level") for c in CHECKS)
+    assert all((c.read is None) == (c.scope in ("level", "checkpoint")) for c in CHECKS)
+    assert all((c.read_report is None) == (c.scope != "checkpoint") for c in CHECKS)
 
 
 def test_a_threshold_takes_the_reader_of_its_scope():
