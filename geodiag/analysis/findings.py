@@ -21,6 +21,7 @@ import numpy as np
 
 from geodiag.analysis.rows import MatrixRows, PaddingRows, read_padding
 from geodiag.io.checkpoint import Checkpoint, Matrix
+from geodiag.io.references import trained_init
 from geodiag.io.tokenizer import list_names
 from geodiag.io.usage import TokenUsage
 from geodiag.metrics.geometry import ROW_BLOCK, row_norms, spread
@@ -347,7 +348,9 @@ def row_findings(
     moved = _movement(ckpt, matrix, rows, ids, sample, sample_rows, reference_held)
     movement_cut = None
     if moved is not None:
-        masks["barely_moved"], movement_cut = barely_moved(*moved)
+        barely, movement_cut = barely_moved(*moved)
+        if trained_init(ckpt.reference) is None:  # a grounded init's rows were trained
+            masks["barely_moved"] = barely
         movement, basis = moved[0], "reference"
     elif to_mean is not None:
         movement, basis = to_mean, "vocabulary mean"

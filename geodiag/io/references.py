@@ -118,20 +118,28 @@ def _sidecar_init(ckpt, ask: _Ask) -> Found | None:
     ref, why_not = _try_open(ckpt, init, ask, what)
     if ref is None:
         return Found(None, why_not)
-    strategy = (ref.sidecar.provenance if ref.sidecar is not None else {}).get("init_strategy")
-    if strategy in TRAINING_INITS:
-        # Grounding trains the new rows: a row SFT left where grounding put it is trained.
+    strategy = trained_init(ref)
+    if strategy is not None:
         return Found(
-            None,
-            f"{what}, {init}, is a `gti init --strategy {strategy}` checkpoint, whose new rows "
-            "were trained (grounded): rows that barely moved since it are not untrained, so "
-            "it is not the reference",
+            ref,
+            f"reference: {init}, {what}; a `gti init --strategy {strategy}` checkpoint, whose "
+            "new rows were trained (grounded): movement is measured from it, but a row that "
+            "barely moved since is not counted untrained",
         )
     return Found(ref, f"reference: {init}, {what}")
 
 
 # gti init strategies that train the new rows (the others only set them).
 TRAINING_INITS = ("gti",)
+
+
+def trained_init(ref) -> str | None:
+    """The strategy of a reference whose new rows were trained (a grounded gti init), per
+    its sidecar; None for any other. A row that barely moved since such a reference is
+    trained: grounding moved it."""
+    side = getattr(ref, "sidecar", None)
+    strategy = (side.provenance if side is not None else {}).get("init_strategy")
+    return strategy if strategy in TRAINING_INITS else None
 
 
 def _peft_original(ckpt, ask: _Ask) -> Found | None:

@@ -285,10 +285,10 @@ def test_two_adapters_copies_ask_for_tensor(tmp_path):
     assert ckpt.reference.matrices[0].tensor.endswith("embed_tokens.original_module.weight")
 
 
-def test_a_grounded_init_is_no_before(trainer_run, tmp_path):
+def test_a_grounded_init_measures_movement_but_flags_no_row(trainer_run, tmp_path):
     """A `gti init --strategy gti` checkpoint's rows were trained by grounding: rows that
-    SFT left where grounding put them are trained, so that init is skipped (a note) and the
-    next source is used."""
+    SFT left where grounding put them are trained, so none is flagged for barely moving
+    since it (the note says so), while movement is still measured from it."""
     run = tmp_path / "run"
     shutil.copytree(trainer_run, run)
     init = tmp_path / "grounded"
@@ -299,5 +299,15 @@ def test_a_grounded_init_is_no_before(trainer_run, tmp_path):
     later = run / "checkpoint-2"
     sidecar.write_description(later, sidecar.with_init(_levels(later), init, later), None)
     ckpt = open_checkpoint(later)
-    assert "whose new rows were trained (grounded)" in ckpt.reference_notes[0]
-    assert ckpt.reference.path == run / "checkpoint-1"
+    assert ckpt.reference.path == init
+    assert "whose new rows were trained (grounded)" in ckpt.reference_notes[-1]
+    # Movement is measured from it; no row counts untrained for barely moving since.
+    from geodiag.analysis.checkpoint import analyze_checkpoint
+    from geodiag.analysis.options import AnalyzeOptions
+
+    u = analyze_checkpoint(ckpt, AnalyzeOptions(n_permutations=0)).matrices[0].untrained
+    assert u.movement_basis == "reference" and u.barely_moved is None
+    # The same init, not grounded: the unused tokens barely moved since it.
+    sidecar.write_description(init, _levels(init), None)
+    _, barely = _untrained(later)
+    assert barely == set(UNUSED)
