@@ -129,7 +129,7 @@ def token_uses(t) -> str:
     if t.uses is None:
         return t.token
     if not t.uses:
-        return f"{t.token} (usage unknown)" if not t.usage_known else f"{t.token} (unused)"
+        return f"{t.token} (usage unknown)" if not t.usage_known else t.token
     parts = [
         f"{c} {'item ID' if c == 1 else 'item IDs'}"
         if name == ITEM_IDS
@@ -173,12 +173,20 @@ def _untrained_tokens(m: MatrixReport, cfg: GateConfig) -> Reading:
     spared = [t for t in untrained if t not in counted]
     why = warning = ""
     if n_counted:
-        unknown = sum(1 for t in counted if not t.usage_known and not t.uses)
-        hint = f"; usage unknown for {unknown} of them ({USAGE_HINT})" if unknown else ""
+        n_unknown = 0 if u.untrained_usage_unknown is None else u.untrained_usage_unknown.size
+        n_used = n_counted - n_unknown
+        fed = (
+            "and something feeds them"
+            if not n_unknown
+            else "and no source says whether anything feeds them"
+            if not n_used
+            else f"and something feeds {n_used} of them"
+        )
+        hint = f"; {n_unknown} of unknown use ({USAGE_HINT})" if n_unknown and n_used else ""
+        hint = f" ({USAGE_HINT})" if n_unknown and not n_used else hint
         why = (
             f"{n_counted} of {m.n_new} new rows never left their init "
-            f"({'; '.join(untrained_kinds(u))}) and something feeds them: "
-            f"{_listed(counted, n_counted)}{hint}"
+            f"({'; '.join(untrained_kinds(u))}) {fed}: {_listed(counted, n_counted)}{hint}"
         )
     n_spared = u.n_untrained - n_counted
     if n_spared and n_counted:  # said after a failure; a pass warns of them (below)
@@ -188,8 +196,12 @@ def _untrained_tokens(m: MatrixReport, cfg: GateConfig) -> Reading:
     if n_spared:
         warning = (
             f"{n_spared} untrained token(s) that nothing feeds, so they cannot matter "
-            f"({spare_reason(u)}): {_listed(spared, n_spared)}; drop them from the vocabulary "
-            "(re-fit the codebook so every code is used) or leave them"
+            f"({spare_reason(u)}): {_listed(spared, n_spared)}; "
+            + (
+                "re-fit the codebook so that every code is used, or drop those tokens"
+                if ITEM_IDS in u.usage_sources
+                else "drop them from the vocabulary, or leave them: no input reaches them"
+            )
         )
     return Reading(float(n_counted), why, shown=f"{n_counted}", warning=warning)
 
