@@ -98,6 +98,10 @@ def markdown_summary(results: list[GateResult]) -> str:
             name, matrix = markdown_cell(c.name), markdown_cell(c.matrix)
             lines.append(f"| {name} | {matrix} | {c.status} | {format_value(c.value)} | {thr} |")
         lines.append("")
+        # What each failure or warning found (the untrained tokens named with their use).
+        said = [c for c in res.checks if c.status in ("fail", "warn")]
+        lines += [f"- {c.status} {markdown_cell(c.name)}: {markdown_cell(c.message)}" for c in said]
+        lines += [""] if said else []
     return "\n".join(lines) + "\n"
 
 

@@ -318,3 +318,22 @@ def test_counting_streams_in_batches_and_reports_progress(sft, tmp_path, monkeyp
             want[t] += 1
     assert np.array_equal(counts, want) and source.units == 100
     assert len(said) >= 100 // 7 and said[-1].startswith("counted big.jsonl")
+
+
+def test_the_counts_reach_the_junit_the_job_summary_and_the_sarif(sft, tmp_path):
+    data = _jsonl(tmp_path / "train.jsonl", [{"text": "<x_5> <x_5> <x_6>"}])
+    junit, sarif, summary = tmp_path / "g.xml", tmp_path / "g.sarif", tmp_path / "summary.md"
+    run = subprocess.run(
+        [sys.executable, "-m", "geodiag.cli", "check", str(sft), "--data", str(data)]
+        + ["--junit", str(junit), "--sarif", str(sarif)],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "GITHUB_STEP_SUMMARY": str(summary)},
+    )
+    assert run.returncode == 1, run.stderr
+    for path in (junit, sarif, summary):
+        text = path.read_text(encoding="utf-8")
+        assert "<x_5> (2x in train.jsonl)" in text.replace("&lt;", "<").replace("&gt;", ">"), path
+    results = json.loads(sarif.read_text())["runs"][0]["results"]
+    (fail,) = [r for r in results if r["ruleId"] == "untrained_tokens"]
+    assert fail["level"] == "error" and "3 more that nothing feeds" in fail["message"]["text"]
