@@ -172,6 +172,14 @@ def test_dead_codes_are_named_as_such(make_ckpt):
     rows[dead] = rows[dead[0]]  # one fallback row for every dead code
     ckpt = make_ckpt(rows, name="dead")
     res = run("check", ckpt, "--permutations", 0)
+    # Nothing can feed a dead code: the gate warns, naming them and why, and passes.
+    assert res.exit_code == 0
+    assert f"[warn] untrained_tokens 0 <= 0: {len(dead)} untrained token(s) that nothing feeds" in (
+        res.stdout
+    )
+    assert "no item's ID uses their codes" in res.stdout
+    # Under the old rule (every untrained token counts) they fail, said to be dead codes.
+    res = run("check", ckpt, "--permutations", 0, "--untrained-uses-to-fail", 0)
     assert res.exit_code == 1
     assert f"[fail] untrained_tokens {len(dead)} > 0" in res.stdout
     assert "a code no item uses (a dead code)" in res.stdout
