@@ -165,6 +165,7 @@ def build_quantizer(sdist: Path, binary: Path, jobs: int | None = None) -> Path:
             raise InputError(build, f"the build finished without bin/{QUANTIZER}")
         staging.mkdir()
         shutil.copy2(built, staging / QUANTIZER)
+        shutil.rmtree(binary.parent, ignore_errors=True)  # a folder left without the binary
         staging.rename(binary.parent)  # whole or not at all
     print(f"built {binary} in {time.monotonic() - start:.0f} s", file=sys.stderr)
     return binary
