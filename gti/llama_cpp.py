@@ -131,7 +131,7 @@ def require_build_tools(why: str) -> None:
         raise InputError(
             "gti.deploy",
             f"{why} needs llama.cpp's {QUANTIZER}, built once from {LLAMA_CPP_PYTHON}'s "
-            f"sources with cmake and a C/C++ compiler (no {', no '.join(missing)}): install "
+            f"sources with cmake and a C/C++ compiler (missing: {', '.join(missing)}): install "
             "them (Debian/Ubuntu: apt-get install cmake g++ ninja-build), or choose a type "
             "that needs no build",
         )

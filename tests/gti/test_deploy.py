@@ -152,6 +152,7 @@ def test_missing_build_tools_exit_2_before_any_download(tmp_path, monkeypatch, c
     gone = {"c++": {"c++", "g++", "clang++"}, "ninja+make": {"ninja", "make"}}.get(absent, {absent})
     real = shutil.which
     monkeypatch.setattr(shutil, "which", lambda n, *a, **k: None if n in gone else real(n, *a, **k))
+    monkeypatch.delenv("CC", raising=False)
     monkeypatch.delenv("CXX", raising=False)
     _no_subprocess(monkeypatch)
     args = [str(tmp_path / "ckpt"), str(tmp_path / "o.gguf"), "--type", "q4_k_m"]
@@ -159,7 +160,7 @@ def test_missing_build_tools_exit_2_before_any_download(tmp_path, monkeypatch, c
     what = {"cmake": "cmake", "c++": "a C++ compiler", "ninja+make": "ninja or make"}[absent]
     assert capsys.readouterr().err.strip() == (
         "error: gti.deploy: --type q4_k_m needs llama.cpp's llama-quantize, built once from "
-        f"llama-cpp-python==0.3.36's sources with cmake and a C/C++ compiler (no {what}): "
+        f"llama-cpp-python==0.3.36's sources with cmake and a C/C++ compiler (missing: {what}): "
         "install them (Debian/Ubuntu: apt-get install cmake g++ ninja-build), or choose a "
         "type that needs no build"
     )
