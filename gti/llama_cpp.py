@@ -3,7 +3,7 @@
 - ``convert_hf_to_gguf.py`` (Python): extracted from the sdist, never built.
 - ``llama-quantize`` (C++), for the K-quants gguf-py cannot write: built once from the
   same sdist with cmake, that one target only, CPU only (no CUDA, Metal, BLAS, OpenMP,
-  network), linked statically so the one binary is all that is kept.
+  network), llama.cpp's own libraries linked in, so the one binary is all that is kept.
 
 Everything lives under ``.cache/llama.cpp/``, never committed: the sdist (fetched once
 with ``pip download --no-binary``, about a minute, and kept, so building the quantizer
