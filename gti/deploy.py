@@ -1,18 +1,16 @@
 """The study's last step: a gti checkpoint as the GGUF file llama.cpp serves.
 
-Two steps, both llama.cpp's own code:
+Every step is llama.cpp's own code (:mod:`gti.llama_cpp` fetches and builds it):
 
-1. ``convert_hf_to_gguf.py`` (from the llama-cpp-python sdist on PyPI, which vendors
-   llama.cpp; fetched once with ``pip download --no-binary`` into ``.cache/llama.cpp/``,
-   never built, never committed) writes F32, F16, BF16 or Q8_0; the new tokens keep
+1. ``convert_hf_to_gguf.py`` writes :data:`CONVERTER_TYPES` itself; the new tokens keep
    their ids and carry token type USER_DEFINED.
-2. For the other block types gguf-py can write (``gguf.quants.quantize``: Q4_0, Q4_1,
-   Q5_0, Q5_1, ...), the F32 file is requantized with gguf-py's writer: every 2-D weight
-   whose rows are whole blocks, as llama-quantize does for a pure type; 1-D tensors
-   (norms) stay F32. K-quants (Q4_K, Q6_K, ...) need llama.cpp's C++ ``llama-quantize``:
-   gguf-py dequantizes them but cannot write them.
+2. :data:`REQUANTIZED_TYPES`: the F32 file requantized with gguf-py's writer
+   (``gguf.quants.quantize``): every 2-D weight whose rows are whole blocks, as
+   llama-quantize does for a pure type; 1-D tensors (norms) stay F32.
+3. :data:`QUANTIZER_TYPES`, the K-quants gguf-py dequantizes but cannot write: the F32
+   file through llama.cpp's C++ ``llama-quantize``, built once (cmake, a C/C++ compiler).
 
-``python -m gti.deploy CKPT OUT.gguf --type q4_0``; then ``geodiag drift CKPT OUT.gguf``.
+``python -m gti.deploy CKPT OUT.gguf --type q4_k_m``; then ``geodiag drift CKPT OUT.gguf``.
 """
 
 from __future__ import annotations
@@ -21,51 +19,20 @@ import argparse
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
 from geodiag.errors import InputError, require_extra
+from gti.llama_cpp import CACHE, locate_converter, locate_quantizer, quantize
 
-LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"  # vendors the llama.cpp the table was made with
-CACHE = Path(".cache") / "llama.cpp"
 CONVERTER_TYPES = ("f32", "f16", "bf16", "q8_0")  # written by convert_hf_to_gguf.py itself
+REQUANTIZED_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1")  # by gguf-py's writer, from F32
+QUANTIZER_TYPES = ("q4_k_m", "q5_k_m", "q6_k", "q2_k")  # by llama-quantize, from F32
+TYPES = CONVERTER_TYPES + REQUANTIZED_TYPES + QUANTIZER_TYPES  # what --type takes
 # What convert_hf_to_gguf.py imports beyond the standard library and its own gguf-py:
 # checked before the sdist is fetched, so a missing one costs no download.
 CONVERTER_NEEDS = ("numpy", "torch", "transformers", "sentencepiece")
 DEPLOY_INSTALL = "pip install 'geodiag[deploy]'"
-_VENDOR = "vendor/llama.cpp/"
-_MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
-
-
-def locate_converter(cache: Path = CACHE) -> Path:
-    """``convert_hf_to_gguf.py`` of :data:`LLAMA_CPP_PYTHON`, fetched into ``cache`` once."""
-    version = LLAMA_CPP_PYTHON.partition("==")[2]
-    root = cache / version
-    script = root / "convert_hf_to_gguf.py"
-    if script.is_file():
-        return script
-    with tempfile.TemporaryDirectory(prefix="llama-sdist-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-        proc = subprocess.run([*cmd, LLAMA_CPP_PYTHON, "-d", tmp], capture_output=True, text=True)
-        sdists = sorted(Path(tmp).glob("*.tar.gz"))
-        if proc.returncode != 0 or len(sdists) != 1:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise InputError(f"pip download {LLAMA_CPP_PYTHON}", f"failed: {tail}")
-        staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=_mkdir(cache)))
-        with tarfile.open(sdists[0]) as tar:
-            for m in tar.getmembers():
-                rel = m.name.partition("/")[2]  # drop the sdist's top folder
-                if rel.startswith(_VENDOR) and rel[len(_VENDOR) :].startswith(_MEMBERS):
-                    m.name = rel[len(_VENDOR) :]
-                    tar.extract(m, staging, filter="data")
-        staging.rename(root)  # whole or not at all
-    return script
-
-
-def _mkdir(p: Path) -> Path:
-    p.mkdir(parents=True, exist_ok=True)
-    return p
 
 
 def convert(checkpoint: Path, out: Path, outtype: str = "f32", cache: Path = CACHE) -> Path:
@@ -150,22 +117,32 @@ def copy_metadata(reader, writer, skip: tuple[str, ...] = ()) -> None:
 
 
 def export(checkpoint: Path, out: Path, qtype: str, cache: Path = CACHE) -> Path:
-    """``checkpoint`` as a GGUF of type ``qtype``: the converter's own when it writes it,
-    else its F32 file requantized by gguf-py."""
-    if qtype.lower() in CONVERTER_TYPES:
-        return convert(checkpoint, out, qtype.lower(), cache)
-    writable_type(qtype)
+    """``checkpoint`` as a GGUF of type ``qtype`` (one of :data:`TYPES`): the converter's
+    own when it writes it, else its F32 file requantized by gguf-py or by llama-quantize.
+    Every check (the type, the converter's modules, the build tools) comes before any
+    download."""
+    qtype = qtype.lower()
+    if qtype not in TYPES:
+        raise InputError("--type", f"{qtype!r} is not one of {', '.join(TYPES)}")
+    if qtype in CONVERTER_TYPES:
+        return convert(checkpoint, out, qtype, cache)
+    require_extra("gti.deploy", "llama.cpp's converter", CONVERTER_NEEDS, DEPLOY_INSTALL)
+    kquant = qtype in QUANTIZER_TYPES
+    if kquant:
+        binary = locate_quantizer(cache, why=f"--type {qtype}")
+    else:
+        writable_type(qtype)
     with tempfile.TemporaryDirectory(prefix="gguf-f32-", dir=out.parent) as tmp:
         f32 = convert(checkpoint, Path(tmp) / "f32.gguf", "f32", cache)
-        return requantize(f32, out, qtype)
+        return quantize(f32, out, qtype, binary) if kquant else requantize(f32, out, qtype)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m gti.deploy", description=__doc__.splitlines()[0])
     p.add_argument("checkpoint", type=Path, help="a gti (Hugging Face) checkpoint folder")
     p.add_argument("out", type=Path, help="the .gguf file to write")
-    p.add_argument("--type", default="q8_0", help="f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1")
-    p.add_argument("--cache", type=Path, default=CACHE, help="where the converter is kept")
+    p.add_argument("--type", default="q8_0", type=str.lower, help=", ".join(TYPES))
+    p.add_argument("--cache", type=Path, default=CACHE, help="where llama.cpp's tools are kept")
     args = p.parse_args(argv)
     try:
         print(export(args.checkpoint, args.out, args.type, args.cache))

