@@ -287,9 +287,14 @@ def test_check_outputs_under_github_actions(hostile, tmp_path):
     # five cells on every row and no HTML.
     heading = re.fullmatch(r"### geodiag check (`+)(.+)\1: FAILED", lines[0])
     assert heading and "`" * len(heading[1]) not in heading[2]
-    rows = lines[1:]
+    rows = [line for line in lines[1:] if line.startswith("|")]
     assert len(rows) == 2 + len(checks) and all(gfm_pipes(row) == 6 for row in rows)
-    assert "<" not in "".join(rows)
+    # Then one line per failing or warning check, its finding escaped as a cell's text.
+    said = [line for line in lines[1:] if not line.startswith("|")]
+    warned = [c for c in checks if c["status"] in ("fail", "warn")]
+    assert len(said) == len(warned) and all(line.startswith("- ") for line in said)
+    assert all(gfm_pipes(line) == 0 for line in said)
+    assert "<" not in "".join(rows + said)
 
     data = junit.read_bytes()
     assert xml_chars_only(data.decode("utf-8"))

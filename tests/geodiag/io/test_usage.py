@@ -337,3 +337,23 @@ def test_the_counts_reach_the_junit_the_job_summary_and_the_sarif(sft, tmp_path)
     results = json.loads(sarif.read_text())["runs"][0]["results"]
     (fail,) = [r for r in results if r["ruleId"] == "untrained_tokens"]
     assert fail["level"] == "error" and "3 more that nothing feeds" in fail["message"]["text"]
+
+
+def test_the_report_shows_what_feeds_each_flagged_token(sft, tmp_path):
+    pytest.importorskip("matplotlib")
+    data = _jsonl(tmp_path / "train.jsonl", [{"text": "<x_5> <x_5> <x_5>"}])
+    html = tmp_path / "r.html"
+    run = subprocess.run(
+        [sys.executable, "-m", "geodiag.cli", "report", str(sft), "--data", str(data)]
+        + ["-o", str(html), "--permutations", "0"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    page = html.read_text(encoding="utf-8")
+    assert "<th>used by</th>" in page and "3x train.jsonl" in page
+    doc = json.loads(html.with_suffix(".json").read_text(encoding="utf-8"))
+    (entry,) = doc["checkpoints"]
+    tokens = {t["token"]: t for t in entry["report"]["matrices"][0]["untrained"]["tokens"]}
+    assert tokens["<x_5>"]["used_by"] == {"train.jsonl": 3}
+    assert tokens["<x_6>"]["uses"] == 0 and tokens["<x_6>"]["usage_known"] is True
