@@ -17,8 +17,9 @@ a constrained output that holds it. The files say part of that:
 - the chat template (``chat_template`` in tokenizer_config.json, ``chat_template.jinja``
   beside it, a GGUF file's ``tokenizer.chat_template``, or ``--chat-template FILE``),
   rendered with a short conversation (system, user, assistant; and a prompt awaiting the
-  reply) in a sandboxed jinja2 environment, as transformers renders it. The tokens it
-  emits reach the model in every conversation. A template that does not emit a token says
+  reply) in a sandboxed jinja2 environment, as transformers renders it; the added tokens
+  in the output are counted by their strings (the tokenizer splits them out so). The
+  tokens it emits reach the model in every conversation. A template that does not emit a token says
   nothing of the data's use of it, so a template alone never shows a token unused.
 """
 
@@ -222,25 +223,17 @@ def count_template(text: str, where: str, ckpt: Checkpoint) -> tuple[UsageSource
         rendered = render_template(text, _special_tokens(ckpt))
     except ValueError as e:
         return f"{where}: {e}; its tokens are not counted"
-    encoder = _encoder(ckpt, required=False)
-    n = len(ckpt.new.ids)
-    counts = np.zeros(n, np.int64)
-    if encoder is not None:
-        method = "tokenizer.json"
-        position = _positions(ckpt)
-        for r in rendered:
-            per = np.zeros(n, np.int64)
-            ids = np.asarray(encoder.encode(r, add_special_tokens=False).ids, dtype=np.int64)
-            found = ids[np.isin(ids, ckpt.new.ids)]
-            np.add.at(per, [position[int(i)] for i in found], 1)
-            counts = np.maximum(counts, per)
-    else:
-        method = "literal match of added tokens"
-        added = {t.id for t in (ckpt.tokenizer.added if ckpt.tokenizer else [])}
-        for k, tid in enumerate(ckpt.new.ids.tolist()):
-            token = ckpt.token(tid)
-            if tid in added and token:
-                counts[k] = max(r.count(token) for r in rendered)
+    # Added tokens are split out of text by literal match before the model sees it (the
+    # tokenizers library's AddedVocabulary), so counting their strings is exact and needs
+    # no tokenizer loaded: the gate stays light. A new token that is no added token is not
+    # counted here (the template is no complete source: a zero says nothing).
+    method = "literal match of added tokens"
+    counts = np.zeros(len(ckpt.new.ids), np.int64)
+    added = {t.id for t in (ckpt.tokenizer.added if ckpt.tokenizer else [])}
+    for k, tid in enumerate(ckpt.new.ids.tolist()):
+        token = ckpt.token(tid)
+        if tid in added and token:
+            counts[k] = max(r.count(token) for r in rendered)
     name = f"the chat template ({where})"
     source = UsageSource(
         name, "chat template", where, len(rendered), "conversations", False, method
@@ -251,10 +244,6 @@ def count_template(text: str, where: str, ckpt: Checkpoint) -> tuple[UsageSource
 # ---- the data ------------------------------------------------------------------------
 
 
-def _positions(ckpt: Checkpoint) -> dict[int, int]:
-    return {int(t): k for k, t in enumerate(ckpt.new.ids.tolist())}
-
-
 def _tokenizer_file(ckpt: Checkpoint) -> Path | None:
     tok = ckpt.tokenizer
     if tok is None or tok.path.name != "tokenizer.json":
@@ -262,13 +251,11 @@ def _tokenizer_file(ckpt: Checkpoint) -> Path | None:
     return tok.path
 
 
-def _encoder(ckpt: Checkpoint, *, required: bool):
-    """The checkpoint's tokenizer.json as a ``tokenizers.Tokenizer``; None (or, when
-    ``required``, InputError) without the file or the library."""
+def _encoder(ckpt: Checkpoint):
+    """The checkpoint's tokenizer.json as a ``tokenizers.Tokenizer``; InputError without
+    the file or the library."""
     path = _tokenizer_file(ckpt)
     if path is None:
-        if not required:
-            return None
         have = (
             "no tokenizer"
             if ckpt.tokenizer is None
@@ -279,13 +266,7 @@ def _encoder(ckpt: Checkpoint, *, required: bool):
             f"counting tokens in data needs the checkpoint's tokenizer.json ({have}); "
             "point at the folder that holds it",
         )
-    if required:
-        require_extra("--data", "the tokenizers library", ["tokenizers"], USAGE_INSTALL)
-    else:
-        import importlib.util
-
-        if importlib.util.find_spec("tokenizers") is None:
-            return None
+    require_extra("--data", "the tokenizers library", ["tokenizers"], USAGE_INSTALL)
     return _load_encoder(path)
 
 
@@ -315,7 +296,7 @@ def count_data(path: Path, ckpt: Checkpoint) -> tuple[UsageSource, np.ndarray]:
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "--data: no such file")
-    encoder = _encoder(ckpt, required=True)
+    encoder = _encoder(ckpt)
     tok_path = _tokenizer_file(ckpt)
     assert tok_path is not None
     st = path.stat()
