@@ -45,6 +45,11 @@ READ = ReadOptions()
 NOT_GIVEN: dict = {}
 
 
+# The reading options that count what feeds the new tokens (geodiag.io.usage): only the
+# commands that judge untrained tokens take them.
+USAGE = ("data", "chat_template")
+
+
 def reads_checkpoints(*, without: tuple[str, ...] = ()):
     """Decorate a command: its ``read`` parameter becomes the reading options."""
     return options_from("read", ReadOptions, without=without)
@@ -170,7 +175,10 @@ def check(
 
 @app.command()
 @exits_2_on_any_error
-@reads_checkpoints(without=("sidecar", "codebooks", "allow_nonfinite", "reference"))
+# What feeds the new tokens (--data, --chat-template) says nothing of how far they moved.
+@reads_checkpoints(
+    without=("sidecar", "codebooks", "allow_nonfinite", "reference", "auto_reference", *USAGE)
+)
 @measures(without=("neighbors_k",))
 def drift(
     before: Annotated[Path, typer.Argument(help="Earlier checkpoint (e.g. after init).")],
@@ -246,7 +254,7 @@ def report(
 
 @app.command("export-projector")
 @exits_2_on_any_error
-@reads_checkpoints(without=("codebooks", "reference"))
+@reads_checkpoints(without=("codebooks", "reference", "auto_reference", *USAGE))
 def export_projector(
     ckpt: Annotated[Path, typer.Argument(help="Checkpoint folder or weights file.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the projector files.")],
