@@ -325,8 +325,8 @@ def count_file(
     progress = _Progress(path.name, total, say)
     units = 0
     encode = getattr(encoder, "encode_batch_fast", None) or encoder.encode_batch
-    for texts, done in _batches(path, is_json):
-        units += len(texts)
+    for texts, done, records in _batches(path, is_json):
+        units += records
         if texts:
             encodings = encode(texts, add_special_tokens=False)
             ids = np.fromiter(chain.from_iterable(e.ids for e in encodings), dtype=np.int64)
@@ -342,8 +342,9 @@ def count_file(
     return source, counts
 
 
-def _batches(path: Path, is_json: bool) -> Iterator[tuple[list[str], int]]:
-    """(texts, bytes read so far) in batches of BATCH_TEXTS or BATCH_BYTES."""
+def _batches(path: Path, is_json: bool) -> Iterator[tuple[list[str], int, int]]:
+    """(texts, bytes read so far, records they came from) in batches of BATCH_TEXTS or
+    BATCH_BYTES (a chat record gives a text per message)."""
     try:
         f = path.open("rb")
     except OSError as e:
@@ -355,7 +356,7 @@ def _batches(path: Path, is_json: bool) -> Iterator[tuple[list[str], int]]:
             yield from _array_batches(path, f.read())
             return
         texts: list[str] = []
-        size = done = 0
+        size = done = records = 0
         for lineno, raw in enumerate(f, 1):
             done += len(raw)
             if is_json:
@@ -373,24 +374,27 @@ def _batches(path: Path, is_json: bool) -> Iterator[tuple[list[str], int]]:
                     raise InputError(path, f"line {lineno}: not UTF-8 text") from None
             texts += found
             size += len(raw)
+            records += 1
             if len(texts) >= BATCH_TEXTS or size >= BATCH_BYTES:
-                yield texts, done
-                texts, size = [], 0
-        yield texts, done
+                yield texts, done, records
+                texts, size, records = [], 0, 0
+        yield texts, done, records
 
 
-def _array_batches(path: Path, raw: bytes) -> Iterator[tuple[list[str], int]]:
+def _array_batches(path: Path, raw: bytes) -> Iterator[tuple[list[str], int, int]]:
     try:
         records = json.loads(raw)
     except (ValueError, RecursionError) as e:
         raise InputError(path, f"not JSON ({e})") from None
     texts: list[str] = []
+    n = 0
     for k, record in enumerate(records, 1):
         texts += record_texts(record, path, k, what="record")
+        n += 1
         if len(texts) >= BATCH_TEXTS:
-            yield texts, 0
-            texts = []
-    yield texts, len(raw)
+            yield texts, 0, n
+            texts, n = [], 0
+    yield texts, len(raw), n
 
 
 def record_texts(record: object, path: Path, n: int, what: str = "line") -> list[str]:

@@ -78,10 +78,11 @@ def test_data_counts_each_new_token_as_the_tokenizer_splits_it(sft, tmp_path):
     ckpt = open_checkpoint(sft, ReadOptions(data=(data,)))
     usage = token_usage(ckpt)
     (source,) = usage.sources
+    # Units are records (3), not the texts they hold (5: a chat record gives one per message).
     assert (source.name, source.kind, source.units, source.complete) == (
         "train.jsonl",
         "data",
-        5,
+        3,
         True,
     )
     counts = dict(zip(ckpt.new.tokens, usage.counts[0].tolist(), strict=True))
