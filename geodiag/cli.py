@@ -168,6 +168,8 @@ def check(
                     _say(terminal(f"{line} [{m.tensor}]"))
             for line in integrity_lines(rep):  # the vocabulary audit's findings among them
                 _say(terminal(f"  {line}"))
+            for note in rep.usage_notes:  # a source of usage that could not be counted
+                _say(terminal(f"  note: {note}"))
             _say(terminal(f"  verdict: {verdict(rep, res).sentence}"))
     print_annotations(results)
     raise typer.Exit(0 if all(r.passed for r in results) else 1)

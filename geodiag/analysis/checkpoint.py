@@ -328,7 +328,7 @@ def measure_checkpoint(
             held.append(rows)
     report = _checkpoint_report(ckpt, opts, matrices, held)  # integrity: a tied head's check
     if usage is not None:
-        report.usage = usage.sources
+        report.usage, report.usage_notes = usage.sources, list(usage.notes)
         report.notes += usage.notes
     if not keep_rows:
         for rows in held:

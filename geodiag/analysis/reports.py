@@ -99,6 +99,9 @@ class CheckpointReport:
     # What feeds the new tokens besides the item IDs: --data files, the chat template
     # (geodiag.io.usage); per token in each matrix's untrained findings.
     usage: list[UsageSource] = field(default_factory=list)
+    # What could not be counted, and why (a template that does not render, no jinja2): in
+    # the notes too; `check` prints these, since they change what its verdict knows.
+    usage_notes: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -261,8 +261,13 @@ class GeodiagCallback(TrainerCallback):
         self._t0 = time.monotonic()
         self._rows, self._grads, self._grad_step = {}, {}, None
         self._tokenizer = kwargs.get("processing_class")
+        # The training data: the dataloader the Trainer hands its callbacks, else the
+        # dataset of the trainer this callback was attached to.
         loader = kwargs.get("train_dataloader")
-        self._usage = None if loader is None else dataset_usage(getattr(loader, "dataset", None))
+        dataset = getattr(loader, "dataset", None)
+        if dataset is None and self._trainer is not None:
+            dataset = getattr(self._trainer, "train_dataset", None)
+        self._usage = None if dataset is None else dataset_usage(dataset)
         if not state.is_world_process_zero:
             if state.global_step == 0 and model is not None:
                 self._measure_on_this_rank(args, state, control, model, log=False)

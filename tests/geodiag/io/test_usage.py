@@ -358,3 +358,24 @@ def test_the_report_shows_what_feeds_each_flagged_token(sft, tmp_path):
     tokens = {t["token"]: t for t in entry["report"]["matrices"][0]["untrained"]["tokens"]}
     assert tokens["<x_5>"]["used_by"] == {"train.jsonl": 3}
     assert tokens["<x_6>"]["uses"] == 0 and tokens["<x_6>"]["usage_known"] is True
+
+
+def test_without_jinja2_check_says_the_template_was_not_counted(sft, tmp_path, monkeypatch):
+    """The light install (no `usage` extra): the template is not rendered, and `check`
+    says so beside its verdict instead of judging as if it had been."""
+    import importlib.util
+
+    from typer.testing import CliRunner
+
+    from geodiag.cli import app
+
+    template = tmp_path / "t.jinja"
+    template.write_text("{% for m in messages %}<x_7>{% endfor %}", encoding="utf-8")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "jinja2" else real(name, *a)
+    )
+    res = CliRunner().invoke(app, ["check", str(sft), "--chat-template", str(template)])
+    assert res.exit_code == 1, res.output
+    assert "note: chat template" in res.stdout and "needs jinja2" in res.stdout
+    assert "pip install 'geodiag[usage]'" in res.stdout
