@@ -11,6 +11,7 @@ one :class:`InputError` naming the URL as shown (never its credentials), at once
 
 from __future__ import annotations
 
+import bisect
 import sys
 import time
 from collections.abc import Callable
@@ -102,11 +103,10 @@ class HttpFile:
 
     def size(self) -> int:
         if self._size is None:
-            with request(self.url, self.where, self.headers, method="HEAD") as r:
-                length = r.headers.get("Content-Length")
-            if length is None or not length.isdigit():
+            _, length, _ = request(self.url, self.where, self.headers, method="HEAD")
+            if length is None:
                 raise InputError(self.where, "the server gives no Content-Length for the file")
-            self._size = int(length)
+            self._size = length
         return self._size
 
     def read(self, spans: list[tuple[int, int]]) -> list[bytes]:
@@ -117,21 +117,15 @@ class HttpFile:
             if nbytes == 0:
                 out.append(b"")
                 continue
-            begin = max(s for s in starts if s <= offset)
+            begin = starts[bisect.bisect_right(starts, offset) - 1]
             data = fetched[begin][offset - begin : offset - begin + nbytes]
             out.append(_exact(self.where, data, (offset, nbytes)))
         return out
 
     def _range(self, offset: int, nbytes: int) -> bytes:
         headers = {**self.headers, "Range": f"bytes={offset}-{offset + nbytes - 1}"}
-        with request(self.url, self.where, headers) as r:
-            if r.status != 206 and not (r.status == 200 and offset == 0):
-                raise InputError(
-                    self.where,
-                    f"the server ignores byte ranges (answered {r.status} to a Range request): "
-                    "geodiag reads remote weights by ranges; download the folder instead",
-                )
-            data = _read_body(r, self.where, nbytes)
+        _, _, data = request(self.url, self.where, headers)
+        data = data[:nbytes]
         self.bytes_read += len(data)
         self._progress()
         return data
@@ -151,25 +145,17 @@ class HttpFile:
         )
 
 
-def _read_body(r, where: str, nbytes: int | None) -> bytes:
-    try:
-        return r.read() if nbytes is None else r.read(nbytes)
-    except OSError as e:  # urllib's URLError among them
-        raise InputError(where, f"connection lost while reading ({e})") from None
-
-
 def fetch_whole(url: str, where: str, headers: dict[str, str]) -> bytes:
-    """A small file's bytes, in one GET (retried as every request is)."""
-    with request(url, where, headers) as r:
-        return _read_body(r, where, None)
+    """A small file's bytes, in one GET."""
+    return request(url, where, headers)[2]
 
 
 def exists(url: str, where: str, headers: dict[str, str]) -> bool:
     """HEAD ``url``: True on 2xx, False on 404; any other failure raises as
     :func:`request` does."""
     try:
-        with request(url, where, headers, method="HEAD"):
-            return True
+        request(url, where, headers, method="HEAD")
+        return True
     except _NotFound:
         return False
 
@@ -178,39 +164,65 @@ class _NotFound(InputError):
     pass
 
 
-def request(url: str, where: str, headers: dict[str, str], method: str = "GET"):
-    """The open response to ``method url``; retried on a timeout, a dropped connection or
-    a 5xx answer; an InputError naming ``where`` on anything else that fails."""
+def request(
+    url: str, where: str, headers: dict[str, str], method: str = "GET"
+) -> tuple[int, int | None, bytes]:
+    """(status, Content-Length, body) of ``method url``; retried with backoff on a timeout,
+    a dropped connection (before or during the body) or a 5xx answer; an InputError naming
+    ``where`` on anything else that fails. ``Authorization`` is not sent on to a host a
+    redirect leads to (the Hub's resolve route redirects to a signed CDN URL)."""
     import socket  # the HTTP stack only when a URL is read: not on a local gate's path
     import urllib.error
     import urllib.request
 
-    req = urllib.request.Request(url, headers=headers, method=method)
+    req = urllib.request.Request(
+        url, headers={k: v for k, v in headers.items() if k != "Authorization"}, method=method
+    )
+    if "Authorization" in headers:
+        req.add_unredirected_header("Authorization", headers["Authorization"])
     problem = ""
     for attempt in range(RETRIES):
         if attempt:
             time.sleep(BACKOFF_S * 2 ** (attempt - 1))
         try:
-            return urllib.request.urlopen(req, timeout=CONNECT_TIMEOUT_S)
+            with urllib.request.urlopen(req, timeout=CONNECT_TIMEOUT_S) as r:
+                length = r.headers.get("Content-Length")
+                size = int(length) if length and length.isdigit() else None
+                if "Range" in headers and r.status != 206:
+                    raise InputError(
+                        where,
+                        f"the server ignores byte ranges (answered {r.status} to a Range "
+                        "request): geodiag reads remote weights by ranges; download the "
+                        "folder instead",
+                    )
+                return r.status, size, r.read() if method == "GET" else b""
         except urllib.error.HTTPError as e:
             e.close()
             if e.code == 404:
                 raise _NotFound(where, "not found on the server (HTTP 404)") from None
             if e.code in (401, 403):
                 raise InputError(
-                    where,
-                    f"refused (HTTP {e.code}): set HF_TOKEN to a token that may read it"
-                    if "Authorization" not in headers
-                    else f"refused (HTTP {e.code}): the token in HF_TOKEN may not read it",
+                    where, f"refused (HTTP {e.code}): {_refused_hint(headers)}"
                 ) from None
             if e.code < 500:
                 raise InputError(where, f"the server answered HTTP {e.code} ({e.reason})") from None
             problem = f"HTTP {e.code} ({e.reason})"
         except urllib.error.URLError as e:
-            reason = e.reason
-            if isinstance(reason, (ConnectionRefusedError, socket.gaierror)):  # no use retrying
-                raise InputError(where, f"cannot connect ({reason})") from None
-            problem = f"{reason}"
-        except (TimeoutError, ConnectionError) as e:
+            if isinstance(e.reason, (ConnectionRefusedError, socket.gaierror)):  # no use retrying
+                raise InputError(where, f"cannot connect ({e.reason})") from None
+            problem = f"{e.reason}"
+        except (OSError, http_client_errors()) as e:  # a timeout, a reset, a short body
             problem = f"{e.__class__.__name__}: {e}"
     raise InputError(where, f"gave up after {RETRIES} tries: {problem}")
+
+
+def http_client_errors() -> type[Exception]:
+    import http.client
+
+    return http.client.HTTPException  # IncompleteRead, RemoteDisconnected's base among them
+
+
+def _refused_hint(headers: dict[str, str]) -> str:
+    if "Authorization" in headers:
+        return "the token sent (HF_TOKEN) may not read it"
+    return "it needs credentials (for the Hub: hf://ORG/NAME with HF_TOKEN set)"

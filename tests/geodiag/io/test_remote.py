@@ -184,3 +184,23 @@ def test_a_closed_port_fails_fast(tmp_path):
 def test_coalesce_merges_nearby_spans():
     spans = [(0, 10), (10, 10), (100, 5), (10_000_000, 4)]
     assert byte_ranges.coalesce(spans, gap=1000) == [(0, 105), (10_000_000, 4)]
+
+
+def test_a_long_read_says_its_progress(tmp_path, serve, monkeypatch):
+    monkeypatch.setattr(byte_ranges, "PROGRESS_AFTER_S", 0.0)
+    write_checkpoint(tmp_path / "ckpt", planted_new_rows("grounded", base_rows()))
+    server = serve(tmp_path)
+    said: list[str] = []
+    url = f"{server.url}/ckpt/model.safetensors"
+    f = byte_ranges.HttpFile(url, url, say=said.append)
+    head, tail = f.read([(0, 8), (f.size() - 4, 4)])
+    assert len(head) == 8 and len(tail) == 4
+    assert said and said[0].startswith(f"reading {url}: ")
+
+
+def test_a_weights_file_url(tmp_path, serve):
+    ckpt = tmp_path / "ckpt"
+    write_checkpoint(ckpt, planted_new_rows("grounded", base_rows()))
+    server = serve(tmp_path)
+    remote = _metrics(f"{server.url}/ckpt/model.safetensors")
+    assert _comparable(remote) == _comparable(_metrics(str(ckpt / "model.safetensors")))
