@@ -67,6 +67,10 @@ def measures(*, without: tuple[str, ...] = (), **fixed):
     return options_from("analysis", AnalyzeOptions, without=without, build=build)
 
 
+CHECKPOINT_HELP = (
+    "Checkpoint folder or weights file, or a folder's URL: https://HOST/PATH or "
+    "hf://ORG/NAME[@REVISION][/SUBFOLDER] (read by byte ranges)."
+)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (strict: no NaN/Infinity).")]
 
 
@@ -102,7 +106,7 @@ def _main(
 @reads_checkpoints()
 @measures()
 def metrics(
-    ckpt: Annotated[Path, typer.Argument(help="Checkpoint folder or weights file.")],
+    ckpt: Annotated[str, typer.Argument(help=CHECKPOINT_HELP)],
     json_out: JsonOpt = False,
     read: ReadOptions = READ,
     analysis: AnalyzeOptions = ANALYZE,
@@ -124,7 +128,9 @@ def metrics(
 @options_from("thresholds", GateConfig, build=dict)
 @measures(without=("neighbors_k",), neighbors_max=0)  # the gate needs no neighbours
 def check(
-    ckpt: Annotated[list[Path], typer.Argument(help="One or more checkpoints to gate.")],
+    ckpt: Annotated[
+        list[str], typer.Argument(help="One or more checkpoints to gate (folders, files or URLs).")
+    ],
     thresholds: dict = NOT_GIVEN,
     config: Annotated[
         Path | None,

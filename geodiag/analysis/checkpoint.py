@@ -370,7 +370,7 @@ def _checkpoint_report(
         )
     return CheckpointReport(
         geodiag_version=__version__,
-        path=str(ckpt.path),
+        path=ckpt.location or str(ckpt.path),
         store=ckpt.store.description,
         tied=ckpt.tied,
         n_new_tokens=len(ckpt.new.ids),

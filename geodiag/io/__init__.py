@@ -5,6 +5,8 @@ Bottom to top, each module importing only those above it in this list
 
 - ``layouts``: where a folder keeps its weights (the Hub cache), and the layouts named
   but not read (sharded distributed checkpoints, Git LFS pointers, other frameworks);
+- ``byte_ranges``: a file's bytes by ranges, on disk or behind an HTTP(S) URL (retried,
+  nearby ranges read with one request): what the safetensors reader reads through;
 - ``safetensors``: a validating safetensors reader that reads only the rows asked for,
   and a small writer;
 - ``tensor_store``: :class:`~geodiag.io.tensor_store.TensorStore`, the questions every
@@ -16,6 +18,8 @@ Bottom to top, each module importing only those above it in this list
   (``mlx_lm.convert -q``), dequantized as mlx does, wrapped around a safetensors store by ``store``;
 - ``store``: those questions over one file, a sharded set, a torch pickle or a GGUF file
   (``open_store``: the one place that picks the store for a path);
+- ``remote``: a checkpoint folder behind an ``https://`` or ``hf://`` URL: its small files
+  fetched into a temporary folder, its safetensors weights read by byte ranges;
 - ``memory``: the same questions over a numpy array, a torch tensor or a model;
 - ``tensor_names``: which tensor is the input embedding, which the output head;
 - ``peft_adapter``: a PEFT adapter folder over its base, rows as PEFT merges them;

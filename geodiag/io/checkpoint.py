@@ -40,6 +40,7 @@ from geodiag.io.new_tokens import (
 from geodiag.io.options import ReadOptions
 from geodiag.io.peft_adapter import AdapterInfo, is_adapter, open_adapter
 from geodiag.io.references import reference_of
+from geodiag.io.remote import is_remote, open_remote
 from geodiag.io.stack import detect_stack
 from geodiag.io.store import FLOAT_DTYPES, is_float, open_store
 from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES, find_input_tensor, find_output_head
@@ -131,6 +132,9 @@ class Checkpoint:
     # The folders its files are looked up in, first match wins (the weights', then a
     # PEFT adapter's base): where the tokenizer's config and chat template sit.
     roots: list[Path] = field(default_factory=list)
+    # The checkpoint as shown in reports: the path, or the URL as given (geodiag.io.remote;
+    # ``path`` is then the folder its small files were fetched into).
+    location: str = ""
     _codebook_digest: str | None = None
 
     def use_reference(self, ref: Checkpoint, why: str) -> None:
@@ -222,8 +226,14 @@ def open_checkpoint(
     but the row values, in the module docstring's order. ``declared``: new tokens named in
     Python (the API), over every flag and file; their codebooks are the caller's to give."""
     opts = opts or ReadOptions()
-    path, hub_note = resolve_hub_cache(Path(path))
-    store, adapter, roots = _open_weights(path, opts)
+    location = None
+    if is_remote(path):  # its small files fetched into a folder, its weights read by ranges
+        remote = open_remote(str(path))
+        path, hub_note, location = remote.folder, None, remote.where
+        store, adapter, roots = remote.store, None, [remote.folder]
+    else:
+        path, hub_note = resolve_hub_cache(Path(path))
+        store, adapter, roots = _open_weights(path, opts)
     base_ckpt = open_base(Path(opts.base)) if adapter is None and opts.base is not None else None
     beside = _finder(roots)
     config, tok = _config_and_tokenizer(store, beside)
@@ -274,6 +284,7 @@ def open_checkpoint(
         head_left_out=head_left_out,
         read=opts,
         roots=roots,
+        location=location or str(path),
         _codebook_digest=book_digest,
     )
     ckpt.reference, ckpt.reference_notes = reference_of(ckpt, opts, declared, open_checkpoint)

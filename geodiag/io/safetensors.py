@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.atomic import atomic_path
-from geodiag.errors import InputError, cannot_read, nested_too_deeply
+from geodiag.errors import InputError, nested_too_deeply
+from geodiag.io.byte_ranges import ByteSource, LocalFile
 from geodiag.io.layouts import check_not_lfs_pointer
 
 # dtype name -> numpy dtype of the stored bytes, for the dtypes geodiag decodes
@@ -113,31 +114,24 @@ class SafetensorsFile:
     read order: provenance for "which bytes did this report look at".
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        try:
-            size = self.path.stat().st_size
-        except FileNotFoundError:
-            raise InputError(self.path, "file not found") from None
-        except OSError as e:
-            raise cannot_read(self.path, e) from None
-        check_not_lfs_pointer(self.path)
+    def __init__(self, path: str | os.PathLike[str], source: ByteSource | None = None) -> None:
+        """``source``: where the bytes come from (a URL's ranges); the file ``path`` if None."""
+        self.path = Path(path) if source is None else source.where
+        self.source = LocalFile(self.path) if source is None else source
+        size = self.source.size()
+        if source is None:
+            check_not_lfs_pointer(self.path)
         if size < 8:
             raise InputError(
                 self.path, f"truncated: {size} bytes, too short for a safetensors header"
             )
-        try:
-            f = open(self.path, "rb")
-        except OSError as e:
-            raise cannot_read(self.path, e) from None
-        with f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            if n > MAX_HEADER_BYTES or 8 + n > size:
-                raise InputError(
-                    self.path,
-                    f"corrupt or truncated: header claims {n} bytes but the file has {size - 8} after the length field",
-                )
-            raw_header = f.read(n)
+        (n,) = struct.unpack("<Q", self.source.read([(0, 8)])[0])
+        if n > MAX_HEADER_BYTES or 8 + n > size:
+            raise InputError(
+                self.path,
+                f"corrupt or truncated: header claims {n} bytes but the file has {size - 8} after the length field",
+            )
+        raw_header = self.source.read([(8, n)])[0]
         self.digest = hashlib.sha256(raw_header)
         try:
             header = json.loads(raw_header.decode("utf-8"), object_pairs_hook=_unique_keys)
@@ -262,14 +256,7 @@ class SafetensorsFile:
             raise InputError(self.path, f"no tensor named '{name}'") from None
 
     def _pread(self, offset: int, nbytes: int) -> bytes:
-        with open(self.path, "rb") as f:
-            f.seek(offset)
-            data = f.read(nbytes)
-        if len(data) != nbytes:
-            raise InputError(
-                self.path, f"truncated while reading: wanted {nbytes} bytes at {offset}"
-            )
-        return data
+        return self.source.read([(offset, nbytes)])[0]
 
     def _raw_rows(
         self, info: TensorInfo, rows: np.ndarray, dt: np.dtype | None = None
@@ -291,16 +278,18 @@ class SafetensorsFile:
         sorted_rows = rows[order]
         # Runs of consecutive (or repeated) row ids become one read each.
         breaks = np.flatnonzero(np.diff(sorted_rows) > 1) + 1
-        with open(self.path, "rb") as f:
-            for run in np.split(np.arange(len(rows)), breaks):
-                first, last = int(sorted_rows[run[0]]), int(sorted_rows[run[-1]])
-                f.seek(info.begin + first * row_bytes)
-                nbytes = (last - first + 1) * row_bytes
-                data = f.read(nbytes)
-                if len(data) != nbytes:
-                    raise InputError(self.path, f"truncated while reading tensor '{info.name}'")
-                block = np.frombuffer(data, dtype=dt).reshape(last - first + 1, width)
-                out[order[run]] = block[sorted_rows[run] - first]
+        runs = np.split(np.arange(len(rows)), breaks)
+        firsts = [int(sorted_rows[run[0]]) for run in runs]
+        lasts = [int(sorted_rows[run[-1]]) for run in runs]
+        spans = [
+            (info.begin + first * row_bytes, (last - first + 1) * row_bytes)
+            for first, last in zip(firsts, lasts, strict=True)
+        ]
+        for run, first, last, data in zip(
+            runs, firsts, lasts, self.source.read(spans), strict=True
+        ):
+            block = np.frombuffer(data, dtype=dt).reshape(last - first + 1, width)
+            out[order[run]] = block[sorted_rows[run] - first]
         return out.reshape((len(rows), *info.shape[1:]))
 
     def _decode(self, info: TensorInfo, raw: np.ndarray, float32: bool = False) -> np.ndarray:

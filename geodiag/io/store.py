@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +26,16 @@ from geodiag.io.tensor_store import TensorStore
 class SafetensorsStore:
     """One file, or shards listed by ``model.safetensors.index.json``; shards open lazily."""
 
-    def __init__(self, weight_map: dict[str, Path], description: str) -> None:
+    def __init__(
+        self,
+        weight_map: dict[str, Path],
+        description: str,
+        open_file: Callable[[Path], SafetensorsFile] = SafetensorsFile,
+    ) -> None:
+        """``open_file``: a file of ``weight_map`` opened (a URL's, by ranges: geodiag.io.remote)."""
         self._weight_map = weight_map
         self._open: dict[Path, SafetensorsFile] = {}
+        self._open_file = open_file
         self.description = description
 
     @classmethod
@@ -39,30 +47,17 @@ class SafetensorsStore:
 
     @classmethod
     def sharded(cls, index_path: Path) -> SafetensorsStore:
-        try:
-            index = json.loads(index_path.read_text(encoding="utf-8"))
-            weight_map = index["weight_map"]
-            if not isinstance(weight_map, dict):
-                raise TypeError
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
-            raise InputError(
-                index_path, "not a valid shard index (needs a 'weight_map' object)"
-            ) from None
-        except RecursionError:
-            raise nested_too_deeply(index_path) from None
-        except OSError as e:
-            raise cannot_read(index_path, e) from None
-        files = {name: index_path.parent / str(shard) for name, shard in weight_map.items()}
+        shards = shard_names(index_path)
+        files = {name: index_path.parent / shard for name, shard in shards.items()}
         for shard in sorted(set(files.values())):
             if not shard.is_file():
                 raise InputError(index_path, f"names shard '{shard.name}', which is missing")
-        n_shards = len(set(files.values()))
-        return cls(files, f"sharded safetensors ({n_shards} shards, {index_path.name})")
+        return cls(files, sharded_description(shards, index_path.name))
 
     def _file(self, name: str) -> SafetensorsFile:
         path = self.file_of(name)
         if path not in self._open:
-            self._open[path] = SafetensorsFile(path)
+            self._open[path] = self._open_file(path)
         f = self._open[path]
         if name not in f.tensors:
             raise InputError(
@@ -97,6 +92,28 @@ class SafetensorsStore:
 
     def digests(self) -> dict[str, str]:
         return {str(p): f.digest.hexdigest() for p, f in self._open.items()}
+
+
+def shard_names(index_path: Path) -> dict[str, str]:
+    """Tensor name -> shard file name, from a ``model.safetensors.index.json``."""
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+        weight_map = index["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise TypeError
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        raise InputError(
+            index_path, "not a valid shard index (needs a 'weight_map' object)"
+        ) from None
+    except RecursionError:
+        raise nested_too_deeply(index_path) from None
+    except OSError as e:
+        raise cannot_read(index_path, e) from None
+    return {name: str(shard) for name, shard in weight_map.items()}
+
+
+def sharded_description(shards: dict[str, str], index_name: str) -> str:
+    return f"sharded safetensors ({len(set(shards.values()))} shards, {index_name})"
 
 
 class TorchStore:

@@ -1,0 +1,228 @@
+"""Byte ranges of one file, on disk or behind an HTTP(S) URL: what the safetensors reader
+reads through (:class:`ByteSource`), so there is one reader for both.
+
+HTTP reads use the standard library alone (``urllib.request``, ``Range`` headers, HEAD for
+the size): a CI gate installs nothing more to read a checkpoint where it lives. Nearby
+spans are read with one request (:data:`COALESCE_GAP`): a run of consecutive rows costs one
+round trip, not one per row. Timeouts, dropped connections and 5xx answers are retried
+with backoff (:data:`RETRIES`); 401/403/404, a refused connection and an unknown host are
+one :class:`InputError` naming the URL as shown (never its credentials), at once.
+"""
+
+from __future__ import annotations
+
+import bisect
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from geodiag.errors import InputError, cannot_read
+from geodiag.escape import terminal
+
+CONNECT_TIMEOUT_S = 10.0  # per request; an unreachable host fails in seconds, not minutes
+RETRIES = 4  # tries per request on a timeout, a dropped connection or a 5xx answer
+BACKOFF_S = 0.5  # wait before the second try, doubled for each try after it
+# Spans closer than this are read with one request and the bytes between them dropped:
+# a round trip costs more than 256 KB on any link a checkpoint is read over.
+COALESCE_GAP = 256 * 1024
+PROGRESS_AFTER_S = 3.0  # a progress line on stderr once a source has read this long
+PROGRESS_EVERY_S = 10.0
+
+
+class ByteSource(Protocol):
+    """One file's bytes: its size, and the bytes of spans ``(offset, nbytes)``."""
+
+    where: str  # the file or URL as shown in errors and digests
+
+    def size(self) -> int: ...
+    def read(self, spans: list[tuple[int, int]]) -> list[bytes]: ...
+
+
+class LocalFile:
+    def __init__(self, path: Path) -> None:
+        self.path, self.where = path, str(path)
+
+    def size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            raise InputError(self.path, "file not found") from None
+        except OSError as e:
+            raise cannot_read(self.path, e) from None
+
+    def read(self, spans: list[tuple[int, int]]) -> list[bytes]:
+        try:
+            f = open(self.path, "rb")
+        except OSError as e:
+            raise cannot_read(self.path, e) from None
+        out = []
+        with f:
+            for offset, nbytes in spans:
+                f.seek(offset)
+                out.append(f.read(nbytes))
+        return [_exact(self.where, data, span) for data, span in zip(out, spans, strict=True)]
+
+
+def _exact(where: str, data: bytes, span: tuple[int, int]) -> bytes:
+    if len(data) != span[1]:
+        raise InputError(where, f"truncated while reading: wanted {span[1]} bytes at {span[0]}")
+    return data
+
+
+def coalesce(spans: list[tuple[int, int]], gap: int = COALESCE_GAP) -> list[tuple[int, int]]:
+    """Sorted ``(offset, nbytes)`` requests covering ``spans``, spans closer than ``gap``
+    bytes sharing one."""
+    merged: list[list[int]] = []
+    for offset, nbytes in sorted(s for s in spans if s[1] > 0):
+        if merged and offset <= merged[-1][1] + gap:
+            merged[-1][1] = max(merged[-1][1], offset + nbytes)
+        else:
+            merged.append([offset, offset + nbytes])
+    return [(begin, end - begin) for begin, end in merged]
+
+
+class HttpFile:
+    """A file behind an HTTP(S) URL, read by ranges. ``headers`` (a token) go with every
+    request and nowhere else; ``where`` is the URL as shown."""
+
+    def __init__(
+        self,
+        url: str,
+        where: str,
+        headers: dict[str, str] | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.url, self.where, self.headers = url, where, dict(headers or {})
+        self._size: int | None = None
+        self.bytes_read = 0
+        self._say = say or (lambda msg: print(terminal(msg), file=sys.stderr, flush=True))
+        self._start = self._last = time.monotonic()
+        self._shown = False
+
+    def size(self) -> int:
+        if self._size is None:
+            _, length, _ = request(self.url, self.where, self.headers, method="HEAD")
+            if length is None:
+                raise InputError(self.where, "the server gives no Content-Length for the file")
+            self._size = length
+        return self._size
+
+    def read(self, spans: list[tuple[int, int]]) -> list[bytes]:
+        fetched = {begin: self._range(begin, nbytes) for begin, nbytes in coalesce(spans) if nbytes}
+        starts = sorted(fetched)
+        out = []
+        for offset, nbytes in spans:
+            if nbytes == 0:
+                out.append(b"")
+                continue
+            begin = starts[bisect.bisect_right(starts, offset) - 1]
+            data = fetched[begin][offset - begin : offset - begin + nbytes]
+            out.append(_exact(self.where, data, (offset, nbytes)))
+        return out
+
+    def _range(self, offset: int, nbytes: int) -> bytes:
+        headers = {**self.headers, "Range": f"bytes={offset}-{offset + nbytes - 1}"}
+        _, _, data = request(self.url, self.where, headers)
+        data = data[:nbytes]
+        self.bytes_read += len(data)
+        self._progress()
+        return data
+
+    def _progress(self) -> None:
+        now = time.monotonic()
+        if (
+            now - self._start < PROGRESS_AFTER_S
+            or now - self._last < PROGRESS_EVERY_S * self._shown
+        ):
+            return
+        self._last, self._shown = now, True
+        rate = self.bytes_read / max(now - self._start, 1e-9) / 1e6
+        self._say(
+            f"reading {self.where}: {self.bytes_read / 1e6:.0f} MB of "
+            f"{self.size() / 1e6:.0f} MB, {rate:.1f} MB/s"
+        )
+
+
+def fetch_whole(url: str, where: str, headers: dict[str, str]) -> bytes:
+    """A small file's bytes, in one GET."""
+    return request(url, where, headers)[2]
+
+
+def exists(url: str, where: str, headers: dict[str, str]) -> bool:
+    """HEAD ``url``: True on 2xx, False on 404; any other failure raises as
+    :func:`request` does."""
+    try:
+        request(url, where, headers, method="HEAD")
+        return True
+    except _NotFound:
+        return False
+
+
+class _NotFound(InputError):
+    pass
+
+
+def request(
+    url: str, where: str, headers: dict[str, str], method: str = "GET"
+) -> tuple[int, int | None, bytes]:
+    """(status, Content-Length, body) of ``method url``; retried with backoff on a timeout,
+    a dropped connection (before or during the body) or a 5xx answer; an InputError naming
+    ``where`` on anything else that fails. ``Authorization`` is not sent on to a host a
+    redirect leads to (the Hub's resolve route redirects to a signed CDN URL)."""
+    import socket  # the HTTP stack only when a URL is read: not on a local gate's path
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(
+        url, headers={k: v for k, v in headers.items() if k != "Authorization"}, method=method
+    )
+    if "Authorization" in headers:
+        req.add_unredirected_header("Authorization", headers["Authorization"])
+    problem = ""
+    for attempt in range(RETRIES):
+        if attempt:
+            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+        try:
+            with urllib.request.urlopen(req, timeout=CONNECT_TIMEOUT_S) as r:
+                length = r.headers.get("Content-Length")
+                size = int(length) if length and length.isdigit() else None
+                if "Range" in headers and r.status != 206:
+                    raise InputError(
+                        where,
+                        f"the server ignores byte ranges (answered {r.status} to a Range "
+                        "request): geodiag reads remote weights by ranges; download the "
+                        "folder instead",
+                    )
+                return r.status, size, r.read() if method == "GET" else b""
+        except urllib.error.HTTPError as e:
+            e.close()
+            if e.code == 404:
+                raise _NotFound(where, "not found on the server (HTTP 404)") from None
+            if e.code in (401, 403):
+                raise InputError(
+                    where, f"refused (HTTP {e.code}): {_refused_hint(headers)}"
+                ) from None
+            if e.code < 500:
+                raise InputError(where, f"the server answered HTTP {e.code} ({e.reason})") from None
+            problem = f"HTTP {e.code} ({e.reason})"
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, (ConnectionRefusedError, socket.gaierror)):  # no use retrying
+                raise InputError(where, f"cannot connect ({e.reason})") from None
+            problem = f"{e.reason}"
+        except (OSError, http_client_errors()) as e:  # a timeout, a reset, a short body
+            problem = f"{e.__class__.__name__}: {e}"
+    raise InputError(where, f"gave up after {RETRIES} tries: {problem}")
+
+
+def http_client_errors() -> type[Exception]:
+    import http.client
+
+    return http.client.HTTPException  # IncompleteRead, RemoteDisconnected's base among them
+
+
+def _refused_hint(headers: dict[str, str]) -> str:
+    if "Authorization" in headers:
+        return "the token sent (HF_TOKEN) may not read it"
+    return "it needs credentials (for the Hub: hf://ORG/NAME with HF_TOKEN set)"

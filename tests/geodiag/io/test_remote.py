@@ -1,0 +1,206 @@
+"""Checkpoints read in place over HTTP (geodiag.io.remote): against a real server process
+(range_server.py) that serves byte ranges and logs the bytes it sends, the verdict and the
+metrics are the local folder's, and the weights cost only their header and the rows read."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from geodiag.cli import app
+from geodiag.io import byte_ranges
+from geodiag.io.safetensors import SafetensorsFile, save_file
+from tests.geodiag.geodiag_fixtures import DIM, base_rows, planted_new_rows, write_checkpoint
+
+SERVER = Path(__file__).with_name("range_server.py")
+runner = CliRunner()
+TOKEN = "hf_secret_test_token_123"
+REPO = "org/tiny-sid"
+
+
+class Server:
+    """range_server.py on a free port, serving ``root``; stopped by :meth:`stop`."""
+
+    def __init__(self, root: Path, log: Path, *args: str) -> None:
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVER), str(root), str(log), *args],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.port = int(self.proc.stdout.readline())
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def requests(self) -> list[dict]:
+        if not self.log.is_file():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+    def bytes_sent(self, name: str = "") -> int:
+        return sum(r["bytes"] for r in self.requests() if r["path"].endswith(name))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def serve(tmp_path):
+    servers = []
+
+    def start(root: Path, *args: str) -> Server:
+        s = Server(root, tmp_path / f"log{len(servers)}.jsonl", *args)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def big_checkpoint(root: Path, n_base: int = 20_000, layer_rows: int = 4096) -> Path:
+    """A checkpoint whose original vocabulary is large beside its 24 new rows, with a
+    transformer layer larger than the embedding, as in real models."""
+    base = np.concatenate([base_rows(seed=s) for s in range(n_base // 300 + 1)])[:n_base]
+    rows = planted_new_rows("grounded", base)
+    write_checkpoint(root, rows, base=base)
+    f = SafetensorsFile(root / "model.safetensors")
+    tensors = {name: f.read(name).astype(np.float32) for name in f.keys()}
+    tensors["model.layers.1.mlp.weight"] = np.ones((layer_rows, 1024), np.float32)
+    save_file(tensors, root / "model.safetensors")
+    return root
+
+
+def _metrics(target: str) -> dict:
+    res = runner.invoke(app, ["metrics", target, "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def _comparable(report: dict) -> dict:
+    """The report less where it was read from (path, file, digests keyed by file)."""
+    if isinstance(report, dict):
+        return {
+            k: _comparable(v) for k, v in report.items() if k not in ("path", "file", "digests")
+        }
+    if isinstance(report, list):
+        return [_comparable(v) for v in report]
+    return report
+
+
+def test_https_folder_reads_as_the_local_folder_at_a_fraction_of_the_bytes(tmp_path, serve):
+    ckpt = big_checkpoint(tmp_path / "ckpt")
+    server = serve(tmp_path)
+    url = f"{server.url}/ckpt"
+    local, remote = _metrics(str(ckpt)), _metrics(url)
+    assert remote["path"] == url
+    assert _comparable(remote) == _comparable(local)
+    weights = (ckpt / "model.safetensors").stat().st_size
+    embedding = 20_024 * DIM * 4
+    sent = server.bytes_sent("model.safetensors")
+    # The header, the new rows, and the vocabulary pass over every original row
+    # (geodiag.analysis.vocabulary): the embedding once, the 16 MB layer never.
+    assert sent < 1.2 * embedding < 0.2 * weights, (sent, embedding, weights)
+    print(f"weights {weights} B, embedding {embedding} B, sent {sent} B ({sent / weights:.1%})")
+
+
+def test_check_gives_the_local_verdict_and_exit_code(tmp_path, serve):
+    ckpt = tmp_path / "ckpt"
+    write_checkpoint(ckpt, planted_new_rows("mean", base_rows()), sharded=True)
+    server = serve(tmp_path)
+    local = runner.invoke(app, ["check", str(ckpt), "--json"])
+    remote = runner.invoke(app, ["check", f"{server.url}/ckpt", "--json"])
+    assert remote.exit_code == local.exit_code == 1, remote.output
+    assert _comparable(json.loads(remote.stdout)) == _comparable(json.loads(local.stdout))
+    # Only the shard holding the embedding is opened: the layer's shard is never asked for.
+    paths = [r["path"] for r in server.requests()]
+    assert any(p.endswith("model-00001-of-00002.safetensors") for p in paths)
+    assert not any(p.endswith("model-00002-of-00002.safetensors") for p in paths)
+
+
+def hf_layout(tmp_path: Path) -> Path:
+    """The Hub's resolve route on disk: the server serves ``/org/name/resolve/main/...``."""
+    write_checkpoint(tmp_path / "hub", planted_new_rows("grounded", base_rows()))
+    return tmp_path / "hub"
+
+
+def test_hf_url_with_token(tmp_path, serve, monkeypatch):
+    root = hf_layout(tmp_path)
+    server = serve(root, "--prefix", f"/{REPO}/resolve/v1/sub", "--token", TOKEN)
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    remote = _metrics(f"hf://{REPO}@v1/sub")
+    assert remote["path"] == f"hf://{REPO}@v1/sub"
+    assert _comparable(remote) == _comparable(_metrics(str(root)))
+    assert TOKEN not in json.dumps(remote)
+
+
+def test_hf_url_refused_without_token(tmp_path, serve, monkeypatch):
+    server = serve(hf_layout(tmp_path), "--prefix", f"/{REPO}/resolve/main", "--token", TOKEN)
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    res = runner.invoke(app, ["check", f"hf://{REPO}"])
+    assert res.exit_code == 2
+    assert f"hf://{REPO}/" in res.output and "401" in res.output and "HF_TOKEN" in res.output
+    monkeypatch.setenv("HF_TOKEN", "wrong-" + TOKEN)
+    res = runner.invoke(app, ["check", f"hf://{REPO}"])
+    assert res.exit_code == 2 and TOKEN not in res.output and "401" in res.output
+
+
+def test_missing_folder_is_exit_2_naming_the_url(tmp_path, serve):
+    server = serve(tmp_path)
+    res = runner.invoke(app, ["check", f"{server.url}/nothing-here"])
+    assert res.exit_code == 2
+    assert f"{server.url}/nothing-here" in res.output and "no model weights" in res.output
+
+
+def test_server_errors_are_retried(tmp_path, serve, monkeypatch):
+    monkeypatch.setattr(byte_ranges, "BACKOFF_S", 0.01)
+    write_checkpoint(tmp_path / "ckpt", planted_new_rows("grounded", base_rows()))
+    server = serve(tmp_path, "--fail-first", "2")
+    assert _metrics(f"{server.url}/ckpt")["n_new_tokens"] == 24
+    assert [r["status"] for r in server.requests()[:3]] == [500, 500, 200]
+
+
+def test_a_closed_port_fails_fast(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    res = runner.invoke(app, ["check", f"http://127.0.0.1:{port}/ckpt"])
+    assert res.exit_code == 2 and "cannot connect" in res.output, res.output
+    assert f"http://127.0.0.1:{port}/ckpt" in res.output
+    assert time.monotonic() - start < 5
+
+
+def test_coalesce_merges_nearby_spans():
+    spans = [(0, 10), (10, 10), (100, 5), (10_000_000, 4)]
+    assert byte_ranges.coalesce(spans, gap=1000) == [(0, 105), (10_000_000, 4)]
+
+
+def test_a_long_read_says_its_progress(tmp_path, serve, monkeypatch):
+    monkeypatch.setattr(byte_ranges, "PROGRESS_AFTER_S", 0.0)
+    write_checkpoint(tmp_path / "ckpt", planted_new_rows("grounded", base_rows()))
+    server = serve(tmp_path)
+    said: list[str] = []
+    url = f"{server.url}/ckpt/model.safetensors"
+    f = byte_ranges.HttpFile(url, url, say=said.append)
+    head, tail = f.read([(0, 8), (f.size() - 4, 4)])
+    assert len(head) == 8 and len(tail) == 4
+    assert said and said[0].startswith(f"reading {url}: ")
+
+
+def test_a_weights_file_url(tmp_path, serve):
+    ckpt = tmp_path / "ckpt"
+    write_checkpoint(ckpt, planted_new_rows("grounded", base_rows()))
+    server = serve(tmp_path)
+    remote = _metrics(f"{server.url}/ckpt/model.safetensors")
+    assert _comparable(remote) == _comparable(_metrics(str(ckpt / "model.safetensors")))
