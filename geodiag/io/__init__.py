@@ -16,7 +16,11 @@ Bottom to top, each module importing only those above it in this list
   metadata and token list, opened by ``store`` only for a ``.gguf``;
 - ``mlx_quantized``: the packed matrices of an MLX-quantized safetensors checkpoint
   (``mlx_lm.convert -q``), dequantized as mlx does, wrapped around a safetensors store by ``store``;
-- ``store``: those questions over one file, a sharded set, a torch pickle or a GGUF file
+- ``dcp``: a torch.distributed.checkpoint folder (FSDP2's ``dcp.save``, a Trainer's
+  ``pytorch_model_fsdp_0/``): its ``.metadata`` unpickled with only DCP's own classes, the
+  rows asked for read by byte range from the ``.distcp`` shards that hold them;
+- ``store``: those questions over one file, a sharded set, a torch pickle, a GGUF file or a
+  DCP folder
   (``open_store``: the one place that picks the store for a path);
 - ``remote``: a checkpoint folder behind an ``https://`` or ``hf://`` URL: its small files
   fetched into a temporary folder, its safetensors weights read by byte ranges;

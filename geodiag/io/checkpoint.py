@@ -28,7 +28,7 @@ import numpy as np
 from geodiag.errors import InputError
 from geodiag.io import sidecar as sidecar_mod
 from geodiag.io.codebooks import codebooks_of
-from geodiag.io.layouts import resolve_hub_cache
+from geodiag.io.layouts import FSDP_SUBFOLDERS, dcp_folder, resolve_hub_cache
 from geodiag.io.new_tokens import (
     Declared,
     NewTokens,
@@ -300,7 +300,10 @@ def _open_weights(
         # Files beside the weights: the adapter folder's own first, else the base's.
         base_root = adapter.base_path if adapter.base_path.is_dir() else adapter.base_path.parent
         return store, adapter, [path, base_root]
-    return open_store(path), None, [path if path.is_dir() else path.parent]
+    roots = [path if path.is_dir() else path.parent]
+    if path.is_dir() and path.match(FSDP_SUBFOLDERS) and dcp_folder(path):
+        roots.append(path.parent)  # pytorch_model_fsdp_0/: config and tokenizer sit above
+    return open_store(path), None, roots
 
 
 def _config_and_tokenizer(

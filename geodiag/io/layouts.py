@@ -4,8 +4,9 @@
   read through the snapshot ``refs/main`` names (:func:`resolve_hub_cache`);
 - a Git LFS pointer in place of a weights file (``git clone`` without git-lfs: ~130 bytes
   of text): named, with ``git lfs pull`` (:func:`lfs_pointer_problem`);
-- formats with no reader yet (a torch.distributed.checkpoint folder, FSDP's
-  ``pytorch_model_fsdp_0/``, DeepSpeed ZeRO's ``global_step*/``, sharded ``.bin``, TF,
+- a torch.distributed.checkpoint folder, or FSDP's ``pytorch_model_fsdp_0/`` inside a
+  checkpoint folder: found here (:func:`dcp_weights`), read by ``geodiag.io.dcp``;
+- formats with no reader yet (DeepSpeed ZeRO's ``global_step*/``, sharded ``.bin``, TF,
   Flax, ONNX): the format and the command that converts it (:func:`unread_layout`).
 
 Each problem is an exit-2 message naming the format and the way out; nothing here reads
@@ -21,6 +22,8 @@ from geodiag.errors import InputError, cannot_read
 LFS_SPEC = b"version https://git-lfs.github.com/spec/"
 # A pointer file is a few short lines (version, oid, size); anything larger is not one.
 LFS_POINTER_MAX_BYTES = 1024
+# Where accelerate (and the Trainer through it) saves a sharded FSDP model: one per model.
+FSDP_SUBFOLDERS = "pytorch_model_fsdp_*"
 
 
 def resolve_hub_cache(path: Path) -> tuple[Path, str | None]:
@@ -76,34 +79,30 @@ def check_not_lfs_pointer(path: Path) -> None:
         raise problem
 
 
-def _dcp_folder(p: Path) -> bool:
+def dcp_folder(p: Path) -> bool:
+    """A torch.distributed.checkpoint folder: ``.metadata`` beside ``*.distcp`` shards."""
     return (p / ".metadata").is_file() and any(p.glob("*.distcp"))
 
 
-def _merge_weights(folder: Path) -> str:
-    return (
-        f"`accelerate merge-weights {folder} OUT/` (writes OUT/model.safetensors), or torch's "
-        "`torch.distributed.checkpoint.format_utils.dcp_to_torch_save`; then check OUT/ with "
-        "the config and tokenizer copied beside it"
-    )
+def dcp_weights(p: Path) -> Path | None:
+    """The DCP folder holding ``p``'s weights: ``p`` itself, or the one FSDP subfolder
+    (``pytorch_model_fsdp_0/``, as the Trainer and accelerate's ``save_state`` write with
+    a sharded state dict) of a checkpoint folder; None when there is neither."""
+    if dcp_folder(p):
+        return p
+    fsdp = sorted(d for d in p.glob(FSDP_SUBFOLDERS) if d.is_dir() and dcp_folder(d))
+    if len(fsdp) > 1:
+        raise InputError(
+            p,
+            f"several FSDP sharded models ({', '.join(d.name for d in fsdp)}): pass the "
+            "folder of the one to read",
+        )
+    return fsdp[0] if fsdp else None
 
 
 def unread_layout(p: Path) -> str | None:
     """What the folder ``p`` holds when geodiag finds no weights it reads, and the command
     that converts it; None when it recognizes nothing."""
-    if _dcp_folder(p):
-        return (
-            "a torch.distributed.checkpoint (DCP) folder (.metadata + *.distcp, e.g. FSDP2's "
-            f"sharded state dict), not read yet: consolidate it with {_merge_weights(p)}"
-        )
-    fsdp = sorted(d for d in p.glob("pytorch_model_fsdp_*") if d.is_dir() and _dcp_folder(d))
-    if fsdp:
-        return (
-            f"an FSDP sharded checkpoint ({fsdp[0].name}/: torch.distributed.checkpoint "
-            "shards, as the Trainer saves with fsdp_state_dict_type SHARDED_STATE_DICT), not "
-            f"read yet: consolidate it with {_merge_weights(fsdp[0])}, or save with "
-            "FULL_STATE_DICT"
-        )
     zero = sorted(d for d in p.glob("global_step*") if d.is_dir() and any(d.glob("*states.pt")))
     if zero:
         here = p / "zero_to_fp32.py"

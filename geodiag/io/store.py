@@ -1,5 +1,6 @@
 """Where a checkpoint's tensors live: one safetensors file, a sharded set, a torch pickle,
-or a GGUF file (``geodiag.io.gguf``, imported only when one is opened); MLX-quantized
+a GGUF file (``geodiag.io.gguf``, imported only when one is opened) or a
+torch.distributed.checkpoint folder (``geodiag.io.dcp``, likewise); MLX-quantized
 safetensors are read through ``geodiag.io.mlx_quantized``.
 
 All stores answer the same questions (names, shape, dtype, read rows) so the
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
-from geodiag.io.layouts import check_not_lfs_pointer, unread_layout
+from geodiag.io.layouts import check_not_lfs_pointer, dcp_weights, unread_layout
 from geodiag.io.safetensors import FLOAT_DTYPES, SafetensorsFile
 from geodiag.io.tensor_store import TensorStore
 
@@ -239,6 +240,10 @@ def _open_store(p: Path) -> TensorStore:
     if (p / "pytorch_model.bin").is_file():
         check_not_lfs_pointer(p / "pytorch_model.bin")
         return TorchStore(p / "pytorch_model.bin")
+    if (dcp := dcp_weights(p)) is not None:
+        from geodiag.io.dcp import DCPStore
+
+        return DCPStore(dcp)
     if (what := unread_layout(p)) is not None:
         raise InputError(p, what)
     raise InputError(

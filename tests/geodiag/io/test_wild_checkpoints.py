@@ -331,7 +331,7 @@ def test_sentencepiece_folder_names_its_added_tokens(tmp_path):
     assert "no added tokens in tokenizer.model" in line
 
 
-# ---- 3, 4. formats not read yet, the Hub cache, LFS pointers --------------------------------
+# ---- 3, 4. DCP, formats not read yet, the Hub cache, LFS pointers --------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -339,25 +339,26 @@ def saved(tmp_path_factory):
     return _extended(tmp_path_factory.mktemp("saved") / "m", trained=True)
 
 
-def test_dcp_folders_name_the_format_and_the_converter(saved, tmp_path):
-    """torch.distributed.checkpoint as FSDP2 and the Trainer write it (one process here:
-    dcp.save needs no process group for a plain state dict)."""
+def test_one_process_dcp_folders_are_read_as_their_source(saved, tmp_path):
+    """torch.distributed.checkpoint without a process group (one chunk per tensor), bare
+    and as the Trainer's pytorch_model_fsdp_0/: the figures of the safetensors it holds
+    (the 2-rank FSDP2 layouts: tests/geodiag/io/test_dcp.py)."""
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import load_file
 
     state = {"model": load_file(str(saved / "model.safetensors"))}
-    bare = tmp_path / "dcp"
+    bare, trainer = tmp_path / "dcp", tmp_path / "checkpoint-500"
     dcp.save(state, checkpoint_id=str(bare))
-    assert (bare / ".metadata").is_file() and list(bare.glob("*.distcp"))
-    line = one_line_exit_2(run("check", bare))
-    assert "torch.distributed.checkpoint (DCP)" in line and "accelerate merge-weights" in line
-    trainer = tmp_path / "checkpoint-500"
     dcp.save(state, checkpoint_id=str(trainer / "pytorch_model_fsdp_0"))
-    for name in ("config.json", "tokenizer.json"):
-        shutil.copy(saved / name, trainer / name)
-    line = one_line_exit_2(run("check", trainer))
-    assert "FSDP sharded checkpoint (pytorch_model_fsdp_0/" in line
-    assert "accelerate merge-weights" in line and "FULL_STATE_DICT" in line
+    for folder in (bare, trainer):
+        for name in ("config.json", "tokenizer.json"):
+            shutil.copy(saved / name, folder / name)
+    want = run("metrics", saved, "--permutations", 0)
+    for folder in (bare, trainer):
+        res = run("metrics", folder, "--permutations", 0)
+        assert res.exit_code == want.exit_code == 0, res.output
+        # all but the first line, which names the folder and its store
+        assert res.stdout.split("\n", 1)[1] == want.stdout.split("\n", 1)[1]
 
 
 def test_deepspeed_zero_folder_names_zero_to_fp32(saved, tmp_path):
