@@ -189,9 +189,12 @@ def check(
 )
 @measures(without=("neighbors_k",))
 def drift(
-    before: Annotated[Path, typer.Argument(help="Earlier checkpoint (e.g. after init).")],
+    before: Annotated[str, typer.Argument(help="Earlier checkpoint (e.g. after init); a URL too.")],
     after: Annotated[
-        Path, typer.Argument(help="Later checkpoint with the same new tokens (e.g. after SFT).")
+        str,
+        typer.Argument(
+            help="Later checkpoint with the same new tokens (e.g. after SFT); a URL too."
+        ),
     ],
     json_out: JsonOpt = False,
     read: ReadOptions = READ,
@@ -221,10 +224,11 @@ def report_options(param: str, *names: str):
 @report_options("measuring", "n_permutations", "seed")  # last, as in the other commands
 def report(
     ckpt: Annotated[
-        list[Path],
+        list[str],
         typer.Argument(
-            help="Checkpoints, compared side by side (e.g. init, then SFT); the checkpoint-N "
-            "folders of a run, and trajectory .jsonl files, add metric-vs-step plots."
+            help="Checkpoints, compared side by side (e.g. init, then SFT; folders, files or "
+            "URLs); the checkpoint-N folders of a run, and trajectory .jsonl files, add "
+            "metric-vs-step plots."
         ),
     ],
     output: Annotated[

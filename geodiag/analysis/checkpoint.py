@@ -386,7 +386,9 @@ def _checkpoint_report(
         stack=ckpt.stack,
         codebook=health,
         integrity=integrity(ckpt, matrices, held) + audit(ckpt),
-        reference=None if ckpt.reference is None else str(ckpt.reference.path),
+        reference=None
+        if ckpt.reference is None
+        else ckpt.reference.location or str(ckpt.reference.path),
     )
 
 

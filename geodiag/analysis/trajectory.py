@@ -42,6 +42,7 @@ from pathlib import Path
 from geodiag.analysis.reports import CheckpointReport
 from geodiag.analysis.values import VALUES, CheckName, rsa_by_level, rsa_p_by_level
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
+from geodiag.io.remote import is_remote
 from geodiag.metrics.snapshot import Snapshot
 
 TRAJECTORY_FILENAME = "geodiag_trajectory.jsonl"
@@ -331,11 +332,14 @@ def _run_folder(path: Path) -> list[Path] | None:
     return found or None
 
 
-def split_inputs(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
+def split_inputs(paths: Iterable[Path | str]) -> tuple[list, list[Path]]:
     """(checkpoints, trajectory JSONL files) among a report's inputs, order kept; a run
     folder (``output_dir`` with ``checkpoint-N`` folders and no weights) stands for them."""
     ckpts, trajs = [], []
     for p in paths:
+        if is_remote(p):  # a URL stays a string: Path() would drop one of its slashes
+            ckpts.append(p)
+            continue
         for q in _run_folder(Path(p)) or [Path(p)]:
             (trajs if is_trajectory_file(q) else ckpts).append(q)
     return ckpts, trajs

@@ -139,7 +139,10 @@ class Checkpoint:
 
     def use_reference(self, ref: Checkpoint, why: str) -> None:
         """Measure the movement from ``ref`` (same new tokens), ``why`` saying whose it is."""
-        self.reference, self.reference_notes = ref, [f"reference: {ref.path} ({why})"]
+        self.reference, self.reference_notes = (
+            ref,
+            [f"reference: {ref.location or ref.path} ({why})"],
+        )
 
     def base_padding_rows(
         self, matrix: Matrix, ids: np.ndarray

@@ -204,3 +204,43 @@ def test_a_weights_file_url(tmp_path, serve):
     server = serve(tmp_path)
     remote = _metrics(f"{server.url}/ckpt/model.safetensors")
     assert _comparable(remote) == _comparable(_metrics(str(ckpt / "model.safetensors")))
+
+
+def test_report_and_drift_take_urls(tmp_path, serve):
+    """`geodiag report hf://A hf://B` (here two https folders) pairs and renders them as it
+    does the local folders; `drift` reads both sides by URL."""
+    pytest.importorskip("matplotlib")
+    write_checkpoint(tmp_path / "init", planted_new_rows("mean", base_rows()))
+    write_checkpoint(tmp_path / "sft", planted_new_rows("grounded", base_rows()))
+    server = serve(tmp_path)
+    a, b = f"{server.url}/init", f"{server.url}/sft"
+    html = tmp_path / "r.html"
+    res = runner.invoke(app, ["report", a, b, "-o", str(html), "--permutations", "0"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(html.with_suffix(".json").read_text(encoding="utf-8"))
+    assert [e["report"]["path"] for e in doc["checkpoints"]] == [a, b]
+    local = tmp_path / "local.html"
+    res = runner.invoke(
+        app,
+        ["report", str(tmp_path / "init"), str(tmp_path / "sft"), "-o", str(local)]
+        + ["--permutations", "0"],
+    )
+    mine = json.loads(local.with_suffix(".json").read_text(encoding="utf-8"))
+    # The same numbers and verdicts; the pair's reference named by its URL.
+    assert doc["checkpoints"][1]["report"]["reference"] == a
+
+    def numbers(report: dict) -> dict:  # less the notes and reference, which name it
+        return {k: v for k, v in _comparable(report).items() if k not in ("notes", "reference")}
+
+    assert [numbers(e["report"]) for e in doc["checkpoints"]] == [
+        numbers(e["report"]) for e in mine["checkpoints"]
+    ]
+    res = runner.invoke(app, ["drift", a, b, "--json", "--permutations", "0"])
+    there = runner.invoke(
+        app,
+        ["drift", str(tmp_path / "init"), str(tmp_path / "sft"), "--json"]
+        + ["--permutations", "0"],
+    )
+    assert res.exit_code == there.exit_code == 0, res.output
+    strip = lambda d: [{k: v for k, v in r.items() if k not in ("before", "after")} for r in d]  # noqa: E731
+    assert strip(json.loads(res.stdout)) == strip(json.loads(there.stdout))
