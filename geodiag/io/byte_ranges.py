@@ -83,30 +83,29 @@ def coalesce(spans: list[tuple[int, int]], gap: int = COALESCE_GAP) -> list[tupl
     return [(begin, end - begin) for begin, end in merged]
 
 
-class HttpFile:
-    """A file behind an HTTP(S) URL, read by ranges. ``headers`` (a token) go with every
-    request and nowhere else; ``where`` is the URL as shown."""
+class RangedFile:
+    """A file read by ranged requests: nearby spans share one request (:func:`coalesce`),
+    and a read that lasts says its progress. A subclass says how to ask for the size
+    (:meth:`_stat_size`) and for one range (:meth:`_fetch`); ``where`` is the file as
+    shown, never its credentials."""
 
-    def __init__(
-        self,
-        url: str,
-        where: str,
-        headers: dict[str, str] | None = None,
-        say: Callable[[str], None] | None = None,
-    ) -> None:
-        self.url, self.where, self.headers = url, where, dict(headers or {})
+    def __init__(self, where: str, say: Callable[[str], None] | None = None) -> None:
+        self.where = where
         self._size: int | None = None
         self.bytes_read = 0
         self._say = say or (lambda msg: print(terminal(msg), file=sys.stderr, flush=True))
         self._start = self._last = time.monotonic()
         self._shown = False
 
+    def _stat_size(self) -> int:
+        raise NotImplementedError
+
+    def _fetch(self, offset: int, nbytes: int) -> bytes:
+        raise NotImplementedError
+
     def size(self) -> int:
         if self._size is None:
-            _, length, _ = request(self.url, self.where, self.headers, method="HEAD")
-            if length is None:
-                raise InputError(self.where, "the server gives no Content-Length for the file")
-            self._size = length
+            self._size = self._stat_size()
         return self._size
 
     def read(self, spans: list[tuple[int, int]]) -> list[bytes]:
@@ -123,9 +122,7 @@ class HttpFile:
         return out
 
     def _range(self, offset: int, nbytes: int) -> bytes:
-        headers = {**self.headers, "Range": f"bytes={offset}-{offset + nbytes - 1}"}
-        _, _, data = request(self.url, self.where, headers)
-        data = data[:nbytes]
+        data = self._fetch(offset, nbytes)[:nbytes]
         self.bytes_read += len(data)
         self._progress()
         return data
@@ -143,6 +140,31 @@ class HttpFile:
             f"reading {self.where}: {self.bytes_read / 1e6:.0f} MB of "
             f"{self.size() / 1e6:.0f} MB, {rate:.1f} MB/s"
         )
+
+
+class HttpFile(RangedFile):
+    """A file behind an HTTP(S) URL, read by ranges. ``headers`` (a token) go with every
+    request and nowhere else; ``where`` is the URL as shown."""
+
+    def __init__(
+        self,
+        url: str,
+        where: str,
+        headers: dict[str, str] | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__(where, say)
+        self.url, self.headers = url, dict(headers or {})
+
+    def _stat_size(self) -> int:
+        _, length, _ = request(self.url, self.where, self.headers, method="HEAD")
+        if length is None:
+            raise InputError(self.where, "the server gives no Content-Length for the file")
+        return length
+
+    def _fetch(self, offset: int, nbytes: int) -> bytes:
+        headers = {**self.headers, "Range": f"bytes={offset}-{offset + nbytes - 1}"}
+        return request(self.url, self.where, headers)[2]
 
 
 def fetch_whole(url: str, where: str, headers: dict[str, str]) -> bytes:
