@@ -1,5 +1,6 @@
 """A checkpoint folder behind a URL, read in place: ``https://host/path/folder`` (``http://``
-too) or ``hf://ORG/NAME[@REVISION][/SUBFOLDER]``.
+too), ``hf://ORG/NAME[@REVISION][/SUBFOLDER]`` or ``s3://BUCKET/PREFIX``
+(``geodiag.io.object_store``).
 
 The small files beside the weights (:data:`SMALL_FILES`: config, tokenizer, sidecar,
 codebooks, the shard index) are fetched whole into a temporary folder that the rest of
@@ -24,12 +25,12 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from geodiag.errors import InputError
-from geodiag.io import byte_ranges
+from geodiag.io import byte_ranges, object_store
 from geodiag.io.safetensors import SafetensorsFile
 from geodiag.io.store import SafetensorsStore, shard_names, sharded_description
 from geodiag.io.tensor_store import TensorStore
 
-SCHEMES = ("https://", "http://", "hf://")
+SCHEMES = ("https://", "http://", "hf://", object_store.SCHEME)
 HF_ENDPOINT = "https://huggingface.co"  # unless the environment's HF_ENDPOINT says otherwise
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -67,7 +68,7 @@ class RemoteFolder:
     def shown(self, name: str) -> str:
         return f"{self.where}/{name}"
 
-    def exists(self, name: str) -> bool:
+    def exists(self, name: str, required: bool = False) -> bool:  # HTTP: 403 is always an error
         return byte_ranges.exists(self.url(name), self.shown(name), self.headers)
 
     def fetch(self, name: str) -> bytes:
@@ -77,9 +78,14 @@ class RemoteFolder:
         return byte_ranges.HttpFile(self.url(name), self.shown(name), self.headers)
 
 
-def parse(url: str) -> tuple[RemoteFolder, str | None]:
+def parse(url: str) -> tuple[RemoteFolder | object_store.ObjectFolder, str | None]:
     """(the folder, the weights file's name when ``url`` names one rather than a folder)."""
     url = url.rstrip("/")
+    if url.startswith(object_store.SCHEME):
+        name = None
+        if url.endswith(".safetensors"):
+            url, _, name = url.rpartition("/")
+        return object_store.open_folder(url), name
     if url.startswith("hf://"):
         folder = _hf_folder(url)
         name = None
@@ -145,7 +151,7 @@ def open_remote(url: str) -> RemoteCheckpoint:
         store = SafetensorsStore(files, sharded_description(shards, INDEX), open_file)
     else:
         weights = weights or WEIGHTS
-        if weights == WEIGHTS and not remote.exists(WEIGHTS):
+        if weights == WEIGHTS and not remote.exists(WEIGHTS, required=True):
             raise InputError(
                 remote.where,
                 f"no model weights found ({WEIGHTS} or {INDEX}; remotely only safetensors "
