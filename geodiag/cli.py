@@ -68,8 +68,8 @@ def measures(*, without: tuple[str, ...] = (), **fixed):
 
 
 CHECKPOINT_HELP = (
-    "Checkpoint folder or weights file, or a folder's URL: https://HOST/PATH or "
-    "hf://ORG/NAME[@REVISION][/SUBFOLDER] (read by byte ranges)."
+    "Checkpoint folder or weights file, or a folder's URL: https://HOST/PATH, "
+    "hf://ORG/NAME[@REVISION][/SUBFOLDER] or s3://BUCKET/PREFIX (read by byte ranges)."
 )
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (strict: no NaN/Infinity).")]
 

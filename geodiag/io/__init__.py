@@ -23,8 +23,8 @@ Bottom to top, each module importing only those above it in this list
 - ``store``: those questions over one file, a sharded set, a torch pickle, a GGUF file or a
   DCP folder
   (``open_store``: the one place that picks the store for a path);
-- ``remote``: a checkpoint folder behind an ``https://``, ``hf://`` or ``s3://`` URL: its small files
-  fetched into a temporary folder, its safetensors weights read by byte ranges;
+- ``remote``: a checkpoint folder behind an ``https://``, ``hf://`` or ``s3://`` URL: its
+  small files fetched into a temporary folder, its safetensors weights read by byte ranges;
 - ``memory``: the same questions over a numpy array, a torch tensor or a model;
 - ``tensor_names``: which tensor is the input embedding, which the output head;
 - ``peft_adapter``: a PEFT adapter folder over its base, rows as PEFT merges them;
