@@ -164,13 +164,13 @@ def check(
     if json_out:
         _say(dumps({"config": cfg, "results": results, "passed": all(r.passed for r in results)}))
     else:
-        from geodiag.gate.text import dropped_lines, integrity_lines
+        from geodiag.gate.text import dropped_lines, integrity_lines, sample_lines
         from geodiag.gate.verdict import verdict
 
         for rep, res in zip(reports, results, strict=True):
             _say(text_summary(res))
             for m in rep.matrices:
-                for line in dropped_lines(m, indent="  "):
+                for line in dropped_lines(m, indent="  ") + sample_lines(m, indent="  "):
                     _say(terminal(f"{line} [{m.tensor}]"))
             for line in integrity_lines(rep):  # the vocabulary audit's findings among them
                 _say(terminal(f"  {line}"))

@@ -60,7 +60,13 @@ from geodiag.metrics.geometry import (
 )
 from geodiag.metrics.neighbors import NearestRows
 from geodiag.metrics.rsa import rsa
-from geodiag.metrics.untrained import VocabularyAccumulator, VocabularyStats, zero_rows
+from geodiag.metrics.untrained import (
+    TOLERANCE_RULE,
+    VocabularyAccumulator,
+    VocabularyStats,
+    zero_rows,
+)
+from geodiag.metrics.vocabulary_sample import BlockFigures, VocabularySample, sample_blocks
 from geodiag.version import __version__
 
 
@@ -158,22 +164,40 @@ class _Vocabulary:
     reference: np.ndarray  # its usable rows
     neighbors: list[TokenNeighbors]
     neighbors_sampled: bool
+    vocabulary_sample: VocabularySample | None  # None: every original row was read
+
+
+def vocabulary_spans(ckpt: Checkpoint, opts: AnalyzeOptions) -> list[tuple[int, int]] | None:
+    """The blocks of original rows the walk reads: None (every row) for a local
+    checkpoint, under --full-vocabulary, or when the vocabulary is no larger than the
+    sample; else a seeded sample of blocks (geodiag.metrics.vocabulary_sample)."""
+    n = ckpt.new.base_vocab_size
+    if not ckpt.remote or ckpt.read.full_vocabulary or n <= opts.vocabulary_sample_rows:
+        return None
+    return sample_blocks(n, opts.vocabulary_sample_rows, opts.vocabulary_sample_blocks, opts.seed)
 
 
 def _walk_vocabulary(
     ckpt: Checkpoint, matrix: Matrix, rows: np.ndarray, ids: np.ndarray, opts: AnalyzeOptions
 ) -> _Vocabulary:
     """Statistics, non-finite rows, the reference sample and the nearest original rows of
-    the new ``rows``, from one read of each block of the original rows."""
-    sample_ids = reference_ids(ckpt, len(rows), opts)
+    the new ``rows``, from one read of each block of the original rows (all of them, or
+    the sample's blocks: :func:`vocabulary_spans`; the reference sample is then drawn
+    from the rows read)."""
+    spans = vocabulary_spans(ckpt, opts)
+    pool = None if spans is None else np.concatenate([np.arange(a, b) for a, b in spans])
+    sample_ids = reference_ids(ckpt, len(rows), opts, pool)
     stats = VocabularyAccumulator()
     sample = SampleRows(sample_ids, float32_at_scale(len(sample_ids), matrix))
     consumers: list = [stats, sample]
+    blocks = None if spans is None else BlockFigures(spans)
+    if blocks is not None:
+        consumers.append(blocks)
     queries = _neighbor_queries(ckpt, rows, opts)
     if queries is not None:
         scan = NearestRows(rows[queries[0]], k=min(opts.neighbors_k, ckpt.new.base_vocab_size))
         consumers.append(scan)
-    feed(ckpt.iter_original(matrix), consumers)
+    feed(ckpt.iter_original(matrix, spans=spans), consumers)
     vocab = stats.result()
     if vocab is not None:
         check_original_rows(ckpt, matrix, vocab.nonfinite_rows, ckpt.read.allow_nonfinite)
@@ -182,7 +206,8 @@ def _walk_vocabulary(
     neighbors, sampled = [], False
     if queries is not None:
         neighbors, sampled = _neighbor_list(ckpt, ids, queries[0], scan.result()), queries[1]
-    return _Vocabulary(vocab, sample_ids, sample_rows, reference, neighbors, sampled)
+    measured = None if blocks is None else blocks.result(ckpt.new.base_vocab_size, opts.seed)
+    return _Vocabulary(vocab, sample_ids, sample_rows, reference, neighbors, sampled, measured)
 
 
 def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:
@@ -263,6 +288,7 @@ def measure_matrix(
         vocabulary_norms=None if vocab is None else vocab.norm_percentiles,
         nonfinite_original_rows_dropped=len(bad_original),
         nonfinite_original_ids=bad_original[:SHOWN_TOKENS].tolist(),
+        vocabulary_sample=None if walk is None else walk.vocabulary_sample,
     )
     return report, held
 
@@ -291,6 +317,23 @@ def _populations_note(ckpt: Checkpoint, m: MatrixReport) -> str | None:
     return (
         f"{where}: the {m.n_new} new rows look like two populations, {u.n_trained} distinct "
         f"and {u.n_untrained} untrained{hint}"
+    )
+
+
+def _sample_note(m: MatrixReport, n_matrices: int) -> str:
+    """What a sampled vocabulary leaves unknown, and what it stands in for."""
+    s = m.vocabulary_sample
+    where = f"{'output head' if m.role == 'output' else 'input embedding'}: " * (n_matrices > 1)
+    size = s.blocks[0][1] - s.blocks[0][0]
+    return (
+        f"{where}vocabulary figures from a seeded sample of {s.n_read:,} of {s.n_rows:,} "
+        f"original rows ({len(s.blocks)} blocks of {size:,} consecutive rows, seed {s.seed}; "
+        f"a remote checkpoint: --full-vocabulary reads every row): spread {s.spread:.4g} "
+        f"(standard error {s.spread_se:.2g}), mean norm {s.mean_norm:.4g} (standard error "
+        f"{s.mean_norm_se:.2g}); the untrained-row tolerance ({TOLERANCE_RULE}) uses the "
+        "sampled spread, the norm percentiles and the largest norm are the sample's, the "
+        "nearest original tokens and the reference rows are drawn from the sampled rows; "
+        "NaN/Inf original rows outside the sample are unknown"
     )
 
 
@@ -362,6 +405,7 @@ def _checkpoint_report(
             f"vocabulary reference: {m0.reference_size} original rows (fewer than the new rows)"
         )
     notes += [n for n in (_populations_note(ckpt, m) for m in matrices) if n]
+    notes += [_sample_note(m, len(matrices)) for m in matrices if m.vocabulary_sample]
     side = ckpt.sidecar
     health = None
     if side is not None and side.items and ckpt.new.source == "sidecar":

@@ -35,6 +35,12 @@ class AnalyzeOptions:
     )
     # Nearest originals for a seeded sample of this many new tokens.
     neighbors_max: int = setting(500, ge=0)
+    # A remote checkpoint's vocabulary figures come from this many original rows (the
+    # reference sample's order: reference_cap), in this many blocks of consecutive rows,
+    # unless --full-vocabulary (geodiag.metrics.vocabulary_sample). 20 blocks: a standard
+    # error from 19 degrees of freedom; 1,000 rows each: one request per block.
+    vocabulary_sample_rows: int = setting(20_000, ge=2)
+    vocabulary_sample_blocks: int = setting(20, ge=2)
 
     def __post_init__(self) -> None:
         check_bounds(self)

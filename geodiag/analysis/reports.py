@@ -13,6 +13,7 @@ from geodiag.metrics.codebook import CodebookHealth
 from geodiag.metrics.cosine import LevelCosine
 from geodiag.metrics.geometry import GeometrySummary
 from geodiag.metrics.rsa import RSAResult
+from geodiag.metrics.vocabulary_sample import VocabularySample
 
 if TYPE_CHECKING:  # drift is loaded by the commands that measure it, not by every gate
     from geodiag.metrics.drift import DriftResult
@@ -73,6 +74,11 @@ class MatrixReport:
     # without it they are bad input), and the first SHOWN_TOKENS of their ids.
     nonfinite_original_rows_dropped: int = 0
     nonfinite_original_ids: list[int] = field(default_factory=list)
+    # Set when the vocabulary figures (its mean and spread, hence the untrained-row
+    # tolerance, norm_ratio, vocabulary_norms, the non-finite original rows, the nearest
+    # original tokens, the reference sample) come from a sample of its rows (a remote
+    # checkpoint without --full-vocabulary); None: every original row was read.
+    vocabulary_sample: VocabularySample | None = None
 
 
 @dataclass

@@ -18,10 +18,17 @@ from geodiag.io.checkpoint import (
 )
 
 
-def reference_ids(ckpt: Checkpoint, n_new: int, opts: AnalyzeOptions) -> np.ndarray:
+def reference_ids(
+    ckpt: Checkpoint, n_new: int, opts: AnalyzeOptions, pool: np.ndarray | None = None
+) -> np.ndarray:
+    """The reference sample's ids: drawn from ``[0, base_vocab_size)``, or from ``pool``
+    (sorted ids: the rows a sampled walk of the vocabulary reads) when given."""
+    n_pool = ckpt.new.base_vocab_size if pool is None else len(pool)
     if opts.reference_size:
-        return reference_sample(ckpt.new.base_vocab_size, opts.reference_size, opts.seed)
-    return reference_sample(ckpt.new.base_vocab_size, n_new, opts.seed, opts.reference_cap)
+        picked = reference_sample(n_pool, opts.reference_size, opts.seed)
+    else:
+        picked = reference_sample(n_pool, n_new, opts.seed, opts.reference_cap)
+    return picked if pool is None else pool[picked]
 
 
 def reference_sample(base_vocab_size: int, n: int, seed: int, cap: int | None = None) -> np.ndarray:

@@ -243,8 +243,21 @@ def dropped_lines(m: MatrixReport, indent: str = "  ") -> list[str]:
     return lines
 
 
+def sample_lines(m: MatrixReport, indent: str = "  ") -> list[str]:
+    """One line when ``m``'s vocabulary figures come from a sample of its rows (a remote
+    checkpoint without --full-vocabulary): how many rows, and the spread's error."""
+    s = m.vocabulary_sample
+    if s is None:
+        return []
+    return [
+        f"{indent}vocabulary: sampled {s.n_read:,} of {s.n_rows:,} original rows "
+        f"({len(s.blocks)} blocks, seed {s.seed}), spread {s.spread:.4g} +/- {s.spread_se:.2g} "
+        "(standard error); NaN/Inf rows outside the sample unknown (--full-vocabulary: all rows)"
+    ]
+
+
 def _matrix_details(m: MatrixReport) -> list[str]:
-    lines = _untrained_lines(m) + dropped_lines(m)
+    lines = _untrained_lines(m) + dropped_lines(m) + sample_lines(m)
     if m.levels:
         lines.append("  per level: tokens, eff. rank (centered), mean cosine, RSA vs codebook (p)")
         for lv in m.levels:

@@ -135,6 +135,7 @@ class Checkpoint:
     # The checkpoint as shown in reports: the path, or the URL as given (geodiag.io.remote;
     # ``path`` is then the folder its small files were fetched into).
     location: str = ""
+    remote: bool = False  # read over HTTP: each row read costs its bytes
     _codebook_digest: str | None = None
 
     def use_reference(self, ref: Checkpoint, why: str) -> None:
@@ -185,9 +186,15 @@ class Checkpoint:
         return self.store.read_rows(matrix.tensor, ids, float32)
 
     def iter_original(
-        self, matrix: Matrix, chunk: int = 1024, float32: bool = True
+        self,
+        matrix: Matrix,
+        chunk: int = 1024,
+        float32: bool = True,
+        spans: list[tuple[int, int]] | None = None,
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Original rows ``[0, base_vocab_size)`` in blocks: memory stays at two blocks.
+        """Original rows ``[0, base_vocab_size)`` (or only those of the ascending
+        ``[start, stop)`` ``spans``: a sample's blocks) in blocks: memory stays at two blocks.
+        A block never straddles two spans.
 
         Blocks come as float32 when that is exact (F32, F16, BF16 weights): half the bytes
         of float64 and no conversion. The next block is read (and hashed for the digest,
@@ -197,19 +204,19 @@ class Checkpoint:
         """
         from concurrent.futures import ThreadPoolExecutor
 
-        n = self.new.base_vocab_size
-        starts = list(range(0, n, chunk))
+        spans = [(0, self.new.base_vocab_size)] if spans is None else spans
+        pieces = [(s, min(s + chunk, hi)) for lo, hi in spans for s in range(lo, hi, chunk)]
 
-        def read(start: int) -> tuple[np.ndarray, np.ndarray]:
-            stop = min(start + chunk, n)
+        def read(piece: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+            start, stop = piece
             rows = self.store.read_block(matrix.tensor, start, stop, float32=float32)
             return np.arange(start, stop, dtype=np.int64), rows
 
-        if not starts:
+        if not pieces:
             return
         with ThreadPoolExecutor(max_workers=1) as pool:
-            pending = pool.submit(read, starts[0])
-            for nxt in [*starts[1:], None]:
+            pending = pool.submit(read, pieces[0])
+            for nxt in [*pieces[1:], None]:
                 block = pending.result()
                 if nxt is not None:
                     pending = pool.submit(read, nxt)
@@ -288,6 +295,7 @@ def open_checkpoint(
         read=opts,
         roots=roots,
         location=location or str(path),
+        remote=location is not None,
         _codebook_digest=book_digest,
     )
     ckpt.reference, ckpt.reference_notes = reference_of(ckpt, opts, declared, open_checkpoint)

@@ -81,6 +81,13 @@ class ReadOptions:
         "init checkpoint, PEFT's original_module, the run's earliest checkpoint-N.",
         flags=("--auto-reference/--no-auto-reference",),
     )
+    full_vocabulary: bool = setting(
+        False,
+        help="For a remote checkpoint (https://, hf://), read every original row for the "
+        "vocabulary's figures (mean, spread, norms, NaN/Inf rows), as for a local one; "
+        "default: a seeded sample of row blocks, its error stated in the report.",
+        flags=("--full-vocabulary",),
+    )
     all_rows_new: bool = setting(
         False,
         help="Every row of the tensor is a new token (a separate table, e.g. TIGER's codes).",

@@ -66,11 +66,13 @@ def serve(tmp_path):
         s.stop()
 
 
-def big_checkpoint(root: Path, n_base: int = 20_000, layer_rows: int = 4096) -> Path:
+def big_checkpoint(
+    root: Path, n_base: int = 20_000, layer_rows: int = 4096, kind: str = "grounded"
+) -> Path:
     """A checkpoint whose original vocabulary is large beside its 24 new rows, with a
     transformer layer larger than the embedding, as in real models."""
     base = np.concatenate([base_rows(seed=s) for s in range(n_base // 300 + 1)])[:n_base]
-    rows = planted_new_rows("grounded", base)
+    rows = planted_new_rows(kind, base)
     write_checkpoint(root, rows, base=base)
     f = SafetensorsFile(root / "model.safetensors")
     tensors = {name: f.read(name).astype(np.float32) for name in f.keys()}
@@ -102,6 +104,8 @@ def test_https_folder_reads_as_the_local_folder_at_a_fraction_of_the_bytes(tmp_p
     url = f"{server.url}/ckpt"
     local, remote = _metrics(str(ckpt)), _metrics(url)
     assert remote["path"] == url
+    # No larger than the sample (AnalyzeOptions.vocabulary_sample_rows): read whole, exact.
+    assert remote["matrices"][0]["vocabulary_sample"] is None
     assert _comparable(remote) == _comparable(local)
     weights = (ckpt / "model.safetensors").stat().st_size
     embedding = 20_024 * DIM * 4
@@ -244,3 +248,90 @@ def test_report_and_drift_take_urls(tmp_path, serve):
     assert res.exit_code == there.exit_code == 0, res.output
     strip = lambda d: [{k: v for k, v in r.items() if k not in ("before", "after")} for r in d]  # noqa: E731
     assert strip(json.loads(res.stdout)) == strip(json.loads(there.stdout))
+
+
+N_SAMPLED_BASE = 200_000  # ten times the sample: 25.6 MB of embedding at 32 dims
+
+
+@pytest.fixture(scope="module")
+def sampled_fixture(tmp_path_factory):
+    """A folder whose vocabulary is ten times the sample, its new rows left at the mean
+    (the gate fails them as untrained, by the spread-relative tolerance)."""
+    root = tmp_path_factory.mktemp("sampled")
+    big_checkpoint(root / "ckpt", n_base=N_SAMPLED_BASE, layer_rows=1024, kind="mean")
+    return root
+
+
+def _check(target: str, *flags: str) -> tuple[int, dict]:
+    res = runner.invoke(app, ["check", target, "--json", *flags])
+    return res.exit_code, json.loads(res.stdout)
+
+
+def _statuses(doc: dict) -> list[tuple[str, str, str]]:
+    return [(c["name"], c["matrix"], c["status"]) for c in doc["results"][0]["checks"]]
+
+
+def test_a_remote_vocabulary_is_sampled_by_blocks_with_its_error(sampled_fixture, serve):
+    from geodiag.analysis.checkpoint import analyze
+    from geodiag.analysis.options import AnalyzeOptions
+
+    root = sampled_fixture
+    server = serve(root)
+    url = f"{server.url}/ckpt"
+    code_local, local = _check(str(root / "ckpt"))
+    code, remote = _check(url)
+    assert code == code_local == 1
+    assert _statuses(remote) == _statuses(local)  # the verdict is the local one
+    opts = AnalyzeOptions()
+    n_sample, k = opts.vocabulary_sample_rows, opts.vocabulary_sample_blocks
+    embedding = (N_SAMPLED_BASE + 24) * DIM * 4
+    header = SafetensorsFile(root / "ckpt" / "model.safetensors")._data_start
+    sent = server.bytes_sent("model.safetensors")
+    # The header (with the first range read), the new rows, the sampled blocks, and at
+    # most one coalescing gap per block: a fraction of the embedding.
+    bound = header + 24 * DIM * 4 + n_sample * DIM * 4 + k * byte_ranges.COALESCE_GAP
+    assert sent <= bound < 0.6 * embedding, (sent, bound, embedding)
+    print(f"sampled: sent {sent} B of an embedding of {embedding} B ({sent / embedding:.1%})")
+
+    report = analyze(url)
+    m = report.matrices[0]
+    s = m.vocabulary_sample
+    assert s.n_read == n_sample and len(s.blocks) == k and s.n_rows == N_SAMPLED_BASE
+    assert any("sample of 20,000 of 200,000" in n for n in report.notes)
+    assert any("outside the sample are unknown" in n for n in report.notes)
+    # Against numpy on the full matrix: the exact spread lies within 3 SE of the sampled
+    # one, and the SE is the between-block one (sd of per-block spreads / sqrt(K) x fpc).
+    full = SafetensorsFile(root / "ckpt" / "model.safetensors").read(m.tensor).astype(np.float64)
+    vocab = full[:N_SAMPLED_BASE]
+    exact = np.sqrt(((vocab - vocab.mean(axis=0)) ** 2).sum(axis=1).mean())
+    assert abs(s.spread - exact) <= 3 * s.spread_se, (s.spread, exact, s.spread_se)
+    read = np.concatenate([vocab[a:b] for a, b in s.blocks])
+    center = read.mean(axis=0)
+    per_block = [np.sqrt(((vocab[a:b] - center) ** 2).sum(axis=1).mean()) for a, b in s.blocks]
+    fpc = np.sqrt(1 - n_sample / N_SAMPLED_BASE)
+    assert s.spread == pytest.approx(np.sqrt(((read - center) ** 2).sum(axis=1).mean()))
+    assert s.spread_se == pytest.approx(np.std(per_block, ddof=1) / np.sqrt(k) * fpc, rel=1e-9)
+    norms = [np.linalg.norm(vocab[a:b], axis=1).mean() for a, b in s.blocks]
+    assert s.mean_norm_se == pytest.approx(np.std(norms, ddof=1) / np.sqrt(k) * fpc, rel=1e-9)
+    # The reference rows are drawn from the rows read.
+    ref_ids = np.concatenate([np.arange(a, b) for a, b in s.blocks])
+    assert m.reference_size <= n_sample
+    assert all(np.isin([n.id for t in m.neighbors for n in t.nearest], ref_ids))
+    text = runner.invoke(app, ["check", url]).output
+    assert "vocabulary: sampled 20,000 of 200,000 original rows (20 blocks, seed 0)" in text
+
+
+def test_full_vocabulary_reads_every_row_as_locally(sampled_fixture, serve):
+    root = sampled_fixture
+    server = serve(root)
+    url = f"{server.url}/ckpt"
+    local = _metrics(str(root / "ckpt"))
+    res = runner.invoke(app, ["metrics", url, "--json", "--full-vocabulary"])
+    assert res.exit_code == 0, res.output
+    remote = json.loads(res.stdout)
+    assert remote["matrices"][0]["vocabulary_sample"] is None
+    assert _comparable(remote) == _comparable(local)
+    embedding = (N_SAMPLED_BASE + 24) * DIM * 4
+    sent = server.bytes_sent("model.safetensors")
+    assert embedding <= sent < 1.2 * embedding
+    print(f"--full-vocabulary: sent {sent} B of an embedding of {embedding} B")
