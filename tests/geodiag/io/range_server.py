@@ -3,11 +3,13 @@ single byte ranges (206 + Content-Range), which ``python -m http.server`` does n
 logs every request (method, path, status, body bytes sent) as a JSON line.
 
     python range_server.py ROOT LOG [--prefix /org/name/resolve/main] [--token T]
-        [--fail-first N]
+        [--fail-first N] [--rate MBIT]
 
 Prints the port it listens on (an OS-chosen free one) as its first line of stdout.
 ``--prefix``: only paths under it are served (the Hub's resolve route); ``--token``: 401
-unless ``Authorization: Bearer T``; ``--fail-first N``: the first N requests answer 500.
+unless ``Authorization: Bearer T``; ``--fail-first N``: the first N requests answer 500;
+``--rate MBIT``: bodies leave at MBIT megabits per second, all connections together (one
+shared link, for the benchmarks).
 """
 
 from __future__ import annotations
@@ -17,9 +19,31 @@ import json
 import re
 import sys
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+CHUNK = 256 * 1024
+
+
+class Link:
+    """A shared link of ``rate`` bytes per second (None: unlimited): each chunk waits for
+    the link to finish what was queued before it."""
+
+    def __init__(self, rate: float | None) -> None:
+        self.rate = rate
+        self.lock = threading.Lock()
+        self.free_at = time.monotonic()
+
+    def send(self, n: int) -> None:
+        if self.rate is None:
+            return
+        with self.lock:
+            now = time.monotonic()
+            self.free_at = max(now, self.free_at) + n / self.rate
+            done = self.free_at
+        time.sleep(max(0.0, done - now))
 
 
 def main() -> None:
@@ -29,9 +53,11 @@ def main() -> None:
     ap.add_argument("--prefix", default="")
     ap.add_argument("--token", default=None)
     ap.add_argument("--fail-first", type=int, default=0)
+    ap.add_argument("--rate", type=float, default=None, help="megabits per second")
     args = ap.parse_args()
     lock = threading.Lock()
     state = {"failures_left": args.fail_first}
+    link = Link(None if args.rate is None else args.rate * 1e6 / 8)
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a: object) -> None:
@@ -85,11 +111,15 @@ def main() -> None:
             self.end_headers()
             sent = 0
             if body:
-                with open(file, "rb") as f:
+                with open(file, "rb") as f:  # streamed: a whole-file GET may be gigabytes
                     f.seek(begin)
-                    data = f.read(end - begin + 1)
-                self.wfile.write(data)
-                sent = len(data)
+                    while sent < end - begin + 1:
+                        data = f.read(min(CHUNK, end - begin + 1 - sent))
+                        if not data:
+                            break
+                        link.send(len(data))
+                        self.wfile.write(data)
+                        sent += len(data)
             self._log(status, sent)
 
         def do_GET(self) -> None:
