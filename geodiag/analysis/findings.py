@@ -54,6 +54,17 @@ MIN_REFERENCE_ROWS = 2
 # source says): the default of the gate's rule (GateConfig.untrained_uses_to_fail).
 UNTRAINED_USES_TO_FAIL = 1
 
+
+def counts_against(uses, known, min_uses: float | None):
+    """The gate's rule (GateConfig.untrained_uses_to_fail) for untrained tokens with
+    ``uses`` each and whether a zero is ``known`` (scalars or arrays, broadcast): used at
+    least ``min_uses`` times, or of unknown use; every one when ``min_uses`` is None or 0.
+    The gate, the row masks and the Trainer callback all judge by it."""
+    if not min_uses:
+        return np.ones(np.shape(uses), bool)
+    return np.logical_or(np.logical_not(known), np.asarray(uses) >= min_uses)
+
+
 # The kinds of per-token finding, in the order a token's findings are listed; those in
 # UNTRAINED make a row untrained.
 FINDINGS = {
@@ -179,9 +190,9 @@ class UntrainedRows:
         None or 0. None when the rows were not kept (a report read back from JSON)."""
         if self._untrained is None:
             return None
-        if self._uses is None or self._usage_known is None or not min_uses:
+        if self._uses is None or self._usage_known is None:
             return self._untrained
-        return self._untrained & (~self._usage_known | (self._uses >= min_uses))
+        return self._untrained & counts_against(self._uses, self._usage_known, min_uses)
 
     @property
     def two_populations(self) -> bool:

@@ -65,6 +65,7 @@ import numpy as np
 from transformers import TrainerCallback
 from transformers.utils import logging
 
+from geodiag.analysis.findings import counts_against
 from geodiag.analysis.trajectory import (
     TRAJECTORY_FILENAME,
     append_record,
@@ -371,16 +372,17 @@ class GeodiagCallback(TrainerCallback):
         if self._usage is None or not rule:
             return ids, ids[:0], None
         counts = self._usage.of(ids)
-        counted = (counts >= rule) | (not self._usage.complete)
+        counted = counts_against(counts, self._usage.complete, rule)
         order = np.argsort(-counts[counted], kind="stable")
         return ids[counted][order], ids[~counted], counts[counted][order]
 
     def _named(self, ids: np.ndarray, counts: np.ndarray | None, names: dict[int, str]) -> str:
-        shown = [
-            names.get(int(i), f"<id {int(i)}>")
-            + ("" if counts is None else f" ({int(c)}x in the training data)")
-            for i, c in zip(ids[:SHOWN_TOKENS], counts if counts is not None else ids, strict=False)
-        ]
+        shown = [names.get(int(i), f"<id {int(i)}>") for i in ids[:SHOWN_TOKENS]]
+        if counts is not None:
+            shown = [
+                f"{n} ({int(c)}x in the training data)"
+                for n, c in zip(shown, counts[: len(shown)], strict=True)
+            ]
         return list_names(shown, len(ids))
 
     def _alarms(

@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from geodiag.analysis.audit import AUDIT_KINDS
-from geodiag.analysis.findings import ITEM_IDS, SHOWN_TOKENS, UNTRAINED, UNTRAINED_USES_TO_FAIL
+from geodiag.analysis.findings import (
+    ITEM_IDS,
+    SHOWN_TOKENS,
+    UNTRAINED,
+    UNTRAINED_USES_TO_FAIL,
+    counts_against,
+)
 from geodiag.analysis.reports import CheckpointReport, MatrixReport
 from geodiag.analysis.values import VALUES, CheckName, rsa_by_level, shown_name
 from geodiag.errors import InputError
@@ -167,10 +173,11 @@ def _untrained_tokens(m: MatrixReport, cfg: GateConfig) -> Reading:
             )
         return Reading(float(n_counted), why, shown=f"{n_counted}")
     untrained = [t for t in u.tokens if set(t.findings) & set(UNTRAINED)]
-    low = rule or 0
-    counted = [t for t in untrained if not rule or not t.usage_known or t.uses >= low]
-    counted.sort(key=lambda t: -(t.uses or 0))
-    spared = [t for t in untrained if t not in counted]
+    counts = [bool(counts_against(t.uses, t.usage_known, rule)) for t in untrained]
+    counted = sorted(
+        (t for t, c in zip(untrained, counts, strict=True) if c), key=lambda t: -(t.uses or 0)
+    )
+    spared = [t for t, c in zip(untrained, counts, strict=True) if not c]
     why = warning = ""
     if n_counted:
         n_unknown = 0 if u.untrained_usage_unknown is None else u.untrained_usage_unknown.size
