@@ -17,21 +17,21 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from geodiag.gate.checks import SETTINGS, Check, Rule
+from geodiag.gate.checks import SETTINGS, Setting
 
 ROOT = Path(__file__).resolve().parents[1]
 REGENERATE = "python -m tools.gate_docs"
 
 
-def input_name(c: Check | Rule) -> str:
+def input_name(c: Setting) -> str:
     return c.flag.removeprefix("--")
 
 
-def env_name(c: Check | Rule) -> str:
+def env_name(c: Setting) -> str:
     return "GEODIAG_" + c.field.upper()
 
 
-def action_inputs(c: Check | Rule) -> list[str]:
+def action_inputs(c: Setting) -> list[str]:
     # JSON strings are YAML double-quoted scalars: a help text may hold ": ".
     description = json.dumps(f"{c.help} (geodiag default {c.default_text}).")
     return [
@@ -42,24 +42,24 @@ def action_inputs(c: Check | Rule) -> list[str]:
     ]
 
 
-def action_env(c: Check | Rule) -> list[str]:
+def action_env(c: Setting) -> list[str]:
     return [f"{env_name(c)}: ${{{{ inputs.{input_name(c)} }}}}"]
 
 
-def action_args(c: Check | Rule) -> list[str]:
+def action_args(c: Setting) -> list[str]:
     return [f'[ -n "${env_name(c)}" ] && args+=({c.flag} "${env_name(c)}")']
 
 
 FLAG_TABLE_HEAD = ["| flag | default | meaning |", "|---|---|---|"]
 
 
-def cli_flags(c: Check | Rule) -> list[str]:
+def cli_flags(c: Setting) -> list[str]:
     default = "off" if c.default is None else f"`{c.default_text}`"
     return [f"| `{c.flag} {c.metavar}` | {default} | {c.help} |"]
 
 
 # name -> (file, how one check renders, the marker's comment syntax, lines before, after)
-BLOCKS: dict[str, tuple[str, Callable[[Check | Rule], list[str]], str, list[str], list[str]]] = {
+BLOCKS: dict[str, tuple[str, Callable[[Setting], list[str]], str, list[str], list[str]]] = {
     "inputs": ("action.yml", action_inputs, "#", [], []),
     "env": ("action.yml", action_env, "#", [], []),
     "args": ("action.yml", action_args, "#", [], []),
@@ -75,7 +75,7 @@ def _markers(name: str, syntax: str) -> tuple[str, str]:
     return f"<!-- {begin} -->", f"<!-- END gate {name} -->"
 
 
-def rows(lines_of: Callable[[Check | Rule], list[str]]) -> list[str]:
+def rows(lines_of: Callable[[Setting], list[str]]) -> list[str]:
     return [line for c in SETTINGS for line in lines_of(c)]
 
 

@@ -429,21 +429,14 @@ class GateConfig:
 
 
 @dataclass(frozen=True)
-class Check:
-    """One row of the gate's table: a :class:`GateConfig` field and what it judges."""
+class Setting:
+    """A field of :class:`GateConfig` as the command line, the config file, the action and
+    the docs show it: a check (:class:`Check`) or a rule (:class:`Rule`)."""
 
-    name: CheckName  # e.g. "spread_ratio"; a level check's results add the level
     field: str  # the GateConfig field, e.g. "min_spread_ratio"
-    direction: str  # "min": value >= threshold passes; "max": value <= threshold
     default: float | None
     help: str
     metavar: str
-    scope: str  # one of SCOPES
-    read: Callable[[MatrixReport, GateConfig], Reading] | None
-    read_levels: Callable[[MatrixReport, float | None], list[CheckResult]] | None
-    read_report: Callable[[CheckpointReport], Reading] | None
-    collapse: bool
-    label: str | None
 
     @property
     def flag(self) -> str:
@@ -452,6 +445,20 @@ class Check:
     @property
     def default_text(self) -> str:
         return default_text(self.default)
+
+
+@dataclass(frozen=True)
+class Check(Setting):
+    """One row of the gate's table: a :class:`GateConfig` field and what it judges."""
+
+    name: CheckName  # e.g. "spread_ratio"; a level check's results add the level
+    direction: str  # "min": value >= threshold passes; "max": value <= threshold
+    scope: str  # one of SCOPES
+    read: Callable[[MatrixReport, GateConfig], Reading] | None
+    read_levels: Callable[[MatrixReport, float | None], list[CheckResult]] | None
+    read_report: Callable[[CheckpointReport], Reading] | None
+    collapse: bool
+    label: str | None
 
     def threshold(self, cfg: GateConfig) -> float | None:
         return getattr(cfg, self.field)
@@ -492,29 +499,16 @@ def _row(f) -> Check:
 
 
 @dataclass(frozen=True)
-class Rule:
+class Rule(Setting):
     """A setting of the gate that is no check: it says how a check counts (a flag, a
     config key and an action input, like a threshold)."""
-
-    field: str
-    default: float | None
-    help: str
-    metavar: str
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.field.replace("_", "-")
-
-    @property
-    def default_text(self) -> str:
-        return default_text(self.default)
 
 
 # In field order, which is the order of the results: block checks, row checks, level checks.
 CHECKS: tuple[Check, ...] = tuple(_row(f) for f in fields(GateConfig) if ROW in f.metadata)
 # Every setting of the gate, checks and rules, in field order: the flags, the config keys,
 # the action's inputs and the docs' table.
-SETTINGS: tuple[Check | Rule, ...] = tuple(
+SETTINGS: tuple[Setting, ...] = tuple(
     _row(f) if ROW in f.metadata else Rule(f.name, f.default, **f.metadata[RULE])
     for f in fields(GateConfig)
 )
