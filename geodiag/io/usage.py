@@ -96,10 +96,11 @@ def token_usage(ckpt: Checkpoint) -> TokenUsage | None:
         source, counts = count_data(path, ckpt)
         sources.append(source)
         rows.append(counts)
-    template = find_chat_template(ckpt)
+    configs = tokenizer_configs(ckpt)  # each read once: the template and its variables
+    template = find_chat_template(ckpt, configs)
     if template is not None:
         text, where = template
-        found = count_template(text, where, ckpt)
+        found = count_template(text, where, ckpt, _special_tokens(configs))
         if isinstance(found, str):
             notes.append(found)
         else:
@@ -118,8 +119,22 @@ def token_usage(ckpt: Checkpoint) -> TokenUsage | None:
 # ---- the chat template -------------------------------------------------------------
 
 
-def find_chat_template(ckpt: Checkpoint) -> tuple[str, str] | None:
-    """(template text, where it came from), or None when the checkpoint has none."""
+def tokenizer_configs(ckpt: Checkpoint) -> list[tuple[Path, dict]]:
+    """(path, parsed content) of each ``tokenizer_config.json`` beside the checkpoint, in
+    the order its folders are looked in (the weights', then a PEFT adapter's base)."""
+    from geodiag.jsonio import read_json_object
+
+    paths = (root / "tokenizer_config.json" for root in ckpt.roots)
+    return [(p, read_json_object(p)) for p in paths if p.is_file()]
+
+
+def find_chat_template(
+    ckpt: Checkpoint, configs: list[tuple[Path, dict]] | None = None
+) -> tuple[str, str] | None:
+    """(template text, where it came from), or None when the checkpoint has none.
+    ``configs``: :func:`tokenizer_configs`, when the caller has read them."""
+    configs = tokenizer_configs(ckpt) if configs is None else configs
+    by_folder = {p.parent: content for p, content in configs}
     given = ckpt.read.chat_template
     if given is not None:
         try:
@@ -138,18 +153,15 @@ def find_chat_template(ckpt: Checkpoint) -> tuple[str, str] | None:
                 return jinja.read_text(encoding="utf-8"), "chat_template.jinja"
             except (OSError, UnicodeDecodeError) as e:
                 raise InputError(jinja, f"cannot read the chat template: {e}") from None
-        config = root / "tokenizer_config.json"
-        if config.is_file():
-            template = _template_in(config)
+        if root in by_folder:
+            template = _template_in(root / "tokenizer_config.json", by_folder[root])
             if template is not None:
                 return template, "tokenizer_config.json"
     return None
 
 
-def _template_in(config: Path) -> str | None:
-    from geodiag.jsonio import read_json_object
-
-    value = read_json_object(config).get("chat_template")
+def _template_in(config: Path, content: dict) -> str | None:
+    value = content.get("chat_template")
     if isinstance(value, list):  # named templates: [{"name": "default", "template": ...}]
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
         value = named.get("default", next(iter(named.values()), None))
@@ -158,21 +170,15 @@ def _template_in(config: Path) -> str | None:
     return value
 
 
-def _special_tokens(ckpt: Checkpoint) -> dict[str, str]:
-    """bos_token, eos_token, ... as tokenizer_config.json names them (the template's
-    variables), content strings."""
-    from geodiag.jsonio import read_json_object
-
+def _special_tokens(configs: list[tuple[Path, dict]]) -> dict[str, str]:
+    """bos_token, eos_token, ... as the first tokenizer_config.json names them (the
+    template's variables), content strings."""
     out: dict[str, str] = {}
-    for root in ckpt.roots:
-        config = root / "tokenizer_config.json"
-        if config.is_file():
-            for key, value in read_json_object(config).items():
-                if key.endswith("_token") and isinstance(value, dict):
-                    value = value.get("content")
-                if key.endswith("_token") and isinstance(value, str):
-                    out[key] = value
-            break
+    for key, value in (configs[0][1] if configs else {}).items():
+        if key.endswith("_token") and isinstance(value, dict):
+            value = value.get("content")
+        if key.endswith("_token") and isinstance(value, str):
+            out[key] = value
     return out
 
 
@@ -212,15 +218,18 @@ def render_template(template: str, specials: dict[str, str]) -> list[str]:
     return out
 
 
-def count_template(text: str, where: str, ckpt: Checkpoint) -> tuple[UsageSource, np.ndarray] | str:
+def count_template(
+    text: str, where: str, ckpt: Checkpoint, specials: dict[str, str]
+) -> tuple[UsageSource, np.ndarray] | str:
     """(the template's source, tokens emitted per conversation per new token), or a note
-    saying why the template could not be counted."""
+    saying why the template could not be counted. ``specials``: the template's variables
+    (bos_token, ...)."""
     import importlib.util
 
     if importlib.util.find_spec("jinja2") is None:
         return f"chat template ({where}) not rendered: it needs jinja2 ({USAGE_INSTALL})"
     try:
-        rendered = render_template(text, _special_tokens(ckpt))
+        rendered = render_template(text, specials)
     except ValueError as e:
         return f"{where}: {e}; its tokens are not counted"
     # Added tokens are split out of text by literal match before the model sees it (the
