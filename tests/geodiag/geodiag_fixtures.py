@@ -247,3 +247,13 @@ def write_gguf(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def one_line_exit_2(res) -> str:
+    """The one ``error: ...`` line of a command that stopped on bad input (a CliRunner
+    result): exit 2, nothing else on stderr, no traceback."""
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert "Traceback" not in res.output
+    return lines[0]

@@ -13,6 +13,7 @@ import socket
 import dcp_fsdp2_run as fixture
 import numpy as np
 import pytest
+from geodiag_fixtures import one_line_exit_2
 from typer.testing import CliRunner
 
 from geodiag.cli import app
@@ -30,14 +31,6 @@ SIDS = [f"<a_{i}>" for i in range(11)] + [f"<b_{i}>" for i in range(10)]
 
 def run(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def one_line_exit_2(res) -> str:
-    assert res.exit_code == 2, res.output
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    assert "Traceback" not in res.output
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from geodiag_fixtures import one_line_exit_2
 from tiny_models import save, tiny_lm, word_tokenizer
 from typer.testing import CliRunner
 
@@ -33,14 +34,6 @@ D = 32
 
 def run(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def one_line_exit_2(res) -> str:
-    assert res.exit_code == 2, res.output
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    assert "Traceback" not in res.output
-    return lines[0]
 
 
 def _tokenizer():
