@@ -39,6 +39,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from geodiag.errors import InputError, cannot_read
+from geodiag.io.byte_ranges import LocalFile
 from geodiag.io.layouts import check_not_lfs_pointer
 from geodiag.io.safetensors import bf16_to_float32
 
@@ -479,17 +480,16 @@ class DCPStore:
             at = self._locate(t, c)
             local = rows[lo:hi] - r0
             breaks = np.flatnonzero(np.diff(local) > 1) + 1
+            runs = np.split(np.arange(lo, hi), breaks)
+            row_bytes = nc * dt.itemsize
+            spans = [
+                (at.data_begin + int(local[run[0] - lo]) * row_bytes, len(run) * row_bytes)
+                for run in runs
+            ]
             digest = self._digests.setdefault(c.path, hashlib.sha256())
-            with open(c.path, "rb") as f:
-                for run in np.split(np.arange(lo, hi), breaks):
-                    first, n = int(local[run[0] - lo]), len(run)
-                    nbytes = n * nc * dt.itemsize
-                    f.seek(at.data_begin + first * nc * dt.itemsize)
-                    data = f.read(nbytes)
-                    if len(data) != nbytes:
-                        raise InputError(c.path, f"truncated while reading tensor '{name}'")
-                    digest.update(data)
-                    out[run, c0 : c0 + nc] = np.frombuffer(data, dtype=dt).reshape(n, nc)
+            for run, data in zip(runs, LocalFile(c.path).read(spans), strict=True):
+                digest.update(data)
+                out[run, c0 : c0 + nc] = np.frombuffer(data, dtype=dt).reshape(len(run), nc)
             filled[lo:hi] += nc
         if np.any(filled != t.shape[1]):
             raise InputError(self.folder, f"tensor '{name}': its chunks do not tile the rows")
