@@ -12,14 +12,13 @@ one :class:`InputError` naming the URL as shown (never its credentials), at once
 from __future__ import annotations
 
 import bisect
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from geodiag.errors import InputError, cannot_read
-from geodiag.escape import terminal
+from geodiag.progress import Progress
 
 CONNECT_TIMEOUT_S = 10.0  # per request; an unreachable host fails in seconds, not minutes
 RETRIES = 4  # tries per request on a timeout, a dropped connection or a 5xx answer
@@ -93,9 +92,7 @@ class RangedFile:
         self.where = where
         self._size: int | None = None
         self.bytes_read = 0
-        self._say = say or (lambda msg: print(terminal(msg), file=sys.stderr, flush=True))
-        self._start = self._last = time.monotonic()
-        self._shown = False
+        self._progress_clock = Progress(PROGRESS_AFTER_S, PROGRESS_EVERY_S, say)
 
     def _stat_size(self) -> int:
         raise NotImplementedError
@@ -128,15 +125,11 @@ class RangedFile:
         return data
 
     def _progress(self) -> None:
-        now = time.monotonic()
-        if (
-            now - self._start < PROGRESS_AFTER_S
-            or now - self._last < PROGRESS_EVERY_S * self._shown
-        ):
+        clock = self._progress_clock
+        if not clock.due():
             return
-        self._last, self._shown = now, True
-        rate = self.bytes_read / max(now - self._start, 1e-9) / 1e6
-        self._say(
+        rate = self.bytes_read / max(clock.elapsed, 1e-9) / 1e6
+        clock.say(
             f"reading {self.where}: {self.bytes_read / 1e6:.0f} MB of "
             f"{self.size() / 1e6:.0f} MB, {rate:.1f} MB/s"
         )

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -37,8 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError, cannot_read, require_extra
-from geodiag.escape import terminal
 from geodiag.io.checkpoint import Checkpoint
+from geodiag.progress import Progress
 
 USAGE_INSTALL = "pip install 'geodiag[usage]'"
 # Texts per encode_batch call, and their bytes: large enough that the tokenizer's
@@ -449,22 +448,18 @@ class _Progress:
 
     def __init__(self, name: str, total: int, say: Callable[[str], None] | None) -> None:
         self.name, self.total = name, total
-        self.say = say or (lambda msg: print(terminal(msg), file=sys.stderr, flush=True))
-        self.start = self.last = time.monotonic()
-        self.shown = False
+        self.clock = Progress(PROGRESS_AFTER, PROGRESS_EVERY, say)
 
     def update(self, done: int) -> None:
-        now = time.monotonic()
-        if now - self.start < PROGRESS_AFTER or now - self.last < PROGRESS_EVERY * self.shown:
+        if not self.clock.due():
             return
-        self.last, self.shown = now, True
-        rate = done / max(now - self.start, 1e-9) / 1e6
+        rate = done / max(self.clock.elapsed, 1e-9) / 1e6
         pct = 100 * done / self.total if self.total else 100.0
-        self.say(
+        self.clock.say(
             f"counting new tokens in {self.name}: {done / 1e6:.0f} MB of "
             f"{self.total / 1e6:.0f} MB ({pct:.0f}%), {rate:.1f} MB/s"
         )
 
     def finish(self) -> None:
-        if self.shown:
-            self.say(f"counted {self.name} in {time.monotonic() - self.start:.0f} s")
+        if self.clock.shown:
+            self.clock.say(f"counted {self.name} in {self.clock.elapsed:.0f} s")

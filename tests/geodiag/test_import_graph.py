@@ -115,6 +115,7 @@ LAYERS = (
         "geodiag.atomic",
         "geodiag.jsonio",
         "geodiag.settings",
+        "geodiag.progress",
     ),
     ("geodiag.io",),
     ("geodiag.metrics",),

@@ -1,0 +1,41 @@
+"""Progress of a long task as lines on stderr: none while it is short, then one line every
+so often (counting ``--data``, reading a remote file). The caller words each line; this
+says when one is due."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from geodiag.escape import terminal
+
+
+def to_stderr(message: str) -> None:
+    """One progress line on stderr, escaped for the terminal (a file name may be hostile)."""
+    print(terminal(message), file=sys.stderr, flush=True)
+
+
+class Progress:
+    """A line is due once ``after`` seconds have passed since the start, then every
+    ``every`` seconds; ``say`` prints it (default: :func:`to_stderr`)."""
+
+    def __init__(
+        self, after: float, every: float, say: Callable[[str], None] | None = None
+    ) -> None:
+        self.after, self.every = after, every
+        self.say = say or to_stderr
+        self.start = self.last = time.monotonic()
+        self.shown = False  # a line was said
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def due(self) -> bool:
+        """Whether a line is due now; True marks it said."""
+        now = time.monotonic()
+        if now - self.start < self.after or now - self.last < self.every * self.shown:
+            return False
+        self.last, self.shown = now, True
+        return True
