@@ -448,7 +448,11 @@ def test_untrained_alarm_names_the_tokens_and_stops(tmp_path, caplog):
     moved = (w[NEW] - w0[NEW]).norm(dim=1)  # (20,)
     assert (moved[10:] == 0).all() and (moved[:10] > 0).all()
     spread = (w0[:100] - w0[:100].mean(0)).pow(2).sum(1).mean().sqrt()
-    assert last["movement"] == pytest.approx(float(moved.pow(2).mean().sqrt() / spread), rel=1e-9)
+    # The callback's spread sums each float32 row's DIM squares in float32
+    # (VocabularyAccumulator: no float64 copy), relative error up to ~DIM * 2^-24; the
+    # order of that sum follows the CPU's vector width, so no tighter bound holds.
+    want = float(moved.pow(2).mean().sqrt() / spread)
+    assert last["movement"] == pytest.approx(want, rel=DIM * 2**-24)
     logged = [h for h in trainer.state.log_history if "geodiag/untrained_tokens" in h]
     assert [(h["step"], h["geodiag/untrained_tokens"]) for h in logged] == [
         (2, later[0]["n_unmoved"]),
