@@ -41,6 +41,7 @@ from geodiag.analysis.rows import (
     reference_ids,
     selected_rows,
     usable_reference,
+    vocabulary_sample_size,
 )
 from geodiag.analysis.vocabulary import SampleRows, feed
 from geodiag.io.checkpoint import (
@@ -167,14 +168,19 @@ class _Vocabulary:
     vocabulary_sample: VocabularySample | None  # None: every original row was read
 
 
-def vocabulary_spans(ckpt: Checkpoint, opts: AnalyzeOptions) -> list[tuple[int, int]] | None:
+def vocabulary_spans(
+    ckpt: Checkpoint, opts: AnalyzeOptions, n_new: int
+) -> list[tuple[int, int]] | None:
     """The blocks of original rows the walk reads: None (every row) for a local
-    checkpoint, under --full-vocabulary, or when the vocabulary is no larger than the
-    sample; else a seeded sample of blocks (geodiag.metrics.vocabulary_sample)."""
+    checkpoint, under --full-vocabulary, or when the vocabulary is no larger than
+    ``vocabulary_sample_rows``; else a seeded sample of blocks of
+    :func:`~geodiag.analysis.rows.vocabulary_sample_size` rows in all
+    (geodiag.metrics.vocabulary_sample)."""
     n = ckpt.new.base_vocab_size
     if not ckpt.remote or ckpt.read.full_vocabulary or n <= opts.vocabulary_sample_rows:
         return None
-    return sample_blocks(n, opts.vocabulary_sample_rows, opts.vocabulary_sample_blocks, opts.seed)
+    size = vocabulary_sample_size(n_new, opts)
+    return sample_blocks(n, size, opts.vocabulary_sample_blocks, opts.seed)
 
 
 def _walk_vocabulary(
@@ -184,7 +190,7 @@ def _walk_vocabulary(
     the new ``rows``, from one read of each block of the original rows (all of them, or
     the sample's blocks: :func:`vocabulary_spans`; the reference sample is then drawn
     from the rows read)."""
-    spans = vocabulary_spans(ckpt, opts)
+    spans = vocabulary_spans(ckpt, opts, len(rows))
     pool = None if spans is None else np.concatenate([np.arange(a, b) for a, b in spans])
     sample_ids = reference_ids(ckpt, len(rows), opts, pool)
     stats = VocabularyAccumulator()
@@ -332,6 +338,8 @@ def _sample_note(m: MatrixReport, n_matrices: int) -> str:
         f"(standard error {s.spread_se:.2g}), mean norm {s.mean_norm:.4g} (standard error "
         f"{s.mean_norm_se:.2g}); the untrained-row tolerance ({TOLERANCE_RULE}) uses the "
         "sampled spread, the norm percentiles and the largest norm are the sample's, the "
+        "vocabulary mean is the sample's (a lone new row left at the true mean is not found "
+        "as at the mean; several, as identical rows, are), the "
         "nearest original tokens and the reference rows are drawn from the sampled rows; "
         "NaN/Inf original rows outside the sample are unknown"
     )

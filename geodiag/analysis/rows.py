@@ -24,11 +24,27 @@ def reference_ids(
     """The reference sample's ids: drawn from ``[0, base_vocab_size)``, or from ``pool``
     (sorted ids: the rows a sampled walk of the vocabulary reads) when given."""
     n_pool = ckpt.new.base_vocab_size if pool is None else len(pool)
-    if opts.reference_size:
-        picked = reference_sample(n_pool, opts.reference_size, opts.seed)
-    else:
-        picked = reference_sample(n_pool, n_new, opts.seed, opts.reference_cap)
+    picked = reference_sample(n_pool, reference_size(n_new, opts), opts.seed)
     return picked if pool is None else pool[picked]
+
+
+def reference_size(n_new: int, opts: AnalyzeOptions) -> int:
+    """How many original rows the reference sample asks for: ``--reference-size`` when
+    set, else as many as the new rows, capped at ``reference_cap`` (fewer when the
+    vocabulary is smaller: :func:`reference_sample`)."""
+    return opts.reference_size if opts.reference_size else min(n_new, opts.reference_cap)
+
+
+def vocabulary_sample_size(n_new: int, opts: AnalyzeOptions) -> int:
+    """The original rows a sampled vocabulary reads (a remote checkpoint's: the analysis
+    decides when): the reference sample's size, within ``vocabulary_sample_blocks`` x
+    ``vocabulary_block_min_rows`` and ``vocabulary_sample_rows`` (AnalyzeOptions). The
+    reference rows are drawn from these, so the issue's floor (headers, small files, new
+    rows and the reference sample) is what is read. Rounded up to whole blocks, so that
+    the blocks hold the whole reference sample."""
+    k = opts.vocabulary_sample_blocks
+    size = max(reference_size(n_new, opts), k * opts.vocabulary_block_min_rows)
+    return min(k * -(-size // k), opts.vocabulary_sample_rows)
 
 
 def reference_sample(base_vocab_size: int, n: int, seed: int, cap: int | None = None) -> np.ndarray:

@@ -274,6 +274,7 @@ def _statuses(doc: dict) -> list[tuple[str, str, str]]:
 def test_a_remote_vocabulary_is_sampled_by_blocks_with_its_error(sampled_fixture, serve):
     from geodiag.analysis.checkpoint import analyze
     from geodiag.analysis.options import AnalyzeOptions
+    from geodiag.analysis.rows import vocabulary_sample_size
 
     root = sampled_fixture
     server = serve(root)
@@ -283,7 +284,9 @@ def test_a_remote_vocabulary_is_sampled_by_blocks_with_its_error(sampled_fixture
     assert code == code_local == 1
     assert _statuses(remote) == _statuses(local)  # the verdict is the local one
     opts = AnalyzeOptions()
-    n_sample, k = opts.vocabulary_sample_rows, opts.vocabulary_sample_blocks
+    # As many rows as the reference sample, at least 10 a block: 24 new rows read 200.
+    n_sample, k = vocabulary_sample_size(24, opts), opts.vocabulary_sample_blocks
+    assert n_sample == k * opts.vocabulary_block_min_rows == 200
     embedding = (N_SAMPLED_BASE + 24) * DIM * 4
     header = SafetensorsFile(root / "ckpt" / "model.safetensors")._data_start
     sent = server.bytes_sent("model.safetensors")
@@ -297,7 +300,7 @@ def test_a_remote_vocabulary_is_sampled_by_blocks_with_its_error(sampled_fixture
     m = report.matrices[0]
     s = m.vocabulary_sample
     assert s.n_read == n_sample and len(s.blocks) == k and s.n_rows == N_SAMPLED_BASE
-    assert any("sample of 20,000 of 200,000" in n for n in report.notes)
+    assert any("sample of 200 of 200,000" in n for n in report.notes)
     assert any("outside the sample are unknown" in n for n in report.notes)
     # Against numpy on the full matrix: the exact spread lies within 3 SE of the sampled
     # one, and the SE is the between-block one (sd of per-block spreads / sqrt(K) x fpc).
@@ -318,7 +321,7 @@ def test_a_remote_vocabulary_is_sampled_by_blocks_with_its_error(sampled_fixture
     assert m.reference_size <= n_sample
     assert all(np.isin([n.id for t in m.neighbors for n in t.nearest], ref_ids))
     text = runner.invoke(app, ["check", url]).output
-    assert "vocabulary: sampled 20,000 of 200,000 original rows (20 blocks, seed 0)" in text
+    assert "vocabulary: sampled 200 of 200,000 original rows (20 blocks, seed 0)" in text
 
 
 def test_full_vocabulary_reads_every_row_as_locally(sampled_fixture, serve):
@@ -335,3 +338,18 @@ def test_full_vocabulary_reads_every_row_as_locally(sampled_fixture, serve):
     sent = server.bytes_sent("model.safetensors")
     assert embedding <= sent < 1.2 * embedding
     print(f"--full-vocabulary: sent {sent} B of an embedding of {embedding} B")
+
+
+def test_the_vocabulary_sample_is_the_reference_sample():
+    """Hand-computed: as many rows as the reference sample asks for, rounded up to whole
+    blocks, at least 10 a block, at most vocabulary_sample_rows."""
+    from geodiag.analysis.options import AnalyzeOptions
+    from geodiag.analysis.rows import vocabulary_sample_size
+
+    opts = AnalyzeOptions()
+    assert vocabulary_sample_size(768, opts) == 780  # 39 rows in each of 20 blocks
+    assert vocabulary_sample_size(24, opts) == 200  # the 10-row floor
+    assert vocabulary_sample_size(20_000, opts) == 20_000
+    assert vocabulary_sample_size(100_000, opts) == 20_000  # reference_cap and the ceiling
+    assert vocabulary_sample_size(24, AnalyzeOptions(reference_size=1_000)) == 1_000
+    assert vocabulary_sample_size(24, AnalyzeOptions(vocabulary_block_min_rows=1)) == 40
