@@ -129,11 +129,13 @@ def test_with_config_and_tokenizer_beside_the_verdict_and_figures_are_the_same(s
 
 def test_the_optimizers_sharded_state_is_never_the_weights(saved):
     """optimizer_0/ is a DCP folder too, with a moment beside every weight of the same
-    shape (``exp_avg`` of the embedding is [122, 16]): never read as the model."""
+    shape (``exp_avg`` of the embedding is [122, 16]): never read as the model, and passed
+    by itself it is named for what it is, with the folder to pass instead."""
     ckpt = _checkpoint(saved)
     store = open_store(ckpt)
     assert isinstance(store, DCPStore)
     assert store.folder == ckpt / "pytorch_model_fsdp_0"
     assert sorted(store.names()) == sorted(open_store(saved / "consolidated").names())
     line = one_line_exit_2(run("check", ckpt / "optimizer_0", "--base-vocab-size", BASE_VOCAB))
-    assert "optimizer_0" in line
+    assert "optimizer_0" in line and "only optimizer state" in line
+    assert "'optimizer'" in line and "pytorch_model_fsdp_0/" in line
