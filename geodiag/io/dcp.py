@@ -22,7 +22,9 @@ What torch (2.13) writes:
 
 Names: a nested state dict (``{"model": ..., "optim": ...}``, accelerate's ``{"model":
 ...}``) exposes the tensors under ``model`` by their names in it; optimizer state
-(``exp_avg``, ``step``) is never exposed, so it cannot be taken for the embedding.
+(``exp_avg``, ``step``) is never exposed, so it cannot be taken for the embedding, and a
+folder of optimizer state alone (accelerate's ``optimizer_0/``) is an error that names the
+model's folder beside it.
 """
 
 from __future__ import annotations
@@ -296,7 +298,17 @@ def _parse_metadata(folder: Path) -> tuple[dict[str, _Tensor], bytes]:
         if type(entry).__name__ != "TensorStorageMetadata":
             continue  # BytesStorageMetadata: a pickled non-tensor (an lr, a step count)
         tensors[flat] = _tensor(path, folder, flat, entry, where)
-    return _model_names(tensors, planner), raw
+    model = _model_names(tensors, planner)
+    if tensors and not model:
+        keys = sorted({str(planner.get(flat, (flat,))[0]) for flat in tensors})
+        raise InputError(
+            folder,
+            f"holds only optimizer state ({len(tensors)} tensors under "
+            f"{', '.join(repr(k) for k in keys)}), not a model's weights: pass the model's "
+            "folder (accelerate and the Trainer save it beside, as pytorch_model_fsdp_0/) "
+            "or the checkpoint folder above both",
+        )
+    return model, raw
 
 
 def _tensor(path: Path, folder: Path, flat: str, entry: _Record, where: dict) -> _Tensor:

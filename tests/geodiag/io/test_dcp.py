@@ -62,10 +62,10 @@ def saved(tmp_path_factory):
     return root
 
 
-def _metrics(path) -> dict:
-    """``metrics --json`` less what names the files: the path, the store, the digests and
-    the file each matrix was read from."""
-    res = run("metrics", path, "--json", "--permutations", 20)
+def _metrics(path, *options) -> dict:
+    """``metrics --json`` (with ``options``) less what names the files: the path, the store,
+    the digests and the file each matrix was read from."""
+    res = run("metrics", path, "--json", "--permutations", 20, *options)
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     for key in ("path", "store", "digests"):

@@ -6,8 +6,9 @@ FSDP plugin on only for accelerator types (MULTI_GPU, NPU, XPU, ...), and on MUL
 drops it without an error, so the Trainer trains under DistributedDataParallel and
 saves a whole ``model.safetensors``, no ``pytorch_model_fsdp_0/``. The first test pins
 that, so that the day it shards on CPU the suite says so and the comparison with the
-consolidated copy (test_dcp.py, on the layout built by hand) can run on the Trainer's
-own folder. The second: geodiag reads the ``checkpoint-N/`` the Trainer does write
+consolidated copy (test_dcp_accelerate.py, on the folders accelerate's own
+``save_fsdp_model``/``save_fsdp_optimizer`` write, called as the Trainer calls them) can
+run on the Trainer's own folder. The second: geodiag reads the ``checkpoint-N/`` the Trainer does write
 (optimizer, scheduler, RNG states and ``training_args.bin`` beside the weights) as the
 weights, config and tokenizer alone.
 """
