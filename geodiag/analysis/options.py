@@ -42,8 +42,8 @@ class AnalyzeOptions:
     # vocabulary_block_min_rows a block nor more than vocabulary_sample_rows in all; a
     # vocabulary of at most vocabulary_sample_rows rows is read whole. 20 blocks: a
     # standard error from 19 degrees of freedom. 10 rows a block: with fewer the stated
-    # error falls short of the real one (SmolLM2-135M's embedding, 30 seeds: 1 row a block
-    # states 3.1% for a 5.0% RMS error of the spread; 10 rows, 1.6% for 1.2%).
+    # error of the spread falls short of its real error on SmolLM2-135M's embedding
+    # (bench/vocabulary_sample_error.py measures both).
     vocabulary_sample_rows: int = setting(20_000, ge=2)
     vocabulary_sample_blocks: int = setting(20, ge=2)
     vocabulary_block_min_rows: int = setting(10, ge=1)
