@@ -36,3 +36,11 @@ def tiny_lm_dir(tmp_path):
         return save(tiny_lm(vocab_size, **kw), tmp_path / name, tokenizer)
 
     return _make
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """geodiag's wheel, built once a session from a copy of the tree (test_wheel.py)."""
+    from test_wheel import build_wheel
+
+    return build_wheel(tmp_path_factory)

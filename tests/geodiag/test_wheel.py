@@ -84,8 +84,9 @@ def _run(cmd: list, cwd: Path, timeout: float = 300) -> subprocess.CompletedProc
     )
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def build_wheel(tmp_path_factory) -> Path:
+    """The wheel built from a copy of the tree (conftest.py's session fixture ``wheel``:
+    test_wheel.py and io/test_wheel_remote.py install the one build)."""
     work = tmp_path_factory.mktemp("wheel")
     src = work / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*NOT_SOURCE))
