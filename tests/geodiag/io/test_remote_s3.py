@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -221,15 +222,19 @@ def test_server_errors_are_retried_and_refusals_are_not(monkeypatch):
                 raise OSError("We encountered an internal error") from error("InternalError", 500)
             return {"ContentLength": 7}
 
-    folder = object_store.ObjectFolder("s3://b/p", FlakyFs())
+    folder = object_store.ObjectFolder("s3://b/p", FlakyFs(), object_store.BACKENDS["s3://"])
     assert folder.file("model.safetensors").size() == 7 and folder.fs.calls == 3
     assert not folder.exists("config.json")
     with pytest.raises(object_store.InputError, match=r"s3://b/p/config.json: refused"):
         folder.exists("config.json", required=True)
 
 
-def test_without_s3fs_the_install_line_is_named(monkeypatch):
-    monkeypatch.setattr(object_store, "S3_MODULES", ("s3fs_not_installed",))
-    res = runner.invoke(app, ["check", "s3://bucket/ckpt"])
+@pytest.mark.parametrize("scheme", object_store.SCHEMES)
+def test_without_the_filesystem_the_install_line_is_named(monkeypatch, scheme):
+    backend = object_store.BACKENDS[scheme]
+    monkeypatch.setitem(
+        object_store.BACKENDS, scheme, replace(backend, modules=("fs_not_installed",))
+    )
+    res = runner.invoke(app, ["check", f"{scheme}bucket/ckpt"])
     assert res.exit_code == 2, res.output
-    assert "s3://bucket/ckpt" in res.output and object_store.S3_INSTALL in res.output
+    assert f"{scheme}bucket/ckpt" in res.output and backend.install in res.output
