@@ -319,7 +319,7 @@ def _gcs_classify(e: Exception, where: str, fs: Any) -> str:
         raise InputError(where, f"cannot connect to the GCS endpoint ({e})") from None
     if isinstance(e, google.auth.exceptions.GoogleAuthError):
         raise InputError(
-            where, f"the Google credentials could not be used ({e.__class__.__name__})"
+            where, f"the Google credentials could not be used ({e.__class__.__name__}: {e})"
         ) from None
     if isinstance(e, ValueError):  # gcsfs's 400
         raise InputError(where, f"GCS refused the request: {e}") from None

@@ -43,18 +43,30 @@ def _free_port() -> int:
 
 
 class CountingRelay(socketserver.ThreadingTCPServer):
-    """Relays each connection to ``target`` and counts the bytes sent back."""
+    """Relays each connection to ``target`` and counts the bytes sent back; the first
+    ``fail_first`` connections are answered 503 instead (and closed)."""
 
     daemon_threads = allow_reuse_address = True
 
     def __init__(self, target: int) -> None:
         self.target, self.sent, self.lock = target, 0, threading.Lock()
+        self.fail_first = 0
         super().__init__(("127.0.0.1", 0), _Relay)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
 class _Relay(socketserver.BaseRequestHandler):
     def handle(self) -> None:
+        with self.server.lock:
+            fail = self.server.fail_first > 0
+            self.server.fail_first -= fail
+        if fail:
+            self.request.recv(65536)
+            self.request.sendall(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                b"Connection: close\r\n\r\n"
+            )
+            return
         upstream = socket.create_connection(("127.0.0.1", self.server.target))
 
         def pump(src: socket.socket, dst: socket.socket, count: bool) -> None:
