@@ -4,8 +4,8 @@ relay of test_remote_s3 that counts the bytes it sends and can answer 503. The v
 the metrics are the local folder's, the weights cost their header and the rows read, and
 every failure is exit 2 naming the URL, with no credential shown.
 
-Skipped without gcsfs and the emulator (``pip install 'geodiag[gs]' gcp-storage-emulator``;
-both are in the ``test`` extra)."""
+Both are in the ``test`` extra (``make test`` runs these); without gcsfs or the emulator
+the tests skip, saying what to install."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ ACCESS_TOKEN = "ya29.access-token-never-shown"
 needs_gs = pytest.mark.skipif(
     importlib.util.find_spec("gcsfs") is None
     or importlib.util.find_spec("gcp_storage_emulator") is None,
-    reason="gs:// tests need gcsfs and gcp-storage-emulator: "
-    "pip install 'geodiag[gs]' gcp-storage-emulator",
+    reason="gs:// tests need gcsfs and gcp-storage-emulator: pip install -e '.[test]' (or "
+    "'geodiag[gs]' gcp-storage-emulator)",
 )
 
 

@@ -3,14 +3,14 @@ server mode, started by the test, behind a relay that counts the bytes it sends.
 verdict and the metrics are the local folder's, the weights cost their header and the rows
 read, and every failure is exit 2 naming the URL, with no credential shown.
 
-Skipped without s3fs and moto (``pip install 'geodiag[s3]' 'moto[server]'``): neither is
-in the ``test`` extra (botocore alone is 31 MB installed, moto[server] pulls Flask and
-cfn-lint)."""
+Both are in the ``test`` extra (``make test`` runs these); without s3fs or moto's server
+the tests skip, saying what to install."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import socket
 import socketserver
 import subprocess
@@ -31,8 +31,9 @@ from tests.geodiag.io.test_remote import _comparable, _metrics, big_checkpoint
 runner = CliRunner()
 KEY_ID, SECRET = "AKIATESTKEYID0000042", "test-secret-access-key-never-shown"
 needs_s3 = pytest.mark.skipif(
-    importlib.util.find_spec("s3fs") is None or importlib.util.find_spec("moto") is None,
-    reason="s3:// tests need s3fs and moto's server: pip install 'geodiag[s3]' 'moto[server]'",
+    any(importlib.util.find_spec(m) is None for m in ("s3fs", "moto", "flask", "flask_cors")),
+    reason="s3:// tests need s3fs and moto's server: pip install -e '.[test]' (or 'geodiag[s3]' "
+    "'moto[s3]' flask flask-cors)",
 )
 
 
@@ -250,3 +251,19 @@ def test_without_the_filesystem_the_install_line_is_named(monkeypatch, scheme):
     res = runner.invoke(app, ["check", f"{scheme}bucket/ckpt"])
     assert res.exit_code == 2, res.output
     assert f"{scheme}bucket/ckpt" in res.output and backend.install in res.output
+
+
+@pytest.mark.parametrize("scheme", object_store.SCHEMES)
+def test_each_store_has_its_extra_and_make_test_installs_it(scheme):
+    """The Backend table names the extra and the module; pyproject's extra installs that
+    module, and the `test` extra (what `make test` installs) includes it."""
+    import tomllib
+
+    backend = object_store.BACKENDS[scheme]
+    root = Path(__file__).resolve().parents[3]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    names = {re.split(r"[<>=\[ ;]", r, maxsplit=1)[0] for r in extras[backend.extra]}
+    assert set(backend.modules) <= names
+    assert f"geodiag[{backend.extra}]" in extras["test"]
