@@ -149,6 +149,24 @@ def test_an_unreachable_endpoint_fails_fast(gs, monkeypatch):
 
 
 @needs_gs
+def test_a_server_that_never_answers_times_out(gs, monkeypatch):
+    """Offline behind a proxy, or a hung endpoint: each try ends at the read timeout, and
+    after the last one the command exits 2 naming the URL."""
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel does), never answers
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setattr(byte_ranges, "CONNECT_TIMEOUT_S", 0.2)  # reads time out at 3x this
+    start = time.monotonic()
+    res = runner.invoke(app, ["check", "gs://bucket-t/ckpt"])
+    silent.close()
+    assert res.exit_code == 2, res.output
+    assert (
+        f"gs://bucket-t/ckpt/config.json: gave up after {byte_ranges.RETRIES} tries" in res.output
+    )
+    assert "Timeout" in res.output
+    assert time.monotonic() - start < byte_ranges.RETRIES * 0.6 + 5
+
+
+@needs_gs
 def test_server_errors_are_retried_then_given_up(tmp_path, gs):
     write_checkpoint(tmp_path / "ckpt", planted_new_rows("grounded", base_rows()))
     url = upload(tmp_path / "ckpt", "bucket-g", "ckpt")
