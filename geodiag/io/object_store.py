@@ -255,8 +255,6 @@ def _os_error(e: Exception, where: str, retried: tuple[type[Exception], ...]) ->
 
 # GCS ------------------------------------------------------------------------------------
 
-GCS_RETRIED = {408, 429, 500, 502, 503, 504}  # gcsfs's own list (gcsfs.retry.errs)
-
 
 def _gcs_filesystem() -> Any:
     """gcsfs's plain JSON-API filesystem (``gcsfs.core``: not the package's default, which
@@ -304,13 +302,14 @@ def _gcs_classify(e: Exception, where: str, fs: Any) -> str:
     import google.auth.exceptions
     import requests
     from gcsfs.retry import HttpError
+    from gcsfs.retry import errs as retried  # gcsfs's own list: 408, 429, 500-504
 
     if isinstance(e, HttpError) and e.code in (401, 403):
         raise _Refused(where, f"refused (HTTP {e.code}): {_gcs_refused_hint(fs)}") from None
     if isinstance(e, OSError) and str(e).startswith("Forbidden"):  # gcsfs's 403
         raise _Refused(where, f"refused (HTTP 403): {_gcs_refused_hint(fs)}") from None
     if isinstance(e, HttpError):
-        if e.code in GCS_RETRIED:
+        if e.code in retried:
             return f"HTTP {e.code}"
         raise InputError(where, f"GCS answered HTTP {e.code}: {e.message}") from None
     if isinstance(e, requests.exceptions.ProxyError):  # gcsfs's 502
