@@ -69,7 +69,8 @@ def measures(*, without: tuple[str, ...] = (), **fixed):
 
 CHECKPOINT_HELP = (
     "Checkpoint folder or weights file, or a folder's URL: https://HOST/PATH, "
-    "hf://ORG/NAME[@REVISION][/SUBFOLDER] or s3://BUCKET/PREFIX (read by byte ranges)."
+    "hf://ORG/NAME[@REVISION][/SUBFOLDER], s3://BUCKET/PREFIX or gs://BUCKET/PREFIX (read by "
+    "byte ranges)."
 )
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (strict: no NaN/Infinity).")]
 

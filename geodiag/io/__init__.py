@@ -7,7 +7,8 @@ Bottom to top, each module importing only those above it in this list
   but not read (sharded distributed checkpoints, Git LFS pointers, other frameworks);
 - ``byte_ranges``: a file's bytes by ranges, on disk or behind an HTTP(S) URL (retried,
   nearby ranges read with one request): what the safetensors reader reads through;
-- ``object_store``: the same over an ``s3://`` bucket (fsspec's s3fs, the ``s3`` extra);
+- ``object_store``: the same over an ``s3://`` or ``gs://`` bucket (fsspec's s3fs or
+  gcsfs, the ``s3`` and ``gs`` extras; one backend table, one read and retry path);
 - ``safetensors``: a validating safetensors reader that reads only the rows asked for,
   and a small writer;
 - ``tensor_store``: :class:`~geodiag.io.tensor_store.TensorStore`, the questions every
@@ -23,7 +24,7 @@ Bottom to top, each module importing only those above it in this list
 - ``store``: those questions over one file, a sharded set, a torch pickle, a GGUF file or a
   DCP folder
   (``open_store``: the one place that picks the store for a path);
-- ``remote``: a checkpoint folder behind an ``https://``, ``hf://`` or ``s3://`` URL: its
+- ``remote``: a checkpoint folder behind an ``https://``, ``hf://``, ``s3://`` or ``gs://`` URL: its
   small files fetched into a temporary folder, its safetensors weights read by byte ranges;
 - ``memory``: the same questions over a numpy array, a torch tensor or a model;
 - ``tensor_names``: which tensor is the input embedding, which the output head;

@@ -1,22 +1,36 @@
-"""A checkpoint folder in an S3 bucket, ``s3://BUCKET/PREFIX``, read by byte ranges through
-fsspec's s3fs (the ``s3`` extra; imported only when such a URL is read).
+"""A checkpoint folder in an object store, ``s3://BUCKET/PREFIX`` or ``gs://BUCKET/PREFIX``,
+read by byte ranges through fsspec's filesystems: s3fs (the ``s3`` extra) or gcsfs (the
+``gs`` extra), each imported only when such a URL is read. One :class:`Backend` per scheme
+(:data:`BACKENDS`) says which filesystem, which extra, how to ask an object's size and its
+bytes, and what the store's errors mean; the rest (finding files, ranged reads, retries) is
+one code path.
 
-Credentials and region come from the usual AWS chain (``AWS_ACCESS_KEY_ID`` /
-``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``, the shared files, an
-instance role); the endpoint from ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (MinIO,
-R2, a test server). None of them is ever shown. Files are found by asking for each known
-name (``HeadObject``), never by listing, so ``s3:GetObject`` alone is enough: without
-``s3:ListBucket`` S3 answers a missing key with AccessDenied, so a small file refused that
-way counts as absent, while the weights refused are an error.
+Credentials come from the usual places and are never shown:
+
+- S3: the AWS chain (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
+  ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``, the shared files, an instance role); the endpoint
+  from ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (MinIO, R2, a test server).
+- GCS: gcsfs's chain (``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's application-default
+  login, the metadata server on Google Cloud unless ``NO_GCE_CHECK=true``), and where none
+  is found gcsfs reads anonymously, as a public bucket allows; the endpoint from
+  ``STORAGE_EMULATOR_HOST`` (an emulator, a test server).
+
+Files are found by asking for each known name (``HeadObject``; GCS's object metadata GET),
+never by listing, so read permission alone is enough (``s3:GetObject``,
+``storage.objects.get``). Without ``s3:ListBucket`` S3 answers a missing key with
+AccessDenied, so a small file refused counts as absent, while the weights refused are an
+error; the same rule holds for GCS.
 
 Failures are those of ``geodiag.io.byte_ranges``: timeouts, dropped connections and 5xx
-answers retried (:data:`~geodiag.io.byte_ranges.RETRIES`, with backoff); a missing key or
-bucket, a refusal, missing credentials or an endpoint that cannot be reached one
-:class:`InputError` naming the ``s3://`` URL, at once.
+answers retried here (:data:`~geodiag.io.byte_ranges.RETRIES`, with backoff), the
+filesystems' own retries turned off; a missing object or bucket, a refusal, missing
+credentials or an endpoint that cannot be reached one :class:`InputError` naming the URL,
+at once.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -26,41 +40,47 @@ from typing import Any
 from geodiag.errors import InputError, require_extra
 from geodiag.io import byte_ranges
 
-SCHEME = "s3://"
-S3_INSTALL = "pip install 'geodiag[s3]'"
-S3_MODULES = ("s3fs",)
-# The endpoint, first found wins (botocore's own names for it).
-ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
-NOT_FOUND = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
-REFUSED = {
-    "403",
-    "AccessDenied",
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "AllAccessDisabled",
-}
+
+@dataclass(frozen=True)
+class Backend:
+    """What differs between object stores; everything else is shared."""
+
+    scheme: str  # "s3://"
+    service: str  # the store as named in errors
+    extra: str  # the pip extra that installs the filesystem
+    modules: tuple[str, ...]  # imported to read it (looked up before, for the install line)
+    filesystem: Callable[[], Any]  # a filesystem that fails fast, credentials from the chain
+    size: Callable[[Any, str, str], int]  # (fs, bucket, key) -> bytes: one metadata request
+    get: Callable[[Any, str, str, int | None, int | None], bytes]  # (fs, bucket, key, start, end)
+    # raise the InputError an exception means, or return the problem if worth a retry
+    classify: Callable[[Exception, str, Any], str]
+
+    @property
+    def install(self) -> str:
+        return f"pip install 'geodiag[{self.extra}]'"
 
 
 @dataclass
 class ObjectFolder:
-    """``s3://BUCKET/PREFIX``: the same questions as ``remote.RemoteFolder`` (does a file
-    exist, its bytes, a ranged file), asked of the bucket."""
+    """``SCHEME://BUCKET/PREFIX``: the same questions as ``remote.RemoteFolder`` (does a
+    file exist, its bytes, a ranged file), asked of the bucket."""
 
-    where: str  # s3://BUCKET/PREFIX, as shown (no trailing slash)
-    fs: Any = field(repr=False)  # s3fs.S3FileSystem
-
-    @property
-    def _path(self) -> str:
-        return self.where[len(SCHEME) :]
+    where: str  # the URL as shown (no trailing slash)
+    fs: Any = field(repr=False)  # the backend's filesystem
+    backend: Backend = field(repr=False)
 
     def shown(self, name: str) -> str:
         return f"{self.where}/{name}"
 
+    def key(self, name: str) -> tuple[str, str]:
+        bucket, _, prefix = self.where[len(self.backend.scheme) :].partition("/")
+        return bucket, f"{prefix}/{name}" if prefix else name
+
     def exists(self, name: str, required: bool = False) -> bool:
-        """``HeadObject``: True if there, False on 404 (and on 403 unless ``required``:
-        without ``s3:ListBucket`` a missing key answers 403)."""
+        """True if there, False on not found (and on a refusal unless ``required``: without
+        list permission a missing key answers 403)."""
         try:
-            _call(lambda: self.fs.call_s3("head_object", **self._key(name)), self.shown(name))
+            self.size(name)
             return True
         except _NotFound:
             return False
@@ -69,20 +89,35 @@ class ObjectFolder:
                 raise
             return False
 
-    def fetch(self, name: str) -> bytes:
-        path = f"{self._path}/{name}"
-        return _call(lambda: self.fs.cat_file(path), self.shown(name))
+    def size(self, name: str) -> int:
+        return self._call(lambda: self.backend.size(self.fs, *self.key(name)), self.shown(name))
+
+    def fetch(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
+        """The object's bytes, or those of ``[start, end)``."""
+        get = self.backend.get
+        return self._call(lambda: get(self.fs, *self.key(name), start, end), self.shown(name))
 
     def file(self, name: str) -> ObjectFile:
         return ObjectFile(self, name)
 
-    def _key(self, name: str) -> dict[str, str]:
-        bucket, _, prefix = self._path.partition("/")
-        return {"Bucket": bucket, "Key": f"{prefix}/{name}" if prefix else name}
+    def _call(self, fn: Callable[[], Any], where: str) -> Any:
+        """``fn()``, retried with backoff on a timeout, a dropped connection or a 5xx answer;
+        an InputError naming ``where`` on anything else that fails."""
+        problem = ""
+        for attempt in range(byte_ranges.RETRIES):
+            if attempt:
+                time.sleep(byte_ranges.BACKOFF_S * 2 ** (attempt - 1))
+            try:
+                return fn()
+            except InputError:
+                raise
+            except Exception as e:  # the filesystems wrap their errors in OSError kinds
+                problem = self.backend.classify(e, where, self.fs)
+        raise InputError(where, f"gave up after {byte_ranges.RETRIES} tries: {problem}")
 
 
 class ObjectFile(byte_ranges.RangedFile):
-    """One object read by ranges (``cat_file(path, start, end)``: one ranged GetObject)."""
+    """One object read by ranges (one ranged GET each)."""
 
     def __init__(
         self, folder: ObjectFolder, name: str, say: Callable[[str], None] | None = None
@@ -91,33 +126,59 @@ class ObjectFile(byte_ranges.RangedFile):
         self.folder, self.name = folder, name
 
     def _stat_size(self) -> int:
-        key = self.folder._key(self.name)
-        head = _call(lambda: self.folder.fs.call_s3("head_object", **key), self.where)
-        return int(head["ContentLength"])
+        return self.folder.size(self.name)
 
     def _fetch(self, offset: int, nbytes: int) -> bytes:
-        path = f"{self.folder._path}/{self.name}"
-        fs = self.folder.fs
-        return _call(lambda: fs.cat_file(path, start=offset, end=offset + nbytes), self.where)
+        return self.folder.fetch(self.name, offset, offset + nbytes)
+
+
+def backend_of(url: str) -> Backend | None:
+    return next((b for scheme, b in BACKENDS.items() if url.startswith(scheme)), None)
 
 
 def open_folder(url: str) -> ObjectFolder:
-    """``s3://BUCKET[/PREFIX]`` (no trailing slash) -> its folder, on a filesystem that
-    fails fast (:func:`filesystem`)."""
-    bucket = url[len(SCHEME) :].split("/", 1)[0]
-    if not bucket:
-        raise InputError(url, "not an S3 URL: expected s3://BUCKET/PREFIX")
-    require_extra(url, "s3fs (reading s3:// URLs)", S3_MODULES, S3_INSTALL)
-    return ObjectFolder(url, filesystem())
+    """``SCHEME://BUCKET[/PREFIX]`` (no trailing slash) -> its folder, on a filesystem
+    that fails fast."""
+    backend = backend_of(url)
+    if backend is None:
+        raise InputError(url, f"not an object store URL: expected one of {', '.join(BACKENDS)}")
+    if not url[len(backend.scheme) :].split("/", 1)[0]:
+        raise InputError(
+            url, f"not a {backend.service} URL: expected {backend.scheme}BUCKET/PREFIX"
+        )
+    needs = f"{'/'.join(backend.modules)} (reading {backend.scheme} URLs)"
+    require_extra(url, needs, backend.modules, backend.install)
+    return ObjectFolder(url, backend.filesystem(), backend)
 
 
-def filesystem() -> Any:
-    """An s3fs filesystem on the AWS chain's credentials, the endpoint from the environment,
-    a connect timeout, and no retries of its own or botocore's: :func:`_call` retries, as
-    ``byte_ranges.request`` does, so a dead endpoint fails once, fast."""
+class _NotFound(InputError):
+    pass
+
+
+class _Refused(InputError):
+    pass
+
+
+# S3 -------------------------------------------------------------------------------------
+
+# The endpoint, first found wins (botocore's own names for it).
+S3_ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+S3_NOT_FOUND = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
+S3_REFUSED = {
+    "403",
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "AllAccessDisabled",
+}
+
+
+def _s3_filesystem() -> Any:
+    """s3fs on the AWS chain's credentials, the endpoint from the environment, a connect
+    timeout, and no retries of its own or botocore's."""
     import s3fs
 
-    endpoint = next((os.environ[k] for k in ENDPOINT_ENV if os.environ.get(k)), None)
+    endpoint = next((os.environ[k] for k in S3_ENDPOINT_ENV if os.environ.get(k)), None)
     fs = s3fs.S3FileSystem(
         endpoint_url=endpoint,
         skip_instance_cache=True,
@@ -131,40 +192,25 @@ def filesystem() -> Any:
     return fs
 
 
-class _NotFound(InputError):
-    pass
+def _s3_size(fs: Any, bucket: str, key: str) -> int:
+    return int(fs.call_s3("head_object", Bucket=bucket, Key=key)["ContentLength"])
 
 
-class _Refused(InputError):
-    pass
+def _s3_get(fs: Any, bucket: str, key: str, start: int | None, end: int | None) -> bytes:
+    return fs.cat_file(f"{bucket}/{key}", start=start, end=end)
 
 
-def _call(fn: Callable[[], Any], where: str) -> Any:
-    """``fn()``, retried with backoff on a timeout, a dropped connection or a 5xx answer; an
-    InputError naming ``where`` on anything else that fails."""
-    problem = ""
-    for attempt in range(byte_ranges.RETRIES):
-        if attempt:
-            time.sleep(byte_ranges.BACKOFF_S * 2 ** (attempt - 1))
-        try:
-            return fn()
-        except Exception as e:  # s3fs wraps botocore's errors in OSError kinds: unwrap them
-            problem = _classify(e, where)
-    raise InputError(where, f"gave up after {byte_ranges.RETRIES} tries: {problem}")
-
-
-def _classify(e: Exception, where: str) -> str:
-    """Raise the InputError ``e`` means, or return the problem if it is worth a retry."""
+def _s3_classify(e: Exception, where: str, fs: Any) -> str:
     from botocore import exceptions as boto
 
-    cause = _client_error(e)
+    cause = _s3_client_error(e)
     if cause is not None:
         err = cause.response.get("Error", {})
         code = str(err.get("Code", ""))
         status = int(cause.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-        if code in NOT_FOUND or status == 404:
+        if code in S3_NOT_FOUND or status == 404:
             raise _NotFound(where, f"not found ({code or 'HTTP 404'})") from None
-        if code in REFUSED or status == 403:
+        if code in S3_REFUSED or status == 403:
             raise _Refused(
                 where,
                 f"refused ({code or 'HTTP 403'}): the credentials (AWS_ACCESS_KEY_ID, "
@@ -182,16 +228,10 @@ def _classify(e: Exception, where: str) -> str:
         ) from None
     if isinstance(e, (boto.EndpointConnectionError, boto.ConnectTimeoutError)):
         raise InputError(where, f"cannot connect to the S3 endpoint ({e})") from None
-    if isinstance(e, (FileNotFoundError,)):
-        raise _NotFound(where, "not found") from None
-    if isinstance(e, PermissionError):
-        raise _Refused(where, f"refused: {e}") from None
-    if isinstance(e, (OSError, boto.BotoCoreError, TimeoutError)):
-        return f"{e.__class__.__name__}: {e}"
-    raise InputError(where, f"cannot read ({e.__class__.__name__}: {e})") from None
+    return _os_error(e, where, (boto.BotoCoreError,))
 
 
-def _client_error(e: BaseException) -> Any:
+def _s3_client_error(e: BaseException) -> Any:
     from botocore.exceptions import ClientError
 
     seen = 0
@@ -200,3 +240,107 @@ def _client_error(e: BaseException) -> Any:
             return e
         e, seen = e.__cause__ or e.__context__, seen + 1
     return None
+
+
+def _os_error(e: Exception, where: str, retried: tuple[type[Exception], ...]) -> str:
+    """What is left once a backend has read its own errors: fsspec's OSError kinds."""
+    if isinstance(e, FileNotFoundError):
+        raise _NotFound(where, "not found") from None
+    if isinstance(e, PermissionError):
+        raise _Refused(where, f"refused: {e}") from None
+    if isinstance(e, (OSError, TimeoutError, *retried)):
+        return f"{e.__class__.__name__}: {e}"
+    raise InputError(where, f"cannot read ({e.__class__.__name__}: {e})") from None
+
+
+# GCS ------------------------------------------------------------------------------------
+
+
+def _gcs_filesystem() -> Any:
+    """gcsfs's plain JSON-API filesystem (``gcsfs.core``: not the package's default, which
+    first asks the storage-control API what kind of bucket it is), with connect and read
+    timeouts; its own retries are skipped (:func:`_gcs_request`)."""
+    import aiohttp
+    from gcsfs.core import GCSFileSystem
+
+    timeout = aiohttp.ClientTimeout(
+        total=None,
+        connect=byte_ranges.CONNECT_TIMEOUT_S,
+        sock_read=byte_ranges.CONNECT_TIMEOUT_S * 3,
+    )
+    return GCSFileSystem(skip_instance_cache=True, requests_timeout=timeout)
+
+
+def _gcs_request(fs: Any, path: str, *args: str, headers: dict[str, str] | None = None) -> Any:
+    """One GET: gcsfs's ``_request`` less the retry decorator around it (up to 6 tries and
+    32 s waits of its own, a dead endpoint included)."""
+    from fsspec.asyn import sync
+
+    once = type(fs)._request.__wrapped__
+    return sync(fs.loop, once, fs, "GET", path, *args, headers=headers or {})
+
+
+def _gcs_size(fs: Any, bucket: str, key: str) -> int:
+    contents = _gcs_request(fs, "b/{}/o/{}", bucket, key)[3]
+    return int(json.loads(contents)["size"])
+
+
+def _gcs_get(fs: Any, bucket: str, key: str, start: int | None, end: int | None) -> bytes:
+    ranged = start is not None and end is not None
+    headers = {"Range": f"bytes={start}-{end - 1}"} if ranged else {}
+    status, _, _, contents = _gcs_request(fs, fs.url(f"{bucket}/{key}"), headers=headers)
+    if ranged and status != 206:
+        raise InputError(
+            f"gs://{bucket}/{key}",
+            f"the server ignores byte ranges (answered {status} to a Range request)",
+        )
+    return contents
+
+
+def _gcs_classify(e: Exception, where: str, fs: Any) -> str:
+    import aiohttp
+    import google.auth.exceptions
+    import requests
+    from gcsfs.retry import HttpError
+    from gcsfs.retry import errs as retried  # gcsfs's own list: 408, 429, 500-504
+
+    if isinstance(e, HttpError) and e.code in (401, 403):
+        raise _Refused(where, f"refused (HTTP {e.code}): {_gcs_refused_hint(fs)}") from None
+    if isinstance(e, OSError) and str(e).startswith("Forbidden"):  # gcsfs's 403
+        raise _Refused(where, f"refused (HTTP 403): {_gcs_refused_hint(fs)}") from None
+    if isinstance(e, HttpError):
+        if e.code in retried:
+            return f"HTTP {e.code}"
+        raise InputError(where, f"GCS answered HTTP {e.code}: {e.message}") from None
+    if isinstance(e, requests.exceptions.ProxyError):  # gcsfs's 502
+        return "HTTP 502"
+    if isinstance(e, aiohttp.ClientConnectorError):  # refused, or no such host: no use retrying
+        raise InputError(where, f"cannot connect to the GCS endpoint ({e})") from None
+    if isinstance(e, google.auth.exceptions.GoogleAuthError):
+        raise InputError(
+            where, f"the Google credentials could not be used ({e.__class__.__name__}: {e})"
+        ) from None
+    if isinstance(e, ValueError):  # gcsfs's 400
+        raise InputError(where, f"GCS refused the request: {e}") from None
+    return _os_error(e, where, (aiohttp.ClientError, TimeoutError))
+
+
+def _gcs_refused_hint(fs: Any) -> str:
+    if getattr(fs.credentials, "method", None) == "anon":
+        return (
+            "no Google credentials were found, so it was asked anonymously (only public "
+            "buckets read): set GOOGLE_APPLICATION_CREDENTIALS or run `gcloud auth "
+            "application-default login`"
+        )
+    return "the Google credentials found may not read it"
+
+
+BACKENDS = {
+    "s3://": Backend(
+        "s3://", "S3", "s3", ("s3fs",), _s3_filesystem, _s3_size, _s3_get, _s3_classify
+    ),
+    "gs://": Backend(
+        "gs://", "GCS", "gs", ("gcsfs",), _gcs_filesystem, _gcs_size, _gcs_get, _gcs_classify
+    ),
+}
+SCHEMES = tuple(BACKENDS)

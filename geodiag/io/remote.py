@@ -1,6 +1,6 @@
 """A checkpoint folder behind a URL, read in place: ``https://host/path/folder`` (``http://``
-too), ``hf://ORG/NAME[@REVISION][/SUBFOLDER]`` or ``s3://BUCKET/PREFIX``
-(``geodiag.io.object_store``).
+too), ``hf://ORG/NAME[@REVISION][/SUBFOLDER]``, ``s3://BUCKET/PREFIX`` or
+``gs://BUCKET/PREFIX`` (``geodiag.io.object_store``).
 
 The small files beside the weights (:data:`SMALL_FILES`: config, tokenizer, sidecar,
 codebooks, the shard index) are fetched whole into a temporary folder that the rest of
@@ -30,7 +30,7 @@ from geodiag.io.safetensors import SafetensorsFile
 from geodiag.io.store import SafetensorsStore, shard_names, sharded_description
 from geodiag.io.tensor_store import TensorStore
 
-SCHEMES = ("https://", "http://", "hf://", object_store.SCHEME)
+SCHEMES = ("https://", "http://", "hf://", *object_store.SCHEMES)
 HF_ENDPOINT = "https://huggingface.co"  # unless the environment's HF_ENDPOINT says otherwise
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -81,7 +81,7 @@ class RemoteFolder:
 def parse(url: str) -> tuple[RemoteFolder | object_store.ObjectFolder, str | None]:
     """(the folder, the weights file's name when ``url`` names one rather than a folder)."""
     url = url.rstrip("/")
-    if url.startswith(object_store.SCHEME):
+    if url.startswith(object_store.SCHEMES):
         name = None
         if url.endswith(".safetensors"):
             url, _, name = url.rpartition("/")

@@ -3,20 +3,21 @@ server mode, started by the test, behind a relay that counts the bytes it sends.
 verdict and the metrics are the local folder's, the weights cost their header and the rows
 read, and every failure is exit 2 naming the URL, with no credential shown.
 
-Skipped without s3fs and moto (``pip install 'geodiag[s3]' 'moto[server]'``): neither is
-in the ``test`` extra (botocore alone is 31 MB installed, moto[server] pulls Flask and
-cfn-lint)."""
+Both are in the ``test`` extra (``make test`` runs these); without s3fs or moto's server
+the tests skip, saying what to install."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import socket
 import socketserver
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,9 @@ from tests.geodiag.io.test_remote import _comparable, _metrics, big_checkpoint
 runner = CliRunner()
 KEY_ID, SECRET = "AKIATESTKEYID0000042", "test-secret-access-key-never-shown"
 needs_s3 = pytest.mark.skipif(
-    importlib.util.find_spec("s3fs") is None or importlib.util.find_spec("moto") is None,
-    reason="s3:// tests need s3fs and moto's server: pip install 'geodiag[s3]' 'moto[server]'",
+    any(importlib.util.find_spec(m) is None for m in ("s3fs", "moto", "flask", "flask_cors")),
+    reason="s3:// tests need s3fs and moto's server: pip install -e '.[test]' (or 'geodiag[s3]' "
+    "'moto[s3]' flask flask-cors)",
 )
 
 
@@ -42,18 +44,30 @@ def _free_port() -> int:
 
 
 class CountingRelay(socketserver.ThreadingTCPServer):
-    """Relays each connection to ``target`` and counts the bytes sent back."""
+    """Relays each connection to ``target`` and counts the bytes sent back; the first
+    ``fail_first`` connections are answered 503 instead (and closed)."""
 
     daemon_threads = allow_reuse_address = True
 
     def __init__(self, target: int) -> None:
         self.target, self.sent, self.lock = target, 0, threading.Lock()
+        self.fail_first = 0
         super().__init__(("127.0.0.1", 0), _Relay)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
 class _Relay(socketserver.BaseRequestHandler):
     def handle(self) -> None:
+        with self.server.lock:
+            fail = self.server.fail_first > 0
+            self.server.fail_first -= fail
+        if fail:
+            self.request.recv(65536)
+            self.request.sendall(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                b"Connection: close\r\n\r\n"
+            )
+            return
         upstream = socket.create_connection(("127.0.0.1", self.server.target))
 
         def pump(src: socket.socket, dst: socket.socket, count: bool) -> None:
@@ -221,15 +235,35 @@ def test_server_errors_are_retried_and_refusals_are_not(monkeypatch):
                 raise OSError("We encountered an internal error") from error("InternalError", 500)
             return {"ContentLength": 7}
 
-    folder = object_store.ObjectFolder("s3://b/p", FlakyFs())
+    folder = object_store.ObjectFolder("s3://b/p", FlakyFs(), object_store.BACKENDS["s3://"])
     assert folder.file("model.safetensors").size() == 7 and folder.fs.calls == 3
     assert not folder.exists("config.json")
     with pytest.raises(object_store.InputError, match=r"s3://b/p/config.json: refused"):
         folder.exists("config.json", required=True)
 
 
-def test_without_s3fs_the_install_line_is_named(monkeypatch):
-    monkeypatch.setattr(object_store, "S3_MODULES", ("s3fs_not_installed",))
-    res = runner.invoke(app, ["check", "s3://bucket/ckpt"])
+@pytest.mark.parametrize("scheme", object_store.SCHEMES)
+def test_without_the_filesystem_the_install_line_is_named(monkeypatch, scheme):
+    backend = object_store.BACKENDS[scheme]
+    monkeypatch.setitem(
+        object_store.BACKENDS, scheme, replace(backend, modules=("fs_not_installed",))
+    )
+    res = runner.invoke(app, ["check", f"{scheme}bucket/ckpt"])
     assert res.exit_code == 2, res.output
-    assert "s3://bucket/ckpt" in res.output and object_store.S3_INSTALL in res.output
+    assert f"{scheme}bucket/ckpt" in res.output and backend.install in res.output
+
+
+@pytest.mark.parametrize("scheme", object_store.SCHEMES)
+def test_each_store_has_its_extra_and_make_test_installs_it(scheme):
+    """The Backend table names the extra and the module; pyproject's extra installs that
+    module, and the `test` extra (what `make test` installs) includes it."""
+    import tomllib
+
+    backend = object_store.BACKENDS[scheme]
+    root = Path(__file__).resolve().parents[3]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    names = {re.split(r"[<>=\[ ;]", r, maxsplit=1)[0] for r in extras[backend.extra]}
+    assert set(backend.modules) <= names
+    assert f"geodiag[{backend.extra}]" in extras["test"]
