@@ -3,7 +3,8 @@ live as a user's install would: DCP folders a real 2-rank FSDP2 run wrote (test_
 ``saved``: bare, in a Trainer ``checkpoint-N/``) and an ``hf://`` repo served by a real
 server process at ``HF_ENDPOINT`` (range_server.py, the Hub's resolve route only), each
 with the exit code and ``metrics --json`` figures of the local consolidated folder. Both
-routes are standard library only, so the light install needs nothing more."""
+routes are standard library only, so the light install needs nothing more. With the
+``s3`` extra installed from the wheel, an ``s3://`` copy from moto's server reads the same."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from test_dcp import saved  # noqa: F401  (the fixture: a real FSDP2 run's DCP folders)
 from test_remote import SERVER, _comparable
+from test_remote_s3 import moto, needs_s3, s3, upload  # noqa: F401  (moto's server)
 from test_wheel import PIP, _clean_env
 
 from tests.geodiag.geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
@@ -21,11 +23,11 @@ from tests.geodiag.geodiag_fixtures import base_rows, planted_new_rows, write_ch
 REPO = "org/tiny-sid"
 
 
-def _venv(tmp_path: Path, wheel: Path) -> Path:
+def _venv(tmp_path: Path, wheel: Path, extra: str = "") -> Path:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     res = subprocess.run(
-        [str(venv / "bin" / "python"), *PIP, "install", "-q", str(wheel)],
+        [str(venv / "bin" / "python"), *PIP, "install", "-q", f"{wheel}{extra}"],
         env=_clean_env(),
         capture_output=True,
         text=True,
@@ -83,3 +85,17 @@ def test_the_light_wheel_reads_dcp_and_hf_checkpoints_as_local_ones(wheel, saved
             server.terminate()
             server.wait(timeout=10)
         assert log.is_file() and log.stat().st_size > 0  # it was the server that answered
+
+
+@needs_s3
+def test_the_s3_extra_reads_an_s3_copy_as_the_local_folder(wheel, s3, tmp_path):  # noqa: F811
+    exe = _venv(tmp_path, wheel, "[s3]")
+    for kind, expected in (("random", 0), ("mean", 1)):
+        root = write_checkpoint(tmp_path / kind, planted_new_rows(kind, base_rows()))
+        url = upload(root, f"wheel-{kind}", "run/ckpt")
+        sent = s3.sent
+        remote = _geodiag(exe, tmp_path, "check", url)
+        assert _geodiag(exe, tmp_path, "check", root).returncode == expected
+        assert remote.returncode == expected, remote.stdout + remote.stderr
+        assert s3.sent > sent  # through the relay: moto's server answered
+        assert _figures(exe, tmp_path, url) == _figures(exe, tmp_path, root)
