@@ -17,9 +17,9 @@ What torch (2.13) writes:
   uncompressed zip holding ``archive/data.pkl`` (``_rebuild_tensor_v2`` of a typed storage:
   the storage offset, size and stride) and ``archive/data/<key>``, the raw little-endian
   values. The zip's directory and ``data.pkl`` (restricted the same way, to a plain
-  tensor's globals: ``geodiag.io.torch_zip``) are read once per chunk; then only the byte ranges of the rows
-  asked for, so a row-sharded embedding (FSDP2: chunk r holds rows r*n/w ..) costs the rows'
-  bytes in the one or few chunks that hold them.
+  tensor's globals: ``geodiag.io.torch_zip``) are read once per chunk; then only the byte
+  ranges of the rows asked for, so a row-sharded embedding (FSDP2: chunk r holds rows
+  r*n/w ..) costs the rows' bytes in the one or few chunks that hold them.
 
 Names: a nested state dict (``{"model": ..., "optim": ...}``, accelerate's ``{"model":
 ...}``) exposes the tensors under ``model`` by their names in it; optimizer state

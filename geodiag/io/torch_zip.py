@@ -111,14 +111,19 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, *_):  # noqa: ANN0
     return StoredTensor(dtype, key, int(storage_offset), torch_size(size), torch_size(stride))
 
 
-def ordered_dict(*args: object) -> dict:
+class StateDict(dict):
+    """What a pickled ``OrderedDict`` becomes: a dict that also takes the attributes a
+    module's state dict carries (``_metadata``), which the pickle sets after its items."""
+
+
+def ordered_dict(*args: object) -> StateDict:
     """``collections.OrderedDict()``: an empty dict (the pickle fills it with SETITEMS)."""
     if args:
         raise pickle.UnpicklingError("a non-empty OrderedDict (backward hooks)")
-    return {}
+    return StateDict()
 
 
-# The globals of a pickled plain tensor (and torch.Size, which state dicts of shapes use).
+# The globals of a pickled plain tensor (a chunk of a .distcp file holds nothing else).
 TENSOR_GLOBALS: dict[tuple[str, str], object] = {
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
     ("collections", "OrderedDict"): ordered_dict,
@@ -207,18 +212,19 @@ class _Window(io.RawIOBase):
 
 
 class Archive:
-    """A ``torch.save`` archive's object (``data.pkl``, tensors as :class:`StoredTensor`)
-    and where each storage's values lie in the file (located when first asked: a 30-byte
-    local zip header each)."""
+    """A ``torch.save`` archive's object (``data.pkl``, tensors as :class:`StoredTensor`;
+    ``pickled``: its bytes) and where each storage's values lie in the file (located when
+    first asked: a 30-byte local zip header each)."""
 
     def __init__(
         self,
         path: Path,
         obj: object,
+        pickled: bytes,
         span: tuple[int, int],
         members: dict[str, zipfile.ZipInfo],
     ) -> None:
-        self.path, self.obj = path, obj
+        self.path, self.obj, self.pickled = path, obj, pickled
         (self._begin, self._length), self._members = span, members
         self._located: dict[str, int] = {}
 
@@ -281,7 +287,8 @@ def open_archive(
                 order = f"{prefix}byteorder"
                 if order in names and z.read(order).strip() != b"little":
                     raise InputError(path, "a big-endian torch.save archive")
-                obj = restricted_load(z.read(pkl), path, allowed, writer)
+                pickled = z.read(pkl)
+                obj = restricted_load(pickled, path, allowed, writer)
                 data = f"{prefix}data/"
                 members = {
                     i.filename.removeprefix(data): i
@@ -292,7 +299,7 @@ def open_archive(
         raise cannot_read(path, e) from None
     except (zipfile.BadZipFile, struct.error, EOFError, KeyError) as e:
         raise InputError(path, f"at byte {begin}: not a torch.save archive ({e})") from None
-    return Archive(path, obj, (begin, length), members)
+    return Archive(path, obj, pickled, (begin, length), members)
 
 
 def decode(dtype: str, raw: np.ndarray, float32: bool) -> np.ndarray:
