@@ -87,6 +87,8 @@ _GLOBALS: dict[tuple[str, str], object] = {
     ("deepspeed.utils.tensor_fragment", "fragment_address"): record("fragment_address"),
 }
 _OPTIM = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt")
+# Files of a model-parallel rank other than 0, pipeline layers, expert-parallel ranks.
+_PARALLEL = re.compile(r"mp_rank_0*[1-9]\d*_|^layer_\d+|expp_rank_")
 _MODEL3 = re.compile(r"zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt")
 
 
@@ -144,14 +146,11 @@ class _Files:
 
 
 def _ranks(folder: Path, pattern: re.Pattern, kind: str) -> dict[int, Path]:
-    """Rank -> file for the files of ``pattern`` in ``folder`` (model parallel rank 0)."""
+    """Rank -> file for the files of ``pattern`` in ``folder`` (model-parallel rank 0: the
+    store refuses folders with others)."""
     found = {}
     for p in folder.iterdir():
-        if m := pattern.fullmatch(p.name):
-            if int(m.group(2)) != 0:
-                raise InputError(
-                    folder, f"tensor-parallel partitions ({p.name}) are not read: {_advice(folder)}"
-                )
+        if (m := pattern.fullmatch(p.name)) and int(m.group(2)) == 0:
             found[int(m.group(1))] = p
     if not found:
         raise InputError(folder, f"no {kind} files: {_advice(folder)}")
@@ -173,6 +172,13 @@ class ZeroStore:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self._files = _Files()
+        parallel = sorted(p.name for p in folder.glob("*.pt") if _PARALLEL.search(p.name))
+        if parallel:
+            raise InputError(
+                folder,
+                f"tensor- or pipeline-parallel partitions ({parallel[0]}) are not read: "
+                + _advice(folder),
+            )
         if (folder / "zero").is_dir():
             self._params = self._universal()
             self.description = f"DeepSpeed universal checkpoint ({len(self._params)} parameters)"
@@ -250,28 +256,31 @@ class ZeroStore:
         return out
 
     def _frozen3(self, state: dict, world: int) -> dict[str, _Param]:
-        """Rank r's model states hold elements r*q .. (r+1)*q of each frozen parameter."""
+        """Each rank's model states hold its fragment of each frozen parameter; the
+        fragments end to end, cut at the parameter's size, are the parameter (as
+        ``zero_to_fp32`` concatenates them)."""
         shapes = state.get("frozen_param_shapes") or {}
         if not shapes:
             return {}
         files = _ranks(self.folder, _MODEL3, "model_states")
+        for r in range(world):
+            if r not in files:
+                name = f"zero_pp_rank_{r}_mp_rank_00_model_states.pt"
+                raise InputError(self.folder, f"rank {r}'s model states '{name}' are missing")
         out = {}
         for name, shape in shapes.items():
-            numel = math.prod(torch_size(shape))
-            q = math.ceil(numel / world)
-            pieces, dtype = [], None
+            shape = torch_size(shape)
+            numel, at, pieces, dtype = math.prod(shape), 0, [], None
             for r in range(world):
-                if r not in files:
-                    raise InputError(self.folder, f"rank {r}'s model states are missing")
-                frozen = self._files(files[r]).obj.get("frozen_param_fragments") or {}
-                t = _tensor(frozen.get(name), files[r], f"frozen parameter '{name}'")
-                dtype = t.dtype
-                n = min(q, max(numel - r * q, 0))
-                if t.numel < n:
-                    raise InputError(files[r], f"frozen parameter '{name}' holds {t.numel} values")
-                if n:
-                    pieces.append(_Piece(files[r], self._begin(files[r], t, name), r * q, n))
-            out[name] = _Param(name, dtype, torch_size(shape), tuple(pieces))
+                frozen = _get(self._files(files[r]).obj, "frozen_param_fragments", files[r])
+                t = _tensor((frozen or {}).get(name), files[r], f"frozen parameter '{name}'")
+                dtype, n = t.dtype, min(t.numel, numel - at)
+                if n > 0:
+                    pieces.append(_Piece(files[r], self._begin(files[r], t, name), at, n))
+                    at += n
+            if at != numel:
+                raise InputError(files[0], f"frozen parameter '{name}': {at} of {numel} values")
+            out[name] = _Param(name, dtype, shape, tuple(pieces))
         return out
 
     def _begin(self, path: Path, t: StoredTensor, what: str) -> int:
@@ -373,6 +382,10 @@ class ZeroStore:
             out[d.name] = _Param(d.name, t.dtype, shape, (piece,))
         if not out:
             raise InputError(self.folder / "zero", f"no <name>/fp32.pt: {_advice(self.folder)}")
+        if state:  # frozen parameters have no optimizer state: only the model states hold them
+            ranks = [p for p in self.folder.iterdir() if _MODEL3.fullmatch(p.name)]
+            frozen = self._frozen3(state, len(ranks)) if ranks else self._frozen2(path, state)
+            out.update({k: v for k, v in frozen.items() if k not in out})
         return _aliased(out, state, self.folder)
 
     # -- the store ------------------------------------------------------------------------
