@@ -301,7 +301,7 @@ class ZeroStore:
         flat = self._flat_groups(osd, optim[0], "fp32_flat_groups")
         bounds = np.cumsum([0] + [g.numel for g in flat])
         shapes = {k: torch_size(v) for g in groups for k, v in g.items()}
-        lazy = _LazyGroups(self, optim, "fp32_flat_groups", [g.numel for g in flat])
+        lazy = _RankGroups(self, optim, "fp32_flat_groups", [g.numel for g in flat])
         out, offset = {}, 0
         for name, shape in shapes.items():
             numel = math.prod(shape)
@@ -330,7 +330,7 @@ class ZeroStore:
         paddings = osd.get("param_alignment_paddings")
         if len(flat) != len(groups):
             raise InputError(optim[0], f"{len(flat)} partitions for {len(groups)} groups")
-        lazy = _LazyGroups(self, optim, key, [g.numel for g in flat])
+        lazy = _RankGroups(self, optim, key, [g.numel for g in flat])
         out = {}
         for g, (shapes, part) in enumerate(zip(groups, flat, strict=True)):
             pads = paddings[g] if paddings else [0] * len(shapes)
@@ -382,10 +382,11 @@ class ZeroStore:
             out[d.name] = _Param(d.name, t.dtype, shape, (piece,))
         if not out:
             raise InputError(self.folder / "zero", f"no <name>/fp32.pt: {_advice(self.folder)}")
-        if state:  # frozen parameters have no optimizer state: only the model states hold them
+        if state:  # buffers and frozen parameters have no optimizer state: the model states
             ranks = [p for p in self.folder.iterdir() if _MODEL3.fullmatch(p.name)]
             frozen = self._frozen3(state, len(ranks)) if ranks else self._frozen2(path, state)
-            out.update({k: v for k, v in frozen.items() if k not in out})
+            kept = {**self._buffers(path, state), **frozen}
+            out.update({k: v for k, v in kept.items() if k not in out})
         return _aliased(out, state, self.folder)
 
     # -- the store ------------------------------------------------------------------------
@@ -463,7 +464,7 @@ class ZeroStore:
         return {str(p): d.hexdigest() for p, d in self._files.digests.items()}
 
 
-class _LazyGroups:
+class _RankGroups:
     """The ranks' fp32 partitions (``key`` of each optimizer state), each rank's
     ``data.pkl`` read once; every rank's groups must have the sizes ``sizes`` (rank 0's)."""
 
