@@ -1,6 +1,6 @@
 """DeepSpeed ZeRO checkpoints read in place (geodiag.io.zero), on checkpoints a real
 2-rank DeepSpeed run writes on CPU (zero_deepspeed_run.py: ZeRO-3 and ZeRO-2, bf16 with
-fp32 master weights, the output head frozen), and on the universal folder DeepSpeed's
+fp32 master weights, the output head frozen; ZeRO-3 with the head tied), and on the universal folder DeepSpeed's
 ``ds_to_universal.py`` makes of the ZeRO-3 one, against the consolidated copy DeepSpeed's
 own ``get_fp32_state_dict_from_zero_checkpoint`` (what ``zero_to_fp32.py`` runs) makes,
 saved as safetensors with the same config and tokenizer beside: the verdict and the
@@ -47,8 +47,8 @@ TAG = "global_step1"
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """zero3/ and zero2/ (DeepSpeed's save, config and tokenizer beside), zero3/universal/
-    and consolidated3/, consolidated2/."""
+    """zero3/, zero2/ and zero3_tied/ (DeepSpeed's saves, config and tokenizer beside),
+    zero3/universal/, and consolidated_<each>/."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
     from safetensors.torch import save_file
     from tiny_models import word_tokenizer
@@ -71,14 +71,16 @@ def saved(tmp_path_factory):
         capture_output=True,
         env={**os.environ, "DS_ACCELERATOR": "cpu"},
     )
-    config = model(len(tok)).config
-    for stage in fixture.STAGES:
-        state = get_fp32_state_dict_from_zero_checkpoint(str(root / f"zero{stage}"))
-        consolidated = root / f"consolidated{stage}"
+    for name, (_, tied) in fixture.RUNS.items():
+        state = get_fp32_state_dict_from_zero_checkpoint(str(root / name))
+        consolidated = root / f"consolidated_{name}"
         consolidated.mkdir()
         tensors = {k: v.detach().contiguous() for k, v in state.items()}
+        if tied:  # one tensor under two names: saved once, as save_pretrained saves it
+            assert tensors.pop(HEAD).data_ptr() == tensors[EMB].data_ptr()
         save_file(tensors, consolidated / "model.safetensors")
-        for folder in (root / f"zero{stage}", consolidated):
+        config = model(len(tok), tied=tied).config
+        for folder in (root / name, consolidated):
             config.save_pretrained(folder)
             tok.save_pretrained(folder)
     return root
@@ -86,11 +88,11 @@ def saved(tmp_path_factory):
 
 def test_verdict_and_figures_equal_the_consolidated_copy(saved):
     """The checkpoint folder (``latest`` names the tag), the tag folder itself, and the
-    universal folder: the consolidated safetensors' JSON and verdict."""
-    for stage in fixture.STAGES:
-        folder, full = saved / f"zero{stage}", saved / f"consolidated{stage}"
+    universal folder, untied and tied: the consolidated safetensors' JSON and verdict."""
+    for name in fixture.RUNS:
+        folder, full = saved / name, saved / f"consolidated_{name}"
         want = _metrics(full)
-        paths = [folder, folder / TAG] + ([folder / "universal"] if stage == 3 else [])
+        paths = [folder, folder / TAG] + ([folder / "universal"] if name == "zero3" else [])
         for path in paths:
             assert _metrics(path) == want, path
             assert run("check", path).exit_code == run("check", full).exit_code != 2
@@ -100,7 +102,7 @@ def test_the_fp32_master_rows_not_the_bf16_module_weights(saved):
     """ZeRO-2's model states also hold the bf16 weights the model trained in; the rows
     read are the fp32 master's (what zero_to_fp32 writes), and the frozen head, which has
     no master, is the bf16 tensor the model states keep."""
-    store, full = ZeroStore(saved / "zero2" / TAG), open_store(saved / "consolidated2")
+    store, full = ZeroStore(saved / "zero2" / TAG), open_store(saved / "consolidated_zero2")
     module = torch.load(saved / "zero2" / TAG / "mp_rank_00_model_states.pt", weights_only=False)
     bf16 = module["module"][EMB].float().numpy()
     master = store.read_block(EMB, 0, store.shape(EMB)[0], float32=True)
@@ -122,7 +124,7 @@ def test_rows_come_from_the_ranks_that_hold_them(saved, monkeypatch):
         return read(self, spans)
 
     monkeypatch.setattr(zero.LocalFile, "read", counted)
-    full = open_store(saved / "consolidated3")
+    full = open_store(saved / "consolidated_zero3")
     store = ZeroStore(saved / "zero3" / TAG)
     rows = np.array([121, 61, 100, 100, 62])
     want = full.read_rows(EMB, rows)
@@ -194,8 +196,10 @@ def test_what_is_not_read_names_zero_to_fp32(saved, tmp_path):
 
 
 def test_names_are_zero_to_fp32s(saved):
-    for stage in fixture.STAGES:
-        store = open_store(saved / f"zero{stage}")
-        full = open_store(saved / f"consolidated{stage}")
+    for name in ("zero3", "zero2"):
+        store = open_store(saved / name)
+        full = open_store(saved / f"consolidated_{name}")
         assert isinstance(store, ZeroStore)
         assert sorted(store.names()) == sorted(full.names())
+    tied = open_store(saved / "zero3_tied")
+    assert tied.read_block(HEAD, 0, 122).tobytes() == tied.read_block(EMB, 0, 122).tobytes()

@@ -6,7 +6,9 @@ and, for ZeRO stage 3 then 2, wraps it with ``deepspeed.initialize`` (``DS_ACCEL
 bf16 training with fp32 master weights, the torch Adam passed as the client optimizer so
 that no DeepSpeed op is compiled for it), takes one step and saves with
 ``engine.save_checkpoint`` into ``zero3/`` and ``zero2/``: ``global_step1/``, ``latest``
-and the ``zero_to_fp32.py`` script beside. A module of its own so that the spawned
+and the ``zero_to_fp32.py`` script beside. ``zero3_tied/``: the same model with its head
+tied to the embedding (DeepSpeed keeps one tensor and records the head in
+``shared_params``), trained whole under ZeRO-3. A module of its own so that the spawned
 processes can import the worker by name.
 """
 
@@ -15,7 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-STAGES = (3, 2)
+# folder -> (ZeRO stage, tied head)
+RUNS = {"zero3": (3, False), "zero2": (2, False), "zero3_tied": (3, True)}
 
 
 def config(stage: int) -> dict:
@@ -45,14 +48,15 @@ def worker(rank: int, world: int, root: str, port: int, n_rows: int) -> None:
     from dcp_fsdp2_run import model
 
     torch.set_num_threads(1)
-    for stage in STAGES:
-        m = model(n_rows)
-        m.lm_head.weight.requires_grad_(False)
+    for folder, (stage, tied) in RUNS.items():
+        m = model(n_rows, tied)
+        if not tied:
+            m.lm_head.weight.requires_grad_(False)
         trained = [p for p in m.parameters() if p.requires_grad]
         opt = torch.optim.Adam(trained, lr=1e-2)
         engine, *_ = deepspeed.initialize(model=m, optimizer=opt, config=config(stage))
         x = torch.arange(16).reshape(2, 8) % n_rows
         engine.backward(engine(input_ids=x, labels=x).loss)
         engine.step()
-        engine.save_checkpoint(str(Path(root) / f"zero{stage}"))
+        engine.save_checkpoint(str(Path(root) / folder))
         dist.barrier()
