@@ -176,7 +176,8 @@ def test_a_cut_or_missing_rank_file_is_one_clear_error(saved, tmp_path):
 
 
 def test_what_is_not_read_names_zero_to_fp32(saved, tmp_path):
-    """Tensor-parallel partitions (mp_rank_01), and two tags with no ``latest``."""
+    """Tensor-parallel partitions (mp_rank_01); two tags with no ``latest``, or a
+    ``latest`` naming a tag that is not there."""
     folder = tmp_path / "tp"
     shutil.copytree(saved / "zero2", folder)
     (folder / TAG / "mp_rank_00_model_states.pt").rename(
@@ -193,6 +194,9 @@ def test_what_is_not_read_names_zero_to_fp32(saved, tmp_path):
     (two / "latest").unlink()
     line = one_line_exit_2(run("check", two))
     assert "global_step1, global_step2" in line and "latest" in line
+    (two / "latest").write_text("global_step9")  # a tag that is not there
+    line = one_line_exit_2(run("check", two))
+    assert "latest" in line and "global_step9" in line
 
 
 def test_names_are_zero_to_fp32s(saved):
