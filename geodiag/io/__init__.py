@@ -3,8 +3,8 @@
 Bottom to top, each module importing only those above it in this list
 (``tests/geodiag/test_import_graph.py`` keeps it true):
 
-- ``layouts``: where a folder keeps its weights (the Hub cache), and the layouts named
-  but not read (sharded distributed checkpoints, Git LFS pointers, other frameworks);
+- ``layouts``: where a folder keeps its weights (the Hub cache, a DCP or DeepSpeed folder),
+  and the layouts named but not read (Git LFS pointers, other frameworks);
 - ``byte_ranges``: a file's bytes by ranges, on disk or behind an HTTP(S) URL (retried,
   nearby ranges read with one request): what the safetensors reader reads through;
 - ``object_store``: the same over an ``s3://`` or ``gs://`` bucket (fsspec's s3fs or
@@ -18,11 +18,16 @@ Bottom to top, each module importing only those above it in this list
   metadata and token list, opened by ``store`` only for a ``.gguf``;
 - ``mlx_quantized``: the packed matrices of an MLX-quantized safetensors checkpoint
   (``mlx_lm.convert -q``), dequantized as mlx does, wrapped around a safetensors store by ``store``;
+- ``torch_zip``: a ``torch.save`` archive without torch: its ``data.pkl`` unpickled with only
+  the globals a caller allows (inert stand-ins), each storage's values by byte range;
 - ``dcp``: a torch.distributed.checkpoint folder (FSDP2's ``dcp.save``, a Trainer's
   ``pytorch_model_fsdp_0/``): its ``.metadata`` unpickled with only DCP's own classes, the
   rows asked for read by byte range from the ``.distcp`` shards that hold them;
-- ``store``: those questions over one file, a sharded set, a torch pickle, a GGUF file or a
-  DCP folder
+- ``zero``: a DeepSpeed ZeRO checkpoint (ZeRO-1/2/3 ``global_stepN/`` partitions, a universal
+  folder): the fp32 rows ``zero_to_fp32`` consolidates, read by byte range from the ranks
+  that hold them, its pickles unpickled with only DeepSpeed's own classes;
+- ``store``: those questions over one file, a sharded set, a torch pickle, a GGUF file, a
+  DCP folder or a DeepSpeed ZeRO folder
   (``open_store``: the one place that picks the store for a path);
 - ``remote``: a checkpoint folder behind an ``https://``, ``hf://``, ``s3://`` or ``gs://`` URL: its
   small files fetched into a temporary folder, its safetensors weights read by byte ranges;

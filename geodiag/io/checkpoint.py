@@ -28,7 +28,7 @@ import numpy as np
 from geodiag.errors import InputError
 from geodiag.io import sidecar as sidecar_mod
 from geodiag.io.codebooks import codebooks_of
-from geodiag.io.layouts import FSDP_SUBFOLDERS, dcp_folder, resolve_hub_cache
+from geodiag.io.layouts import FSDP_SUBFOLDERS, dcp_folder, resolve_hub_cache, zero_folder
 from geodiag.io.new_tokens import (
     Declared,
     NewTokens,
@@ -314,6 +314,8 @@ def _open_weights(
     roots = [path if path.is_dir() else path.parent]
     if path.is_dir() and path.match(FSDP_SUBFOLDERS) and dcp_folder(path):
         roots.append(path.parent)  # pytorch_model_fsdp_0/: config and tokenizer sit above
+    elif path.is_dir() and zero_folder(path):
+        roots.append(path.parent)  # DeepSpeed's global_stepN/ (or universal/): likewise
     return open_store(path), None, roots
 
 

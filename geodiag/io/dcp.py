@@ -10,15 +10,16 @@ What torch (2.13) writes:
   ``BytesStorageMetadata`` for a non-tensor), ``storage_data`` (``MetadataIndex(fqn,
   offset, index)`` -> ``_StorageInfo(relative_path, offset, length, ...)``) and
   ``planner_data`` (flat name -> its path in the nested state dict). It is unpickled by
-  :class:`_Restricted`, which knows exactly the globals DCP writes (:data:`_METADATA_GLOBALS`)
-  and builds inert records for them; any other global is refused.
+  ``geodiag.io.torch_zip``'s restricted unpickler, which knows exactly the globals DCP
+  writes (:data:`_METADATA_GLOBALS`) and builds inert records for them; any other global
+  is refused.
 - each chunk, at (offset, length) of its ``.distcp`` file: a ``torch.save`` archive, an
   uncompressed zip holding ``archive/data.pkl`` (``_rebuild_tensor_v2`` of a typed storage:
   the storage offset, size and stride) and ``archive/data/<key>``, the raw little-endian
-  values. The zip's directory and ``data.pkl`` (restricted the same way,
-  :data:`_CHUNK_GLOBALS`) are read once per chunk; then only the byte ranges of the rows
-  asked for, so a row-sharded embedding (FSDP2: chunk r holds rows r*n/w ..) costs the rows'
-  bytes in the one or few chunks that hold them.
+  values. The zip's directory and ``data.pkl`` (restricted the same way, to a plain
+  tensor's globals: ``geodiag.io.torch_zip``) are read once per chunk; then only the byte
+  ranges of the rows asked for, so a row-sharded embedding (FSDP2: chunk r holds rows
+  r*n/w ..) costs the rows' bytes in the one or few chunks that hold them.
 
 Names: a nested state dict (``{"model": ..., "optim": ...}``, accelerate's ``{"model":
 ...}``) exposes the tensors under ``model`` by their names in it; optimizer state
@@ -30,11 +31,8 @@ model's folder beside it.
 from __future__ import annotations
 
 import hashlib
-import io
 import math
 import pickle
-import struct
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -43,9 +41,20 @@ import numpy as np
 from geodiag.errors import InputError, cannot_read
 from geodiag.io.byte_ranges import LocalFile
 from geodiag.io.layouts import check_not_lfs_pointer
-from geodiag.io.safetensors import bf16_to_float32
+from geodiag.io.torch_zip import (
+    ROW_DTYPES,
+    TENSOR_GLOBALS,
+    Record,
+    StoredTensor,
+    decode,
+    open_archive,
+    record,
+    restricted_load,
+    torch_size,
+)
 
 METADATA = ".metadata"
+WRITER = "torch.distributed.checkpoint"  # whose classes a pickle may name
 # torch dtype name -> the dtype name geodiag uses (safetensors'), for the dtypes DCP stores.
 _TORCH_DTYPES = {
     "float64": "F64",
@@ -61,56 +70,8 @@ _TORCH_DTYPES = {
     "float8_e4m3fn": "F8_E4M3",
     "float8_e5m2": "F8_E5M2",
 }
-# A chunk's storage class (torch.save's typed storages) -> dtype name.
-_STORAGES = {
-    "DoubleStorage": "F64",
-    "FloatStorage": "F32",
-    "HalfStorage": "F16",
-    "BFloat16Storage": "BF16",
-    "LongStorage": "I64",
-    "IntStorage": "I32",
-    "ShortStorage": "I16",
-    "CharStorage": "I8",
-    "ByteStorage": "U8",
-    "BoolStorage": "BOOL",
-}
-# The dtypes read as rows: numpy dtype of the stored bytes (BF16 decoded by hand).
-_ROW_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 # The top-level keys of a nested state dict that hold an optimizer's state, not the model's.
 _OPTIMIZER_KEYS = ("optim", "optimizer", "optimizers")
-_ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, ..., name length, extra length
-
-
-class _Record:
-    """An inert stand-in for one of DCP's dataclasses: attributes from the pickled state."""
-
-    fields: tuple[str, ...] = ()
-
-    def __setstate__(self, state: object) -> None:
-        if isinstance(state, dict):
-            self.__dict__.update(state)
-        elif (
-            isinstance(state, tuple)
-            and len(state) == 2
-            and isinstance(state[0], dict | None)
-            and isinstance(state[1], dict)
-        ):  # a dataclass with __slots__: (dict, slots)
-            self.__dict__.update({**(state[0] or {}), **state[1]})
-        elif isinstance(state, tuple) and len(state) == len(self.fields):
-            self.__dict__.update(zip(self.fields, state, strict=True))  # TensorProperties
-        else:
-            raise pickle.UnpicklingError(f"unexpected state for {type(self).__name__}")
-
-
-def _record(name: str, fields: tuple[str, ...] = ()) -> type[_Record]:
-    return type(name, (_Record,), {"fields": fields})
-
-
-def _size(dims: object = ()) -> tuple[int, ...]:
-    """``torch.Size(dims)`` as a tuple of ints."""
-    if not (isinstance(dims, tuple | list) and all(type(d) is int and d >= 0 for d in dims)):
-        raise pickle.UnpicklingError(f"torch.Size of {dims!r}")
-    return tuple(dims)
 
 
 def _same(value: object) -> object:
@@ -120,101 +81,24 @@ def _same(value: object) -> object:
 
 _DCP = "torch.distributed.checkpoint.metadata"
 _METADATA_GLOBALS: dict[tuple[str, str], object] = {
-    (_DCP, "Metadata"): _record("Metadata"),
-    (_DCP, "TensorStorageMetadata"): _record("TensorStorageMetadata"),
-    (_DCP, "BytesStorageMetadata"): _record("BytesStorageMetadata"),
-    (_DCP, "ChunkStorageMetadata"): _record("ChunkStorageMetadata"),
-    (_DCP, "TensorProperties"): _record(
+    (_DCP, "Metadata"): record("Metadata"),
+    (_DCP, "TensorStorageMetadata"): record("TensorStorageMetadata"),
+    (_DCP, "BytesStorageMetadata"): record("BytesStorageMetadata"),
+    (_DCP, "ChunkStorageMetadata"): record("ChunkStorageMetadata"),
+    (_DCP, "TensorProperties"): record(
         "TensorProperties", ("dtype", "layout", "requires_grad", "memory_format", "pin_memory")
     ),
-    (_DCP, "MetadataIndex"): _record("MetadataIndex"),
-    (_DCP, "StorageMeta"): _record("StorageMeta"),
+    (_DCP, "MetadataIndex"): record("MetadataIndex"),
+    (_DCP, "StorageMeta"): record("StorageMeta"),
     (_DCP, "_MEM_FORMAT_ENCODING"): _same,
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"): _record("_StorageInfo"),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"): record("_StorageInfo"),
     ("torch.serialization", "_get_layout"): _same,
-    ("torch", "Size"): _size,
+    ("torch", "Size"): torch_size,
     # StorageMeta.checkpoint_id when dcp.save was given a Path (pathlib._local from 3.13)
     ("pathlib", "PosixPath"): PurePosixPath,
     ("pathlib._local", "PosixPath"): PurePosixPath,
     **{("torch", name): dtype for name, dtype in _TORCH_DTYPES.items()},
 }
-
-
-@dataclass(frozen=True)
-class _StoredTensor:
-    """What a chunk's ``data.pkl`` says: the storage's dtype and key, and the view of it."""
-
-    dtype: str
-    key: str
-    storage_offset: int
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-
-
-def _rebuild_tensor_v2(storage, storage_offset, size, stride, *_):  # noqa: ANN001, ANN002
-    dtype, key = storage
-    return _StoredTensor(dtype, key, int(storage_offset), _size(size), _size(stride))
-
-
-def _ordered_dict(*args: object) -> dict:
-    if args:
-        raise pickle.UnpicklingError("a non-empty OrderedDict (backward hooks)")
-    return {}
-
-
-_CHUNK_GLOBALS: dict[tuple[str, str], object] = {
-    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
-    ("collections", "OrderedDict"): _ordered_dict,
-    **{("torch", name): dtype for name, dtype in _STORAGES.items()},
-}
-
-
-class _Refused(pickle.UnpicklingError):
-    def __init__(self, module: str, name: str) -> None:
-        self.what = f"{module}.{name}"
-        super().__init__(self.what)
-
-
-class _Restricted(pickle.Unpickler):
-    """An unpickler whose globals come only from ``allowed`` (inert stand-ins, never the
-    real classes), so a pickle can build records and tuples but call nothing else."""
-
-    def __init__(self, data: bytes, allowed: dict[tuple[str, str], object]) -> None:
-        super().__init__(io.BytesIO(data))
-        self._allowed = allowed
-
-    def find_class(self, module: str, name: str) -> object:
-        try:
-            return self._allowed[(module, name)]
-        except KeyError:
-            raise _Refused(module, name) from None
-
-    def persistent_load(self, pid: object) -> object:
-        # torch.save's storages: ('storage', storage type, key, location, numel)
-        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
-            raise pickle.UnpicklingError(f"unexpected persistent id {pid!r}")
-        if pid[1] not in _STORAGES.values():
-            raise pickle.UnpicklingError(f"storage type {pid[1]!r}")
-        return pid[1], str(pid[2])
-
-
-def restricted_load(data: bytes, where: Path, allowed: dict[tuple[str, str], object]) -> object:
-    """Unpickle ``data`` with only ``allowed`` globals; InputError naming ``where`` and the
-    refused global otherwise."""
-    try:
-        return _Restricted(data, allowed).load()
-    except _Refused as e:
-        raise InputError(
-            where,
-            f"refused: the pickle asks for '{e.what}', which is not one of the classes "
-            "torch.distributed.checkpoint writes (nothing in it was run)",
-        ) from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
-        raise InputError(
-            where, f"not a readable DCP pickle ({e.__class__.__name__}: {e})"
-        ) from None
-    except RecursionError:
-        raise InputError(where, "not a readable DCP pickle (nested too deeply)") from None
 
 
 @dataclass(frozen=True)
@@ -236,36 +120,6 @@ class _Tensor:
     chunks: tuple[_Chunk, ...]
 
 
-class _Window(io.RawIOBase):
-    """Bytes ``begin .. begin + length`` of an open file, as a file of their own (what
-    ``zipfile`` reads a chunk's archive through: its directory, not its data)."""
-
-    def __init__(self, f: io.BufferedReader, begin: int, length: int) -> None:
-        self._f, self._begin, self._length, self._at = f, begin, length, 0
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._at, 2: self._length}[whence]
-        self._at = max(0, min(base + offset, self._length))
-        return self._at
-
-    def tell(self) -> int:
-        return self._at
-
-    def readinto(self, b) -> int:  # noqa: ANN001
-        n = max(0, min(len(b), self._length - self._at))
-        self._f.seek(self._begin + self._at)
-        data = self._f.read(n)
-        b[: len(data)] = data
-        self._at += len(data)
-        return len(data)
-
-
 @dataclass(frozen=True)
 class _Located:
     """A chunk's values: their byte offset in the ``.distcp`` file and their layout."""
@@ -281,7 +135,7 @@ def _parse_metadata(folder: Path) -> tuple[dict[str, _Tensor], bytes]:
         raw = path.read_bytes()
     except OSError as e:
         raise cannot_read(path, e) from None
-    meta = restricted_load(raw, path, _METADATA_GLOBALS)
+    meta = restricted_load(raw, path, _METADATA_GLOBALS, WRITER)
     try:
         entries = meta.state_dict_metadata
         storage = meta.storage_data
@@ -311,13 +165,13 @@ def _parse_metadata(folder: Path) -> tuple[dict[str, _Tensor], bytes]:
     return model, raw
 
 
-def _tensor(path: Path, folder: Path, flat: str, entry: _Record, where: dict) -> _Tensor:
+def _tensor(path: Path, folder: Path, flat: str, entry: Record, where: dict) -> _Tensor:
     try:
         dtype = entry.properties.dtype
-        shape = _size(entry.size)
+        shape = torch_size(entry.size)
         chunks = []
         for c in entry.chunks:
-            offsets, sizes = _size(c.offsets), _size(c.sizes)
+            offsets, sizes = torch_size(c.offsets), torch_size(c.sizes)
             info = where[(flat, offsets)]
             if getattr(info, "transform_descriptors", None):
                 raise InputError(
@@ -413,56 +267,23 @@ class DCPStore:
         once (a few hundred bytes)."""
         if c in self._located:
             return self._located[c]
-        try:
-            with open(c.path, "rb") as f:
-                window = _Window(f, c.begin, c.length)
-                with zipfile.ZipFile(window) as z:
-                    names = z.namelist()
-                    pkl = next((n for n in names if n.endswith("/data.pkl")), None)
-                    if pkl is None:
-                        raise InputError(c.path, f"chunk of '{t.name}' has no data.pkl")
-                    prefix = pkl.removesuffix("data.pkl")
-                    order = f"{prefix}byteorder"
-                    if order in names and z.read(order).strip() != b"little":
-                        raise InputError(c.path, f"chunk of '{t.name}' is big-endian")
-                    stored = restricted_load(z.read(pkl), c.path, _CHUNK_GLOBALS)
-                    if not isinstance(stored, _StoredTensor):
-                        raise InputError(c.path, f"chunk of '{t.name}' is not one tensor")
-                    member = z.getinfo(f"{prefix}data/{stored.key}")
-                window.seek(member.header_offset)
-                sig, n_name, n_extra = _ZIP_LOCAL_HEADER.unpack(window.read(30))
-        except OSError as e:
-            raise cannot_read(c.path, e) from None
-        except (zipfile.BadZipFile, KeyError, struct.error) as e:
+        archive = open_archive(c.path, TENSOR_GLOBALS, WRITER, c.begin, c.length)
+        stored = archive.obj
+        what = f"chunk of tensor '{t.name}' at byte {c.begin}"
+        if not isinstance(stored, StoredTensor):
+            raise InputError(c.path, f"{what}: not one tensor")
+        if stored.dtype != t.dtype:
             raise InputError(
-                c.path, f"chunk of '{t.name}' at byte {c.begin}: not a torch.save archive ({e})"
-            ) from None
-        self._check_chunk(t, c, stored, member, sig)
-        data = member.header_offset + 30 + n_name + n_extra
-        located = _Located(
-            c.begin + data + stored.storage_offset * np.dtype(_ROW_DTYPES[t.dtype]).itemsize,
-            math.prod(c.sizes[1:]),
-        )
+                c.path, f"{what}: it holds {stored.dtype}, the metadata says {t.dtype}"
+            )
+        if stored.size != c.sizes:
+            raise InputError(
+                c.path,
+                f"{what}: it holds shape {list(stored.size)}, the metadata says {list(c.sizes)}",
+            )
+        located = _Located(archive.data_begin(stored, what), math.prod(c.sizes[1:]))
         self._located[c] = located
         return located
-
-    def _check_chunk(self, t, c, stored, member, sig) -> None:  # noqa: ANN001
-        """The archive holds the chunk's values uncompressed, row-major, in the tensor's dtype."""
-        problem = None
-        contiguous = tuple(math.prod(c.sizes[i + 1 :]) for i in range(len(c.sizes)))
-        itemsize = np.dtype(_ROW_DTYPES[t.dtype]).itemsize
-        if sig != b"PK\x03\x04" or member.compress_type != zipfile.ZIP_STORED:
-            problem = "its values are not stored uncompressed"
-        elif stored.dtype != t.dtype:
-            problem = f"it holds {stored.dtype}, the metadata says {t.dtype}"
-        elif stored.size != c.sizes:
-            problem = f"it holds shape {list(stored.size)}, the metadata says {list(c.sizes)}"
-        elif math.prod(c.sizes) > 1 and stored.stride != contiguous:
-            problem = f"its values are not row-major (stride {list(stored.stride)})"
-        elif (stored.storage_offset + math.prod(c.sizes)) * itemsize > member.file_size:
-            problem = "its storage is shorter than the shape"
-        if problem is not None:
-            raise InputError(c.path, f"chunk of tensor '{t.name}' at byte {c.begin}: {problem}")
 
     def _matrix(self, name: str) -> tuple[_Tensor, np.dtype]:
         t = self._get(name)
@@ -470,13 +291,13 @@ class DCPStore:
             raise InputError(
                 self.folder, f"tensor '{name}' has shape {list(t.shape)}, expected 2-D"
             )
-        if t.dtype not in _ROW_DTYPES:
+        if t.dtype not in ROW_DTYPES:
             raise InputError(
                 self.folder,
                 f"tensor '{name}' has dtype {t.dtype}, which geodiag cannot read from a DCP "
-                f"folder (it reads {', '.join(_ROW_DTYPES)})",
+                f"folder (it reads {', '.join(ROW_DTYPES)})",
             )
-        return t, np.dtype(_ROW_DTYPES[t.dtype])
+        return t, np.dtype(ROW_DTYPES[t.dtype])
 
     def _read(self, name: str, rows: np.ndarray) -> tuple[_Tensor, np.ndarray]:
         """Stored values of ``rows`` (sorted, unique), ``(len(rows), d)`` in the stored dtype,
@@ -517,20 +338,12 @@ class DCPStore:
             )
         unique, back = np.unique(rows, return_inverse=True)
         t, raw = self._read(name, unique)
-        return _decode(t.dtype, raw[back.reshape(-1)], float32)
+        return decode(t.dtype, raw[back.reshape(-1)], float32)
 
     def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
         stop = min(stop, self.shape(name)[0])
         t, raw = self._read(name, np.arange(start, max(stop, start), dtype=np.int64))
-        return _decode(t.dtype, raw, float32)
+        return decode(t.dtype, raw, float32)
 
     def digests(self) -> dict[str, str]:
         return {str(p): d.hexdigest() for p, d in self._digests.items()}
-
-
-def _decode(dtype: str, raw: np.ndarray, float32: bool) -> np.ndarray:
-    """Stored values as float64, or float32 when asked and exact (every dtype but F64)."""
-    if dtype == "BF16":
-        raw = bf16_to_float32(raw)
-    exact32 = float32 and dtype != "F64"
-    return np.asarray(raw, dtype=np.float32 if exact32 else np.float64)

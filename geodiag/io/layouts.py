@@ -6,8 +6,12 @@
   of text): named, with ``git lfs pull`` (:func:`lfs_pointer_problem`);
 - a torch.distributed.checkpoint folder, or FSDP's ``pytorch_model_fsdp_0/`` inside a
   checkpoint folder: found here (:func:`dcp_weights`), read by ``geodiag.io.dcp``;
-- formats with no reader yet (DeepSpeed ZeRO's ``global_step*/``, sharded ``.bin``, TF,
-  Flax, ONNX): the format and the command that converts it (:func:`unread_layout`).
+- a DeepSpeed ZeRO checkpoint (``global_stepN/`` partitions, named by ``latest``, or
+  ``ds_to_universal.py``'s universal folder): found here (:func:`zero_weights`), read by
+  ``geodiag.io.zero``;
+- formats with no reader yet (sharded ``.bin``, TF, Flax, ONNX, and DeepSpeed folders
+  ``geodiag.io.zero`` does not read): the format and the command that converts it
+  (:func:`unread_layout`, :func:`zero_to_fp32_advice`).
 
 Each problem is an exit-2 message naming the format and the way out; nothing here reads
 tensors.
@@ -100,18 +104,63 @@ def dcp_weights(p: Path) -> Path | None:
     return fsdp[0] if fsdp else None
 
 
+def zero_folder(p: Path) -> bool:
+    """A DeepSpeed ZeRO tag folder (``*model_states.pt`` beside ``*_optim_states.pt``) or a
+    universal one (``zero/`` beside, as ``ds_to_universal.py`` writes)."""
+    return any(p.glob("*model_states.pt")) and (
+        any(p.glob("*_optim_states.pt")) or (p / "zero").is_dir()
+    )
+
+
+def zero_weights(p: Path) -> Path | None:
+    """The DeepSpeed ZeRO folder holding ``p``'s weights: ``p`` itself, the tag its
+    ``latest`` names (what DeepSpeed loads), else its one ``global_step*/``; None when
+    there is none."""
+    if zero_folder(p):
+        return p
+    latest = p / "latest"
+    if latest.is_file():
+        try:
+            tag = latest.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(latest, f"cannot read the tag it names ({e})") from None
+        if not tag or "/" in tag or not zero_folder(p / tag):
+            raise InputError(
+                latest,
+                f"names tag '{tag}', which is not a ZeRO checkpoint folder in {p}: pass the "
+                "global_step*/ folder to read",
+            )
+        return p / tag
+    steps = sorted(d for d in p.glob("global_step*") if d.is_dir() and zero_folder(d))
+    if len(steps) > 1:
+        raise InputError(
+            p,
+            f"several DeepSpeed tags ({', '.join(d.name for d in steps)}) and no 'latest': "
+            "pass the global_step*/ folder to read",
+        )
+    return steps[0] if steps else None
+
+
+def zero_to_fp32_advice(p: Path | None = None) -> str:
+    """How to consolidate a DeepSpeed checkpoint folder ``p`` geodiag does not read."""
+    here = p / "zero_to_fp32.py" if p is not None else None
+    script = here if here is not None and here.is_file() else "zero_to_fp32.py"
+    return (
+        f"consolidate it with `python {script} {p or 'CHECKPOINT'} OUT/ --safe_serialization` "
+        "(DeepSpeed saves the script beside the partitions), or save with "
+        "stage3_gather_16bit_weights_on_model_save"
+    )
+
+
 def unread_layout(p: Path) -> str | None:
     """What the folder ``p`` holds when geodiag finds no weights it reads, and the command
     that converts it; None when it recognizes nothing."""
     zero = sorted(d for d in p.glob("global_step*") if d.is_dir() and any(d.glob("*states.pt")))
     if zero:
-        here = p / "zero_to_fp32.py"
-        script = here if here.is_file() else "zero_to_fp32.py"
         return (
-            f"a DeepSpeed ZeRO checkpoint ({zero[-1].name}/: per-rank partitions), not read "
-            f"yet: consolidate it with `python {script} {p} OUT/ --safe_serialization` "
-            "(DeepSpeed saves the script beside the partitions), or save with "
-            "stage3_gather_16bit_weights_on_model_save"
+            f"a DeepSpeed checkpoint ({zero[-1].name}/) in a layout geodiag does not read (it "
+            "reads ZeRO-1/2/3 partitions, *model_states.pt with *_optim_states.pt, and "
+            f"universal folders): {zero_to_fp32_advice(p)}"
         )
     if (p / "pytorch_model.bin.index.json").is_file():
         return (

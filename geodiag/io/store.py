@@ -1,6 +1,7 @@
 """Where a checkpoint's tensors live: one safetensors file, a sharded set, a torch pickle,
-a GGUF file (``geodiag.io.gguf``, imported only when one is opened) or a
-torch.distributed.checkpoint folder (``geodiag.io.dcp``, likewise); MLX-quantized
+a GGUF file (``geodiag.io.gguf``, imported only when one is opened), a
+torch.distributed.checkpoint folder (``geodiag.io.dcp``, likewise) or a DeepSpeed ZeRO
+folder (``geodiag.io.zero``, likewise); MLX-quantized
 safetensors are read through ``geodiag.io.mlx_quantized``.
 
 All stores answer the same questions (names, shape, dtype, read rows) so the
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
-from geodiag.io.layouts import check_not_lfs_pointer, dcp_weights, unread_layout
+from geodiag.io.layouts import check_not_lfs_pointer, dcp_weights, unread_layout, zero_weights
 from geodiag.io.safetensors import FLOAT_DTYPES, SafetensorsFile
 from geodiag.io.tensor_store import TensorStore
 
@@ -244,6 +245,10 @@ def _open_store(p: Path) -> TensorStore:
         from geodiag.io.dcp import DCPStore
 
         return DCPStore(dcp)
+    if (zero := zero_weights(p)) is not None:
+        from geodiag.io.zero import ZeroStore
+
+        return ZeroStore(zero)
     if (what := unread_layout(p)) is not None:
         raise InputError(p, what)
     raise InputError(

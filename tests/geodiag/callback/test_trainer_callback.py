@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import warnings
 from types import SimpleNamespace
 
@@ -253,7 +254,8 @@ def test_only_the_main_process_measures_and_writes(tmp_path):
     assert not (tmp_path / "geodiag_trajectory.jsonl").exists()
 
 
-def test_zero3_partitioned_without_deepspeed_skips_with_a_warning(tmp_path, caplog):
+def test_zero3_partitioned_without_deepspeed_skips_with_a_warning(tmp_path, caplog, monkeypatch):
+    monkeypatch.setitem(sys.modules, "deepspeed", None)  # absent, even where it is installed
     model = mean_init_model()
     model.get_input_embeddings().weight.ds_id = 7  # what ZeRO-3 puts on its partitioned params
     args = SimpleNamespace(output_dir=str(tmp_path), report_to=[])

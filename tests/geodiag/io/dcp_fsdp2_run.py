@@ -21,11 +21,11 @@ from tiny_models import tiny_lm
 N_WORDS, N_SIDS, DIM = 100, 21, 16  # 122 rows with <unk>: 61 per rank
 
 
-def model(n_rows: int):
-    """The tiny untied Llama, its new rows each their own random start."""
+def model(n_rows: int, tied: bool = False):
+    """The tiny Llama (untied unless asked), its new rows each their own random start."""
     import torch
 
-    m = tiny_lm(n_rows, hidden_size=DIM, tied=False, seed=0)
+    m = tiny_lm(n_rows, hidden_size=DIM, tied=tied, seed=0)
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         w = m.get_input_embeddings().weight
