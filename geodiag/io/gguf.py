@@ -98,10 +98,12 @@ class _Header:
         self.grow(HEADER_WINDOW)
 
     def grow(self, end: int) -> None:
-        """Hold at least the bytes before ``end`` (at most the whole file): doubled at least."""
+        """Hold at least the bytes before ``end`` (at most the whole file); a window too
+        short grows to twice its size at least."""
+        if end <= len(self.buf) or len(self.buf) >= self.size:
+            return
         want = min(self.size, max(end, 2 * len(self.buf)))
-        if want > len(self.buf):
-            self.buf += self.source.read([(len(self.buf), want - len(self.buf))])[0]
+        self.buf += self.source.read([(len(self.buf), want - len(self.buf))])[0]
 
     def _need(self, n: int, what: str) -> None:
         if n < 0 or self.at + n > self.size:
@@ -152,7 +154,7 @@ class _Header:
                     f"truncated or corrupt GGUF header: the strings of '{key}' from byte "
                     f"{self.at} run past the end of the file ({self.size} bytes)",
                 )
-            self.grow(end or 0)
+            self.grow(len(self.buf) + 1 if end is None else end)
         self.at = end
         if not keep:
             return None
