@@ -45,7 +45,6 @@ from geodiag.io.gguf import CONTROL, GGUFStore
 from geodiag.io.new_tokens import absent_from
 from geodiag.io.peft_adapter import AdapterStore, ModulePatch
 from geodiag.io.tokenizer import load_tokenizer_in
-from geodiag.jsonio import read_json_object
 
 RESIZE = "model.resize_token_embeddings(len(tokenizer))"
 # Where the new tokens came from, in the words of a message (NewTokens.source).
@@ -189,8 +188,8 @@ def _declared_new(ckpt: Checkpoint, store: AdapterStore, trainable: np.ndarray):
     tok = ckpt.tokenizer
     if tok is None:
         return None
-    base = store.info.base_path
-    base_tok = load_tokenizer_in(lambda name: (base if base.is_dir() else base.parent) / name)
+    base_root = store.info.base_root
+    base_tok = load_tokenizer_in(lambda name: base_root / name)
     if base_tok is not None and base_tok.path != tok.path:
         ids = np.array([t.id for t in absent_from(tok, base_tok)], np.int64)
         if len(ids):
@@ -210,7 +209,7 @@ def adapter_tokens_not_trained(ckpt: Checkpoint) -> IntegrityFinding | None:
     p = store.patches.get(ckpt.matrices[0].tensor)
     if p is None:  # the base's rows, as the base stored them (perhaps trained before)
         return None
-    trained = _trained(p, read_json_object(store.info.config_path))
+    trained = _trained(p, store.info.config)
     if isinstance(trained, str):
         return None
     if trained is None:
@@ -258,7 +257,7 @@ def adapter_head_not_trained(ckpt: Checkpoint) -> IntegrityFinding | None:
         return None
     emb = ckpt.matrices[0]
     p = store.patches.get(emb.tensor)
-    config = read_json_object(store.info.config_path)
+    config = store.info.config
     trained = _trained(p, config)
     if trained is None:
         return None

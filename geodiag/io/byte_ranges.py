@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
 from geodiag.errors import InputError, cannot_read
 from geodiag.progress import Progress
 
@@ -68,6 +70,31 @@ def _exact(where: str, data: bytes, span: tuple[int, int]) -> bytes:
     if len(data) != span[1]:
         raise InputError(where, f"truncated while reading: wanted {span[1]} bytes at {span[0]}")
     return data
+
+
+def read_rows(source: ByteSource, begin: int, row_bytes: int, rows: np.ndarray) -> np.ndarray:
+    """(k, row_bytes) uint8: the stored bytes of rows ``rows`` (in the order asked, repeats
+    allowed) of a table of fixed-size rows starting at byte ``begin``, one span per run of
+    adjacent row ids (a remote source then coalesces nearby runs into one request)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.empty((len(rows), row_bytes), dtype=np.uint8)
+    if len(rows) == 0:
+        return out
+    order = np.argsort(rows, kind="stable")
+    sorted_rows = rows[order]
+    # Runs of consecutive (or repeated) row ids become one read each.
+    breaks = np.flatnonzero(np.diff(sorted_rows) > 1) + 1
+    runs = np.split(np.arange(len(rows)), breaks)
+    firsts = [int(sorted_rows[run[0]]) for run in runs]
+    lasts = [int(sorted_rows[run[-1]]) for run in runs]
+    spans = [
+        (begin + first * row_bytes, (last - first + 1) * row_bytes)
+        for first, last in zip(firsts, lasts, strict=True)
+    ]
+    for run, first, last, data in zip(runs, firsts, lasts, source.read(spans), strict=True):
+        block = np.frombuffer(data, dtype=np.uint8).reshape(last - first + 1, row_bytes)
+        out[order[run]] = block[sorted_rows[run] - first]
+    return out
 
 
 def coalesce(spans: list[tuple[int, int]], gap: int = COALESCE_GAP) -> list[tuple[int, int]]:

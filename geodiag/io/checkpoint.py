@@ -241,9 +241,18 @@ def open_checkpoint(
         remote = open_remote(str(path))
         path, hub_note, location = remote.folder, None, remote.where
         store, adapter, roots = remote.store, None, [remote.folder]
+        if store is None:  # an adapter folder: read over its base, local or by URL
+            adapter, store = open_adapter(path, opts.base, remote)
+            roots.append(adapter.base_root)
     else:
         path, hub_note = resolve_hub_cache(Path(path))
         store, adapter, roots = _open_weights(path, opts)
+    if adapter is None and is_remote(opts.base):
+        raise InputError(
+            "--base",
+            f"{opts.base}: a URL is read as a PEFT adapter's base only; to tell new tokens "
+            "from a base's tokenizer, pass its local folder",
+        )
     base_ckpt = open_base(Path(opts.base)) if adapter is None and opts.base is not None else None
     beside = _finder(roots)
     config, tok = _config_and_tokenizer(store, beside)
@@ -295,7 +304,8 @@ def open_checkpoint(
         read=opts,
         roots=roots,
         location=location or str(path),
-        remote=location is not None,
+        # Rows read over the network: a URL's, or an adapter's over a base given by URL.
+        remote=location is not None or (adapter is not None and is_remote(adapter.base_path)),
         _codebook_digest=book_digest,
     )
     ckpt.reference, ckpt.reference_notes = reference_of(ckpt, opts, declared, open_checkpoint)
@@ -309,8 +319,7 @@ def _open_weights(
     if is_adapter(path):
         adapter, store = open_adapter(path, opts.base)
         # Files beside the weights: the adapter folder's own first, else the base's.
-        base_root = adapter.base_path if adapter.base_path.is_dir() else adapter.base_path.parent
-        return store, adapter, [path, base_root]
+        return store, adapter, [path, adapter.base_root]
     roots = [path if path.is_dir() else path.parent]
     if path.is_dir() and path.match(FSDP_SUBFOLDERS) and dcp_folder(path):
         roots.append(path.parent)  # pytorch_model_fsdp_0/: config and tokenizer sit above

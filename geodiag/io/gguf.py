@@ -3,9 +3,14 @@
 Rows are dequantized by llama.cpp's own ``gguf`` package (``gguf.quants.dequantize``,
 numpy only; the ``gguf`` extra), so a row reads as llama.cpp computes it, for every
 type that package can dequantize. GGUF stores ``token_embd.weight`` as ne=[d, vocab]:
-each row of d values is a whole number of quant blocks, so a row's bytes are a slice of
-a memory map of the file and only the rows asked for are read (peak memory does not
-grow with the file).
+each row of d values is a whole number of quant blocks, so a row's bytes are one span of
+the file and only the rows asked for are read (peak memory does not grow with the file).
+
+The file is read through a :class:`~geodiag.io.byte_ranges.ByteSource`: a local file, or
+a URL's byte ranges (``geodiag.io.remote``), by the same code. The header (metadata,
+with the tokenizer's token list, then the tensor infos) has no stated length, so it is
+read in a growing window: :data:`HEADER_WINDOW` first, doubled whenever the parse runs
+past it, so a remote read costs at most about twice the header, whatever the vocabulary.
 
 The header is parsed here rather than by ``gguf.GGUFReader``: the reader builds numpy
 arrays for every string of the token list and merges (3.6 s on SmolLM2's 98k strings);
@@ -19,19 +24,22 @@ whole blocks, tensor data past the end) is an :class:`InputError` naming the fil
 from __future__ import annotations
 
 import hashlib
-import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from geodiag.errors import InputError, cannot_read
+from geodiag.errors import InputError
+from geodiag.io.byte_ranges import ByteSource, LocalFile, read_rows
 from geodiag.io.tokenizer import AddedToken, TokenizerInfo
 
 INSTALL = "pip install 'geodiag[gguf]' (llama.cpp's gguf package)"
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
+# The header's first read, doubled while the parse runs past it: SmolLM2's header (49k
+# tokens and 48k merges) is ~3 MB, so a local or remote open reads it in three steps.
+HEADER_WINDOW = 1 << 20
 EMBEDDING = "token_embd.weight"
 TOKENS = "tokenizer.ggml.tokens"
 OUTPUT_HEAD = "output.weight"
@@ -81,18 +89,31 @@ class TensorInfo:
 
 
 class _Header:
-    """A cursor over the file's bytes; every read is bounds-checked."""
+    """A cursor over the file's first bytes, read from ``source`` in a window that grows
+    (doubling) as the cursor needs; every read is bounds-checked against the file's size."""
 
-    def __init__(self, path: Path, buf: mmap.mmap) -> None:
-        self.path, self.buf, self.at = path, buf, 0
+    def __init__(self, source: ByteSource, size: int) -> None:
+        self.source, self.where, self.size = source, source.where, size
+        self.buf, self.at = b"", 0
+        self.grow(HEADER_WINDOW)
+
+    def grow(self, end: int) -> None:
+        """Hold at least the bytes before ``end`` (at most the whole file); a window too
+        short grows to twice its size at least."""
+        if end <= len(self.buf) or len(self.buf) >= self.size:
+            return
+        want = min(self.size, max(end, 2 * len(self.buf)))
+        self.buf += self.source.read([(len(self.buf), want - len(self.buf))])[0]
 
     def _need(self, n: int, what: str) -> None:
-        if n < 0 or self.at + n > len(self.buf):
+        if n < 0 or self.at + n > self.size:
             raise InputError(
-                self.path,
+                self.where,
                 f"truncated or corrupt GGUF header: {what} at byte {self.at} runs past the end "
-                f"of the file ({len(self.buf)} bytes)",
+                f"of the file ({self.size} bytes)",
             )
+        if self.at + n > len(self.buf):
+            self.grow(self.at + n)
 
     def scalar(self, fmt: str, what: str):
         size = struct.calcsize("<" + fmt)
@@ -110,24 +131,30 @@ class _Header:
 
     def string(self, what: str) -> str:
         start, n = self.string_span(what)
-        return bytes(self.buf[start : start + n]).decode("utf-8", errors="replace")
+        return self.buf[start : start + n].decode("utf-8", errors="replace")
 
     def _walk_strings(self, count: int, key: str) -> tuple[np.ndarray, np.ndarray] | None:
         """(starts, lengths) of the token strings; other string arrays (the merges) are
         only skipped over: None."""
         keep = key == TOKENS
-        try:
-            starts, end = (
-                _walk(self.buf, self.at, count) if keep else ([], _skip(self.buf, self.at, count))
-            )
-        except struct.error:  # a length field itself past the end
-            end = len(self.buf) + 1
-        if end > len(self.buf):
-            raise InputError(
-                self.path,
-                f"truncated or corrupt GGUF header: the strings of '{key}' from byte "
-                f"{self.at} run past the end of the file ({len(self.buf)} bytes)",
-            )
+        while True:  # walked again over a grown window until the strings end inside it
+            try:
+                starts, end = (
+                    _walk(self.buf, self.at, count)
+                    if keep
+                    else ([], _skip(self.buf, self.at, count))
+                )
+            except struct.error:  # a length field past the window: its end is unknown
+                starts, end = [], None
+            if end is not None and end <= len(self.buf):
+                break
+            if len(self.buf) >= self.size or (end is not None and end > self.size):
+                raise InputError(
+                    self.where,
+                    f"truncated or corrupt GGUF header: the strings of '{key}' from byte "
+                    f"{self.at} run past the end of the file ({self.size} bytes)",
+                )
+            self.grow(len(self.buf) + 1 if end is None else end)
         self.at = end
         if not keep:
             return None
@@ -145,7 +172,7 @@ class _Header:
         if vtype == _STRING:
             return self.string(f"value of '{key}'")
         if vtype != _ARRAY:
-            raise InputError(self.path, f"corrupt GGUF header: '{key}' has unknown type {vtype}")
+            raise InputError(self.where, f"corrupt GGUF header: '{key}' has unknown type {vtype}")
         etype = self.scalar("I", f"array type of '{key}'")
         count = self.scalar("Q", f"array length of '{key}'")
         start = self.at
@@ -156,13 +183,13 @@ class _Header:
         if etype == _STRING:
             self._need(count * 8, f"array '{key}'")  # at least the lengths
             return _Array(etype, count, start, self._walk_strings(count, key))
-        raise InputError(self.path, f"corrupt GGUF header: array '{key}' of type {etype}")
+        raise InputError(self.where, f"corrupt GGUF header: array '{key}' of type {etype}")
 
 
 _U64 = struct.Struct("<Q").unpack_from
 
 
-def _walk(buf: mmap.mmap, at: int, count: int) -> tuple[list[int], int]:
+def _walk(buf: bytes, at: int, count: int) -> tuple[list[int], int]:
     """Start offsets of ``count`` length-prefixed strings from byte ``at``, and the end.
     One tight loop (SmolLM2's 49,920 tokens: ~10 ms); a length past the end is
     caught by the caller (offsets only grow, so checking the end checks them all)."""
@@ -175,7 +202,7 @@ def _walk(buf: mmap.mmap, at: int, count: int) -> tuple[list[int], int]:
     return starts, at
 
 
-def _skip(buf: mmap.mmap, at: int, count: int) -> int:
+def _skip(buf: bytes, at: int, count: int) -> int:
     """The end of ``count`` length-prefixed strings from byte ``at`` (as :func:`_walk`)."""
     for _ in range(count):
         at += 8 + _U64(buf, at)[0]
@@ -195,29 +222,28 @@ class GGUFStore:
 
     dequantizes = True  # every dtype it reports is a float format it dequantizes
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | Path, source: ByteSource | None = None) -> None:
+        """``source``: where the bytes come from (a URL's ranges); the file ``path`` if None."""
+        self.path = Path(path) if source is None else source.where
+        self.source = LocalFile(self.path) if source is None else source
         self._gguf = load_gguf_package(self.path)
-        try:
-            with open(self.path, "rb") as f:
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except ValueError:  # an empty file cannot be mapped
-            raise InputError(self.path, "not a GGUF file (empty)") from None
-        except OSError as e:
-            raise cannot_read(self.path, e) from None
+        self._size = self.source.size()
+        if self._size == 0:
+            raise InputError(self.path, "not a GGUF file (empty)")
         self.metadata: dict[str, object] = {}
         self._arrays: dict[str, _Array] = {}
         self.tensors: dict[str, TensorInfo] = {}
-        self.data_offset = self._parse()
-        self.digest = hashlib.sha256(self._map[: self.data_offset])
-        self._data = np.frombuffer(self._map, np.uint8)  # a view: nothing read yet
+        header = _Header(self.source, self._size)
+        self.data_offset = self._parse(header)
+        header.grow(self.data_offset)  # the alignment padding, hashed with the header
+        self._head = header.buf  # metadata values (the token list) are read from here
+        self.digest = hashlib.sha256(self._head[: self.data_offset])
         arch = self.metadata.get("general.architecture", "?")
-        self.description = f"GGUF file {self.path.name} ({arch})"
+        self.description = f"GGUF file {str(self.path).rsplit('/', 1)[-1]} ({arch})"
         self._check_token_list()
 
-    def _parse(self) -> int:
-        h = _Header(self.path, self._map)
-        if len(self._map) < 4 or self._map[:4] != MAGIC:
+    def _parse(self, h: _Header) -> int:
+        if len(h.buf) < 4 or h.buf[:4] != MAGIC:
             raise InputError(self.path, "not a GGUF file (bad magic; expected b'GGUF')")
         h.at = 4
         version = h.scalar("I", "version")
@@ -226,7 +252,7 @@ class GGUFStore:
         if version not in (2, 3):
             raise InputError(self.path, f"GGUF version {version} is not supported (2 or 3)")
         n_tensors, n_kv = h.scalar("Q", "tensor count"), h.scalar("Q", "metadata count")
-        if n_tensors > len(self._map) or n_kv > len(self._map):
+        if n_tensors > self._size or n_kv > self._size:
             raise InputError(self.path, "corrupt GGUF header: counts larger than the file")
         for _ in range(n_kv):
             key = h.string("metadata key")
@@ -246,11 +272,11 @@ class GGUFStore:
             if rel % alignment:
                 raise InputError(self.path, f"tensor '{name}' offset {rel} is not aligned")
             end = start + rel + n_bytes
-            if end > len(self._map):
+            if end > self._size:
                 raise InputError(
                     self.path,
                     f"tensor '{name}' data ends at byte {end}, past the end of the file "
-                    f"({len(self._map)} bytes): truncated",
+                    f"({self._size} bytes): truncated",
                 )
             self.tensors[name] = TensorInfo(
                 name, ne, type_name, type_id, start + rel, n_bytes, row_bytes
@@ -321,28 +347,30 @@ class GGUFStore:
             ) from None
         return out.reshape(raw.shape[0], info.ne[0])
 
-    def _rows_view(self, name: str) -> np.ndarray:
+    def _n_rows(self, name: str) -> int:
         info = self._info(name)
-        n_rows = info.n_bytes // info.row_bytes
-        flat = self._data[info.offset : info.offset + info.n_bytes]
-        return flat.reshape(n_rows, info.row_bytes)  # (rows, bytes per row): still a view
+        return info.n_bytes // info.row_bytes
 
     def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
         """(k, d) float64 (float32 when asked: exact, ggml dequantizes to float32): rows
         ``rows`` dequantized as llama.cpp does."""
-        view = self._rows_view(name)
+        info, n_rows = self._info(name), self._n_rows(name)
         rows = np.asarray(rows, dtype=np.int64)
-        if rows.size and (rows.min() < 0 or rows.max() >= view.shape[0]):
+        if rows.size and (rows.min() < 0 or rows.max() >= n_rows):
             raise InputError(
-                self.path, f"row ids out of range for tensor '{name}' with {view.shape[0]} rows"
+                self.path, f"row ids out of range for tensor '{name}' with {n_rows} rows"
             )
-        raw = view[rows]  # copies only these rows' bytes from the map
+        raw = read_rows(self.source, info.offset, info.row_bytes, rows)  # (k, row bytes)
         self.digest.update(raw.data)
         out = self._dequantize(name, raw)
         return out if float32 and out.dtype == np.float32 else out.astype(np.float64)
 
     def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
-        raw = np.ascontiguousarray(self._rows_view(name)[start:stop])
+        info = self._info(name)
+        start, stop, _ = slice(start, stop).indices(self._n_rows(name))
+        n = max(stop - start, 0)
+        (data,) = self.source.read([(info.offset + start * info.row_bytes, n * info.row_bytes)])
+        raw = np.frombuffer(data, np.uint8).reshape(n, info.row_bytes)
         self.digest.update(raw.data)
         out = self._dequantize(name, raw)  # float32: exact, it is what ggml computes in
         return out if float32 else out.astype(np.float64)
@@ -371,7 +399,7 @@ class GGUFStore:
     def _string_at(self, arr: _Array, i: int) -> str:
         starts, lengths = arr.spans
         s, n = int(starts[i]), int(lengths[i])
-        return bytes(self._map[s : s + n]).decode("utf-8", errors="replace")
+        return self._head[s : s + n].decode("utf-8", errors="replace")
 
     def token_types(self) -> np.ndarray | None:
         arr = self._arrays.get("tokenizer.ggml.token_type")
@@ -379,7 +407,7 @@ class GGUFStore:
             return None
         if arr.etype not in (4, 5):  # (u)int32, as llama.cpp writes it
             raise InputError(self.path, "tokenizer.ggml.token_type is not an int32 array")
-        return np.frombuffer(self._map, "<i4", arr.count, arr.start).copy()
+        return np.frombuffer(self._head, "<i4", arr.count, arr.start).copy()
 
     def _check_token_list(self) -> None:
         tokens, types = self._strings(TOKENS), self.token_types()
@@ -411,7 +439,7 @@ class GGUFStore:
                 added.append(
                     AddedToken(int(i), self._string_at(tokens, int(i)), types[i] == CONTROL)
                 )
-        info = TokenizerInfo(path=self.path, added=added)
+        info = TokenizerInfo(path=Path(self.path), added=added)  # a URL's: its .name only
         info.byte_level = self.metadata.get("tokenizer.ggml.model") == "gpt2"
         info._load_vocab = lambda: {i: self._string_at(tokens, i) for i in range(tokens.count)}
         info._lines = _TokenLookup(self, tokens)

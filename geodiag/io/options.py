@@ -46,12 +46,14 @@ class ReadOptions:
     allow_nonfinite: bool = setting(
         False, help="Drop NaN/Inf rows instead of failing.", flags=("--allow-nonfinite",)
     )
-    base: Path | None = setting(
+    base: Path | str | None = setting(  # a URL stays a str: Path() would drop a slash
         None,
         help="The base checkpoint folder: the new tokens are those absent from its "
-        "tokenizer (special or not); for a PEFT adapter, the model it is read over "
-        "(default: its base_model_name_or_path, when a local folder).",
+        "tokenizer (special or not); for a PEFT adapter, the model it is read over, a "
+        "folder or a URL (default: its base_model_name_or_path, when a local folder or a URL).",
         flags=("--base",),
+        cli_type=str | None,
+        parse=lambda text: parse_location(text),
     )
     reference: Path | None = setting(
         None,
@@ -93,6 +95,15 @@ class ReadOptions:
         help="Every row of the tensor is a new token (a separate table, e.g. TIGER's codes).",
         flags=("--all-rows-new",),
     )
+
+
+def parse_location(text: str | None) -> Path | str | None:
+    """A path, or a URL kept as given (``geodiag.io.remote.SCHEMES``)."""
+    from geodiag.io.remote import is_remote
+
+    if text is None or isinstance(text, Path) or is_remote(text):
+        return text
+    return Path(text)
 
 
 def parse_range(text: str | None) -> tuple[int, int] | None:

@@ -21,6 +21,11 @@ questions for the *effective* matrices, reading only the rows asked for from the
 and the adapter (the LoRA factor ``A`` is read whole: r x V values, ~1% of ``E`` at
 r = 8), so everything above it (new rows, vocabulary sample, neighbour scan) works
 unchanged. No torch: safetensors files go through geodiag's own reader.
+
+A remote adapter folder (``geodiag.io.remote``) is read the same way: its config fetched,
+its ``adapter_model.safetensors`` by ranges, and its base from ``--base`` or
+``base_model_name_or_path``, each a local folder or a URL (a Hub id is neither: it is
+named, with the ``--base hf://ORG/NAME`` that reads it).
 """
 
 from __future__ import annotations
@@ -33,17 +38,19 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError
+from geodiag.io.layouts import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from geodiag.io.remote import RemoteCheckpoint, is_remote, open_remote
 from geodiag.io.store import open_store
 from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES, PEFT_PREFIX
 from geodiag.io.tensor_store import TensorStore
 from geodiag.jsonio import read_json_object
 
-CONFIG_FILENAME = "adapter_config.json"
-WEIGHT_FILENAMES = ("adapter_model.safetensors", "adapter_model.bin")
+CONFIG_FILENAME = ADAPTER_CONFIG
+WEIGHT_FILENAMES = ADAPTER_WEIGHTS
 
 
 def is_adapter(path: Path) -> bool:
-    return path.is_dir() and (path / CONFIG_FILENAME).is_file()
+    return Path(path).is_dir() and (path / CONFIG_FILENAME).is_file()
 
 
 @dataclass
@@ -70,19 +77,22 @@ class ModulePatch:
 @dataclass
 class AdapterInfo:
     path: Path
-    config_path: Path
-    weights_path: Path
+    config_path: Path | str  # as shown: a remote adapter's URL
+    weights_path: Path | str
     peft_type: str
-    base_path: Path
+    base_path: Path | str  # a local folder or file, or a URL
     base_source: str  # "--base" | "adapter_config.json"
     patches: dict[str, ModulePatch]  # base tensor name -> patch
+    base_root: Path | None = None  # the folder of the base's config and tokenizer
+    config: dict = field(default_factory=dict)  # adapter_config.json, as read
+    where: str | None = None  # a remote adapter's URL, as shown (``path`` holds its config)
     trainable_token_ids: np.ndarray | None = None  # the input embedding's trainable rows
     notes: list[str] = field(default_factory=list)
 
     def provenance(self) -> dict:
         return {
             "peft_type": self.peft_type,
-            "adapter": str(self.path),
+            "adapter": self.where or str(self.path),
             "base": str(self.base_path),
             "base_from": self.base_source,
             "embedding_changes": {
@@ -91,21 +101,44 @@ class AdapterInfo:
         }
 
 
-def resolve_base(adapter: Path, config: dict, base: Path | None) -> tuple[Path, str]:
-    """The base checkpoint folder: ``--base``, else ``base_model_name_or_path`` when local."""
+def resolve_base(
+    adapter: Path | str, config: dict, base: Path | str | None, remote: bool = False
+) -> tuple[Path | str, str]:
+    """The base checkpoint: ``--base``, else ``base_model_name_or_path`` when it is a local
+    folder or a URL (``adapter``: the config as shown; ``remote``: the adapter is read by
+    URL, so a Hub id is named with its ``hf://`` form)."""
     if base is not None:
+        if is_remote(base):
+            return base, "--base"
         if not Path(base).exists():
             raise InputError("--base", f"{base}: no such file or folder")
         return Path(base), "--base"
     name = config.get("base_model_name_or_path")
+    if isinstance(name, str) and is_remote(name):
+        return name, "adapter_config.json"
     if isinstance(name, str) and name and Path(name).is_dir():
         return Path(name), "adapter_config.json"
     shown = repr(name) if name else "nothing"
+    hub = isinstance(name, str) and name.count("/") == 1 and not Path(name).is_absolute()
+    hint = f" (for a Hub id, --base hf://{name})" if hub else ""
     raise InputError(
-        adapter / CONFIG_FILENAME,
-        f"base_model_name_or_path is {shown}, not a local folder; pass the base checkpoint "
-        "with --base PATH (a save_pretrained folder; geodiag downloads nothing)",
+        adapter,
+        f"base_model_name_or_path is {shown}, not a local folder{' here' if remote else ''} "
+        f"nor a URL; pass the base checkpoint with --base PATH or URL{hint} (a "
+        "save_pretrained folder; geodiag downloads nothing)",
     )
+
+
+def _open_base(base: Path | str, source: str) -> tuple[TensorStore, Path]:
+    """(the base's tensors, the folder of its config and tokenizer); not itself an adapter."""
+    if is_remote(base):
+        remote: RemoteCheckpoint = open_remote(str(base))
+        if remote.store is None:
+            raise InputError(source, f"{base} is itself an adapter; pass the base checkpoint")
+        return remote.store, remote.folder
+    if is_adapter(base):
+        raise InputError(source, f"{base} is itself an adapter; pass the base checkpoint")
+    return open_store(base), base if base.is_dir() else base.parent
 
 
 def _pattern_value(patterns: object, module: str, default):
@@ -154,16 +187,25 @@ def _parse_key(key: str) -> tuple[str, str] | None:
     return None
 
 
-def open_adapter(path: Path, base: Path | None) -> tuple[AdapterInfo, TensorStore]:
-    """Parse the adapter, open its base, and return the store of effective tensors."""
-    config_path = path / CONFIG_FILENAME
-    config = read_json_object(config_path)
-    weights = next((path / n for n in WEIGHT_FILENAMES if (path / n).is_file()), None)
-    if weights is None:
-        raise InputError(
-            path,
-            f"{CONFIG_FILENAME} but no {' or '.join(WEIGHT_FILENAMES)}: adapter weights missing",
-        )
+def open_adapter(
+    path: Path, base: Path | str | None, remote: RemoteCheckpoint | None = None
+) -> tuple[AdapterInfo, TensorStore]:
+    """Parse the adapter, open its base, and return the store of effective tensors.
+    ``remote``: the adapter read by URL (``path`` then holds its fetched config)."""
+    config = read_json_object(path / CONFIG_FILENAME)
+    if remote is not None:
+        config_path: Path | str = remote.shown(CONFIG_FILENAME)
+        weights: Path | str | None = remote.shown(WEIGHT_FILENAMES[0])
+        adapter_store = remote.adapter_weights
+    else:
+        config_path = path / CONFIG_FILENAME
+        weights = next((path / n for n in WEIGHT_FILENAMES if (path / n).is_file()), None)
+        if weights is None:
+            raise InputError(
+                path,
+                f"{CONFIG_FILENAME} but no {' or '.join(WEIGHT_FILENAMES)}: adapter weights missing",
+            )
+        adapter_store = None
     peft_type = str(config.get("peft_type", "")).upper()
     if peft_type not in ("LORA", "TRAINABLE_TOKENS"):
         raise InputError(
@@ -171,11 +213,9 @@ def open_adapter(path: Path, base: Path | None) -> tuple[AdapterInfo, TensorStor
             f"peft_type {config.get('peft_type')!r}: only LORA and TRAINABLE_TOKENS adapters "
             "change embedding rows in a way geodiag rebuilds",
         )
-    base_path, base_source = resolve_base(path, config, base)
-    if is_adapter(base_path):
-        raise InputError("--base", f"{base_path} is itself an adapter; pass the base checkpoint")
-    base_store = open_store(base_path)
-    adapter_store = open_store(weights)
+    base_path, base_source = resolve_base(config_path, config, base, remote is not None)
+    base_store, base_root = _open_base(base_path, base_source)
+    adapter_store = adapter_store or open_store(weights)
     base_names = set(base_store.names())
     saved = config.get("modules_to_save") or []
     saved = [saved] if isinstance(saved, str) else saved
@@ -222,8 +262,11 @@ def open_adapter(path: Path, base: Path | None) -> tuple[AdapterInfo, TensorStor
     for tensor, p in patches.items():
         _check_patch(tensor, p, config, config_path, weights, base_store, adapter_store)
     _check_tied_heads(tied_heads, patches, config, config_path)
-    info = AdapterInfo(path, config_path, weights, peft_type, base_path, base_source, patches)
+    info = AdapterInfo(
+        path, config_path, weights, peft_type, base_path, base_source, patches, base_root, config
+    )
     info.notes = notes
+    info.where = remote.where if remote is not None else None
     if config.get("use_dora") and any(p.lora_a for p in patches.values()):
         raise InputError(config_path, "DoRA on an embedding (use_dora) is not rebuilt by geodiag")
     return info, AdapterStore(base_store, adapter_store, patches, info)

@@ -5,8 +5,10 @@ too), ``hf://ORG/NAME[@REVISION][/SUBFOLDER]``, ``s3://BUCKET/PREFIX`` or
 The small files beside the weights (:data:`SMALL_FILES`: config, tokenizer, sidecar,
 codebooks, the shard index) are fetched whole into a temporary folder that the rest of
 the reader treats as the checkpoint's folder, removed when the process exits. The
-weights are not: of ``model.safetensors`` (or the shards its index names) only the header
-and then the byte ranges of the rows asked for are read (``geodiag.io.byte_ranges``).
+weights are not: of ``model.safetensors`` (or the shards its index names), of a ``.gguf``
+file's URL, or of a PEFT adapter folder's ``adapter_model.safetensors`` only the header
+and then the byte ranges of the rows asked for are read (``geodiag.io.byte_ranges``). An
+adapter's base is opened by ``geodiag.io.peft_adapter``, by URL or from a local folder.
 
 ``hf://`` resolves to ``{HF_ENDPOINT or https://huggingface.co}/ORG/NAME/resolve/REVISION/PATH``
 (REVISION ``main`` unless given), with ``HF_TOKEN`` sent as a Bearer token; the files are
@@ -26,6 +28,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from geodiag.errors import InputError
 from geodiag.io import byte_ranges, object_store
+from geodiag.io.layouts import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from geodiag.io.safetensors import SafetensorsFile
 from geodiag.io.store import SafetensorsStore, shard_names, sharded_description
 from geodiag.io.tensor_store import TensorStore
@@ -34,8 +37,12 @@ SCHEMES = ("https://", "http://", "hf://", *object_store.SCHEMES)
 HF_ENDPOINT = "https://huggingface.co"  # unless the environment's HF_ENDPOINT says otherwise
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
+# A URL ending so names a weights file, read by ranges; any other URL is a folder's.
+WEIGHT_SUFFIXES = (".safetensors", ".gguf")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth")  # read only from a local file: a pickle, whole
 # Fetched whole when present (each one HEAD, then a GET): every file the reader looks for
-# beside the weights. An adapter folder (adapter_config.json) is not read remotely yet.
+# beside the weights (beside a GGUF, which carries its config and tokenizer, only the
+# sidecar and the codebooks: GGUF_SMALL_FILES).
 SMALL_FILES = (
     "config.json",
     "tokenizer.json",
@@ -46,6 +53,7 @@ SMALL_FILES = (
     "codebooks.safetensors",
     INDEX,
 )
+GGUF_SMALL_FILES = ("semantic_ids.json", "codebooks.safetensors")
 
 
 def is_remote(path: str | os.PathLike[str]) -> bool:
@@ -81,14 +89,22 @@ class RemoteFolder:
 def parse(url: str) -> tuple[RemoteFolder | object_store.ObjectFolder, str | None]:
     """(the folder, the weights file's name when ``url`` names one rather than a folder)."""
     url = url.rstrip("/")
+    if url.endswith(PICKLE_SUFFIXES):
+        raise InputError(
+            url,
+            "a PyTorch pickle is not read remotely (it would be fetched whole and unpickled); "
+            "download it, or point at the folder's safetensors",
+        )
     if url.startswith(object_store.SCHEMES):
         name = None
-        if url.endswith(".safetensors"):
+        if url.endswith(WEIGHT_SUFFIXES):
             url, _, name = url.rpartition("/")
         return object_store.open_folder(url), name
     if url.startswith("hf://"):
-        folder = _hf_folder(url)
         name = None
+        if url.endswith(WEIGHT_SUFFIXES) and url.count("/") > 3:  # hf://ORG/NAME/FILE
+            url, _, name = url.rpartition("/")
+        folder = _hf_folder(url)
     else:
         parts = urlsplit(url)
         if not parts.hostname:
@@ -96,7 +112,7 @@ def parse(url: str) -> tuple[RemoteFolder | object_store.ObjectFolder, str | Non
         netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
         shown = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
         name = None
-        if parts.path.endswith(".safetensors"):
+        if parts.path.endswith(WEIGHT_SUFFIXES):
             head, _, name = parts.path.rpartition("/")
             parts = parts._replace(path=head)
             shown = shown.rsplit("/", 1)[0]
@@ -126,24 +142,32 @@ def _hf_folder(url: str) -> RemoteFolder:
 @dataclass
 class RemoteCheckpoint:
     folder: Path  # the small files, fetched: what the reader looks beside the weights in
-    store: TensorStore
+    store: TensorStore | None  # None for an adapter folder: geodiag.io.peft_adapter builds it
     where: str  # the URL as shown
+    # An adapter folder's adapter_model.safetensors, by ranges (its config is in ``folder``).
+    adapter_weights: TensorStore | None = None
+
+    def shown(self, name: str) -> str:
+        return f"{self.where}/{name}"
 
 
 def open_remote(url: str) -> RemoteCheckpoint:
-    """Fetch the small files of the folder at ``url`` and open its weights by ranges."""
+    """Fetch the small files of the folder at ``url`` and open its weights by ranges (a PEFT
+    adapter folder's: the adapter's own, its base left to geodiag.io.peft_adapter)."""
     remote, weights = parse(url)
     folder = _cache_folder(remote)
+    if weights is not None and weights.endswith(".gguf"):
+        return _open_gguf(remote, weights, folder)
     present = [name for name in SMALL_FILES if remote.exists(name)]
-    if weights is None and remote.exists("adapter_config.json"):
-        raise InputError(
-            remote.where, "a PEFT adapter folder: adapters are not read remotely yet; download it"
-        )
-    for name in present:
+    adapter = weights is None and remote.exists(ADAPTER_CONFIG)
+    for name in [*present, *([ADAPTER_CONFIG] if adapter else [])]:
         (folder / name).write_bytes(remote.fetch(name))
 
     def open_file(where: str) -> SafetensorsFile:
         return SafetensorsFile(where, remote.file(where.rsplit("/", 1)[1]))
+
+    if adapter:
+        return RemoteCheckpoint(folder, None, remote.where, _adapter_weights(remote, open_file))
 
     if weights is None and INDEX in present:
         shards = shard_names(folder / INDEX)
@@ -157,14 +181,44 @@ def open_remote(url: str) -> RemoteCheckpoint:
                 f"no model weights found ({WEIGHTS} or {INDEX}; remotely only safetensors "
                 "are read)",
             )
-        f = open_file(remote.shown(weights))
-        store = SafetensorsStore(
-            {name: f.path for name in f.keys()}, f"safetensors file {weights}", open_file
-        )
-        store._open[f.path] = f
+        store = _single(open_file, remote.shown(weights), f"safetensors file {weights}")
     from geodiag.io.mlx_quantized import dequantizing  # MLX's packed matrices, if any
 
     return RemoteCheckpoint(folder, dequantizing(store, folder), remote.where)
+
+
+def _open_gguf(remote, name: str, folder: Path) -> RemoteCheckpoint:
+    """A ``.gguf`` file's URL: its header and the rows asked for by ranges
+    (geodiag.io.gguf), the sidecar and codebooks beside it fetched when present."""
+    from geodiag.io.gguf import GGUFStore  # llama.cpp's gguf package, only here
+
+    for small in GGUF_SMALL_FILES:
+        if remote.exists(small):
+            (folder / small).write_bytes(remote.fetch(small))
+    store = GGUFStore(remote.shown(name), remote.file(name))
+    return RemoteCheckpoint(folder, store, remote.where)
+
+
+def _adapter_weights(remote, open_file) -> SafetensorsStore:
+    """An adapter folder's ``adapter_model.safetensors`` by ranges; its ``.bin`` is a pickle,
+    read only locally."""
+    safetensors, pickle = ADAPTER_WEIGHTS
+    if not remote.exists(safetensors, required=True):
+        found = f"only {pickle}, a pickle read only locally" if remote.exists(pickle) else "none"
+        raise InputError(
+            remote.where,
+            f"a PEFT adapter folder ({ADAPTER_CONFIG}) without {safetensors} ({found}): "
+            "remotely adapters are read from safetensors; download the folder",
+        )
+    return _single(open_file, remote.shown(safetensors), f"adapter {safetensors}")
+
+
+def _single(open_file, where: str, description: str) -> SafetensorsStore:
+    """The store of one safetensors file at ``where``, its header read once."""
+    f = open_file(where)
+    store = SafetensorsStore({name: f.path for name in f.keys()}, description, open_file)
+    store._open[f.path] = f
+    return store
 
 
 def _cache_folder(remote: RemoteFolder) -> Path:

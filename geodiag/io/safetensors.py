@@ -30,7 +30,7 @@ import numpy as np
 
 from geodiag.atomic import atomic_path
 from geodiag.errors import InputError, nested_too_deeply
-from geodiag.io.byte_ranges import ByteSource, LocalFile
+from geodiag.io.byte_ranges import ByteSource, LocalFile, read_rows
 from geodiag.io.layouts import check_not_lfs_pointer
 
 # dtype name -> numpy dtype of the stored bytes, for the dtypes geodiag decodes
@@ -270,26 +270,8 @@ class SafetensorsFile:
         """
         dt = self._numpy_dtype(info) if dt is None else dt
         width = math.prod(info.shape[1:])
-        row_bytes = width * dt.itemsize
-        out = np.empty((len(rows), width), dtype=dt)
-        if len(rows) == 0:
-            return out.reshape((0, *info.shape[1:]))
-        order = np.argsort(rows, kind="stable")
-        sorted_rows = rows[order]
-        # Runs of consecutive (or repeated) row ids become one read each.
-        breaks = np.flatnonzero(np.diff(sorted_rows) > 1) + 1
-        runs = np.split(np.arange(len(rows)), breaks)
-        firsts = [int(sorted_rows[run[0]]) for run in runs]
-        lasts = [int(sorted_rows[run[-1]]) for run in runs]
-        spans = [
-            (info.begin + first * row_bytes, (last - first + 1) * row_bytes)
-            for first, last in zip(firsts, lasts, strict=True)
-        ]
-        for run, first, last, data in zip(
-            runs, firsts, lasts, self.source.read(spans), strict=True
-        ):
-            block = np.frombuffer(data, dtype=dt).reshape(last - first + 1, width)
-            out[order[run]] = block[sorted_rows[run] - first]
+        raw = read_rows(self.source, info.begin, width * dt.itemsize, rows)
+        out = raw.view(dt)
         return out.reshape((len(rows), *info.shape[1:]))
 
     def _decode(self, info: TensorInfo, raw: np.ndarray, float32: bool = False) -> np.ndarray:
