@@ -55,11 +55,13 @@ class ReadOptions:
         cli_type=str | None,
         parse=lambda text: parse_location(text),
     )
-    reference: Path | None = setting(
+    reference: Path | str | None = setting(  # a URL stays a str, as --base
         None,
-        help="An earlier checkpoint with the same new tokens (e.g. the run's init): new rows "
-        "that barely moved since it count as untrained.",
+        help="An earlier checkpoint with the same new tokens (e.g. the run's init), a folder "
+        "or a URL: new rows that barely moved since it count as untrained.",
         flags=("--reference",),
+        cli_type=str | None,
+        parse=lambda text: parse_location(text),
     )
     data: tuple[Path, ...] = setting(
         (),

@@ -31,9 +31,11 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError
+from geodiag.io import remote
 from geodiag.io import sidecar as sidecar_mod
 from geodiag.io.new_tokens import Declared
 from geodiag.io.options import ReadOptions
+from geodiag.io.remote import is_remote
 from geodiag.io.tensor_names import original_of
 
 # transformers' Trainer saves checkpoint-{global_step} (PREFIX_CHECKPOINT_DIR)
@@ -58,7 +60,8 @@ def reference_of(ckpt, opts: ReadOptions, declared: Declared | None, opener: Ope
     passed over and why). ``opener``: ``open_checkpoint``, whose last step this is."""
     ask = _Ask(opts, declared, opener)
     if opts.reference is not None:
-        ref = _open(ckpt, Path(opts.reference), ask, "--reference")
+        where = opts.reference if is_remote(opts.reference) else Path(opts.reference)
+        ref = _open(ckpt, where, ask, "--reference")
         return ref, [f"reference: {opts.reference} (--reference)"]
     notes = []
     for source in AUTOMATIC if opts.auto_reference else ():
@@ -88,9 +91,10 @@ def same_vocab(a, b, where: object, what: str) -> None:
         )
 
 
-def _open(ckpt, path: Path, ask: _Ask, what: str):
-    """``path`` opened as a reference of ``ckpt`` (itself without one): the same new tokens."""
-    if not path.exists():
+def _open(ckpt, path: Path | str, ask: _Ask, what: str):
+    """``path`` (a URL: a str) opened as a reference of ``ckpt`` (itself without one): the
+    same new tokens."""
+    if not is_remote(path) and not path.exists():
         raise InputError(what, f"{path}: no such file or folder")
     opts = replace(ask.opts, reference=None, auto_reference=False)
     ref = ask.opener(path, opts, ask.declared)
@@ -98,7 +102,7 @@ def _open(ckpt, path: Path, ask: _Ask, what: str):
     return ref
 
 
-def _try_open(ckpt, path: Path, ask: _Ask, what: str) -> tuple[object | None, str]:
+def _try_open(ckpt, path: Path | str, ask: _Ask, what: str) -> tuple[object | None, str]:
     """(the reference, "") or (None, why it is none) for an automatic source."""
     try:
         return _open(ckpt, path, ask, what), ""
@@ -108,13 +112,25 @@ def _try_open(ckpt, path: Path, ask: _Ask, what: str) -> tuple[object | None, st
 
 def _sidecar_init(ckpt, ask: _Ask) -> Found | None:
     side = ckpt.sidecar
-    folder = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
-    init = sidecar_mod.init_checkpoint(side, folder) if side is not None else None
-    if init is None:
-        return None
     what = f"the init checkpoint {sidecar_mod.FILENAME} names"
-    if not init.exists():
-        return Found(None, f"{what}, {init}, is not there: no reference from it")
+    if is_remote(ckpt.location):  # named from the checkpoint's URL, as from its folder
+        rel = side.provenance.get(sidecar_mod.INIT_CHECKPOINT) if side is not None else None
+        if not isinstance(rel, str) or not rel:
+            return None
+        init = remote.beside(ckpt.location, rel)
+        if init is None:
+            return Found(
+                None,
+                f"{what}, {rel}, is not reachable from {ckpt.location}: no reference from it "
+                "(--reference URL gives one)",
+            )
+    else:
+        folder = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
+        init = sidecar_mod.init_checkpoint(side, folder) if side is not None else None
+        if init is None:
+            return None
+        if not init.exists():
+            return Found(None, f"{what}, {init}, is not there: no reference from it")
     ref, why_not = _try_open(ckpt, init, ask, what)
     if ref is None:
         return Found(None, why_not)
@@ -158,11 +174,13 @@ def _peft_original(ckpt, ask: _Ask) -> Found | None:
         matrices.append(replace(m, tensor=original, dtype=ckpt.store.dtype(original)))
     if not matrices:
         return None
-    where = ckpt.store.file_of(matrices[0].tensor)
-    ref = replace(ckpt, path=where, matrices=matrices, reference=None, reference_notes=[])
+    where = ckpt.store.file_of(matrices[0].tensor)  # a URL (str) for a remote checkpoint
+    name = str(where).rsplit("/", 1)[-1]
+    path = ckpt.path if is_remote(str(where)) else where
+    ref = replace(ckpt, path=path, matrices=matrices, reference=None, reference_notes=[])
     return Found(
         ref,
-        f"reference: the original_module rows beside the modules_to_save copy in {where.name} "
+        f"reference: the original_module rows beside the modules_to_save copy in {name} "
         "(PEFT's copy of the module before training)",
     )
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import posixpath
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -131,6 +132,11 @@ def _hf_folder(url: str) -> RemoteFolder:
     repo = f"{parts[0]}/{name}"
     sub = "/".join(p for p in parts[2:] if p)
     endpoint = (os.environ.get("HF_ENDPOINT") or HF_ENDPOINT).rstrip("/")
+    if not endpoint.startswith(("https://", "http://")):
+        raise InputError(
+            url,
+            f"HF_ENDPOINT is {endpoint!r}, not an http(s):// URL: set it to the Hub or a mirror",
+        )
     base = f"{endpoint}/{repo}/resolve/{quote(revision or 'main', safe='')}"
     if sub:
         base += "/" + quote(sub)
@@ -230,3 +236,23 @@ def _cache_folder(remote: RemoteFolder) -> Path:
     folder = parent / "".join(c if c.isalnum() or c in "-_.@" else "_" for c in name)
     folder.mkdir()
     return folder
+
+
+def beside(location: str, relative: str) -> str | None:
+    """The URL ``relative`` (a POSIX path, as a sidecar's ``init_checkpoint``) names from the
+    folder at URL ``location``; None when it climbs out of what the URL can reach (the
+    repository of an ``hf://`` URL, the bucket of an object store's, the host's root) or is
+    absolute (a path on the machine that wrote it)."""
+    if not relative or relative.startswith("/"):
+        return None
+    if location.startswith("hf://"):
+        parts = location[len("hf://") :].split("/")
+        root, inside = "hf://" + "/".join(parts[:2]), "/".join(parts[2:])
+    else:
+        scheme, _, rest = location.partition("://")
+        host, _, inside = rest.partition("/")
+        root = f"{scheme}://{host}"
+    joined = posixpath.normpath(posixpath.join(inside or ".", relative))
+    if joined == ".." or joined.startswith("../"):
+        return None
+    return root if joined == "." else f"{root}/{joined}"

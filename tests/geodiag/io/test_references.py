@@ -311,3 +311,41 @@ def test_a_grounded_init_measures_movement_but_flags_no_row(trainer_run, tmp_pat
     sidecar.write_description(init, _levels(init), None)
     _, barely = _untrained(later)
     assert barely == set(UNUSED)
+
+
+def test_a_remote_checkpoints_init_is_named_from_its_url(trainer_run, tmp_path, monkeypatch):
+    """Behind a URL the sidecar's relative init resolves against the URL, as against the
+    folder: the same reference and the same barely-moved rows. Where it climbs out of what
+    the URL reaches (an hf:// repository's root) it is a note, and --reference URL gives it."""
+    from test_remote import Server
+
+    site = tmp_path / "site"
+    run, init = site / "run", site / "init"
+    shutil.copytree(trainer_run, run)
+    model, tok = _model_and_tokenizer()
+    save(model, init, tok)
+    sidecar.write_description(init, _levels(init), None)
+    later = run / "checkpoint-2"
+    sidecar.write_description(later, sidecar.with_init(_levels(later), init, later), None)
+    servers = [Server(site, tmp_path / "site.jsonl")]
+    try:
+        url = f"{servers[0].url}/run/checkpoint-2"
+        ckpt = open_checkpoint(url)
+        assert ckpt.reference.location == f"{servers[0].url}/init"
+        assert "the init checkpoint semantic_ids.json names" in ckpt.reference_notes[-1]
+        assert _untrained(url)[1] == _untrained(later)[1] == set(UNUSED)
+
+        hub = Server(later, tmp_path / "hub.jsonl", "--prefix", "/org/sft/resolve/main")
+        servers.append(hub)
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        ckpt = open_checkpoint("hf://org/sft")
+        assert ckpt.reference is None
+        assert any(
+            "../../init, is not reachable from hf://org/sft" in n for n in ckpt.reference_notes
+        )
+        ckpt = open_checkpoint("hf://org/sft", ReadOptions(reference=f"{servers[0].url}/init"))
+        assert ckpt.reference.location == f"{servers[0].url}/init"
+        assert _untrained("hf://org/sft", reference=f"{servers[0].url}/init")[1] == set(UNUSED)
+    finally:
+        for s in servers:
+            s.stop()

@@ -353,3 +353,18 @@ def test_the_vocabulary_sample_is_the_reference_sample():
     assert vocabulary_sample_size(100_000, opts) == 20_000  # reference_cap and the ceiling
     assert vocabulary_sample_size(24, AnalyzeOptions(reference_size=1_000)) == 1_000
     assert vocabulary_sample_size(24, AnalyzeOptions(vocabulary_block_min_rows=1)) == 40
+
+
+def test_a_relative_path_beside_a_url():
+    """Hand-computed: within the repository, bucket or host the URL reaches, else None."""
+    from geodiag.io.remote import beside
+
+    assert beside("hf://org/name/sft/random", "../../init/random") == "hf://org/name/init/random"
+    assert beside("hf://org/name@v1/a", "../b") == "hf://org/name@v1/b"
+    assert beside("hf://org/name", "../init") is None  # out of the repository
+    assert beside("hf://org/name/sft", "..") == "hf://org/name"
+    assert beside("https://h:8/runs/sft/x", "../../init") == "https://h:8/runs/init"
+    assert beside("https://h/x", "../../init") is None
+    assert beside("s3://bucket/run/sft", "../init") == "s3://bucket/run/init"
+    assert beside("gs://bucket", "init") == "gs://bucket/init"
+    assert beside("s3://bucket/run", "/home/me/init") is None  # a path on the writer's machine
