@@ -89,6 +89,31 @@ def test_the_shards_cost_their_chunks_edges_and_rows(saved, serve):
     print(f"fsdp2 over https: .distcp sent {sent} B of {shards} B (bound {bound} B)")
 
 
+def test_a_large_chunk_costs_its_archive_edges_and_the_rows(tmp_path, serve):
+    """A 5 MB chunk (one process's dcp.save of a 20,000 x 64 embedding): its archive's two
+    edges, a request each, then one request per run of adjacent rows, nothing more."""
+    import warnings
+
+    import numpy as np
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from geodiag.io.remote import parse
+
+    weight = torch.randn(20_000, 64, generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():  # "assuming the intent is to save in a single process"
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save({"model.embed_tokens.weight": weight}, checkpoint_id=str(tmp_path / "one"))
+    server = serve(tmp_path)
+    store = DCPStore(parse(f"{server.url}/one")[0])
+    rows = np.array([19_990, 5, 6, 7, 6])
+    got = store.read_rows("model.embed_tokens.weight", rows, float32=True)
+    np.testing.assert_array_equal(got, weight.numpy()[rows])
+    reads = [r for r in server.requests() if r["path"].endswith(".distcp")]
+    assert [r["method"] for r in reads] == ["HEAD"] + ["GET"] * 4  # exists, edges, 2 runs
+    assert server.bytes_sent(".distcp") == 2 * ARCHIVE_EDGE + 4 * 64 * 4
+
+
 def test_hf_url_of_a_checkpoints_subfolder(saved, serve, monkeypatch):
     server = serve(saved, "--prefix", f"/{REPO}/resolve/main")
     monkeypatch.setenv("HF_ENDPOINT", server.url)
@@ -152,6 +177,17 @@ def _upload(root, bucket: str) -> str:
     for f in sorted(p for p in root.rglob("*") if p.is_file()):
         client.upload_file(str(f), bucket, f.relative_to(root).as_posix())
     return f"s3://{bucket}"
+
+
+@needs_s3
+def test_s3_missing_shard_is_exit_2_naming_the_url(saved, s3, tmp_path):
+    shutil.copytree(saved / "fsdp2", tmp_path / "cut")
+    (tmp_path / "cut" / "__0_0.distcp").unlink()
+    url = _upload(tmp_path, "dcp-cut")
+    line = one_line_exit_2(run("check", f"{url}/cut"))
+    assert f"{url}/cut/{METADATA}" in line
+    assert "'__0_0.distcp'" in line and "missing" in line
+    assert test_remote_s3.SECRET not in line
 
 
 @needs_s3
