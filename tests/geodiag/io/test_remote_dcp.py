@@ -1,6 +1,7 @@
 """torch.distributed.checkpoint folders behind a URL (geodiag.io.remote through
 geodiag.io.dcp): the fixture test_dcp.py builds from a real 2-rank FSDP2 ``dcp.save``,
-served by a real server process (range_server.py; for ``s3://``, moto's server). The
+served by a real server process (range_server.py; for ``s3://``, moto's server; for
+``gs://``, gcp-storage-emulator). The
 verdict and ``metrics --json`` are the local DCP read's (and so the consolidated copy's,
 test_dcp.py), the shards cost their chunks' archive edges and the rows read, and the
 restricted unpickler refuses a planted payload as it does on disk."""
@@ -14,10 +15,12 @@ import shutil
 import pytest
 import test_dcp
 import test_remote
+import test_remote_gs
 import test_remote_s3
 from geodiag_fixtures import one_line_exit_2
 from test_dcp import _Payload, plant_in_chunk, run
 from test_remote import REPO
+from test_remote_gs import needs_gs
 from test_remote_s3 import needs_s3
 
 from geodiag.io import byte_ranges
@@ -34,6 +37,8 @@ saved = test_dcp.saved
 serve = test_remote.serve
 moto = test_remote_s3.moto
 s3 = test_remote_s3.s3
+emulator = test_remote_gs.emulator
+gs = test_remote_gs.gs
 
 
 def _metrics(target, *options) -> dict:
@@ -204,3 +209,18 @@ def test_s3_dcp_gives_the_local_verdict_and_figures(saved, s3):
     small += sum(p.stat().st_size for p in (saved / "fsdp2").glob("tokenizer*"))
     assert s3.sent < 1.5 * (bound + small), (s3.sent, bound, small)
     print(f"fsdp2 over s3: sent {s3.sent} B in all, shards {shards} B")
+
+
+@needs_gs
+def test_gs_dcp_gives_the_local_verdict_and_figures(saved, gs):
+    """The same reader over gs:// (object_store's GCS backend): each layout's figures are
+    the local read's."""
+    from gcsfs.core import GCSFileSystem
+
+    fs = GCSFileSystem(skip_instance_cache=True)
+    fs.mkdir("dcp-gs")
+    for f in sorted(p for p in saved.rglob("*") if p.is_file()):
+        fs.pipe_file(f"dcp-gs/{f.relative_to(saved).as_posix()}", f.read_bytes())
+    for layout in LAYOUTS:
+        assert _metrics(f"gs://dcp-gs/{layout}") == _metrics(saved / layout), layout
+    assert run("check", "gs://dcp-gs/fsdp2").exit_code == run("check", saved / "fsdp2").exit_code
