@@ -46,7 +46,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from geodiag.errors import InputError
-from geodiag.io.byte_ranges import ByteSource, Folder, LocalFolder
+from geodiag.io.byte_ranges import ByteSource, Folder, LocalFolder, read_rows
 from geodiag.io.torch_zip import (
     ROW_DTYPES,
     TENSOR_GLOBALS,
@@ -313,7 +313,8 @@ class DCPStore:
 
     def _read(self, name: str, rows: np.ndarray) -> tuple[_Tensor, np.ndarray]:
         """Stored values of ``rows`` (sorted, unique), ``(len(rows), d)`` in the stored dtype,
-        from the chunks that hold them: one read per run of adjacent rows in each chunk."""
+        from the chunks that hold them: one read per run of adjacent rows in each chunk
+        (``byte_ranges.read_rows``, as the safetensors and GGUF readers)."""
         t, dt = self._matrix(name)
         out = np.empty((len(rows), t.shape[1]), dtype=dt)
         filled = np.zeros(len(rows), dtype=np.int64)
@@ -323,18 +324,10 @@ class DCPStore:
             if lo == hi or nc == 0:
                 continue
             at = self._locate(t, c)
-            local = rows[lo:hi] - r0
-            breaks = np.flatnonzero(np.diff(local) > 1) + 1
-            runs = np.split(np.arange(lo, hi), breaks)
-            row_bytes = nc * dt.itemsize
-            spans = [
-                (at.data_begin + int(local[run[0] - lo]) * row_bytes, len(run) * row_bytes)
-                for run in runs
-            ]
-            digest = self._digests.setdefault(self._files.shown(c.name), hashlib.sha256())
-            for run, data in zip(runs, self._source(c).read(spans), strict=True):
-                digest.update(data)
-                out[run, c0 : c0 + nc] = np.frombuffer(data, dtype=dt).reshape(len(run), nc)
+            raw = read_rows(self._source(c), at.data_begin, nc * dt.itemsize, rows[lo:hi] - r0)
+            # rows are sorted and unique: raw is the runs' bytes in read order
+            self._digests.setdefault(self._files.shown(c.name), hashlib.sha256()).update(raw)
+            out[lo:hi, c0 : c0 + nc] = raw.view(dt)
             filled[lo:hi] += nc
         if np.any(filled != t.shape[1]):
             raise InputError(self.folder, f"tensor '{name}': its chunks do not tile the rows")
