@@ -6,7 +6,9 @@ Bottom to top, each module importing only those above it in this list
 - ``layouts``: where a folder keeps its weights (the Hub cache, a DCP or DeepSpeed folder),
   and the layouts named but not read (Git LFS pointers, other frameworks);
 - ``byte_ranges``: a file's bytes by ranges, on disk or behind an HTTP(S) URL (retried,
-  nearby ranges read with one request): what the safetensors reader reads through;
+  nearby ranges read with one request): what the safetensors, GGUF and ``torch.save``
+  archive readers read through; a folder's files asked for by name (``Folder``), never
+  listed, on disk or behind a URL;
 - ``object_store``: the same over an ``s3://`` or ``gs://`` bucket (fsspec's s3fs or
   gcsfs, the ``s3`` and ``gs`` extras; one backend table, one read and retry path);
 - ``safetensors``: a validating safetensors reader that reads only the rows asked for,
@@ -19,10 +21,12 @@ Bottom to top, each module importing only those above it in this list
 - ``mlx_quantized``: the packed matrices of an MLX-quantized safetensors checkpoint
   (``mlx_lm.convert -q``), dequantized as mlx does, wrapped around a safetensors store by ``store``;
 - ``torch_zip``: a ``torch.save`` archive without torch: its ``data.pkl`` unpickled with only
-  the globals a caller allows (inert stand-ins), each storage's values by byte range;
+  the globals a caller allows (inert stand-ins), each storage's values by byte range, from
+  any ``ByteSource`` (the archive's two ends read in one call);
 - ``dcp``: a torch.distributed.checkpoint folder (FSDP2's ``dcp.save``, a Trainer's
   ``pytorch_model_fsdp_0/``): its ``.metadata`` unpickled with only DCP's own classes, the
-  rows asked for read by byte range from the ``.distcp`` shards that hold them;
+  rows asked for read by byte range from the ``.distcp`` shards that hold them, on disk or
+  behind a URL (a ``byte_ranges.Folder``);
 - ``zero``: a DeepSpeed ZeRO checkpoint (ZeRO-1/2/3 ``global_stepN/`` partitions, a universal
   folder): the fp32 rows ``zero_to_fp32`` consolidates, read by byte range from the ranks
   that hold them, its pickles unpickled with only DeepSpeed's own classes;
@@ -30,7 +34,8 @@ Bottom to top, each module importing only those above it in this list
   DCP folder or a DeepSpeed ZeRO folder
   (``open_store``: the one place that picks the store for a path);
 - ``remote``: a checkpoint folder behind an ``https://``, ``hf://``, ``s3://`` or ``gs://`` URL: its
-  small files fetched into a temporary folder, its safetensors weights read by byte ranges;
+  small files fetched into a temporary folder, its weights (safetensors, a GGUF file, a PEFT
+  adapter's, a DCP folder's shards) read by byte ranges;
 - ``memory``: the same questions over a numpy array, a torch tensor or a model;
 - ``tensor_names``: which tensor is the input embedding, which the output head;
 - ``peft_adapter``: a PEFT adapter folder over its base, rows as PEFT merges them;

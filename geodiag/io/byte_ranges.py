@@ -1,5 +1,8 @@
-"""Byte ranges of one file, on disk or behind an HTTP(S) URL: what the safetensors reader
-reads through (:class:`ByteSource`), so there is one reader for both.
+"""Byte ranges of one file, on disk or behind an HTTP(S) URL: what the safetensors, GGUF and
+``torch.save`` archive (``geodiag.io.torch_zip``: DCP chunks, ZeRO files) readers read
+through (:class:`ByteSource`), so there is one reader for both; and a folder of such files
+asked for by name (:class:`Folder`: :class:`LocalFolder` on disk,
+``geodiag.io.remote.RemoteFolder`` over HTTP, ``geodiag.io.object_store.ObjectFolder``).
 
 HTTP reads use the standard library alone (``urllib.request``, ``Range`` headers, HEAD for
 the size): a CI gate installs nothing more to read a checkpoint where it lives. Nearby
@@ -20,6 +23,7 @@ from typing import Protocol
 import numpy as np
 
 from geodiag.errors import InputError, cannot_read
+from geodiag.io.layouts import check_not_lfs_pointer
 from geodiag.progress import Progress
 
 CONNECT_TIMEOUT_S = 10.0  # per request; an unreachable host fails in seconds, not minutes
@@ -39,6 +43,42 @@ class ByteSource(Protocol):
 
     def size(self) -> int: ...
     def read(self, spans: list[tuple[int, int]]) -> list[bytes]: ...
+
+
+class Folder(Protocol):
+    """Files asked for by name, never listed: whether one exists, a small one's bytes, a
+    large one's byte ranges; ``where`` is the folder as shown."""
+
+    where: str
+
+    def shown(self, name: str) -> str: ...
+    def exists(self, name: str) -> bool: ...
+    def fetch(self, name: str) -> bytes: ...
+    def file(self, name: str) -> ByteSource: ...
+
+
+class LocalFolder:
+    """A folder on disk as a :class:`Folder`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.where = path, str(path)
+
+    def shown(self, name: str) -> str:
+        return str(self.path / name)
+
+    def exists(self, name: str) -> bool:
+        return (self.path / name).is_file()
+
+    def fetch(self, name: str) -> bytes:
+        path = self.path / name
+        check_not_lfs_pointer(path)
+        try:
+            return path.read_bytes()
+        except OSError as e:
+            raise cannot_read(path, e) from None
+
+    def file(self, name: str) -> LocalFile:
+        return LocalFile(self.path / name)
 
 
 class LocalFile:

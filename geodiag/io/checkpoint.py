@@ -240,7 +240,7 @@ def open_checkpoint(
     if is_remote(path):  # its small files fetched into a folder, its weights read by ranges
         remote = open_remote(str(path))
         path, hub_note, location = remote.folder, None, remote.where
-        store, adapter, roots = remote.store, None, [remote.folder]
+        store, adapter, roots = remote.store, None, remote.roots
         if store is None:  # an adapter folder: read over its base, local or by URL
             adapter, store = open_adapter(path, opts.base, remote)
             roots.append(adapter.base_root)

@@ -21,6 +21,13 @@ What torch (2.13) writes:
   ranges of the rows asked for, so a row-sharded embedding (FSDP2: chunk r holds rows
   r*n/w ..) costs the rows' bytes in the one or few chunks that hold them.
 
+Where the files are: a :class:`~geodiag.io.byte_ranges.Folder`, asked for each file by the
+name ``.metadata`` gives it, never listed: on disk, or behind a URL (``geodiag.io.remote``:
+https, hf, s3, gs), through the same parser and the same restricted unpickler. A chunk's
+archive costs its first and last ``torch_zip.ARCHIVE_EDGE`` bytes (where ``zipfile`` looks:
+the directory at the end, ``data.pkl`` and the data's local header at the start), fetched
+together, which over a URL is one request for a chunk of up to ``COALESCE_GAP``.
+
 Names: a nested state dict (``{"model": ..., "optim": ...}``, accelerate's ``{"model":
 ...}``) exposes the tensors under ``model`` by their names in it; optimizer state
 (``exp_avg``, ``step``) is never exposed, so it cannot be taken for the embedding, and a
@@ -38,9 +45,8 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from geodiag.errors import InputError, cannot_read
-from geodiag.io.byte_ranges import LocalFile
-from geodiag.io.layouts import check_not_lfs_pointer
+from geodiag.errors import InputError
+from geodiag.io.byte_ranges import ByteSource, Folder, LocalFolder, read_rows
 from geodiag.io.torch_zip import (
     ROW_DTYPES,
     TENSOR_GLOBALS,
@@ -107,8 +113,8 @@ class _Chunk:
 
     offsets: tuple[int, ...]
     sizes: tuple[int, ...]
-    path: Path
-    begin: int  # byte offset of its torch.save archive in ``path``
+    name: str  # its .distcp file, as .metadata names it (relative_path)
+    begin: int  # byte offset of its torch.save archive in that file
     length: int
 
 
@@ -128,13 +134,9 @@ class _Located:
     row_elements: int  # elements per row of the chunk (the product of sizes[1:])
 
 
-def _parse_metadata(folder: Path) -> tuple[dict[str, _Tensor], bytes]:
-    path = folder / METADATA
-    check_not_lfs_pointer(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise cannot_read(path, e) from None
+def _parse_metadata(folder: Folder) -> tuple[dict[str, _Tensor], bytes]:
+    path = folder.shown(METADATA)
+    raw = folder.fetch(METADATA)
     meta = restricted_load(raw, path, _METADATA_GLOBALS, WRITER)
     try:
         entries = meta.state_dict_metadata
@@ -151,12 +153,12 @@ def _parse_metadata(folder: Path) -> tuple[dict[str, _Tensor], bytes]:
     for flat, entry in entries.items():
         if type(entry).__name__ != "TensorStorageMetadata":
             continue  # BytesStorageMetadata: a pickled non-tensor (an lr, a step count)
-        tensors[flat] = _tensor(path, folder, flat, entry, where)
+        tensors[flat] = _tensor(path, flat, entry, where)
     model = _model_names(tensors, planner)
     if tensors and not model:
         keys = sorted({str(planner.get(flat, (flat,))[0]) for flat in tensors})
         raise InputError(
-            folder,
+            folder.where,
             f"holds only optimizer state ({len(tensors)} tensors under "
             f"{', '.join(repr(k) for k in keys)}), not a model's weights: pass the model's "
             "folder (accelerate and the Trainer save it beside, as pytorch_model_fsdp_0/) "
@@ -165,7 +167,7 @@ def _parse_metadata(folder: Path) -> tuple[dict[str, _Tensor], bytes]:
     return model, raw
 
 
-def _tensor(path: Path, folder: Path, flat: str, entry: Record, where: dict) -> _Tensor:
+def _tensor(path: str, flat: str, entry: Record, where: dict) -> _Tensor:
     try:
         dtype = entry.properties.dtype
         shape = torch_size(entry.size)
@@ -180,8 +182,8 @@ def _tensor(path: Path, folder: Path, flat: str, entry: Record, where: dict) -> 
                     "compressed by a storage extension), which geodiag does not read: save "
                     "without the extension, or consolidate with dcp_to_torch_save",
                 )
-            file = folder / str(info.relative_path)
-            if PurePosixPath(str(info.relative_path)).name != str(info.relative_path):
+            file = str(info.relative_path)
+            if PurePosixPath(file).name != file or file in ("", ".", ".."):
                 raise InputError(path, f"tensor '{flat}' names a file outside the folder")
             chunks.append(_Chunk(offsets, sizes, file, int(info.offset), int(info.length)))
     except (AttributeError, TypeError, ValueError, pickle.UnpicklingError):
@@ -226,21 +228,24 @@ def _model_names(tensors: dict[str, _Tensor], planner: dict) -> dict[str, _Tenso
 
 
 class DCPStore:
-    """The tensors of a DCP folder; chunks are located lazily, rows read by byte range.
+    """The tensors of a DCP folder (on disk, or a :class:`~geodiag.io.byte_ranges.Folder`
+    behind a URL); chunks are located lazily, rows read by byte range.
 
     ``digests``: sha256 of ``.metadata`` and, per ``.distcp`` file, of every byte range
     read from it, in read order.
     """
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self._tensors, raw = _parse_metadata(folder)
-        self._digests = {folder / METADATA: hashlib.sha256(raw)}
+    def __init__(self, folder: Path | Folder) -> None:
+        self._files = LocalFolder(folder) if isinstance(folder, Path) else folder
+        self.folder = folder if isinstance(folder, Path) else folder.where
+        self._tensors, raw = _parse_metadata(self._files)
+        self._digests = {self._files.shown(METADATA): hashlib.sha256(raw)}
         self._located: dict[_Chunk, _Located] = {}
-        files = sorted({c.path for t in self._tensors.values() for c in t.chunks})
+        self._sources: dict[str, ByteSource] = {}
+        files = sorted({c.name for t in self._tensors.values() for c in t.chunks})
         for f in files:
-            if not f.is_file():
-                raise InputError(folder / METADATA, f"names '{f.name}', which is missing")
+            if not self._files.exists(f):
+                raise InputError(self._files.shown(METADATA), f"names '{f}', which is missing")
         shards = f"{len(files)} .distcp file{'s' if len(files) != 1 else ''}"
         self.description = f"torch.distributed.checkpoint folder ({shards})"
 
@@ -259,26 +264,33 @@ class DCPStore:
     def dtype(self, name: str) -> str:
         return self._get(name).dtype
 
-    def file_of(self, name: str) -> Path:
-        return self._get(name).chunks[0].path
+    def file_of(self, name: str) -> Path | str:
+        """The file of the tensor's first chunk: a path on disk, the URL as shown remotely."""
+        shown = self._files.shown(self._get(name).chunks[0].name)
+        return Path(shown) if isinstance(self.folder, Path) else shown
+
+    def _source(self, c: _Chunk) -> ByteSource:
+        if c.name not in self._sources:
+            self._sources[c.name] = self._files.file(c.name)
+        return self._sources[c.name]
 
     def _locate(self, t: _Tensor, c: _Chunk) -> _Located:
         """Where the chunk's values begin: its archive's zip directory and data.pkl, read
         once (a few hundred bytes)."""
         if c in self._located:
             return self._located[c]
-        archive = open_archive(c.path, TENSOR_GLOBALS, WRITER, c.begin, c.length)
+        archive = open_archive(self._source(c), TENSOR_GLOBALS, WRITER, c.begin, c.length)
         stored = archive.obj
         what = f"chunk of tensor '{t.name}' at byte {c.begin}"
         if not isinstance(stored, StoredTensor):
-            raise InputError(c.path, f"{what}: not one tensor")
+            raise InputError(archive.where, f"{what}: not one tensor")
         if stored.dtype != t.dtype:
             raise InputError(
-                c.path, f"{what}: it holds {stored.dtype}, the metadata says {t.dtype}"
+                archive.where, f"{what}: it holds {stored.dtype}, the metadata says {t.dtype}"
             )
         if stored.size != c.sizes:
             raise InputError(
-                c.path,
+                archive.where,
                 f"{what}: it holds shape {list(stored.size)}, the metadata says {list(c.sizes)}",
             )
         located = _Located(archive.data_begin(stored, what), math.prod(c.sizes[1:]))
@@ -301,7 +313,8 @@ class DCPStore:
 
     def _read(self, name: str, rows: np.ndarray) -> tuple[_Tensor, np.ndarray]:
         """Stored values of ``rows`` (sorted, unique), ``(len(rows), d)`` in the stored dtype,
-        from the chunks that hold them: one read per run of adjacent rows in each chunk."""
+        from the chunks that hold them: one read per run of adjacent rows in each chunk
+        (``byte_ranges.read_rows``, as the safetensors and GGUF readers)."""
         t, dt = self._matrix(name)
         out = np.empty((len(rows), t.shape[1]), dtype=dt)
         filled = np.zeros(len(rows), dtype=np.int64)
@@ -311,18 +324,10 @@ class DCPStore:
             if lo == hi or nc == 0:
                 continue
             at = self._locate(t, c)
-            local = rows[lo:hi] - r0
-            breaks = np.flatnonzero(np.diff(local) > 1) + 1
-            runs = np.split(np.arange(lo, hi), breaks)
-            row_bytes = nc * dt.itemsize
-            spans = [
-                (at.data_begin + int(local[run[0] - lo]) * row_bytes, len(run) * row_bytes)
-                for run in runs
-            ]
-            digest = self._digests.setdefault(c.path, hashlib.sha256())
-            for run, data in zip(runs, LocalFile(c.path).read(spans), strict=True):
-                digest.update(data)
-                out[run, c0 : c0 + nc] = np.frombuffer(data, dtype=dt).reshape(len(run), nc)
+            raw = read_rows(self._source(c), at.data_begin, nc * dt.itemsize, rows[lo:hi] - r0)
+            # rows are sorted and unique: raw is the runs' bytes in read order
+            self._digests.setdefault(self._files.shown(c.name), hashlib.sha256()).update(raw)
+            out[lo:hi, c0 : c0 + nc] = raw.view(dt)
             filled[lo:hi] += nc
         if np.any(filled != t.shape[1]):
             raise InputError(self.folder, f"tensor '{name}': its chunks do not tile the rows")
@@ -346,4 +351,4 @@ class DCPStore:
         return decode(t.dtype, raw, float32)
 
     def digests(self) -> dict[str, str]:
-        return {str(p): d.hexdigest() for p, d in self._digests.items()}
+        return {where: d.hexdigest() for where, d in self._digests.items()}

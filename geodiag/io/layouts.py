@@ -28,6 +28,8 @@ LFS_SPEC = b"version https://git-lfs.github.com/spec/"
 LFS_POINTER_MAX_BYTES = 1024
 # Where accelerate (and the Trainer through it) saves a sharded FSDP model: one per model.
 FSDP_SUBFOLDERS = "pytorch_model_fsdp_*"
+# The one of them a URL is asked for (a URL cannot be listed): the first model's.
+FSDP_FIRST_SUBFOLDER = FSDP_SUBFOLDERS.replace("*", "0")
 # A PEFT adapter folder's files (read by geodiag.io.peft_adapter, fetched by geodiag.io.remote).
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")

@@ -100,6 +100,12 @@ class ObjectFolder:
     def file(self, name: str) -> ObjectFile:
         return ObjectFile(self, name)
 
+    def child(self, name: str) -> ObjectFolder:
+        return ObjectFolder(self.shown(name), self.fs, self.backend)
+
+    def parent(self) -> ObjectFolder:
+        return ObjectFolder(self.where.rsplit("/", 1)[0], self.fs, self.backend)
+
     def _call(self, fn: Callable[[], Any], where: str) -> Any:
         """``fn()``, retried with backoff on a timeout, a dropped connection or a 5xx answer;
         an InputError naming ``where`` on anything else that fails."""

@@ -3,12 +3,20 @@ too), ``hf://ORG/NAME[@REVISION][/SUBFOLDER]``, ``s3://BUCKET/PREFIX`` or
 ``gs://BUCKET/PREFIX`` (``geodiag.io.object_store``).
 
 The small files beside the weights (:data:`SMALL_FILES`: config, tokenizer, sidecar,
-codebooks, the shard index) are fetched whole into a temporary folder that the rest of
+codebooks, a Trainer's state, the shard index) are fetched whole into a temporary folder that the rest of
 the reader treats as the checkpoint's folder, removed when the process exits. The
 weights are not: of ``model.safetensors`` (or the shards its index names), of a ``.gguf``
 file's URL, or of a PEFT adapter folder's ``adapter_model.safetensors`` only the header
 and then the byte ranges of the rows asked for are read (``geodiag.io.byte_ranges``). An
 adapter's base is opened by ``geodiag.io.peft_adapter``, by URL or from a local folder.
+
+A torch.distributed.checkpoint folder is read in place the same way (``geodiag.io.dcp``,
+the local reader through a :class:`~geodiag.io.byte_ranges.Folder`): ``.metadata`` whole,
+which names the ``.distcp`` files, then each chunk's archive edges and its rows. It is the
+folder itself when ``.metadata`` is there, else its ``pytorch_model_fsdp_0/`` (a Trainer or
+accelerate ``checkpoint-N/``; only the first model's, a URL not being listable); a URL of
+``pytorch_model_fsdp_*`` itself has the small files of the folder above fetched too, as
+the local reader looks beside its parent.
 
 ``hf://`` resolves to ``{HF_ENDPOINT or https://huggingface.co}/ORG/NAME/resolve/REVISION/PATH``
 (REVISION ``main`` unless given), with ``HF_TOKEN`` sent as a Bearer token; the files are
@@ -24,12 +32,17 @@ import posixpath
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from geodiag.errors import InputError
 from geodiag.io import byte_ranges, object_store
-from geodiag.io.layouts import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from geodiag.io.layouts import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    FSDP_FIRST_SUBFOLDER,
+    FSDP_SUBFOLDERS,
+)
 from geodiag.io.safetensors import SafetensorsFile
 from geodiag.io.store import SafetensorsStore, shard_names, sharded_description
 from geodiag.io.tensor_store import TensorStore
@@ -52,6 +65,7 @@ SMALL_FILES = (
     "chat_template.jinja",
     "semantic_ids.json",
     "codebooks.safetensors",
+    "trainer_state.json",  # a Trainer's checkpoint-N/: names the stack, as locally
     INDEX,
 )
 GGUF_SMALL_FILES = ("semantic_ids.json", "codebooks.safetensors")
@@ -85,6 +99,12 @@ class RemoteFolder:
 
     def file(self, name: str) -> byte_ranges.HttpFile:
         return byte_ranges.HttpFile(self.url(name), self.shown(name), self.headers)
+
+    def child(self, name: str) -> RemoteFolder:
+        return RemoteFolder(self.url(name), self.shown(name), self.headers)
+
+    def parent(self) -> RemoteFolder:
+        return RemoteFolder(self.base.rsplit("/", 1)[0], self.where.rsplit("/", 1)[0], self.headers)
 
 
 def parse(url: str) -> tuple[RemoteFolder | object_store.ObjectFolder, str | None]:
@@ -150,6 +170,7 @@ class RemoteCheckpoint:
     folder: Path  # the small files, fetched: what the reader looks beside the weights in
     store: TensorStore | None  # None for an adapter folder: geodiag.io.peft_adapter builds it
     where: str  # the URL as shown
+    roots: list[Path]  # the folders of fetched small files to look in, first wins
     # An adapter folder's adapter_model.safetensors, by ranges (its config is in ``folder``).
     adapter_weights: TensorStore | None = None
 
@@ -161,48 +182,80 @@ def open_remote(url: str) -> RemoteCheckpoint:
     """Fetch the small files of the folder at ``url`` and open its weights by ranges (a PEFT
     adapter folder's: the adapter's own, its base left to geodiag.io.peft_adapter)."""
     remote, weights = parse(url)
-    folder = _cache_folder(remote)
     if weights is not None and weights.endswith(".gguf"):
-        return _open_gguf(remote, weights, folder)
-    present = [name for name in SMALL_FILES if remote.exists(name)]
-    adapter = weights is None and remote.exists(ADAPTER_CONFIG)
-    for name in [*present, *([ADAPTER_CONFIG] if adapter else [])]:
-        (folder / name).write_bytes(remote.fetch(name))
+        return _open_gguf(remote, weights)
+    folder = _fetch_small_files(remote, SMALL_FILES)
+    present = [p.name for p in folder.iterdir()]
 
     def open_file(where: str) -> SafetensorsFile:
         return SafetensorsFile(where, remote.file(where.rsplit("/", 1)[1]))
 
-    if adapter:
-        return RemoteCheckpoint(folder, None, remote.where, _adapter_weights(remote, open_file))
+    if weights is None and remote.exists(ADAPTER_CONFIG):
+        (folder / ADAPTER_CONFIG).write_bytes(remote.fetch(ADAPTER_CONFIG))
+        adapter = _adapter_weights(remote, open_file)
+        return RemoteCheckpoint(folder, None, remote.where, [folder], adapter)
 
     if weights is None and INDEX in present:
         shards = shard_names(folder / INDEX)
         files = {name: remote.shown(shard) for name, shard in shards.items()}
         store = SafetensorsStore(files, sharded_description(shards, INDEX), open_file)
+    elif weights is None and not remote.exists(WEIGHTS):  # a refusal too: S3 may hide 404s
+        return _open_dcp(remote, folder)
     else:
-        weights = weights or WEIGHTS
         if weights == WEIGHTS and not remote.exists(WEIGHTS, required=True):
-            raise InputError(
-                remote.where,
-                f"no model weights found ({WEIGHTS} or {INDEX}; remotely only safetensors "
-                "are read)",
-            )
+            raise _no_weights(remote)
+        weights = weights or WEIGHTS
         store = _single(open_file, remote.shown(weights), f"safetensors file {weights}")
     from geodiag.io.mlx_quantized import dequantizing  # MLX's packed matrices, if any
 
-    return RemoteCheckpoint(folder, dequantizing(store, folder), remote.where)
+    return RemoteCheckpoint(folder, dequantizing(store, folder), remote.where, [folder])
 
 
-def _open_gguf(remote, name: str, folder: Path) -> RemoteCheckpoint:
+def _open_gguf(remote, name: str) -> RemoteCheckpoint:
     """A ``.gguf`` file's URL: its header and the rows asked for by ranges
     (geodiag.io.gguf), the sidecar and codebooks beside it fetched when present."""
     from geodiag.io.gguf import GGUFStore  # llama.cpp's gguf package, only here
 
-    for small in GGUF_SMALL_FILES:
-        if remote.exists(small):
-            (folder / small).write_bytes(remote.fetch(small))
+    folder = _fetch_small_files(remote, GGUF_SMALL_FILES)
     store = GGUFStore(remote.shown(name), remote.file(name))
-    return RemoteCheckpoint(folder, store, remote.where)
+    return RemoteCheckpoint(folder, store, remote.where, [folder])
+
+
+def _open_dcp(remote, folder: Path) -> RemoteCheckpoint:
+    """A folder without safetensors: a DCP folder, read by the local reader through
+    ``remote`` (itself, or its first FSDP subfolder: the local ``layouts.dcp_weights``,
+    probed since a URL cannot be listed); an error naming what was looked for otherwise."""
+    from geodiag.io.dcp import METADATA, DCPStore  # as locally: only for a DCP folder
+
+    dcp = remote if remote.exists(METADATA) else remote.child(FSDP_FIRST_SUBFOLDER)
+    if dcp is not remote and not dcp.exists(METADATA):
+        remote.exists(WEIGHTS, required=True)  # S3 without ListBucket: the refusal named
+        raise _no_weights(remote)
+    roots = [folder]
+    if dcp is remote and PurePosixPath(remote.where).match(FSDP_SUBFOLDERS):
+        # config and tokenizer sit above, where the local reader looks beside its parent
+        roots.append(_fetch_small_files(remote.parent(), SMALL_FILES))
+    return RemoteCheckpoint(folder, DCPStore(dcp), remote.where, roots)
+
+
+def _no_weights(remote) -> InputError:
+    from geodiag.io.dcp import METADATA
+
+    return InputError(
+        remote.where,
+        f"no model weights found ({WEIGHTS}, {INDEX}, {ADAPTER_CONFIG}, or a torch."
+        f"distributed.checkpoint {METADATA} here or in {FSDP_FIRST_SUBFOLDER}/; a GGUF "
+        "file is read by its own URL; remotely no .bin is read)",
+    )
+
+
+def _fetch_small_files(remote, names: tuple[str, ...]) -> Path:
+    """A fresh folder holding those of ``names`` that ``remote`` has."""
+    folder = _cache_folder(remote)
+    for name in names:
+        if remote.exists(name):
+            (folder / name).write_bytes(remote.fetch(name))
+    return folder
 
 
 def _adapter_weights(remote, open_file) -> SafetensorsStore:
@@ -227,7 +280,7 @@ def _single(open_file, where: str, description: str) -> SafetensorsStore:
     return store
 
 
-def _cache_folder(remote: RemoteFolder) -> Path:
+def _cache_folder(remote: RemoteFolder | object_store.ObjectFolder) -> Path:
     """A fresh folder for the fetched files, alone in its own temporary parent (so nothing
     looks beside it for sibling checkpoints), removed at exit."""
     parent = Path(tempfile.mkdtemp(prefix="geodiag-remote-"))

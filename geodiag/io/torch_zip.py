@@ -7,7 +7,11 @@ of each storage, and ``<prefix>/byteorder``. :func:`open_archive` reads the zip'
 directory and ``data.pkl`` (a few hundred bytes to a few kB), unpickled by
 :class:`Restricted`, which knows only the globals it is given (inert stand-ins, never
 the real classes) and refuses any other; the values are then read by byte range
-(:meth:`Archive.data_begin`), so a caller reads only the rows it needs.
+(:meth:`Archive.data_begin`), so a caller reads only the rows it needs. The archive is
+read through a :class:`~geodiag.io.byte_ranges.ByteSource`, a file on disk or behind a URL:
+its first and last :data:`ARCHIVE_EDGE` bytes together (the directory, ``data.pkl`` and
+the first values' local header, for one tensor), so behind a URL a small archive's
+directory costs one request.
 
 What reads through it: ``geodiag.io.dcp`` (each chunk of a ``.distcp`` file is such an
 archive) and ``geodiag.io.zero`` (DeepSpeed's ``*_states.pt`` and universal ``fp32.pt``).
@@ -24,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag.errors import InputError, cannot_read
+from geodiag.errors import InputError
+from geodiag.io.byte_ranges import ByteSource
 from geodiag.io.safetensors import bf16_to_float32
 
 # A storage class (torch.save's typed storages) -> dtype name (safetensors').
@@ -43,6 +48,11 @@ STORAGES = {
 # The dtypes read as rows: numpy dtype of the stored bytes (BF16 decoded by hand).
 ROW_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 _ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, ..., name length, extra length
+# Bytes read at each end of an archive to find its values: torch.save's directory (7
+# members, ~560 bytes, for one tensor) and its data.pkl and the data's local header (~700
+# bytes, the data aligned to 64) fit with room; anything else zipfile asks for is read as
+# asked (a many-tensor archive's longer directory and data.pkl).
+ARCHIVE_EDGE = 2048
 
 
 class Record:
@@ -161,7 +171,7 @@ class Restricted(pickle.Unpickler):
 
 
 def restricted_load(
-    data: bytes, where: Path, allowed: dict[tuple[str, str], object], writer: str
+    data: bytes, where: str | Path, allowed: dict[tuple[str, str], object], writer: str
 ) -> object:
     """Unpickle ``data`` with only ``allowed`` globals; InputError naming ``where`` and the
     refused global otherwise (``writer``: whose classes the allowed ones are)."""
@@ -182,11 +192,17 @@ def restricted_load(
 
 
 class _Window(io.RawIOBase):
-    """Bytes ``begin .. begin + length`` of an open file, as a file of their own (what
-    ``zipfile`` reads an archive through: its directory, not its data)."""
+    """Bytes ``begin .. begin + length`` of a :class:`~geodiag.io.byte_ranges.ByteSource`,
+    as a file of their own (what ``zipfile`` reads an archive through: its directory, not
+    its data). Its first and last :data:`ARCHIVE_EDGE` bytes are read at once, in one call
+    (one request behind a URL); any other read as asked."""
 
-    def __init__(self, f: io.BufferedReader, begin: int, length: int) -> None:
-        self._f, self._begin, self._length, self._at = f, begin, length, 0
+    def __init__(self, source: ByteSource, begin: int, length: int) -> None:
+        self._source, self.begin, self.length, self._at = source, begin, length, 0
+        edge = min(ARCHIVE_EDGE, length)
+        spans = [(0, length)] if 2 * edge >= length else [(0, edge), (length - edge, edge)]
+        data = source.read([(begin + offset, n) for offset, n in spans])
+        self._edges = [(offset, d) for (offset, _), d in zip(spans, data, strict=True)]
 
     def seekable(self) -> bool:
         return True
@@ -195,17 +211,24 @@ class _Window(io.RawIOBase):
         return True
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._at, 2: self._length}[whence]
-        self._at = max(0, min(base + offset, self._length))
+        base = {0: 0, 1: self._at, 2: self.length}[whence]
+        self._at = max(0, min(base + offset, self.length))
         return self._at
 
     def tell(self) -> int:
         return self._at
 
     def readinto(self, b) -> int:  # noqa: ANN001
-        n = max(0, min(len(b), self._length - self._at))
-        self._f.seek(self._begin + self._at)
-        data = self._f.read(n)
+        n = max(0, min(len(b), self.length - self._at))
+        if n == 0:
+            return 0
+        at = self._at
+        for offset, held in self._edges:
+            if offset <= at and at + n <= offset + len(held):
+                data = held[at - offset : at - offset + n]
+                break
+        else:
+            data = self._source.read([(self.begin + at, n)])[0]
         b[: len(data)] = data
         self._at += len(data)
         return len(data)
@@ -213,19 +236,20 @@ class _Window(io.RawIOBase):
 
 class Archive:
     """A ``torch.save`` archive's object (``data.pkl``, tensors as :class:`StoredTensor`;
-    ``pickled``: its bytes) and where each storage's values lie in the file (located when
-    first asked: a 30-byte local zip header each)."""
+    ``pickled``: its bytes) and where each storage's values lie in its file (located when
+    first asked: a 30-byte local zip header each, from the edges already read when there).
+    ``where``: the file as shown, a path or a URL."""
 
     def __init__(
         self,
-        path: Path,
+        window: _Window,
+        where: str,
         obj: object,
         pickled: bytes,
-        span: tuple[int, int],
         members: dict[str, zipfile.ZipInfo],
     ) -> None:
-        self.path, self.obj, self.pickled = path, obj, pickled
-        (self._begin, self._length), self._members = span, members
+        self._window, self.where, self.obj, self.pickled = window, where, obj, pickled
+        self._members = members
         self._located: dict[str, int] = {}
 
     def _storage(self, key: str, what: str) -> tuple[int, int]:
@@ -233,73 +257,72 @@ class Archive:
         try:
             m = self._members[key]
         except KeyError:
-            raise InputError(self.path, f"{what}: its storage {key} is missing") from None
+            raise InputError(self.where, f"{what}: its storage {key} is missing") from None
         if key not in self._located:
+            w = self._window
+            w.seek(m.header_offset)
             try:
-                with open(self.path, "rb") as f:
-                    f.seek(self._begin + m.header_offset)
-                    sig, n_name, n_extra = _ZIP_LOCAL_HEADER.unpack(f.read(30))
-            except OSError as e:
-                raise cannot_read(self.path, e) from None
+                sig, n_name, n_extra = _ZIP_LOCAL_HEADER.unpack(w.read(30))
             except struct.error:
-                raise InputError(self.path, f"{what}: the file ends inside its zip entry") from None
+                raise InputError(
+                    self.where, f"{what}: the file ends inside its zip entry"
+                ) from None
             if sig != b"PK\x03\x04" or m.compress_type != zipfile.ZIP_STORED:
-                raise InputError(self.path, f"{what}: its values are not stored uncompressed")
+                raise InputError(self.where, f"{what}: its values are not stored uncompressed")
             start = m.header_offset + 30 + n_name + n_extra
-            if start + m.file_size > self._length:
-                raise InputError(self.path, f"{what}: the file ends inside its values")
-            self._located[key] = self._begin + start
+            if start + m.file_size > w.length:
+                raise InputError(self.where, f"{what}: the file ends inside its values")
+            self._located[key] = w.begin + start
         return self._located[key], m.file_size
 
     def data_begin(self, t: StoredTensor, what: str) -> int:
         """The absolute byte offset of ``t``'s first element, after checking that its
         storage holds all of ``t`` row-major (InputError naming ``what`` otherwise)."""
         if t.dtype not in ROW_DTYPES:
-            raise InputError(self.path, f"{what}: dtype {t.dtype}, not a float the rows read")
+            raise InputError(self.where, f"{what}: dtype {t.dtype}, not a float the rows read")
         itemsize = np.dtype(ROW_DTYPES[t.dtype]).itemsize
         begin, length = self._storage(t.key, what)
         if not t.contiguous():
-            raise InputError(self.path, f"{what}: not row-major (stride {list(t.stride)})")
+            raise InputError(self.where, f"{what}: not row-major (stride {list(t.stride)})")
         if (t.storage_offset + t.numel) * itemsize > length:
-            raise InputError(self.path, f"{what}: its storage is shorter than the shape")
+            raise InputError(self.where, f"{what}: its storage is shorter than the shape")
         return begin + t.storage_offset * itemsize
 
 
 def open_archive(
-    path: Path,
+    source: ByteSource,
     allowed: dict[tuple[str, str], object],
     writer: str,
     begin: int = 0,
     length: int | None = None,
 ) -> Archive:
-    """The archive at bytes ``begin .. begin + length`` of ``path`` (all of it by default):
-    its zip directory read and ``data.pkl`` unpickled with ``allowed`` only."""
+    """The archive at bytes ``begin .. begin + length`` of ``source`` (all of it by
+    default): its zip directory read and ``data.pkl`` unpickled with ``allowed`` only."""
+    where = source.where
     try:
-        with open(path, "rb") as f:
-            if length is None:
-                length = f.seek(0, io.SEEK_END) - begin
-            with zipfile.ZipFile(_Window(f, begin, length)) as z:
-                names = z.namelist()
-                pkl = next((n for n in names if n.endswith("/data.pkl")), None)
-                if pkl is None:
-                    raise InputError(path, f"no data.pkl in the torch.save archive at byte {begin}")
-                prefix = pkl.removesuffix("data.pkl")
-                order = f"{prefix}byteorder"
-                if order in names and z.read(order).strip() != b"little":
-                    raise InputError(path, "a big-endian torch.save archive")
-                pickled = z.read(pkl)
-                obj = restricted_load(pickled, path, allowed, writer)
-                data = f"{prefix}data/"
-                members = {
-                    i.filename.removeprefix(data): i
-                    for i in z.infolist()
-                    if i.filename.startswith(data)
-                }
-    except OSError as e:
-        raise cannot_read(path, e) from None
+        if length is None:
+            length = source.size() - begin
+        window = _Window(source, begin, length)
+        with zipfile.ZipFile(window) as z:
+            names = z.namelist()
+            pkl = next((n for n in names if n.endswith("/data.pkl")), None)
+            if pkl is None:
+                raise InputError(where, f"no data.pkl in the torch.save archive at byte {begin}")
+            prefix = pkl.removesuffix("data.pkl")
+            order = f"{prefix}byteorder"
+            if order in names and z.read(order).strip() != b"little":
+                raise InputError(where, "a big-endian torch.save archive")
+            pickled = z.read(pkl)
+            obj = restricted_load(pickled, where, allowed, writer)
+            data = f"{prefix}data/"
+            members = {
+                i.filename.removeprefix(data): i
+                for i in z.infolist()
+                if i.filename.startswith(data)
+            }
     except (zipfile.BadZipFile, struct.error, EOFError, KeyError) as e:
-        raise InputError(path, f"at byte {begin}: not a torch.save archive ({e})") from None
-    return Archive(path, obj, pickled, (begin, length), members)
+        raise InputError(where, f"at byte {begin}: not a torch.save archive ({e})") from None
+    return Archive(window, where, obj, pickled, members)
 
 
 def decode(dtype: str, raw: np.ndarray, float32: bool) -> np.ndarray:

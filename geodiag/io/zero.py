@@ -137,7 +137,7 @@ class _Files:
             if not path.is_file():
                 raise InputError(path.parent, f"'{path.name}' is missing")
             check_not_lfs_pointer(path)
-            self._open[path] = open_archive(path, _GLOBALS, WRITER)
+            self._open[path] = open_archive(LocalFile(path), _GLOBALS, WRITER)
             self.digests[path] = hashlib.sha256(self._open[path].pickled)
         return self._open[path]
 

@@ -141,27 +141,35 @@ def test_damaged_shards_are_one_clear_error(saved, tmp_path):
     assert ".metadata" in line and "__1_0.distcp" in line and "missing" in line
 
 
-def test_a_payload_in_a_chunks_data_pkl_is_refused_and_nothing_runs(saved, tmp_path):
-    """The archive of a chunk carries a pickle too (data.pkl): the same restriction."""
+def plant_in_chunk(folder, marker) -> None:
+    """Replace the data.pkl of the embedding's chunk in ``folder``/__1_0.distcp with a
+    pickle that would touch ``marker``, the archive padded to the chunk's length (so every
+    offset .metadata gives holds)."""
     import zipfile
 
-    folder = tmp_path / "planted"
-    shutil.copytree(saved / "fsdp2", folder)
     payload = _Payload()
-    payload.marker = tmp_path / "ran"
+    payload.marker = marker
     planted = pickle.dumps(payload, protocol=2)
     shard = folder / "__1_0.distcp"
     old = shard.read_bytes()
-    with zipfile.ZipFile(shard.with_suffix(".zip"), "w") as z:  # the same size: offsets hold
+    with zipfile.ZipFile(shard.with_suffix(".zip"), "w") as z:
         z.writestr("archive/data.pkl", planted)
     archive = shard.with_suffix(".zip").read_bytes()
+    shard.with_suffix(".zip").unlink()
     store = DCPStore(folder)
-    chunk = next(c for c in store._get("model.embed_tokens.weight").chunks if c.path == shard)
+    chunk = next(c for c in store._get("model.embed_tokens.weight").chunks if c.name == shard.name)
     assert len(archive) <= chunk.length
     new = (
         old[: chunk.begin] + archive.ljust(chunk.length, b"\0") + old[chunk.begin + chunk.length :]
     )
     shard.write_bytes(new)
+
+
+def test_a_payload_in_a_chunks_data_pkl_is_refused_and_nothing_runs(saved, tmp_path):
+    """The archive of a chunk carries a pickle too (data.pkl): the same restriction."""
+    folder = tmp_path / "planted"
+    shutil.copytree(saved / "fsdp2", folder)
+    plant_in_chunk(folder, tmp_path / "ran")
     line = one_line_exit_2(run("check", folder))
     assert "__1_0.distcp" in line and "refused" in line and "system" in line
-    assert not payload.marker.exists()
+    assert not (tmp_path / "ran").exists()
