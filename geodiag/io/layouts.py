@@ -28,6 +28,8 @@ LFS_SPEC = b"version https://git-lfs.github.com/spec/"
 LFS_POINTER_MAX_BYTES = 1024
 # Where accelerate (and the Trainer through it) saves a sharded FSDP model: one per model.
 FSDP_SUBFOLDERS = "pytorch_model_fsdp_*"
+# The file DeepSpeed's save_checkpoint writes beside its tag folders, naming the last tag.
+ZERO_LATEST = "latest"
 # The one of them a URL is asked for (a URL cannot be listed): the first model's.
 FSDP_FIRST_SUBFOLDER = FSDP_SUBFOLDERS.replace("*", "0")
 # A PEFT adapter folder's files (read by geodiag.io.peft_adapter, fetched by geodiag.io.remote).
@@ -123,7 +125,7 @@ def zero_weights(p: Path) -> Path | None:
     there is none."""
     if zero_folder(p):
         return p
-    latest = p / "latest"
+    latest = p / ZERO_LATEST
     if latest.is_file():
         try:
             tag = latest.read_text(encoding="utf-8").strip()

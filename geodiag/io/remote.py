@@ -42,6 +42,7 @@ from geodiag.io.layouts import (
     ADAPTER_WEIGHTS,
     FSDP_FIRST_SUBFOLDER,
     FSDP_SUBFOLDERS,
+    ZERO_LATEST,
 )
 from geodiag.io.safetensors import SafetensorsFile
 from geodiag.io.store import SafetensorsStore, shard_names, sharded_description
@@ -230,6 +231,13 @@ def _open_dcp(remote, folder: Path) -> RemoteCheckpoint:
     dcp = remote if remote.exists(METADATA) else remote.child(FSDP_FIRST_SUBFOLDER)
     if dcp is not remote and not dcp.exists(METADATA):
         remote.exists(WEIGHTS, required=True)  # S3 without ListBucket: the refusal named
+        if remote.exists(ZERO_LATEST):  # its rank files are found by listing: on disk only
+            raise InputError(
+                remote.where,
+                "a DeepSpeed ZeRO checkpoint (it has 'latest'): read in place on disk only "
+                "(finding its rank files needs a listing a URL cannot give): download the "
+                "folder and check it, or consolidate it with its zero_to_fp32.py",
+            )
         raise _no_weights(remote)
     roots = [folder]
     if dcp is remote and PurePosixPath(remote.where).match(FSDP_SUBFOLDERS):

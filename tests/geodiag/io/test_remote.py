@@ -372,3 +372,17 @@ def test_a_relative_path_beside_a_url():
     assert beside("s3://bucket/run/sft", "../init") == "s3://bucket/run/init"
     assert beside("gs://bucket", "init") == "gs://bucket/init"
     assert beside("s3://bucket/run", "/home/me/init") is None  # a path on the writer's machine
+
+
+def test_a_deepspeed_folder_behind_a_url_says_it_is_read_on_disk_only(tmp_path, serve):
+    """DeepSpeed's rank files are found by listing, which a URL cannot give: its `latest`
+    is recognized and the way out named, exit 2 in one line."""
+    folder = tmp_path / "run"
+    (folder / "global_step2").mkdir(parents=True)
+    (folder / "latest").write_text("global_step2")
+    (folder / "global_step2" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"x")
+    server = serve(tmp_path)
+    res = runner.invoke(app, ["check", f"{server.url}/run"])
+    assert res.exit_code == 2
+    assert f"{server.url}/run: a DeepSpeed ZeRO checkpoint" in res.output
+    assert "zero_to_fp32.py" in res.output and len(res.output.strip().splitlines()) == 1
