@@ -5,6 +5,8 @@ Bottom to top, each module importing only those above it in this list
 
 - ``layouts``: where a folder keeps its weights (the Hub cache, a DCP or DeepSpeed folder),
   and the layouts named but not read (Git LFS pointers, other frameworks);
+- ``tensor_store``: :class:`~geodiag.io.tensor_store.TensorStore`, the questions every
+  store answers, and the one check of the row ids asked for;
 - ``byte_ranges``: a file's bytes by ranges, on disk or behind an HTTP(S) URL (retried,
   nearby ranges read with one request): what the safetensors, GGUF and ``torch.save``
   archive readers read through; a folder's files asked for by name (``Folder``), never
@@ -13,8 +15,6 @@ Bottom to top, each module importing only those above it in this list
   gcsfs, the ``s3`` and ``gs`` extras; one backend table, one read and retry path);
 - ``safetensors``: a validating safetensors reader that reads only the rows asked for,
   and a small writer;
-- ``tensor_store``: :class:`~geodiag.io.tensor_store.TensorStore`, the questions every
-  store answers;
 - ``tokenizer``: token strings and added tokens from ``tokenizer.json``;
 - ``gguf``: a GGUF file's tensors (rows dequantized by llama.cpp's ``gguf`` package),
   metadata and token list, opened by ``store`` only for a ``.gguf``;

@@ -50,9 +50,9 @@ from geodiag.io.byte_ranges import ByteSource, Folder, LocalFolder, read_rows
 from geodiag.io.torch_zip import (
     ROW_DTYPES,
     TENSOR_GLOBALS,
+    ReadsRows,
     Record,
     StoredTensor,
-    decode,
     open_archive,
     record,
     restricted_load,
@@ -227,7 +227,7 @@ def _model_names(tensors: dict[str, _Tensor], planner: dict) -> dict[str, _Tenso
     }
 
 
-class DCPStore:
+class DCPStore(ReadsRows):
     """The tensors of a DCP folder (on disk, or a :class:`~geodiag.io.byte_ranges.Folder`
     behind a URL); chunks are located lazily, rows read by byte range.
 
@@ -332,23 +332,6 @@ class DCPStore:
         if np.any(filled != t.shape[1]):
             raise InputError(self.folder, f"tensor '{name}': its chunks do not tile the rows")
         return t, out
-
-    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
-        rows = np.asarray(rows, dtype=np.int64)
-        n = self.shape(name)[0]
-        if rows.size and (rows.min() < 0 or rows.max() >= n):
-            bad = rows[(rows < 0) | (rows >= n)][:5].tolist()
-            raise InputError(
-                self.folder, f"row ids {bad} out of range for tensor '{name}' with {n} rows"
-            )
-        unique, back = np.unique(rows, return_inverse=True)
-        t, raw = self._read(name, unique)
-        return decode(t.dtype, raw[back.reshape(-1)], float32)
-
-    def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
-        stop = min(stop, self.shape(name)[0])
-        t, raw = self._read(name, np.arange(start, max(stop, start), dtype=np.int64))
-        return decode(t.dtype, raw, float32)
 
     def digests(self) -> dict[str, str]:
         return {where: d.hexdigest() for where, d in self._digests.items()}

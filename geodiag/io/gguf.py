@@ -32,6 +32,7 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io.byte_ranges import ByteSource, LocalFile, read_rows
+from geodiag.io.tensor_store import checked_rows
 from geodiag.io.tokenizer import AddedToken, TokenizerInfo
 
 INSTALL = "pip install 'geodiag[gguf]' (llama.cpp's gguf package)"
@@ -355,11 +356,7 @@ class GGUFStore:
         """(k, d) float64 (float32 when asked: exact, ggml dequantizes to float32): rows
         ``rows`` dequantized as llama.cpp does."""
         info, n_rows = self._info(name), self._n_rows(name)
-        rows = np.asarray(rows, dtype=np.int64)
-        if rows.size and (rows.min() < 0 or rows.max() >= n_rows):
-            raise InputError(
-                self.path, f"row ids out of range for tensor '{name}' with {n_rows} rows"
-            )
+        rows = checked_rows(rows, n_rows, self.path, name)
         raw = read_rows(self.source, info.offset, info.row_bytes, rows)  # (k, row bytes)
         self.digest.update(raw.data)
         out = self._dequantize(name, raw)

@@ -32,6 +32,7 @@ from geodiag.atomic import atomic_path
 from geodiag.errors import InputError, nested_too_deeply
 from geodiag.io.byte_ranges import ByteSource, LocalFile, read_rows
 from geodiag.io.layouts import check_not_lfs_pointer
+from geodiag.io.tensor_store import checked_rows
 
 # dtype name -> numpy dtype of the stored bytes, for the dtypes geodiag decodes
 _DTYPES: dict[str, np.dtype] = {
@@ -292,14 +293,7 @@ class SafetensorsFile:
 
     def _row_ids(self, info: TensorInfo, rows: np.ndarray) -> np.ndarray:
         """``rows`` as int64, each inside the tensor's first dimension."""
-        rows = np.asarray(rows, dtype=np.int64)
-        if rows.size and (rows.min() < 0 or rows.max() >= info.shape[0]):
-            bad = rows[(rows < 0) | (rows >= info.shape[0])][:5].tolist()
-            raise InputError(
-                self.path,
-                f"row ids {bad} out of range for tensor '{info.name}' with {info.shape[0]} rows",
-            )
-        return rows
+        return checked_rows(rows, info.shape[0], self.path, info.name)
 
     def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
         """Rows ``rows`` (any order, 1-D int) of a 2-D tensor, as float64 ``(len(rows), d)``

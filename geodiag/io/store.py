@@ -22,7 +22,7 @@ import numpy as np
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
 from geodiag.io.layouts import check_not_lfs_pointer, dcp_weights, unread_layout, zero_weights
 from geodiag.io.safetensors import FLOAT_DTYPES, SafetensorsFile
-from geodiag.io.tensor_store import TensorStore
+from geodiag.io.tensor_store import TensorStore, checked_rows
 
 
 class SafetensorsStore:
@@ -181,11 +181,7 @@ class TorchStore:
 
     def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
         t = self._get(name)
-        rows = np.asarray(rows, dtype=np.int64)
-        if rows.size and (rows.min() < 0 or rows.max() >= t.shape[0]):
-            raise InputError(
-                self.path, f"row ids out of range for tensor '{name}' with {t.shape[0]} rows"
-            )
+        rows = checked_rows(rows, t.shape[0], self.path, name)
         exact32 = float32 and t.dtype != self._torch.float64
         dtype = self._torch.float32 if exact32 else self._torch.float64
         return t[self._torch.from_numpy(rows)].to(dtype).numpy()

@@ -11,6 +11,8 @@ from typing import Protocol
 
 import numpy as np
 
+from geodiag.errors import InputError
+
 
 class TensorStore(Protocol):
     description: str
@@ -32,3 +34,15 @@ class PackedSource(TensorStore, Protocol):
     (``SafetensorsStore``; what :mod:`geodiag.io.mlx_quantized` dequantizes)."""
 
     def read_words(self, name: str, rows: np.ndarray) -> np.ndarray: ...
+
+
+def checked_rows(rows: np.ndarray, n_rows: int, where: object, name: str) -> np.ndarray:
+    """``rows`` as int64 when each lies in ``[0, n_rows)``: every store's row ids are checked
+    here; else an InputError naming ``where``, the tensor and the first five ids outside."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size and (rows.min() < 0 or rows.max() >= n_rows):
+        bad = rows[(rows < 0) | (rows >= n_rows)][:5].tolist()
+        raise InputError(
+            where, f"row ids {bad} out of range for tensor '{name}' with {n_rows} rows"
+        )
+    return rows

@@ -31,6 +31,7 @@ import numpy as np
 from geodiag.errors import InputError
 from geodiag.io.byte_ranges import ByteSource
 from geodiag.io.safetensors import bf16_to_float32
+from geodiag.io.tensor_store import checked_rows
 
 # A storage class (torch.save's typed storages) -> dtype name (safetensors').
 STORAGES = {
@@ -331,3 +332,20 @@ def decode(dtype: str, raw: np.ndarray, float32: bool) -> np.ndarray:
         raw = bf16_to_float32(raw)
     exact32 = float32 and dtype != "F64"
     return np.asarray(raw, dtype=np.float32 if exact32 else np.float64)
+
+
+class ReadsRows:
+    """``read_rows`` and ``read_block`` of a store of ``torch.save`` values (DCP, DeepSpeed)
+    from its own ``shape(name)``, ``folder`` (named in errors) and ``_read(name, rows)``:
+    (an entry with the stored ``dtype``, the raw values of the ascending distinct ``rows``)."""
+
+    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
+        rows = checked_rows(rows, self.shape(name)[0], self.folder, name)
+        unique, back = np.unique(rows, return_inverse=True)
+        entry, raw = self._read(name, unique)
+        return decode(entry.dtype, raw[back.reshape(-1)], float32)
+
+    def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
+        stop = min(stop, self.shape(name)[0])
+        entry, raw = self._read(name, np.arange(start, max(stop, start), dtype=np.int64))
+        return decode(entry.dtype, raw, float32)

@@ -46,8 +46,8 @@ from geodiag.io.torch_zip import (
     ROW_DTYPES,
     TENSOR_GLOBALS,
     Archive,
+    ReadsRows,
     StoredTensor,
-    decode,
     open_archive,
     record,
     torch_size,
@@ -162,7 +162,7 @@ def _advice(folder: Path) -> str:
     return zero_to_fp32_advice(folder.parent)
 
 
-class ZeroStore:
+class ZeroStore(ReadsRows):
     """The fp32 weights of a DeepSpeed ZeRO tag folder (or its universal conversion), as
     ``zero_to_fp32`` consolidates them; rows read by byte range from the ranks holding them.
 
@@ -442,23 +442,6 @@ class ZeroStore:
                 values = np.frombuffer(chunk, dtype=dt)
                 out[at : at + len(values)] = values
         return p, out.reshape(len(rows), d)
-
-    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
-        rows = np.asarray(rows, dtype=np.int64)
-        n = self.shape(name)[0]
-        if rows.size and (rows.min() < 0 or rows.max() >= n):
-            bad = rows[(rows < 0) | (rows >= n)][:5].tolist()
-            raise InputError(
-                self.folder, f"row ids {bad} out of range for tensor '{name}' with {n} rows"
-            )
-        unique, back = np.unique(rows, return_inverse=True)
-        p, raw = self._read(name, unique)
-        return decode(p.dtype, raw[back.reshape(-1)], float32)
-
-    def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
-        stop = min(stop, self.shape(name)[0])
-        p, raw = self._read(name, np.arange(start, max(stop, start), dtype=np.int64))
-        return decode(p.dtype, raw, float32)
 
     def digests(self) -> dict[str, str]:
         return {str(p): d.hexdigest() for p, d in self._files.digests.items()}
