@@ -46,19 +46,13 @@ def worker(rank: int, world: int, root: str, port: int, n_rows: int) -> None:
         save_fsdp_model,
         save_fsdp_optimizer,
     )
-    from dcp_fsdp2_run import model
+
+    # The variables torchrun sets: accelerate reads them to join the gloo group itself.
+    from dcp_fsdp2_run import model, torchrun_env
     from torch.distributed.fsdp import FSDPModule, fully_shard
     from transformers.distributed.fsdp import get_fsdp_ckpt_kwargs
 
-    # The variables torchrun sets: accelerate reads them to join the gloo group itself.
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world),
-    )
+    os.environ.update(torchrun_env(rank, world, port))
     torch.set_num_threads(1)
     plugin = FullyShardedDataParallelPlugin(
         fsdp_version=2,

@@ -21,6 +21,19 @@ from tiny_models import tiny_lm
 N_WORDS, N_SIDS, DIM = 100, 21, 16  # 122 rows with <unk>: 61 per rank
 
 
+def torchrun_env(rank: int, world: int, port: int) -> dict[str, str]:
+    """The variables torchrun sets for a rank on one machine: accelerate and DeepSpeed read
+    them to join the gloo group themselves (the workers beside this module)."""
+    return {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world),
+    }
+
+
 def model(n_rows: int, tied: bool = False):
     """The tiny Llama (untied unless asked), its new rows each their own random start."""
     import torch

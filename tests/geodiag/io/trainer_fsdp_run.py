@@ -22,18 +22,12 @@ def worker(rank: int, world: int, root: str, port: int, sids: list[str]) -> None
     import torch
     import torch.distributed as dist
     import transformers
-    from dcp_fsdp2_run import N_WORDS, model
-    from tiny_models import word_tokenizer
 
     # The variables torchrun sets: accelerate reads them to join the gloo group itself.
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world),
-    )
+    from dcp_fsdp2_run import N_WORDS, model, torchrun_env
+    from tiny_models import word_tokenizer
+
+    os.environ.update(torchrun_env(rank, world, port))
     torch.set_num_threads(1)
     tok = word_tokenizer(N_WORDS)
     tok.add_tokens(sids)

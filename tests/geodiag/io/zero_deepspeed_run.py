@@ -33,15 +33,9 @@ def config(stage: int) -> dict:
 
 def worker(rank: int, world: int, root: str, port: int, n_rows: int) -> None:
     # The variables a launcher sets: deepspeed.initialize joins the gloo group with them.
-    os.environ.update(
-        DS_ACCELERATOR="cpu",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world),
-    )
+    from dcp_fsdp2_run import torchrun_env
+
+    os.environ.update(torchrun_env(rank, world, port), DS_ACCELERATOR="cpu")
     import deepspeed
     import torch
     import torch.distributed as dist
