@@ -25,8 +25,9 @@ from typer.testing import CliRunner
 
 from geodiag.cli import app
 from geodiag.io import byte_ranges
-from tests.geodiag.geodiag_fixtures import DIM, base_rows, planted_new_rows, write_checkpoint
-from tests.geodiag.io.test_remote import Server, _comparable, _metrics, big_checkpoint
+from tests.geodiag.geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
+from tests.geodiag.io import object_store_cases as cases
+from tests.geodiag.io.test_remote import Server, _metrics
 from tests.geodiag.io.test_remote_s3 import CountingRelay, _free_port
 
 runner = CliRunner()
@@ -90,52 +91,22 @@ def upload(folder: Path, bucket: str, prefix: str) -> str:
 
 @needs_gs
 def test_gs_folder_reads_as_the_local_folder_at_a_fraction_of_the_bytes(tmp_path, gs):
-    ckpt = big_checkpoint(tmp_path / "ckpt")
-    url = upload(ckpt, "bucket-a", "runs/ckpt")
-    local = _metrics(str(ckpt))
-    gs.sent = 0
-    remote = _metrics(url)
-    assert remote["path"] == url
-    assert _comparable(remote) == _comparable(local)
-    weights = (ckpt / "model.safetensors").stat().st_size
-    embedding = 20_024 * DIM * 4
-    # As for s3://: everything sent (small files, JSON metadata, HTTP headers) under 1.3x
-    # the embedding; the 16 MB layer never.
-    assert gs.sent < 1.3 * embedding < 0.2 * weights, (gs.sent, embedding, weights)
-    print(f"weights {weights} B, embedding {embedding} B, sent {gs.sent} B")
+    cases.reads_as_the_local_folder_at_a_fraction_of_the_bytes(tmp_path, gs, upload)
 
 
 @needs_gs
 def test_check_gives_the_local_verdict_and_exit_code(tmp_path, gs):
-    ckpt = tmp_path / "ckpt"
-    write_checkpoint(ckpt, planted_new_rows("mean", base_rows()), sharded=True)
-    url = upload(ckpt, "bucket-b", "ckpt")
-    local = runner.invoke(app, ["check", str(ckpt), "--json"])
-    remote = runner.invoke(app, ["check", url, "--json"])
-    assert remote.exit_code == local.exit_code == 1, remote.output
-    assert _comparable(json.loads(remote.stdout)) == _comparable(json.loads(local.stdout))
+    cases.gives_the_local_verdict_and_exit_code(tmp_path, upload)
 
 
 @needs_gs
 def test_a_weights_file_url(tmp_path, gs):
-    ckpt = tmp_path / "ckpt"
-    write_checkpoint(ckpt, planted_new_rows("grounded", base_rows()))
-    url = upload(ckpt, "bucket-c", "ckpt")
-    remote = _metrics(f"{url}/model.safetensors")
-    assert _comparable(remote) == _comparable(_metrics(str(ckpt / "model.safetensors")))
+    cases.reads_a_weights_file_url(tmp_path, upload)
 
 
 @needs_gs
 def test_missing_object_and_bucket_are_exit_2_naming_the_url(tmp_path, gs):
-    write_checkpoint(tmp_path / "ckpt", planted_new_rows("grounded", base_rows()))
-    upload(tmp_path / "ckpt", "bucket-d", "ckpt")
-    for url in ("gs://bucket-d/nothing-here", "gs://no-such-bucket/ckpt"):
-        res = runner.invoke(app, ["check", url])
-        assert res.exit_code == 2, res.output
-        assert url in res.output and "no model weights" in res.output
-    res = runner.invoke(app, ["check", "gs://bucket-d/ckpt/missing.safetensors"])
-    assert res.exit_code == 2 and "gs://bucket-d/ckpt/missing.safetensors" in res.output
-    assert "not found" in res.output, res.output
+    cases.names_the_url_of_a_missing_object_or_bucket(tmp_path, upload, "gs")
 
 
 @needs_gs

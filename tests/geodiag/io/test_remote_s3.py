@@ -9,7 +9,6 @@ the tests skip, saying what to install."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import socket
 import socketserver
@@ -25,8 +24,7 @@ from typer.testing import CliRunner
 
 from geodiag.cli import app
 from geodiag.io import byte_ranges, object_store
-from tests.geodiag.geodiag_fixtures import DIM, base_rows, planted_new_rows, write_checkpoint
-from tests.geodiag.io.test_remote import _comparable, _metrics, big_checkpoint
+from tests.geodiag.io import object_store_cases as cases
 
 runner = CliRunner()
 KEY_ID, SECRET = "AKIATESTKEYID0000042", "test-secret-access-key-never-shown"
@@ -141,55 +139,22 @@ def upload(folder: Path, bucket: str, prefix: str) -> str:
 
 @needs_s3
 def test_s3_folder_reads_as_the_local_folder_at_a_fraction_of_the_bytes(tmp_path, s3):
-    ckpt = big_checkpoint(tmp_path / "ckpt")
-    url = upload(ckpt, "bucket-a", "runs/ckpt")
-    local = _metrics(str(ckpt))
-    s3.sent = 0
-    remote = _metrics(url)
-    assert remote["path"] == url
-    assert _comparable(remote) == _comparable(local)
-    weights = (ckpt / "model.safetensors").stat().st_size
-    embedding = 20_024 * DIM * 4
-    # Everything the server sent (the small files and the HTTP headers too, hence 1.3, not
-    # test_remote's 1.2 of the weights alone): the weights' header, the new rows and the
-    # embedding once; the 16 MB layer never.
-    assert s3.sent < 1.3 * embedding < 0.2 * weights, (s3.sent, embedding, weights)
-    print(f"weights {weights} B, embedding {embedding} B, sent {s3.sent} B")
+    cases.reads_as_the_local_folder_at_a_fraction_of_the_bytes(tmp_path, s3, upload)
 
 
 @needs_s3
 def test_check_gives_the_local_verdict_and_exit_code(tmp_path, s3):
-    ckpt = tmp_path / "ckpt"
-    write_checkpoint(ckpt, planted_new_rows("mean", base_rows()), sharded=True)
-    url = upload(ckpt, "bucket-b", "ckpt")
-    local = runner.invoke(app, ["check", str(ckpt), "--json"])
-    remote = runner.invoke(app, ["check", url, "--json"])
-    assert remote.exit_code == local.exit_code == 1, remote.output
-    assert _comparable(json.loads(remote.stdout)) == _comparable(json.loads(local.stdout))
-    assert KEY_ID not in remote.output and SECRET not in remote.output
+    cases.gives_the_local_verdict_and_exit_code(tmp_path, upload, (KEY_ID, SECRET))
 
 
 @needs_s3
 def test_a_weights_file_url(tmp_path, s3):
-    ckpt = tmp_path / "ckpt"
-    write_checkpoint(ckpt, planted_new_rows("grounded", base_rows()))
-    url = upload(ckpt, "bucket-c", "ckpt")
-    remote = _metrics(f"{url}/model.safetensors")
-    assert _comparable(remote) == _comparable(_metrics(str(ckpt / "model.safetensors")))
+    cases.reads_a_weights_file_url(tmp_path, upload)
 
 
 @needs_s3
 def test_missing_key_and_bucket_are_exit_2_naming_the_url(tmp_path, s3):
-    write_checkpoint(tmp_path / "ckpt", planted_new_rows("grounded", base_rows()))
-    upload(tmp_path / "ckpt", "bucket-d", "ckpt")
-    for url in ("s3://bucket-d/nothing-here", "s3://no-such-bucket/ckpt"):
-        res = runner.invoke(app, ["check", url])
-        assert res.exit_code == 2, res.output
-        assert url in res.output and "no model weights" in res.output
-        assert KEY_ID not in res.output and SECRET not in res.output
-    res = runner.invoke(app, ["check", "s3://bucket-d/ckpt/missing.safetensors"])
-    assert res.exit_code == 2 and "s3://bucket-d/ckpt/missing.safetensors" in res.output
-    assert "not found" in res.output, res.output
+    cases.names_the_url_of_a_missing_object_or_bucket(tmp_path, upload, "s3", (KEY_ID, SECRET))
 
 
 @needs_s3
