@@ -6,6 +6,11 @@ credentials the test's environment holds, which no output may show."""
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -15,6 +20,32 @@ from tests.geodiag.geodiag_fixtures import DIM, base_rows, planted_new_rows, wri
 from tests.geodiag.io.test_remote import _comparable, _metrics, big_checkpoint
 
 runner = CliRunner()
+
+
+@contextmanager
+def relayed_server(argv: Callable[[int], list[str]], what: str) -> Iterator:
+    """The server process ``argv(port)`` starts on a free port, waited for (30 s at most),
+    behind a :class:`~tests.geodiag.io.test_remote_s3.CountingRelay` (what is yielded:
+    point the client at its port); stopped after."""
+    from tests.geodiag.io.test_remote_s3 import CountingRelay, _free_port
+
+    port = _free_port()
+    proc = subprocess.Popen(argv(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, f"{what} did not start"
+            time.sleep(0.1)
+    relay = CountingRelay(port)
+    try:
+        yield relay
+    finally:
+        relay.shutdown()
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def reads_as_the_local_folder_at_a_fraction_of_the_bytes(tmp_path: Path, relay, upload) -> None:

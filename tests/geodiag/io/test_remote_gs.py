@@ -28,7 +28,7 @@ from geodiag.io import byte_ranges
 from tests.geodiag.geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
 from tests.geodiag.io import object_store_cases as cases
 from tests.geodiag.io.test_remote import Server, _metrics
-from tests.geodiag.io.test_remote_s3 import CountingRelay, _free_port
+from tests.geodiag.io.test_remote_s3 import _free_port
 
 runner = CliRunner()
 ACCESS_TOKEN = "ya29.access-token-never-shown"
@@ -42,26 +42,13 @@ needs_gs = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def emulator():
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gcp_storage_emulator", "start"]
-        + ["-H", "127.0.0.1", "--port", str(port), "--in-memory", "-q"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, "emulator did not start"
-            time.sleep(0.1)
-    relay = CountingRelay(port)
-    yield relay
-    relay.shutdown()
-    proc.terminate()
-    proc.wait(timeout=10)
+    def argv(port: int) -> list[str]:
+        return [sys.executable, "-m", "gcp_storage_emulator", "start"] + [
+            "-H", "127.0.0.1", "--port", str(port), "--in-memory", "-q"
+        ]  # fmt: skip
+
+    with cases.relayed_server(argv, "gcp-storage-emulator") as relay:
+        yield relay
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import importlib.util
 import re
 import socket
 import socketserver
-import subprocess
 import sys
 import threading
 import time
@@ -88,25 +87,11 @@ class _Relay(socketserver.BaseRequestHandler):
 
 @pytest.fixture(scope="module")
 def moto():
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, "moto server did not start"
-            time.sleep(0.1)
-    relay = CountingRelay(port)
-    yield relay
-    relay.shutdown()
-    proc.terminate()
-    proc.wait(timeout=10)
+    def argv(port: int) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+
+    with cases.relayed_server(argv, "moto server") as relay:
+        yield relay
 
 
 @pytest.fixture
