@@ -18,7 +18,7 @@ import bisect
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -34,6 +34,7 @@ BACKOFF_S = 0.5  # wait before the second try, doubled for each try after it
 COALESCE_GAP = 256 * 1024
 PROGRESS_AFTER_S = 3.0  # a progress line on stderr once a source has read this long
 PROGRESS_EVERY_S = 10.0
+T = TypeVar("T")
 
 
 class ByteSource(Protocol):
@@ -262,10 +263,8 @@ def request(
     )
     if "Authorization" in headers:
         req.add_unredirected_header("Authorization", headers["Authorization"])
-    problem = ""
-    for attempt in range(RETRIES):
-        if attempt:
-            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+
+    def once() -> tuple[int, int | None, bytes]:
         try:
             with urllib.request.urlopen(req, timeout=CONNECT_TIMEOUT_S) as r:
                 length = r.headers.get("Content-Length")
@@ -288,13 +287,34 @@ def request(
                 ) from None
             if e.code < 500:
                 raise InputError(where, f"the server answered HTTP {e.code} ({e.reason})") from None
-            problem = f"HTTP {e.code} ({e.reason})"
+            raise Retry(f"HTTP {e.code} ({e.reason})") from None
         except urllib.error.URLError as e:
             if isinstance(e.reason, (ConnectionRefusedError, socket.gaierror)):  # no use retrying
                 raise InputError(where, f"cannot connect ({e.reason})") from None
-            problem = f"{e.reason}"
+            raise Retry(f"{e.reason}") from None
         except (OSError, http_client_errors()) as e:  # a timeout, a reset, a short body
-            problem = f"{e.__class__.__name__}: {e}"
+            raise Retry(f"{e.__class__.__name__}: {e}") from None
+
+    return with_retries(once, where)
+
+
+class Retry(Exception):
+    """A failure worth another try (a timeout, a dropped connection, a 5xx answer); its
+    text says what failed."""
+
+
+def with_retries(attempt: Callable[[], T], where: str) -> T:
+    """``attempt()``, tried up to :data:`RETRIES` times with backoff while it raises
+    :class:`Retry` (HTTP here, the object stores in ``geodiag.io.object_store``); then an
+    InputError naming ``where`` and the last problem."""
+    problem = ""
+    for n in range(RETRIES):
+        if n:
+            time.sleep(BACKOFF_S * 2 ** (n - 1))
+        try:
+            return attempt()
+        except Retry as e:
+            problem = str(e)
     raise InputError(where, f"gave up after {RETRIES} tries: {problem}")
 
 

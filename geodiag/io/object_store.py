@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,17 +108,16 @@ class ObjectFolder:
     def _call(self, fn: Callable[[], Any], where: str) -> Any:
         """``fn()``, retried with backoff on a timeout, a dropped connection or a 5xx answer;
         an InputError naming ``where`` on anything else that fails."""
-        problem = ""
-        for attempt in range(byte_ranges.RETRIES):
-            if attempt:
-                time.sleep(byte_ranges.BACKOFF_S * 2 ** (attempt - 1))
+
+        def once() -> Any:
             try:
                 return fn()
             except InputError:
                 raise
             except Exception as e:  # the filesystems wrap their errors in OSError kinds
-                problem = self.backend.classify(e, where, self.fs)
-        raise InputError(where, f"gave up after {byte_ranges.RETRIES} tries: {problem}")
+                raise byte_ranges.Retry(self.backend.classify(e, where, self.fs)) from None
+
+        return byte_ranges.with_retries(once, where)
 
 
 class ObjectFile(byte_ranges.RangedFile):
