@@ -238,35 +238,20 @@ class DCPStore(ReadsRows):
     def __init__(self, folder: Path | Folder) -> None:
         self._files = LocalFolder(folder) if isinstance(folder, Path) else folder
         self.folder = folder if isinstance(folder, Path) else folder.where
-        self._tensors, raw = _parse_metadata(self._files)
+        self._entries, raw = _parse_metadata(self._files)
         self._digests = {self._files.shown(METADATA): hashlib.sha256(raw)}
         self._located: dict[_Chunk, _Located] = {}
         self._sources: dict[str, ByteSource] = {}
-        files = sorted({c.name for t in self._tensors.values() for c in t.chunks})
+        files = sorted({c.name for t in self._entries.values() for c in t.chunks})
         for f in files:
             if not self._files.exists(f):
                 raise InputError(self._files.shown(METADATA), f"names '{f}', which is missing")
         shards = f"{len(files)} .distcp file{'s' if len(files) != 1 else ''}"
         self.description = f"torch.distributed.checkpoint folder ({shards})"
 
-    def names(self) -> list[str]:
-        return list(self._tensors)
-
-    def _get(self, name: str) -> _Tensor:
-        try:
-            return self._tensors[name]
-        except KeyError:
-            raise InputError(self.folder, f"no tensor named '{name}'") from None
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self._get(name).shape
-
-    def dtype(self, name: str) -> str:
-        return self._get(name).dtype
-
     def file_of(self, name: str) -> Path | str:
         """The file of the tensor's first chunk: a path on disk, the URL as shown remotely."""
-        shown = self._files.shown(self._get(name).chunks[0].name)
+        shown = self._files.shown(self._entry(name).chunks[0].name)
         return Path(shown) if isinstance(self.folder, Path) else shown
 
     def _source(self, c: _Chunk) -> ByteSource:
@@ -298,7 +283,7 @@ class DCPStore(ReadsRows):
         return located
 
     def _matrix(self, name: str) -> tuple[_Tensor, np.dtype]:
-        t = self._get(name)
+        t = self._entry(name)
         if len(t.shape) != 2:
             raise InputError(
                 self.folder, f"tensor '{name}' has shape {list(t.shape)}, expected 2-D"

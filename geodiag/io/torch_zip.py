@@ -335,9 +335,26 @@ def decode(dtype: str, raw: np.ndarray, float32: bool) -> np.ndarray:
 
 
 class ReadsRows:
-    """``read_rows`` and ``read_block`` of a store of ``torch.save`` values (DCP, DeepSpeed)
-    from its own ``shape(name)``, ``folder`` (named in errors) and ``_read(name, rows)``:
-    (an entry with the stored ``dtype``, the raw values of the ascending distinct ``rows``)."""
+    """The store questions of a table of ``torch.save`` values (DCP's tensors, DeepSpeed's
+    parameters): names, shape, dtype, ``read_rows`` and ``read_block``, from its
+    ``_entries`` (name -> an entry with ``shape`` and the stored ``dtype``), ``folder``
+    (named in errors) and ``_read(name, rows)`` (the entry, the raw values of the
+    ascending distinct ``rows``)."""
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def _entry(self, name: str):  # noqa: ANN202  (the store's own entry type)
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise InputError(self.folder, f"no tensor named '{name}'") from None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._entry(name).shape
+
+    def dtype(self, name: str) -> str:
+        return self._entry(name).dtype
 
     def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
         rows = checked_rows(rows, self.shape(name)[0], self.folder, name)

@@ -180,10 +180,10 @@ class ZeroStore(ReadsRows):
                 + _advice(folder),
             )
         if (folder / "zero").is_dir():
-            self._params = self._universal()
-            self.description = f"DeepSpeed universal checkpoint ({len(self._params)} parameters)"
+            self._entries = self._universal()
+            self.description = f"DeepSpeed universal checkpoint ({len(self._entries)} parameters)"
         else:
-            self._params, stage, world = self._partitions()
+            self._entries, stage, world = self._partitions()
             self.description = f"DeepSpeed ZeRO-{stage} checkpoint ({world} ranks, {folder.name}/)"
 
     # -- layouts --------------------------------------------------------------------------
@@ -391,29 +391,14 @@ class ZeroStore(ReadsRows):
 
     # -- the store ------------------------------------------------------------------------
 
-    def names(self) -> list[str]:
-        return list(self._params)
-
-    def _param(self, name: str) -> _Param:
-        try:
-            return self._params[name]
-        except KeyError:
-            raise InputError(self.folder, f"no tensor named '{name}'") from None
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self._param(name).shape
-
-    def dtype(self, name: str) -> str:
-        return self._param(name).dtype
-
     def file_of(self, name: str) -> Path:
-        p = self._param(name)
+        p = self._entry(name)
         return p.pieces[0].path if p.pieces else self.folder
 
     def _read(self, name: str, rows: np.ndarray) -> tuple[_Param, np.ndarray]:
         """Stored values of ``rows`` (sorted, unique), ``(len(rows), d)``: one byte range per
         run of adjacent rows in each piece that holds it."""
-        p = self._param(name)
+        p = self._entry(name)
         if len(p.shape) != 2 or p.dtype not in ROW_DTYPES:
             raise InputError(
                 self.folder, f"tensor '{name}' ({p.dtype}, {list(p.shape)}) is not a 2-D float"

@@ -70,7 +70,7 @@ def _bound(folder) -> tuple[int, int]:
     store = DCPStore(folder)
     bound = 0
     for name in MATRICES:
-        for c in store._get(name).chunks:
+        for c in store._entry(name).chunks:
             edges = min(c.length, 2 * ARCHIVE_EDGE + byte_ranges.COALESCE_GAP)
             bound += edges + math.prod(c.sizes) * 4  # F32
     shards = sum(p.stat().st_size for p in folder.glob("*.distcp"))
@@ -87,7 +87,7 @@ def test_the_shards_cost_their_chunks_edges_and_rows(saved, serve):
     assert server.bytes_sent(METADATA) == (saved / "fsdp2" / METADATA).stat().st_size
     ranges = [r for r in server.requests() if r["path"].endswith(".distcp") and r["range"]]
     store = DCPStore(saved / "fsdp2")
-    chunks = [(c.begin, c.begin + c.length) for n in MATRICES for c in store._get(n).chunks]
+    chunks = [(c.begin, c.begin + c.length) for n in MATRICES for c in store._entry(n).chunks]
     for r in ranges:
         lo, hi = map(int, r["range"].removeprefix("bytes=").split("-"))
         assert any(b <= lo and hi < e for b, e in chunks), r
