@@ -157,7 +157,9 @@ def plant_in_chunk(folder, marker) -> None:
     archive = shard.with_suffix(".zip").read_bytes()
     shard.with_suffix(".zip").unlink()
     store = DCPStore(folder)
-    chunk = next(c for c in store._entry("model.embed_tokens.weight").chunks if c.name == shard.name)
+    chunk = next(
+        c for c in store._entry("model.embed_tokens.weight").chunks if c.name == shard.name
+    )
     assert len(archive) <= chunk.length
     new = (
         old[: chunk.begin] + archive.ljust(chunk.length, b"\0") + old[chunk.begin + chunk.length :]
