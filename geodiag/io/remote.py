@@ -206,7 +206,9 @@ def open_remote(url: str) -> RemoteCheckpoint:
         if weights == WEIGHTS and not remote.exists(WEIGHTS, required=True):
             raise _no_weights(remote)
         weights = weights or WEIGHTS
-        store = _single(open_file, remote.shown(weights), f"safetensors file {weights}")
+        store = SafetensorsStore.single(
+            remote.shown(weights), open_file, f"safetensors file {weights}"
+        )
     from geodiag.io.mlx_quantized import dequantizing  # MLX's packed matrices, if any
 
     return RemoteCheckpoint(folder, dequantizing(store, folder), remote.where, [folder])
@@ -277,15 +279,7 @@ def _adapter_weights(remote, open_file) -> SafetensorsStore:
             f"a PEFT adapter folder ({ADAPTER_CONFIG}) without {safetensors} ({found}): "
             "remotely adapters are read from safetensors; download the folder",
         )
-    return _single(open_file, remote.shown(safetensors), f"adapter {safetensors}")
-
-
-def _single(open_file, where: str, description: str) -> SafetensorsStore:
-    """The store of one safetensors file at ``where``, its header read once."""
-    f = open_file(where)
-    store = SafetensorsStore({name: f.path for name in f.keys()}, description, open_file)
-    store._open[f.path] = f
-    return store
+    return SafetensorsStore.single(remote.shown(safetensors), open_file, f"adapter {safetensors}")
 
 
 def _cache_folder(remote: RemoteFolder | object_store.ObjectFolder) -> Path:

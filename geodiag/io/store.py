@@ -41,10 +41,20 @@ class SafetensorsStore:
         self.description = description
 
     @classmethod
-    def single(cls, path: Path) -> SafetensorsStore:
-        f = SafetensorsFile(path)
-        store = cls({name: path for name in f.keys()}, f"safetensors file {path.name}")
-        store._open[path] = f
+    def single(
+        cls,
+        path: Path | str,
+        open_file: Callable[[Path | str], SafetensorsFile] = SafetensorsFile,
+        description: str | None = None,
+    ) -> SafetensorsStore:
+        """The store of one file (``open_file``: a URL's, by ranges), its header read once."""
+        f = open_file(path)
+        store = cls(
+            {name: f.path for name in f.keys()},
+            description or f"safetensors file {Path(path).name}",
+            open_file,
+        )
+        store._open[f.path] = f
         return store
 
     @classmethod
