@@ -48,6 +48,7 @@ from geodiag.io import sidecar
 from geodiag.io.remote import SMALL_FILES
 from geodiag.io.safetensors import save_file
 from tests.geodiag.geodiag_fixtures import tokenizer_json
+from tests.geodiag.io.range_server import read_log
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "geodiag" / "io" / "range_server.py"
@@ -134,9 +135,7 @@ class Server:
         self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
 
     def requests(self) -> list[dict]:
-        if not self.log.is_file():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines()]
+        return read_log(self.log)
 
     def stop(self) -> None:
         self.proc.terminate()

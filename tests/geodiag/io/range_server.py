@@ -10,6 +10,12 @@ Prints the port it listens on (an OS-chosen free one) as its first line of stdou
 unless ``Authorization: Bearer T``; ``--fail-first N``: the first N requests answer 500;
 ``--rate MBIT``: bodies leave at MBIT megabits per second, all connections together (one
 shared link, for the benchmarks).
+
+Each request is numbered as it arrives and logged twice: ``{"seq", "arrived"}`` before it
+is answered, the full entry after. A request is logged after its client has its answer,
+so a client's next request can finish first; :func:`read_log` returns the entries in the
+order they arrived, once every arrived request has its entry (for a client that waits for
+each answer, the order it sent them).
 """
 
 from __future__ import annotations
@@ -25,6 +31,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 CHUNK = 256 * 1024
+LOG_WAIT_S = 30.0  # a safeguard against a dead server, not a timing the tests rely on
+
+
+def read_log(log: Path) -> list[dict]:
+    """The entries of every request that has arrived, in arrival order; waits (polling)
+    until each arrived request has been logged in full."""
+    deadline = time.monotonic() + LOG_WAIT_S
+    while True:
+        lines = [json.loads(x) for x in log.read_text().splitlines()] if log.is_file() else []
+        arrived = {x["seq"] for x in lines if x.get("arrived")}
+        done = sorted((x for x in lines if not x.get("arrived")), key=lambda x: x["seq"])
+        if {x["seq"] for x in done} >= arrived:
+            return done
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{log}: requests {sorted(arrived)} never logged in full")
+        time.sleep(0.01)
 
 
 class Link:
@@ -56,23 +78,33 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=None, help="megabits per second")
     args = ap.parse_args()
     lock = threading.Lock()
-    state = {"failures_left": args.fail_first}
+    state = {"failures_left": args.fail_first, "seq": 0}
     link = Link(None if args.rate is None else args.rate * 1e6 / 8)
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a: object) -> None:
             pass
 
+        def _write(self, entry: dict) -> None:
+            with lock, open(args.log, "a") as f:
+                f.write(json.dumps(entry) + "\n")
+
+        def _arrive(self) -> None:
+            with lock:
+                state["seq"] += 1
+                self.seq = state["seq"]
+            self._write({"seq": self.seq, "arrived": True})
+
         def _log(self, status: int, sent: int) -> None:
             entry = {
+                "seq": self.seq,
                 "method": self.command,
                 "path": self.path,
                 "range": self.headers.get("Range"),
                 "status": status,
                 "bytes": sent,
             }
-            with lock, open(args.log, "a") as f:
-                f.write(json.dumps(entry) + "\n")
+            self._write(entry)
 
         def _refuse(self, status: int) -> None:
             self.send_response(status)
@@ -81,6 +113,7 @@ def main() -> None:
             self._log(status, 0)
 
         def _serve(self, body: bool) -> None:
+            self._arrive()
             with lock:
                 fail = state["failures_left"] > 0
                 state["failures_left"] -= fail

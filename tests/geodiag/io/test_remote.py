@@ -19,6 +19,7 @@ from geodiag.cli import app
 from geodiag.io import byte_ranges
 from geodiag.io.safetensors import SafetensorsFile, save_file
 from tests.geodiag.geodiag_fixtures import DIM, base_rows, planted_new_rows, write_checkpoint
+from tests.geodiag.io.range_server import read_log
 
 SERVER = Path(__file__).with_name("range_server.py")
 runner = CliRunner()
@@ -40,9 +41,7 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def requests(self) -> list[dict]:
-        if not self.log.is_file():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines()]
+        return read_log(self.log)
 
     def bytes_sent(self, name: str = "") -> int:
         return sum(r["bytes"] for r in self.requests() if r["path"].endswith(name))
