@@ -221,15 +221,15 @@ def report_options(param: str, *names: str):
 @app.command()
 @exits_2_on_any_error
 @reads_checkpoints(without=("reference",))  # each checkpoint's reference: its init (drift pair)
-@report_options("page", "title", "heatmap_max_tokens")
+@report_options("page", "title", "heatmap_max_tokens", "pairs")
 @report_options("measuring", "n_permutations", "seed")  # last, as in the other commands
 def report(
     ckpt: Annotated[
         list[str],
         typer.Argument(
-            help="Checkpoints, compared side by side (e.g. init, then SFT; folders, files or "
-            "URLs); the checkpoint-N folders of a run, and trajectory .jsonl files, add "
-            "metric-vs-step plots."
+            help="Checkpoints, compared side by side (folders, files or URLs; the order pairs "
+            "nothing: see --pair); the checkpoint-N folders of a run, and trajectory .jsonl "
+            "files, add metric-vs-step plots."
         ),
     ],
     output: Annotated[
@@ -254,7 +254,7 @@ def report(
     from geodiag.report import write_report
 
     opts = ReportOptions(
-        **page,
+        **{**page, "pairs": tuple(page.get("pairs") or ())},
         **measuring,
         gate=resolve_config(config, {}),
         command_line=shlex.join(["geodiag", *sys.argv[1:]]),
