@@ -263,6 +263,10 @@ def report(
         ckpt, output, read, opts, progress=lambda msg: typer.echo(terminal(msg), err=True)
     )
     _say(terminal(f"wrote {files.html} ({files.html_bytes / 1e6:.2f} MB) and {files.json}"))
+    if files.replaced:  # the default output is the same file every run: say what it replaced
+        keep = " (give -o NAME.html to keep them)" if output == DEFAULT_OUTPUT else ""
+        names = " and ".join(str(p) for p in files.replaced)
+        _say(terminal(f"replaced {names}, written by an earlier run{keep}"))
 
 
 @app.command("export-projector")
