@@ -20,8 +20,11 @@ class Browser:
         self._from_chrome, from_chrome = os.pipe()  # and writes answers on fd 4
 
         def pipes() -> None:
-            os.dup2(to_chrome, 3)
-            os.dup2(from_chrome, 4)
+            # copies first: either end may be fd 3 or 4 already, and dup2 onto itself
+            # would leave it closed on exec
+            read_end, write_end = os.dup(to_chrome), os.dup(from_chrome)
+            os.dup2(read_end, 3)
+            os.dup2(write_end, 4)
 
         cmd = [
             chromium,
