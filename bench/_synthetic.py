@@ -116,8 +116,16 @@ def tokenizer_json(spec: Spec) -> dict:
     }
 
 
-def write_synthetic(root: Path, strategy: str, stage: str = "init", spec: Spec = Spec()) -> Path:
-    """A save_pretrained-like folder with sidecar and codebooks; returns ``root``."""
+def write_synthetic(
+    root: Path,
+    strategy: str,
+    stage: str = "init",
+    spec: Spec = Spec(),
+    init_checkpoint: str | None = None,
+) -> Path:
+    """A save_pretrained-like folder with sidecar and codebooks; returns ``root``.
+    ``init_checkpoint``: the init an sft stage names in its sidecar (relative to ``root``,
+    as ``gti sft`` writes it), so that a report pairs the two."""
     if stage not in ("init", "sft"):
         raise ValueError(f"stage must be 'init' or 'sft', got {stage!r}")
     root = Path(root)
@@ -146,6 +154,8 @@ def write_synthetic(root: Path, strategy: str, stage: str = "init", spec: Spec =
         "seed": spec.seed,
         "source_model": "synthetic (bench/_synthetic.py)",
     }
+    if init_checkpoint is not None:
+        provenance[sidecar.INIT_CHECKPOINT] = init_checkpoint
     sidecar.save(sidecar.SemanticIds(spec.base_vocab, levels, items, provenance), root)
     save_file(codebooks(spec), root / sidecar.CODEBOOKS_FILENAME)
     return root

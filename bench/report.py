@@ -65,10 +65,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        ckpts = [
-            write_synthetic(work / f"{s}-{st}", s, st, spec)
-            for s, st in (("gti", "init"), ("gti", "sft"), ("mean", "sft"))
-        ]
+        arms = (("gti", "init", None), ("gti", "sft", "../gti-init"), ("mean", "sft", None))
+        ckpts = [write_synthetic(work / f"{s}-{st}", s, st, spec, init) for s, st, init in arms]
         print(
             f"3 checkpoints x {spec.n_new} new tokens, dim {spec.dim}, {spec.base_vocab} original rows"
         )

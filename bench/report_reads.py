@@ -42,7 +42,8 @@ def pair_checkpoints(workdir: Path) -> list[Path]:
     root = workdir / "pair-100000"
     for stage in ("init", "sft"):
         if not (root / stage / "config.json").is_file():
-            write_sid_checkpoint(root / stage, "gti", stage, spec)
+            init = "../init" if stage == "sft" else None  # the pair a report measures
+            write_sid_checkpoint(root / stage, "gti", stage, spec, init)
     return [root / "init", root / "sft"]
 
 

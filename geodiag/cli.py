@@ -221,15 +221,15 @@ def report_options(param: str, *names: str):
 @app.command()
 @exits_2_on_any_error
 @reads_checkpoints(without=("reference",))  # each checkpoint's reference: its init (drift pair)
-@report_options("page", "title", "heatmap_max_tokens")
+@report_options("page", "title", "heatmap_max_tokens", "pairs")
 @report_options("measuring", "n_permutations", "seed")  # last, as in the other commands
 def report(
     ckpt: Annotated[
         list[str],
         typer.Argument(
-            help="Checkpoints, compared side by side (e.g. init, then SFT; folders, files or "
-            "URLs); the checkpoint-N folders of a run, and trajectory .jsonl files, add "
-            "metric-vs-step plots."
+            help="Checkpoints, compared side by side (folders, files or URLs; the order pairs "
+            "nothing: see --pair); the checkpoint-N folders of a run, and trajectory .jsonl "
+            "files, add metric-vs-step plots."
         ),
     ],
     output: Annotated[
@@ -254,7 +254,7 @@ def report(
     from geodiag.report import write_report
 
     opts = ReportOptions(
-        **page,
+        **{**page, "pairs": tuple(page.get("pairs") or ())},
         **measuring,
         gate=resolve_config(config, {}),
         command_line=shlex.join(["geodiag", *sys.argv[1:]]),
@@ -263,6 +263,10 @@ def report(
         ckpt, output, read, opts, progress=lambda msg: typer.echo(terminal(msg), err=True)
     )
     _say(terminal(f"wrote {files.html} ({files.html_bytes / 1e6:.2f} MB) and {files.json}"))
+    if files.replaced:  # the default output is the same file every run: say what it replaced
+        keep = " (give -o NAME.html to keep them)" if output == DEFAULT_OUTPUT else ""
+        names = " and ".join(str(p) for p in files.replaced)
+        _say(terminal(f"replaced {names}, written by an earlier run{keep}"))
 
 
 @app.command("export-projector")

@@ -154,10 +154,12 @@ def figure_text(text: str) -> str:
     Rule: the characters :func:`terminal` escapes are written as it writes them:
     matplotlib has no glyph for a control (it warns on stderr, quoting the raw
     character), an SVG figure holding one is not XML, and a lone surrogate cannot be
-    written at all. Dollar signs are left as they are: the report's figure style turns
-    mathtext off (``text.parse_math``), so a name never parses as math.
+    written at all. A dollar sign is written ``\\$``, matplotlib's escape for a literal
+    one: mathtext stays on for the axes (a log axis labels its ticks ``$10^{-3}$``), and
+    a name never opens math (``$\\frac{a}{b}$`` is drawn as typed; an unknown command in
+    one stopped the report).
     """
-    return _controls_shown(text)
+    return _controls_shown(text).replace("$", "\\$")
 
 
 def tsv_field(text: str) -> str:

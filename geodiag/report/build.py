@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -37,13 +37,22 @@ from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.cosine import cosine_matrix, level_cosine
 from geodiag.metrics.geometry import row_norms
 from geodiag.report.options import ReportOptions
+from geodiag.report.pairs import (
+    Found,
+    Pair,
+    find_pairs,
+    labelled,
+    no_pairs_note,
+    with_references,
+)
 from geodiag.version import __version__
 
 Progress = Callable[[str], None]
 
 
 # 2: per-token findings, centered cosine maps, untrained / norm-ratio checks.
-REPORT_FORMAT_VERSION = 2
+# 3: pairs only what the files or --pair say is a before (``pairs``, with why), never by order.
+REPORT_FORMAT_VERSION = 3
 
 
 @dataclass
@@ -108,6 +117,9 @@ class Report:
     # Metric-vs-step series: trajectory JSONL files given as inputs, and ordered
     # checkpoints of one run (checkpoint-N folders, or gti checkpoints with a step).
     trajectories: list[Trajectory] = field(default_factory=list)
+    # The before -> after pairs made (geodiag.report.pairs) and why; drift has one per pair
+    # whose drift could be measured.
+    pairs: list[Pair] = field(default_factory=list)
 
 
 def checkpoint_labels(paths: list[Path], provenances: list[dict]) -> list[str]:
@@ -223,22 +235,6 @@ class _FigureData:
             self.cosine_map = cosine_map(self.label, self.ckpt, held.rows, held.keep, self.opts)
 
 
-def _drift_groups(entries: list[tuple[str, Checkpoint]]) -> list[tuple[int, int]]:
-    """Pairs (before, after) of checkpoints with the same new tokens (and init strategy, when
-    the sidecar names one), consecutive in the order given: init -> sft."""
-    groups: dict[tuple, list[int]] = {}
-    for i, (_, ckpt) in enumerate(entries):
-        prov = ckpt.sidecar.provenance if ckpt.sidecar else {}
-        key = (
-            tuple(ckpt.new.ids.tolist()),
-            tuple(ckpt.new.tokens),
-            prov.get("init_strategy") or prov.get("strategy"),
-        )
-        groups.setdefault(key, []).append(i)
-    pairs = [(g[j], g[j + 1]) for g in groups.values() for j in range(len(g) - 1)]
-    return sorted(pairs)
-
-
 def _drift(
     paths: list[Path],
     ckpts: list[Checkpoint],
@@ -261,7 +257,7 @@ def _measure_all(
     paths: list[Path],
     ckpts: list[Checkpoint],
     labels: list[str],
-    pairs_found: list[tuple[int, int]],
+    pairs_found: list[Found],
     aopts: AnalyzeOptions,
     opts: ReportOptions,
     say: Progress,
@@ -274,26 +270,46 @@ def _measure_all(
     FLOAT64_ROWS_MAX_ELEMENTS): holding 100,000 x 1,024 of them beside the next
     checkpoint's analysis would add their 410 MB to the report's peak, so those are read
     again a block at a time, as ``geodiag drift`` reads them."""
-    paired = {i for pair in pairs_found for i in pair}
-    reference_of = {b: a for a, b in pairs_found}
-    reports, norms, maps, held = [], [], [], {}
-    for i, (path, ckpt) in enumerate(zip(paths, ckpts, strict=True)):
-        say(f"[{i + 1}/{len(paths)}] analyzing {path}")
-        figures = _FigureData(labels[i], ckpt, opts)
-        keep = i in paired and not _at_scale(ckpt)
-        theirs = held.get(reference_of.get(i))
-        report, rows = measure_checkpoint(ckpt, aopts, theirs, keep_rows=keep, each=figures)
-        reports.append(report)
-        norms.append(figures.norms)
-        maps.append(figures.cosine_map)
-        for h in theirs or []:  # the sample served the movement; drift needs only the rows
-            h.sample_rows = None
+    paired = {i for f in pairs_found for i in (f.before, f.after)}
+    reference_of = {f.after: f.before for f in pairs_found if f.movement}
+    reports, norms, maps = [None] * len(paths), [None] * len(paths), [None] * len(paths)
+    held: dict[int, list[MatrixRows]] = {}
+    waiting = dict(reference_of)  # afters whose movement is still to measure -> their before
+    for n, i in enumerate(_befores_first(len(paths), reference_of), 1):
+        say(f"[{n}/{len(paths)}] analyzing {paths[i]}")
+        figures = _FigureData(labels[i], ckpts[i], opts)
+        keep = i in paired and not _at_scale(ckpts[i])
+        before = waiting.pop(i, None)
+        theirs = held.get(before)
+        report, rows = measure_checkpoint(ckpts[i], aopts, theirs, keep_rows=keep, each=figures)
+        reports[i], norms[i], maps[i] = report, figures.norms, figures.cosine_map
+        if theirs is not None and before not in waiting.values():
+            for h in theirs:  # the sample served the movements; drift needs only the rows
+                h.sample_rows = None
         if keep:
             held[i] = rows
-            if i not in reference_of.values():
+            if i not in waiting.values():
                 for h in rows:
                     h.sample_rows = None
     return reports, norms, maps, held
+
+
+def _befores_first(n: int, reference_of: dict[int, int]) -> list[int]:
+    """0..n-1 in order, except that a before is measured ahead of its afters (its rows
+    then serve their movement), however the checkpoints were given."""
+    order: list[int] = []
+    seen: set[int] = set()
+
+    def visit(i: int) -> None:
+        if i not in seen:
+            seen.add(i)  # before recursing: two that name each other end the walk
+            if i in reference_of:
+                visit(reference_of[i])
+            order.append(i)
+
+    for i in range(n):
+        visit(i)
+    return order
 
 
 def _at_scale(ckpt: Checkpoint) -> bool:
@@ -327,7 +343,7 @@ def _drift_pairs(
     paths: list[Path],
     ckpts: list[Checkpoint],
     labels: list[str],
-    pairs_found: list[tuple[int, int]],
+    pairs_found: list[Found],
     held: dict[int, list[MatrixRows]],
     read: ReadOptions,
     aopts: AnalyzeOptions,
@@ -338,7 +354,7 @@ def _drift_pairs(
     later pair needs them."""
     notes, pairs = [], []
     cos_edges = np.linspace(-1.0, 1.0, bins + 1)
-    for j, (a, b) in enumerate(pairs_found):
+    for j, (a, b) in enumerate((f.before, f.after) for f in pairs_found):
         say(f"drift {labels[a]} -> {labels[b]}")
         try:
             drifts = _drift(paths, ckpts, held, a, b, read, aopts)
@@ -347,7 +363,7 @@ def _drift_pairs(
             continue
         finally:
             for i in (a, b):  # let go of rows no later pair needs
-                if all(i not in pair for pair in pairs_found[j + 1 :]):
+                if all(i not in (f.before, f.after) for f in pairs_found[j + 1 :]):
                     held.pop(i, None)
         hists = [
             histogram(np.array([c for c in d.drift.per_token_cosine if c is not None]), cos_edges)
@@ -393,18 +409,21 @@ def _build_report(
         neighbors_k=opts.neighbors_k,
     )
     ckpts = []
+    alone = replace(read, reference=None, auto_reference=False)  # references: below, reused
     for i, path in enumerate(paths, 1):
         say(f"[{i}/{len(paths)}] reading {path}")
-        ckpts.append(open_checkpoint(path, read))
+        ckpts.append(open_checkpoint(path, alone))
+    with_references(ckpts, read)
     provenances = [dict(c.sidecar.provenance) if c.sidecar else {} for c in ckpts]
     order = series_order(list(paths), provenances)
     paths, ckpts = [paths[i] for i in order], [ckpts[i] for i in order]
     labels = checkpoint_labels(list(paths), [provenances[i] for i in order])
-    pairs_found = _drift_groups(list(zip(labels, ckpts, strict=True)))
-    # Each later checkpoint of a pair is measured from the earlier one (its init): the rows
-    # that barely moved since are untrained, and the movement plot shows distance from it.
-    for a, b in pairs_found:
-        ckpts[b].use_reference(ckpts[a], f"{labels[a]}, the checkpoint before it in this report")
+    pairs_found, pair_notes = find_pairs(list(paths), ckpts, labels, opts.pairs)
+    # The after of a pair is measured from its before (the checkpoint the report holds):
+    # the rows that barely moved since are untrained, the movement plot shows distance from it.
+    for f in pairs_found:  # a reference from the files is the before already, with its note
+        if f.movement and ckpts[f.after].reference is not ckpts[f.before]:
+            ckpts[f.after].use_reference(ckpts[f.before], f.why)
     reports, norms, maps, held = _measure_all(paths, ckpts, labels, pairs_found, aopts, opts, say)
     trajectories += checkpoint_series(list(paths), reports, labels)
 
@@ -412,7 +431,9 @@ def _build_report(
     pairs, drift_notes = _drift_pairs(
         paths, ckpts, labels, pairs_found, held, read, aopts, opts.histogram_bins, say
     )
-    notes = traj_notes + drift_notes
+    notes = traj_notes + pair_notes + drift_notes
+    if not pairs_found and len(ckpts) > 1:
+        notes.insert(0, no_pairs_note(len(ckpts)))
     return Report(
         title=opts.title,
         generated=opts.generated or dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
@@ -426,4 +447,5 @@ def _build_report(
         drift=pairs,
         notes=notes,
         trajectories=trajectories,
+        pairs=labelled(pairs_found, labels),
     )

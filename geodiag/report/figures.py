@@ -28,9 +28,8 @@ STYLE = {
     "axes.spines.right": False,
     "svg.fonttype": "none",  # text stays text: smaller, selectable, no glyph paths
     "svg.hashsalt": "geodiag",  # stable ids: the same report gives the same bytes
-    # Labels are names from checkpoints (levels, paths): a "$" in one is a dollar sign, not
-    # the start of mathtext (an unknown command in it stopped the report).
-    "text.parse_math": False,
+    # Mathtext stays on (log axes label their ticks with it); names from checkpoints are
+    # escaped where they are drawn (geodiag.escape.figure_text), so a "$" in one is a dollar.
 }
 REFERENCE_COLOR = "#555555"
 # Singular values below 1e-8 of the largest are rounding noise for float32 weights (and

@@ -31,6 +31,17 @@ class ReportOptions:
         flags=("--heatmap-max-tokens",),
         ge=2,
     )
+    pairs: tuple[str, ...] = setting(
+        (),
+        help="BEFORE=AFTER: measure AFTER from BEFORE (both given as checkpoints) and show "
+        "their drift; repeatable. Without it only what the files say is a before is paired "
+        "(a sidecar's init checkpoint, an earlier checkpoint-N of the run, an adapter's "
+        "base), never two checkpoints by their order.",
+        flags=("--pair",),
+        cli_type=list[str] | None,
+        cli_default=None,
+        parse=lambda values: tuple(values or ()),
+    )
     heatmap_blocks: int = setting(400, ge=2)  # about this many blocks across, when aggregated
     neighbors_k: int = same_as(AnalyzeOptions, "neighbors_k", help=None)  # not a report flag
     # New tokens in the nearest-originals table, per checkpoint.

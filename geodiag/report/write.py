@@ -7,7 +7,7 @@ report behind (an older report of the same name stays as it was).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from geodiag.atomic import atomic_write_many, check_writable
@@ -35,6 +35,7 @@ class ReportFiles:
     json: Path
     report: Report
     html_bytes: int
+    replaced: list[Path] = field(default_factory=list)  # of html and json, those already there
 
 
 def output_paths(output: Path) -> tuple[Path, Path]:
@@ -70,5 +71,6 @@ def write_report(
     if progress:
         progress("rendering figures and HTML")
     html = render_html(report, style, neighbors_shown=opts.neighbors_shown)
+    replaced = [p for p in (html_path, json_path) if p.exists()]
     atomic_write_many({html_path: html, json_path: dumps(report) + "\n"})
-    return ReportFiles(html_path, json_path, report, len(html.encode("utf-8")))
+    return ReportFiles(html_path, json_path, report, len(html.encode("utf-8")), replaced)

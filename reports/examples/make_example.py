@@ -61,7 +61,8 @@ def main() -> None:
         names = []
         for strategy, stage in CHECKPOINTS:
             name = f"{strategy}-{stage}"
-            write_synthetic(Path(tmp) / name, strategy, stage)
+            init = f"../{strategy}-init" if stage == "sft" else None  # as gti sft names it
+            write_synthetic(Path(tmp) / name, strategy, stage, init_checkpoint=init)
             names.append(name)
         cmd = [
             sys.executable,

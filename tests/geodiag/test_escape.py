@@ -138,7 +138,7 @@ def test_json_text_keeps_the_names():
 def test_html_page_and_figure_text():
     page = "<p>\x1b\ud800\x7f\u202e\t\n\x0c\r</p>"
     assert escape.html_page(page) == "<p>\\x1b\\ud800\\x7f\\u202e\t\n\x0c\r</p>"
-    assert escape.figure_text("a$\\frac$\x1b\ud800") == "a$\\frac$\\x1b\\ud800"
+    assert escape.figure_text("a$\\frac$\x1b\ud800") == "a\\$\\frac\\$\\x1b\\ud800"
 
 
 def test_tsv_field():

@@ -19,7 +19,7 @@ from geodiag.analysis.options import AnalyzeOptions
 from geodiag.cli import app
 from geodiag.errors import InputError
 from geodiag.report.options import ReportOptions
-from geodiag.settings import default_of, spec_of
+from geodiag.settings import UNSET, default_of, spec_of
 
 COMMANDS = {  # command -> the option classes whose flags it shows
     "metrics": (AnalyzeOptions,),
@@ -31,7 +31,7 @@ FLAGS = {  # command -> the flags of those classes it has, no more, no fewer
     "metrics": {"--permutations", "--seed", "--neighbors"},
     "check": {"--permutations", "--seed"},
     "drift": {"--permutations", "--seed"},
-    "report": {"--title", "--heatmap-max-tokens", "--permutations", "--seed"},
+    "report": {"--title", "--heatmap-max-tokens", "--pair", "--permutations", "--seed"},
 }
 
 
@@ -58,7 +58,8 @@ def test_each_flag_is_its_field_default_help_and_all(command):
     assert shown == FLAGS[command]
     for flag in shown:
         f, p = fields[flag], params[flag]
-        assert p.default == f.default, flag
+        s = spec_of(f)  # a repeatable flag's unset value (None) parses to the field's default
+        assert (s.parse(p.default) if s.cli_default is not UNSET else p.default) == f.default, flag
         assert p.help == spec_of(f).help, flag
 
 

@@ -420,3 +420,24 @@ def test_reading_an_adapter_imports_neither_torch_nor_transformers(tt_adapter):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_report_pairs_an_adapter_with_its_base_in_either_order(tt_adapter, tmp_path):
+    """report BASE ADAPTER: the adapter's config names the base, so the two are a pair (the
+    drift of `geodiag drift BASE ADAPTER`), whichever is given first."""
+    folder, base = tt_adapter
+    want = json.loads(
+        _run("drift", base, folder, "--json", "--new-tokens", f"{V0}:{V0 + N_NEW}").output
+    )
+    for order in ((base, folder), (folder, base)):
+        out = tmp_path / "pair.html"
+        res = _run("report", *order, "-o", out, "--new-tokens", f"{V0}:{V0 + N_NEW}")
+        assert res.exit_code == 0, res.output
+        data = json.loads(out.with_suffix(".json").read_text())
+        (pair,) = data["pairs"]
+        assert pair["why"] == (
+            "the base model its adapter_config.json names (a PEFT adapter over its base)"
+        )
+        (drift,) = data["drift"]
+        got = drift["reports"][0]["drift"]
+        assert got["relative_change"] == pytest.approx(want[0]["drift"]["relative_change"])

@@ -221,7 +221,12 @@ def test_drift_and_report_over_the_siblings(trainer_run, tmp_path):
     data = json.loads(out.with_suffix(".json").read_text())
     later = next(c for c in data["checkpoints"] if c["report"]["path"] == str(second))
     notes = [n for n in later["report"]["notes"] if n.startswith("reference:")]
-    assert notes == [f"reference: {first} (checkpoint-1, the checkpoint before it in this report)"]
+    assert len(notes) == 1
+    assert notes[0].startswith("reference: checkpoint-1, the run's earliest saved checkpoint")
+    # the report pairs them because the files say so, and says why
+    (pair,) = data["pairs"]
+    assert (pair["before"], pair["after"]) == ("checkpoint-1", "checkpoint-2")
+    assert pair["why"].startswith("checkpoint-1, the run's earliest saved checkpoint")
 
 
 # --- the sidecar's init checkpoint ----------------------------------------------------

@@ -214,15 +214,16 @@ def test_a_weights_file_url(tmp_path, serve):
 
 
 def test_report_and_drift_take_urls(tmp_path, serve):
-    """`geodiag report hf://A hf://B` (here two https folders) pairs and renders them as it
-    does the local folders; `drift` reads both sides by URL."""
+    """`geodiag report hf://A hf://B --pair A=B` (here two https folders) pairs and renders
+    them as it does the local folders; `drift` reads both sides by URL."""
     pytest.importorskip("matplotlib")
     write_checkpoint(tmp_path / "init", planted_new_rows("mean", base_rows()))
     write_checkpoint(tmp_path / "sft", planted_new_rows("grounded", base_rows()))
     server = serve(tmp_path)
     a, b = f"{server.url}/init", f"{server.url}/sft"
     html = tmp_path / "r.html"
-    res = runner.invoke(app, ["report", a, b, "-o", str(html), "--permutations", "0"])
+    args = ["report", a, b, "--pair", f"{a}={b}", "-o", str(html), "--permutations", "0"]
+    res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     doc = json.loads(html.with_suffix(".json").read_text(encoding="utf-8"))
     assert [e["report"]["path"] for e in doc["checkpoints"]] == [a, b]
@@ -230,7 +231,7 @@ def test_report_and_drift_take_urls(tmp_path, serve):
     res = runner.invoke(
         app,
         ["report", str(tmp_path / "init"), str(tmp_path / "sft"), "-o", str(local)]
-        + ["--permutations", "0"],
+        + ["--pair", f"{tmp_path / 'init'}={tmp_path / 'sft'}", "--permutations", "0"],
     )
     mine = json.loads(local.with_suffix(".json").read_text(encoding="utf-8"))
     # The same numbers and verdicts; the pair's reference named by its URL.

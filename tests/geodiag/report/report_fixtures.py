@@ -9,11 +9,22 @@ from pathlib import Path
 import numpy as np
 from geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
 
-# (folder, planted kind, sidecar provenance); gti/init -> gti/sft is the one drift pair.
+# (folder, planted kind, sidecar provenance); gti/sft names gti/init as its init checkpoint,
+# as `gti sft` writes it: the one drift pair.
 CHECKPOINTS = [
     ("mean-init", "mean", {"init_strategy": "mean", "stage": "init", "step": 0, "seed": 0}),
     ("gti-init", "grounded", {"init_strategy": "gti", "stage": "init", "step": 0, "seed": 0}),
-    ("gti-sft", "grounded+sft", {"init_strategy": "gti", "stage": "sft", "step": 800, "seed": 0}),
+    (
+        "gti-sft",
+        "grounded+sft",
+        {
+            "init_strategy": "gti",
+            "stage": "sft",
+            "step": 800,
+            "seed": 0,
+            "init_checkpoint": "../gti-init",
+        },
+    ),
     ("random-init", "random", {"init_strategy": "random", "stage": "init", "step": 0, "seed": 0}),
 ]
 

@@ -1,16 +1,21 @@
 """The report in a real browser: headless chromium renders it, the screenshot is not blank,
-and the page requests nothing from the network. Skipped where chromium is not installed
-(`.ci/run` installs Debian's `chromium`)."""
+the page requests nothing from the network, and a two-arm report lays out at a desktop's
+and a phone's width with nothing past its card or the page, and its figures' tick labels
+drawn as math, not as raw mathtext. Skipped where chromium is not installed (`.ci/run`
+installs Debian's `chromium`)."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from devtools import Browser
+from geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
 from report_fixtures import write_set
 
 from geodiag.report import ReportOptions, write_report
@@ -114,3 +119,98 @@ def test_screenshot_is_not_blank(rendered):
     assert not_white > 0.03
     colored = (rgb.max(axis=-1) - rgb.min(axis=-1) > 0.3).mean()  # badges and figures are in colour
     assert colored > 0.002
+
+
+# Evaluated in the page: the boxes of every element and text run, and the text of each
+# SVG figure.
+MEASURE = """(() => {
+  const vw = document.documentElement.clientWidth;
+  const out = {width: vw, scroll_width: document.documentElement.scrollWidth,
+               page: [], cards: [], card_widths: [], main_width: 0, svg_text: []};
+  const scrolled = n => { for (let p = n.parentElement; p; p = p.parentElement)
+    if (p.classList.contains("scroll")) return true; return false; };
+  const boxes = root => {  // [node, rect] of elements and non-blank text runs under root
+    const found = [];
+    const walk = document.createTreeWalker(root, NodeFilter.SHOW_ELEMENT | NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      let r;
+      if (n.nodeType === 3) {
+        if (!n.textContent.trim()) continue;
+        const range = document.createRange(); range.selectNodeContents(n);
+        r = range.getBoundingClientRect();
+      } else r = n.getBoundingClientRect();
+      if (r.width > 0) found.push([n, r]);
+    }
+    return found;
+  };
+  const say = (n, r) => ((n.nodeType === 3 ? n.parentElement : n).tagName + " '" +
+    n.textContent.trim().slice(0, 50) + "' " + Math.round(r.left) + ".." + Math.round(r.right));
+  for (const [n, r] of boxes(document.body))
+    if (!scrolled(n.nodeType === 3 ? n.parentElement : n) && (r.right > vw + 1 || r.left < -1))
+      out.page.push(say(n, r));
+  const main = document.querySelector("main"), pad = getComputedStyle(main);
+  out.main_width = main.clientWidth - parseFloat(pad.paddingLeft) - parseFloat(pad.paddingRight);
+  for (const card of document.querySelectorAll(".card")) {
+    const c = card.getBoundingClientRect();
+    out.card_widths.push(c.width);
+    for (const [n, r] of boxes(card))
+      if (r.right > c.right + 1 || r.left < c.left - 1) out.cards.push(say(n, r));
+  }
+  for (const img of document.querySelectorAll("img")) {
+    const src = img.getAttribute("src");
+    if (!src.startsWith("data:image/svg+xml;base64,")) continue;
+    const svg = new DOMParser().parseFromString(atob(src.split(",")[1]), "image/svg+xml");
+    for (const t of svg.querySelectorAll("text")) out.svg_text.push(t.textContent);
+  }
+  return out;
+})();"""
+
+
+def layout(page: Path, width: int, tmp: Path) -> dict:
+    """What :data:`MEASURE` finds in ``page`` in a viewport ``width`` CSS px wide."""
+    with Browser(CHROMIUM, tmp / f"profile-{width}") as browser:
+        browser.open(page, width)
+        return browser.evaluate(MEASURE)
+
+
+@pytest.fixture(scope="module")
+def two_arms(tmp_path_factory):
+    """`geodiag report ckpt-mean ckpt-random` as a user would first run it: a mean-resized
+    checkpoint without a sidecar (its remedy names transformers' call, a long code span)."""
+    tmp = tmp_path_factory.mktemp("two-arms")
+    base = base_rows()
+    paths = [
+        write_checkpoint(
+            tmp / f"ckpt-{kind}",
+            planted_new_rows(kind, base),
+            base=base,
+            with_sidecar=False,
+            with_codebooks=False,
+        )
+        for kind in ("mean-noise", "random")
+    ]
+    files = write_report(paths, tmp / "report.html", opts=ReportOptions(n_permutations=20))
+    return files.html, tmp
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_two_arm_report_fits_its_cards_and_the_page(two_arms, width):
+    page, tmp = two_arms
+    assert "mean_resizing" in page.read_text()  # the long code span is on the page
+    found = layout(page, width, tmp)
+    assert found["width"] == width
+    assert found["scroll_width"] <= width  # the page never scrolls sideways
+    assert found["page"] == []  # nothing past the viewport but inside a scrolling table
+    assert found["cards"] == []  # nothing past its card: inline code wraps
+    assert len(found["card_widths"]) == 2
+    # wide cards, one per row, at a desktop's width (not two tall 40% columns)
+    assert all(w >= found["main_width"] - 1 for w in found["card_widths"]), found
+
+
+def test_two_arm_report_figures_draw_tick_labels_as_math(two_arms):
+    page, tmp = two_arms
+    texts = ["".join(t.split()) for t in layout(page, 1400, tmp)["svg_text"]]
+    assert texts and not [t for t in texts if "mathdefault" in t or "$" in t or "^{" in t]
+    # the log axes' labels drawn as math: 10 and its exponent, one glyph at a time ("10−2")
+    powers = [t for t in texts if re.fullmatch("10[−-]?[0-9]+", t)]
+    assert len(powers) >= 2, texts  # on both log axes of the spectra

@@ -55,6 +55,13 @@ def test_report_default_output_is_reports_report_html(make_ckpt, tmp_path, monke
     res = run("report", ckpt, "--permutations", 10)
     assert res.exit_code == 0, res.output
     assert files_under(work) == ["reports/report.html", "reports/report.json"]
+    assert "replaced" not in res.output
+    res = run("report", ckpt, "--permutations", 10)  # the same default file: says so
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[-1] == (
+        "replaced reports/report.html and reports/report.json, written by an earlier run "
+        "(give -o NAME.html to keep them)"
+    )
 
 
 def test_report_bad_input_writes_nothing(make_ckpt, tmp_path, monkeypatch):

@@ -67,11 +67,13 @@ def test_checkpoint_folders_form_a_series_ordered_by_step(tmp_path):
         assert traj["mean_cosine"][i] == m.new.mean_pairwise_cosine
         assert traj["rsa"]["b"][i] == m.levels[1].rsa.spearman
     assert traj["spread_ratio"] == sorted(traj["spread_ratio"])  # planted: spread grows
-    # drift pairs follow the steps, not the glob
+    # each later checkpoint is paired with the run's earliest, as its files say (not with
+    # the one before it in the glob)
     assert [(d["before"], d["after"]) for d in data["drift"]] == [
         ("checkpoint-2", "checkpoint-5"),
-        ("checkpoint-5", "checkpoint-10"),
+        ("checkpoint-2", "checkpoint-10"),
     ]
+    assert all("the run's earliest saved checkpoint" in p["why"] for p in data["pairs"])
     html = files.html.read_text()
     page = Page(html)
     assert "trajectory" in page.ids and "</span>Training trajectory</h2>" in html
