@@ -154,6 +154,8 @@ def markdown_summary(results: list[GateResult]) -> str:
     for res in results:
         verdict = "passed" if res.passed else "FAILED"
         lines.append(f"### geodiag check {markdown_code(res.path)}: {verdict}\n")
+        if res.verdict:  # the diagnosis, as the terminal words it
+            lines.append(f"{markdown_cell(res.verdict)}\n")
         lines.append("| check | matrix | status | value | threshold |")
         lines.append("|---|---|---|---|---|")
         for c in res.checks:

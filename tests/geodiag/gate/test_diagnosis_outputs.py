@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 import geodiag
 from geodiag.cli import app
+from geodiag.escape import markdown_cell
 
 runner = CliRunner()
 
@@ -26,6 +27,7 @@ def test_every_output_carries_the_terminals_diagnosis(tmp_path, monkeypatch):
         tmp_path / "ckpt", planted_new_rows("mean-noise", base_rows()), with_sidecar=False
     )
     monkeypatch.chdir(tmp_path)  # no pyproject.toml: the documented defaults
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
     text = run("check", ckpt, "--permutations", 10, "--junit", "j.xml", "--sarif", "s.sarif")
     assert text.exit_code == 1
     (said,) = [ln for ln in text.stdout.splitlines() if ln.startswith("  verdict: ")]
@@ -49,6 +51,8 @@ def test_every_output_carries_the_terminals_diagnosis(tmp_path, monkeypatch):
         assert t.endswith(
             f"\n\nverdict: {res['verdict']}\ncause: {res['cause']}\nremedy: {res['remedy']}"
         )
+    summary = (tmp_path / "summary.md").read_text()
+    assert markdown_cell(res["verdict"]) in summary  # the job summary too
     sarif = json.loads((tmp_path / "s.sarif").read_text())["runs"][0]["results"]
     assert sarif and all(r["message"]["text"].endswith(f"Verdict: {res['verdict']}") for r in sarif)
 
