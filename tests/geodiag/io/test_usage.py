@@ -220,6 +220,9 @@ def test_a_base_with_an_instruct_template_whose_tokens_are_untrained_fails_namin
     # The reserved slots: no source says (no --data), so they count too, and the message
     # says which flag would settle them.
     assert res.value == 8 and "--data FILE" in res.message
+    # Said once for the four of unknown use, not "(usage unknown)" after each of them.
+    assert "; 4 for which no source says whether anything feeds them (--data" in res.message
+    assert "usage unknown" not in res.message and res.message.count("--data FILE") == 1
     # With data that never holds them, only the template's tokens fail.
     data = _jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "w1 w2"}]}])
     res = _untrained(geodiag.measure(base, read=specials, data=[data]))
