@@ -209,7 +209,7 @@ def check_sentence(c: CheckResult, m: MatrixReport) -> str:
         )
     if c.check is CheckName.SPREAD_RELATIVE:
         if v is None:
-            return f"spread ratio undefined ({c.message})."
+            return f"spread relative to the vocabulary undefined ({c.message})."
         if ok:
             return f"spread {v:.3g}x the vocabulary's (>= {t:g})."
         return f"spread only {v:.2g}x the vocabulary's (< {t:g}): one point, as after mean init."
@@ -450,7 +450,7 @@ def _structure(report: CheckpointReport, m: MatrixReport, checks: list[CheckResu
     spread = (
         f"spread {_g(g.spread_relative, 2)}x the vocabulary's"
         if m.reference is not None
-        else "spread ratio undefined without a vocabulary"
+        else "spread relative to the vocabulary undefined without one"
     )
     healthy = f"not collapsed (effective rank {_g(g.centered.effective_rank)}, {spread})"
     rsa = [c for c in checks if c.check is CheckName.RSA]
