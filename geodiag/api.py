@@ -30,9 +30,9 @@ from geodiag.gate.checks import (
     GateConfig,
     GateResult,
     load_config,
-    run_gate,
     with_overrides,
 )
+from geodiag.gate.verdict import judge
 from geodiag.io import sidecar as sidecar_mod
 from geodiag.io.checkpoint import Checkpoint, open_checkpoint
 from geodiag.io.memory import MemoryStore, array_matrix, gathered, is_torch, model_matrices
@@ -253,7 +253,9 @@ def check(
     config: GateConfig | str | os.PathLike[str] | None = None,
     **kwargs,
 ) -> GateResult:
-    """The CI gate (``geodiag check``) on ``source``; ``result.passed`` says pass / fail.
+    """The CI gate (``geodiag check``) on ``source``; ``result.passed`` says pass / fail,
+    ``result.verdict`` the diagnosis in one sentence (as the terminal prints it), and
+    ``result.cause`` / ``result.remedy`` the cause and the remedy it names (None: none).
 
     Thresholds: ``config`` (a :class:`GateConfig`, or a TOML file as for ``--config``;
     default: the documented defaults, ``./pyproject.toml`` is not read), then one keyword
@@ -268,7 +270,7 @@ def check(
         cfg = dataclasses.replace(GateConfig(), **load_config(Path(config)))
     cfg = with_overrides(cfg, {k: kwargs.pop(k) for k in THRESHOLDS if k in kwargs})
     kwargs.setdefault("neighbors", 0)
-    return run_gate(measure(source, **kwargs), cfg)
+    return judge(measure(source, **kwargs), cfg)
 
 
 def _with_threshold_keywords(fn):

@@ -75,14 +75,20 @@ CHECKPOINT_HELP = (
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (strict: no NaN/Infinity).")]
 
 
-def _say(text: str) -> None:
+def _say(text: str, console=None) -> None:
     """Print to stdout, where a reader that stops early (``geodiag check ... | head -1``)
     is not an error: the rest goes to /dev/null, as the Python docs recommend for
     SIGPIPE, and the command runs on to its own exit code (0 pass, 1 a check failed),
     since the verdict does not depend on who read the report. Files it writes after
-    printing (none today) and GitHub annotations on stderr still happen."""
+    printing (none today) and GitHub annotations on stderr still happen.
+
+    On a terminal the lines are wrapped to its width (``console``: a
+    :class:`geodiag.gate.console.Console`; default: wrapped, no colour); piped, whole."""
+    from geodiag.gate.console import Console
+
+    console = console or Console.of(sys.stdout, no_color=True)
     try:
-        typer.echo(text)
+        typer.echo(console.show(text))
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -118,9 +124,20 @@ def metrics(
     from geodiag.jsonio import dumps
 
     report = analyze(ckpt, read, analysis)
+    if not json_out:
+        _say(metrics_table(report))
+        return
+    from geodiag.gate.checks import resolve_config
+    from geodiag.gate.verdict import judge
+    from geodiag.jsonio import to_jsonable
+
+    # The gate's diagnosis under its defaults (and ./pyproject.toml's [tool.geodiag]), as
+    # `geodiag check` words it: the sentence, its cause and its remedy.
+    res = judge(report, resolve_config(None, {}))
+    diagnosis = {"passed": res.passed, "verdict": res.verdict, "cause": res.cause}
     # Compact JSON: the C encoder; indenting goes through json's pure-Python one, which took
     # a tenth of the run on SmolLM2 (pipe through `jq` to read it).
-    _say(dumps(report, indent=None) if json_out else metrics_table(report))
+    _say(dumps({**to_jsonable(report), **diagnosis, "remedy": res.remedy}, indent=None))
 
 
 @app.command()
@@ -149,35 +166,47 @@ def check(
         ),
     ] = None,
     json_out: JsonOpt = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "-q",
+            "--quiet",
+            help="Print the failed checkpoints' failures and verdicts, and a summary.",
+        ),
+    ] = False,
+    no_color: Annotated[
+        bool,
+        typer.Option(
+            "--no-color",
+            help="No colour on a terminal (as NO_COLOR does); piped output has none.",
+        ),
+    ] = False,
     read: ReadOptions = READ,
     analysis: AnalyzeOptions = ANALYZE,
 ) -> None:
     """Gate CI on the geometry: exit 0 pass, 1 a check failed, 2 bad input."""
     from geodiag.analysis.checkpoint import analyze
-    from geodiag.gate.checks import resolve_config, run_gate
-    from geodiag.gate.outputs import print_annotations, text_summary, write_ci_pages
+    from geodiag.gate.checks import resolve_config
+    from geodiag.gate.outputs import print_annotations, write_ci_pages
+    from geodiag.gate.verdict import judge
     from geodiag.jsonio import dumps
 
     cfg = resolve_config(config, thresholds)
     reports = [analyze(p, read, analysis) for p in ckpt]
-    results = [run_gate(rep, cfg) for rep in reports]
+    results = [judge(rep, cfg) for rep in reports]
     write_ci_pages(reports, results, cfg, junit=junit, sarif=sarif)
     if json_out:
         _say(dumps({"config": cfg, "results": results, "passed": all(r.passed for r in results)}))
     else:
-        from geodiag.gate.text import dropped_lines, integrity_lines, sample_lines
-        from geodiag.gate.verdict import verdict
+        from geodiag.gate.console import Console
+        from geodiag.gate.outputs import check_text, summary_line
 
+        console = Console.of(sys.stdout, no_color=no_color)
         for rep, res in zip(reports, results, strict=True):
-            _say(text_summary(res))
-            for m in rep.matrices:
-                for line in dropped_lines(m, indent="  ") + sample_lines(m, indent="  "):
-                    _say(terminal(f"{line} [{m.tensor}]"))
-            for line in integrity_lines(rep):  # the vocabulary audit's findings among them
-                _say(terminal(f"  {line}"))
-            for note in rep.usage_notes:  # a source of usage that could not be counted
-                _say(terminal(f"  note: {note}"))
-            _say(terminal(f"  verdict: {verdict(rep, res).sentence}"))
+            if not (quiet and res.passed):
+                _say(check_text(rep, res, quiet=quiet), console)
+        if len(results) > 1 or quiet:
+            _say(summary_line(results), console)
     print_annotations(results)
     raise typer.Exit(0 if all(r.passed for r in results) else 1)
 

@@ -86,6 +86,7 @@ def main() -> None:
         _run(args.out, f"check-json-{n}", ["check", str(c), "--json"], env)
     gh = dict(env, GITHUB_ACTIONS="true", GITHUB_STEP_SUMMARY=str(args.out / "summary.md"))
     _run(args.out, "check-github", ["check", *map(str, ckpts)], gh)
+    _run(args.out, "check-quiet", ["check", "-q", *map(str, ckpts)], env)
     _run(args.out, "drift", ["drift", str(ckpts[0]), str(ckpts[4])], env)
     _run(args.out, "drift-json", ["drift", str(ckpts[0]), str(ckpts[4]), "--json"], env)
     _run(args.out, "report", ["report", *map(str, ckpts[:5]), "-o", str(args.out / "r.html")], env)

@@ -1,6 +1,6 @@
 """Per-token findings of one matrix: which new rows never left their init, and which are odd.
 
-Untrained (the gate's ``untrained_tokens`` counts them): in a group of numerically identical
+Untrained (the gate's ``n_untrained`` counts them): in a group of numerically identical
 rows, at the vocabulary's mean, all zero, unchanged from the base's padding row of the same
 id (``--base``), distributed like the unused padding rows past the tokenizer (without
 ``--base``: :func:`geodiag.metrics.untrained.compare_with_padding`), or barely moved since a

@@ -4,24 +4,24 @@ Record schema (shared with gti grounding's ``train_log.jsonl``; readers ignore e
 keys)::
 
     {"step": int, "elapsed_s": float | null,
-     "structure": {"effective_rank_ratio": float | null, "spread_ratio": float | null,
-                   "mean_cosine": float | null,
+     "structure": {"effective_rank_ratio": float | null, "spread_relative": float | null,
+                   "mean_pairwise_cosine": float | null,
                    "rsa": {"<level>": float | null, ...}, "rsa_p": {"<level>": float | null, ...},
                    "code_accuracy": {...} (optional), "code_accuracy_chance": {...} (optional),
-                   "effective_rank": float (optional), "untrained_tokens": int (optional),
+                   "effective_rank": float (optional), "n_untrained": int (optional),
                    "movement": float | null, "n_unmoved": int | null,
                    "unmoved_fraction": float | null, "unmoved_by_level": {"<level>": float},
                    "identical_rows": int, "grad_norm": float | null (optional, the callback)}}
 
 The optional keys of the callback's snapshots: ``effective_rank`` (centered, absolute),
-``untrained_tokens`` (rows not moved since the run's first snapshot, or in a group of
+``n_untrained`` (rows not moved since the run's first snapshot, or in a group of
 identical rows; :func:`geodiag.metrics.snapshot.untrained`), ``movement`` (RMS distance of
 the new rows to their first snapshot / the vocabulary's spread), ``n_unmoved`` and
 ``unmoved_fraction`` (null at the first snapshot), per level ``unmoved_by_level``,
 ``identical_rows`` (rows in a group of identical rows) and ``grad_norm`` (L2 norm of the
 new rows' gradient at that optimizer step, after clipping; null where the Trainer does not
 expose it). A full analysis (``"kind": "gate"``, checkpoint series) records
-``effective_rank`` and ``untrained_tokens`` by the gate's definition.
+``effective_rank`` and ``n_untrained`` by the gate's definition.
 
 A series comes from such a file (``geodiag_trajectory.jsonl`` of
 :class:`geodiag.callback.GeodiagCallback`, or any JSONL whose lines carry
@@ -48,9 +48,9 @@ from geodiag.metrics.snapshot import Snapshot
 TRAJECTORY_FILENAME = "geodiag_trajectory.jsonl"
 CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")  # transformers' PREFIX_CHECKPOINT_DIR
 C = CheckName
-METRICS = (C.EFFECTIVE_RANK_RATIO, C.SPREAD_RATIO, C.MEAN_COSINE)
+METRICS = (C.EFFECTIVE_RANK_RATIO, C.SPREAD_RELATIVE, C.MEAN_PAIRWISE_COSINE)
 # Series that only some records carry (the callback's row-by-row findings): None elsewhere.
-ROW_METRICS = (C.EFFECTIVE_RANK, C.UNTRAINED_TOKENS, "movement", "unmoved_fraction", "grad_norm")
+ROW_METRICS = (C.EFFECTIVE_RANK, C.N_UNTRAINED, "movement", "unmoved_fraction", "grad_norm")
 
 
 def _finite(x: object) -> float | None:
@@ -63,14 +63,14 @@ def structure_of_snapshot(s: Snapshot) -> dict:
     out = {
         C.EFFECTIVE_RANK_RATIO: s.effective_rank_ratio,
         C.EFFECTIVE_RANK: s.effective_rank,
-        C.SPREAD_RATIO: s.spread_ratio,
-        C.MEAN_COSINE: s.mean_cosine,
+        C.SPREAD_RELATIVE: s.spread_relative,
+        C.MEAN_PAIRWISE_COSINE: s.mean_pairwise_cosine,
         C.RSA: dict(s.rsa),
         "rsa_p": dict(s.rsa_p),
     }
     r = s.rows
     if r is not None:
-        out[C.UNTRAINED_TOKENS] = r.n_untrained
+        out[C.N_UNTRAINED] = r.n_untrained
         out.update(
             movement=r.movement,
             n_unmoved=r.n_unmoved,
@@ -85,12 +85,12 @@ def structure_of_report(report: CheckpointReport, matrix: int = 0) -> dict:
     """The record's ``structure`` from a full analysis (input matrix by default): the
     values the gate's checks read (geodiag.analysis.values)."""
     m = report.matrices[matrix]
-    blocks = (C.EFFECTIVE_RANK_RATIO, C.EFFECTIVE_RANK, C.SPREAD_RATIO, C.MEAN_COSINE)
+    blocks = (C.EFFECTIVE_RANK_RATIO, C.EFFECTIVE_RANK, C.SPREAD_RELATIVE, C.MEAN_PAIRWISE_COSINE)
     return {
         **{c: VALUES[c](m) for c in blocks},
         C.RSA: rsa_by_level(m),
         "rsa_p": rsa_p_by_level(m),
-        C.UNTRAINED_TOKENS: VALUES[C.UNTRAINED_TOKENS](m),
+        C.N_UNTRAINED: VALUES[C.N_UNTRAINED](m),
     }
 
 
@@ -176,8 +176,8 @@ class Trajectory:
     steps: list[int]
     elapsed_s: list[float | None]
     effective_rank_ratio: list[float | None]
-    spread_ratio: list[float | None]
-    mean_cosine: list[float | None]
+    spread_relative: list[float | None]
+    mean_pairwise_cosine: list[float | None]
     rsa: dict[str, list[float | None]]
     rsa_p: dict[str, list[float | None]]
     code_accuracy: dict[str, list[float | None]] = field(default_factory=dict)
@@ -185,7 +185,7 @@ class Trajectory:
     checkpoints: list[str] = field(default_factory=list)  # per step, for checkpoint series
     # Row by row (ROW_METRICS; the callback's snapshots): None where a record lacks them.
     effective_rank: list[float | None] = field(default_factory=list)
-    untrained_tokens: list[float | None] = field(default_factory=list)
+    n_untrained: list[float | None] = field(default_factory=list)
     movement: list[float | None] = field(default_factory=list)
     unmoved_fraction: list[float | None] = field(default_factory=list)
     unmoved_by_level: dict[str, list[float | None]] = field(default_factory=dict)
@@ -208,6 +208,24 @@ def _per_key(structures: list[dict], key: str) -> dict[str, list[float | None]]:
     return out
 
 
+# The keys of records written before issue 42, when the checks took the names of the
+# figures they read. Read under either name, so that older trajectories still plot.
+RENAMED = {
+    "spread_ratio": C.SPREAD_RELATIVE,
+    "mean_cosine": C.MEAN_PAIRWISE_COSINE,
+    "untrained_tokens": C.N_UNTRAINED,
+}
+
+
+def _current_names(structure: dict) -> dict:
+    """``structure`` with the older keys (:data:`RENAMED`) under their current names."""
+    out = dict(structure)
+    for old, new in RENAMED.items():
+        if old in out and new not in out:
+            out[new] = out.pop(old)
+    return out
+
+
 def from_structures(
     label: str,
     source: str,
@@ -216,6 +234,7 @@ def from_structures(
     structures: list[dict],
     checkpoints: list[str] | None = None,
 ) -> Trajectory:
+    structures = [_current_names(s) for s in structures]
     return Trajectory(
         label=label,
         source=source,

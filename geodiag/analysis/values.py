@@ -18,13 +18,16 @@ from geodiag.analysis.reports import MatrixReport
 
 class CheckName(StrEnum):
     """A check's name: its results carry it, its ``GateConfig`` field is ``min_`` or
-    ``max_`` + it, and a trajectory record's ``structure`` keys its value by it."""
+    ``max_`` + it (or names it with ``check=``: three flags kept their older names), and a
+    trajectory record's ``structure`` keys its value by it. The name is the figure's own
+    (``spread_relative``, ``mean_pairwise_cosine``, ``n_untrained``), as the metrics JSON
+    and the terminal tables name it."""
 
     EFFECTIVE_RANK_RATIO = "effective_rank_ratio"
     EFFECTIVE_RANK = "effective_rank"
-    SPREAD_RATIO = "spread_ratio"
-    MEAN_COSINE = "mean_cosine"
-    UNTRAINED_TOKENS = "untrained_tokens"
+    SPREAD_RELATIVE = "spread_relative"
+    MEAN_PAIRWISE_COSINE = "mean_pairwise_cosine"
+    N_UNTRAINED = "n_untrained"
     NORM_RATIO = "norm_ratio"
     RSA = "rsa"  # one result per level
     VOCABULARY_DISAGREEMENTS = "vocabulary_disagreements"  # one result per checkpoint
@@ -35,7 +38,7 @@ def shown_name(check: CheckName, level: str | None = None) -> str:
     return str(check) if level is None else f"{check}[{level}]"
 
 
-def _untrained_tokens(m: MatrixReport) -> float | None:
+def _n_untrained(m: MatrixReport) -> float | None:
     """The untrained rows that something feeds or may (the gate's rule at its default,
     UNTRAINED_USES_TO_FAIL); all of them when the row masks are gone."""
     u = m.untrained
@@ -50,9 +53,9 @@ def _untrained_tokens(m: MatrixReport) -> float | None:
 VALUES: dict[CheckName, Callable[[MatrixReport], float | None]] = {
     CheckName.EFFECTIVE_RANK_RATIO: lambda m: m.new.centered.effective_rank_ratio,
     CheckName.EFFECTIVE_RANK: lambda m: m.new.centered.effective_rank,
-    CheckName.SPREAD_RATIO: lambda m: m.new.spread_relative,  # None without a vocabulary
-    CheckName.MEAN_COSINE: lambda m: m.new.mean_pairwise_cosine,
-    CheckName.UNTRAINED_TOKENS: _untrained_tokens,
+    CheckName.SPREAD_RELATIVE: lambda m: m.new.spread_relative,  # None without a vocabulary
+    CheckName.MEAN_PAIRWISE_COSINE: lambda m: m.new.mean_pairwise_cosine,
+    CheckName.N_UNTRAINED: _n_untrained,
     CheckName.NORM_RATIO: lambda m: m.norm_ratio,
 }
 

@@ -20,7 +20,8 @@ from geodiag.analysis.reports import CheckpointReport
 from geodiag.atomic import atomic_write
 from geodiag.callback.distributed import partitioned
 from geodiag.errors import InputError
-from geodiag.gate.checks import GateConfig, GateResult, run_gate
+from geodiag.gate.checks import GateConfig, GateResult
+from geodiag.gate.verdict import judge
 from geodiag.io import sidecar
 from geodiag.io.new_tokens import declare
 
@@ -73,7 +74,7 @@ def gate_saved(
     if not reads_memory(folder):
         try:
             report = analyze_checkpoint(open_source(folder, **source), opts)
-            return run_gate(report, gate), report, str(folder)
+            return judge(report, gate), report, str(folder)
         except InputError as e:
             # In memory instead, unless that needs a gather the other ranks won't join.
             if model is None or partitioned(model):
@@ -87,7 +88,7 @@ def gate_saved(
 
     with gathered(model):
         report = analyze_checkpoint(open_source(model, **source), opts)
-    return run_gate(report, gate), report, "model in memory"
+    return judge(report, gate), report, "model in memory"
 
 
 def write_check(folder: Path, result: GateResult, gate: GateConfig, measured: str) -> None:

@@ -27,9 +27,9 @@ SHOWN_TOKENS = 20  # untrained tokens an alarm names
 # The structure's numbers logged as geodiag/<key> (RSA per level besides).
 LOGGED = (
     CheckName.EFFECTIVE_RANK_RATIO,
-    CheckName.SPREAD_RATIO,
-    CheckName.MEAN_COSINE,
-    CheckName.UNTRAINED_TOKENS,
+    CheckName.SPREAD_RELATIVE,
+    CheckName.MEAN_PAIRWISE_COSINE,
+    CheckName.N_UNTRAINED,
     "unmoved_fraction",
     "movement",
     "grad_norm",
@@ -211,8 +211,8 @@ def empty_structure() -> dict:
     """The structure of a skipped snapshot."""
     return {
         CheckName.EFFECTIVE_RANK_RATIO: None,
-        CheckName.SPREAD_RATIO: None,
-        CheckName.MEAN_COSINE: None,
+        CheckName.SPREAD_RELATIVE: None,
+        CheckName.MEAN_PAIRWISE_COSINE: None,
         CheckName.RSA: {},
         "rsa_p": {},
     }

@@ -391,7 +391,7 @@ class GeodiagCallback(TrainerCallback):
         """Raise the collapse and the untrained alarms that the snapshot ``s`` calls for:
         the untrained tokens the training data feeds (all of them without usage)."""
         counted, spared, counts = self._split(ids)
-        judged = {**s, CheckName.UNTRAINED_TOKENS: len(counted)} if counts is not None else s
+        judged = {**s, CheckName.N_UNTRAINED: len(counted)} if counts is not None else s
         collapse = collapse_of(judged, self.gate)
         due = self.collapse_after_steps is not None and step >= self.collapse_after_steps
         if due and collapse.collapsed:

@@ -93,18 +93,18 @@ def _effective_rank(m: MatrixReport, cfg: GateConfig) -> Reading:
     )
 
 
-def _spread_ratio(m: MatrixReport, cfg: GateConfig) -> Reading:
+def _spread_relative(m: MatrixReport, cfg: GateConfig) -> Reading:
     if m.reference is None:
         return Reading(None, str(m.reference_undefined_reason), measurable=False)
     return Reading(
-        VALUES[CheckName.SPREAD_RATIO](m),
+        VALUES[CheckName.SPREAD_RELATIVE](m),
         f"the {m.n_new} new rows sit within a tiny ball compared with the original "
         "vocabulary (mean initialization, with or without small noise)",
     )
 
 
-def _mean_cosine(m: MatrixReport, cfg: GateConfig) -> Reading:
-    cos = VALUES[CheckName.MEAN_COSINE](m)
+def _mean_pairwise_cosine(m: MatrixReport, cfg: GateConfig) -> Reading:
+    cos = VALUES[CheckName.MEAN_PAIRWISE_COSINE](m)
     if cos is None:  # two rows or more (one row is a block check's skip): a zero row
         return Reading(None, "a new row has zero norm, so its direction is undefined")
     return Reading(cos, f"the {m.n_new} new rows all point the same way (mean initialization?)")
@@ -115,7 +115,9 @@ def untrained_kinds(u) -> list[str]:
     return [
         k
         for k in (
-            f"{u.n_groups} group(s) of identical rows" if u.n_groups else "",
+            f"{u.n_groups} group(s) of rows identical within {u.tolerance:.2g}"
+            if u.n_groups
+            else "",
             "at the vocabulary mean" if u.at_vocabulary_mean else "",
             f"{u.zero.size} all zero" if u.zero else "",
             "unchanged padding rows of the base" if u.unchanged_padding else "",
@@ -131,11 +133,10 @@ def untrained_kinds(u) -> list[str]:
 
 
 def token_uses(t) -> str:
-    """``<c_17> (412 times in train.jsonl, 3 item IDs)`` for a TokenFinding."""
-    if t.uses is None:
-        return t.token
+    """``<c_17> (412x in train.jsonl, 3 item IDs)`` for a TokenFinding; the bare token when
+    nothing is counted for it (its list says once why: :func:`_counted_part`)."""
     if not t.uses:
-        return f"{t.token} (usage unknown)" if not t.usage_known else t.token
+        return t.token
     parts = [
         f"{c} {'item ID' if c == 1 else 'item IDs'}"
         if name == ITEM_IDS
@@ -151,7 +152,24 @@ def _listed(tokens: list, total: int) -> str:
     return ", ".join(shown) + (f" and {rest} more" if rest > 0 else "")
 
 
-def _untrained_tokens(m: MatrixReport, cfg: GateConfig) -> Reading:
+def _counted_part(counted: list, n_counted: int, n_unknown: int) -> str:
+    """The counted untrained tokens: those something feeds, with their uses, and those no
+    source speaks of, said once for all of them (not "(usage unknown)" after each)."""
+    n_fed = n_counted - n_unknown
+    fed = [t for t in counted if t.uses]
+    unknown = [t for t in counted if not t.uses]
+    if not n_unknown:
+        return f"{n_counted} counted, as something feeds them: {_listed(fed, n_fed)}"
+    unknown_why = f"no source says whether anything feeds them ({USAGE_HINT})"
+    if not n_fed:
+        return f"{n_counted} counted, as {unknown_why}: {_listed(unknown, n_unknown)}"
+    return (
+        f"{n_counted} counted: {n_fed} fed, {_listed(fed, n_fed)}; {n_unknown} for which "
+        f"{unknown_why}, {_listed(unknown, n_unknown)}"
+    )
+
+
+def _n_untrained(m: MatrixReport, cfg: GateConfig) -> Reading:
     """The untrained rows the rule counts (GateConfig.untrained_uses_to_fail): those
     something feeds, or may; the rest, which nothing can reach, are a warning."""
     u = m.untrained
@@ -178,38 +196,31 @@ def _untrained_tokens(m: MatrixReport, cfg: GateConfig) -> Reading:
         (t for t, c in zip(untrained, counts, strict=True) if c), key=lambda t: -(t.uses or 0)
     )
     spared = [t for t, c in zip(untrained, counts, strict=True) if not c]
-    why = warning = ""
-    if n_counted:
-        n_unknown = 0 if u.untrained_usage_unknown is None else u.untrained_usage_unknown.size
-        n_used = n_counted - n_unknown
-        fed = (
-            "and something feeds them"
-            if not n_unknown
-            else "and no source says whether anything feeds them"
-            if not n_used
-            else f"and something feeds {n_used} of them"
-        )
-        hint = f"; {n_unknown} of unknown use ({USAGE_HINT})" if n_unknown and n_used else ""
-        hint = f" ({USAGE_HINT})" if n_unknown and not n_used else hint
-        why = (
-            f"{n_counted} of {m.n_new} new rows never left their init "
-            f"({'; '.join(untrained_kinds(u))}) {fed}: {_listed(counted, n_counted)}{hint}"
-        )
     n_spared = u.n_untrained - n_counted
-    if n_spared and n_counted:  # said after a failure; a pass warns of them (below)
-        why += (
-            f"; {n_spared} more that nothing feeds ({spare_reason(u)}): {_listed(spared, n_spared)}"
+    n_unknown = 0 if u.untrained_usage_unknown is None else u.untrained_usage_unknown.size
+    n_unknown = min(n_unknown, n_counted)
+    # Both numbers, and why they differ: "3 of 64 never left their init" read as if the
+    # other 61 had, when all 64 did and 61 were spared.
+    head = (
+        f"{u.n_untrained} of {m.n_new} new rows never left their init "
+        f"({'; '.join(untrained_kinds(u))})"
+    )
+    spare = (
+        f"{n_spared} spared, as nothing feeds them ({spare_reason(u)}): {_listed(spared, n_spared)}"
+    )
+    parts = [head]
+    parts += [_counted_part(counted, n_counted, n_unknown)] if n_counted else []
+    parts += [spare] if n_spared else []
+    said = "; ".join(parts)
+    why = said if n_counted else ""  # said after a failure
+    warning = ""
+    if n_spared:  # a pass warns of them
+        remedy = (
+            "re-fit the codebook so that every code is used, or drop those tokens"
+            if ITEM_IDS in u.usage_sources
+            else "drop them from the vocabulary, or leave them: no input reaches them"
         )
-    if n_spared:
-        warning = (
-            f"{n_spared} untrained token(s) that nothing feeds, so they cannot matter "
-            f"({spare_reason(u)}): {_listed(spared, n_spared)}; "
-            + (
-                "re-fit the codebook so that every code is used, or drop those tokens"
-                if ITEM_IDS in u.usage_sources
-                else "drop them from the vocabulary, or leave them: no input reaches them"
-            )
-        )
+        warning = f"{said}; the {n_spared} spared cannot matter: {remedy}"
     return Reading(float(n_counted), why, shown=f"{n_counted}", warning=warning)
 
 
@@ -261,21 +272,19 @@ def _rsa_levels(m: MatrixReport, threshold: float | None) -> list[CheckResult]:
         r, p = values[lv.name], lv.rsa.p_value
         if r is None:
             status = "fail" if threshold is not None else "warn"
-            msg = f"RSA undefined: {lv.rsa.undefined_reason}"
+            msg = f"{name} undefined: {lv.rsa.undefined_reason}"
         elif threshold is not None:
             status = "pass" if r >= threshold else "fail"
             msg = (
-                f"RSA {r:.3f} (p={format_value(p)}) {'>=' if r >= threshold else '<'} {threshold:g}"
+                f"{name} {r:.3f} (p={format_value(p)}) {'>=' if r >= threshold else '<'} "
+                f"{threshold:g}"
             )
         elif p is not None and p >= 0.05:
             status = "warn"
             # The remedy depends on how the rows were made: the verdict gives it (verdict.py).
-            msg = (
-                f"RSA {r:.3f} (p={p:.3g}): the rows carry no trace of the codebook's "
-                f"structure at level {lv.name!r}"
-            )
+            msg = f"{name} {r:.3f} (p={p:.3g}): the rows carry no trace of the codebook's structure"
         else:
-            status, msg = "pass", f"RSA {r:.3f} (p={format_value(p)})"
+            status, msg = "pass", f"{name} {r:.3f} (p={format_value(p)})"
         out.append(CheckResult(CheckName.RSA, m.role, status, r, threshold, msg, lv.name))
     return out
 
@@ -302,9 +311,12 @@ def threshold(
     read_report: Callable[[CheckpointReport], Reading] | None = None,
     collapse: bool = False,
     label: str | None = None,
+    check: CheckName | None = None,
 ) -> Any:
     """A GateConfig field: one check. The name says what it compares: ``min_<check>``
-    (value >= threshold passes) or ``max_<check>``.
+    (value >= threshold passes) or ``max_<check>``; ``check`` names the check when the
+    flag kept an older name (``--min-spread-ratio`` judges ``spread_relative``: the checks
+    took the names of the figures they read, the flags and config keys stayed).
 
     help: one line, for the flag, the action input and the README row (the default is
     added to it). read: the value of a block or row check; read_levels: the results of
@@ -327,6 +339,7 @@ def threshold(
         read_report=read_report,
         collapse=collapse,
         label=label,
+        check=check,
     )
     return field(default=default, metadata={**option.metadata, ROW: row})
 
@@ -364,7 +377,8 @@ class GateConfig:
         0.05,
         help="RMS spread of the new rows / that of an equal-size sample of original rows",
         metavar="S",
-        read=_spread_ratio,
+        read=_spread_relative,
+        check=CheckName.SPREAD_RELATIVE,
         collapse=True,
         label="spread / vocabulary spread",
     )
@@ -373,7 +387,8 @@ class GateConfig:
         0.9,
         help="Mean pairwise cosine of the new rows",
         metavar="C",
-        read=_mean_cosine,
+        read=_mean_pairwise_cosine,
+        check=CheckName.MEAN_PAIRWISE_COSINE,
         collapse=True,
         label="mean pairwise cosine",
     )
@@ -386,7 +401,8 @@ class GateConfig:
         "barely moved since --reference",
         metavar="K",
         scope="row",
-        read=_untrained_tokens,
+        read=_n_untrained,
+        check=CheckName.N_UNTRAINED,
         collapse=True,
     )
     # The rule of max_untrained_tokens: which untrained rows count. Not a check of its own.
@@ -451,7 +467,7 @@ class Setting:
 class Check(Setting):
     """One row of the gate's table: a :class:`GateConfig` field and what it judges."""
 
-    name: CheckName  # e.g. "spread_ratio"; a level check's results add the level
+    name: CheckName  # e.g. "spread_relative"; a level check's results add the level
     direction: str  # "min": value >= threshold passes; "max": value <= threshold
     scope: str  # one of SCOPES
     read: Callable[[MatrixReport, GateConfig], Reading] | None
@@ -489,13 +505,14 @@ def _row(f) -> Check:
     direction, _, name = f.name.partition("_")
     if direction not in ("min", "max"):
         raise ValueError(f"GateConfig.{f.name}: a threshold's name starts with min_ or max_")
-    try:
-        check = CheckName(name)
-    except ValueError:
-        raise ValueError(f"GateConfig.{f.name}: {name!r} is no CheckName") from None
-    return Check(
-        name=check, field=f.name, direction=direction, default=f.default, **f.metadata[ROW]
-    )
+    row = dict(f.metadata[ROW])
+    check = row.pop("check")
+    if check is None:
+        try:
+            check = CheckName(name)
+        except ValueError:
+            raise ValueError(f"GateConfig.{f.name}: {name!r} is no CheckName") from None
+    return Check(name=check, field=f.name, direction=direction, default=f.default, **row)
 
 
 @dataclass(frozen=True)
@@ -523,6 +540,11 @@ class GateResult:
     path: str
     checks: list[CheckResult]
     tensors: dict[str, str] = field(default_factory=dict)  # role -> tensor name
+    # The diagnosis, as the terminal and the report word it (geodiag.gate.verdict.judge sets
+    # them; None from run_gate alone): the sentence, and the cause and remedy it names.
+    verdict: str | None = None
+    cause: str | None = None
+    remedy: str | None = None
 
     @property
     def passed(self) -> bool:

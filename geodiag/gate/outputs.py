@@ -30,20 +30,70 @@ from geodiag.gate.checks import (
     format_value,
 )
 from geodiag.gate.sarif import sarif_text
+from geodiag.gate.text import dropped_lines, integrity_lines, sample_lines
 
 
-def text_summary(res: GateResult) -> str:
+def text_summary(res: GateResult, *, quiet: bool = False) -> str:
     """The terminal form of one result: checks grouped under the matrix they judge.
 
     Skipped checks are listed with their reason (a check that cannot be computed is
-    said to be skipped, never silently dropped); disabled ones are not.
+    said to be skipped, never silently dropped); disabled ones are not. Checks that say
+    the same but for their name (RSA not measured at every level, for want of codebooks)
+    share one line. ``quiet``: the failed checks only.
     """
     lines = [f"{res.path}: {'PASS' if res.passed else 'FAIL'}"]
     for role, tensor in res.tensors.items():
         mine = [c for c in res.checks if c.matrix == role and c.message != DISABLED]
-        lines.append(f"  {MATRIX_NAMES.get(role, role)} {tensor}:")
-        lines += [f"    [{c.status:4}] {c.message}" for c in mine]
+        mine = [c for c in mine if c.status == "fail"] if quiet else mine
+        if mine:
+            lines.append(f"  {MATRIX_NAMES.get(role, role)} {tensor}:")
+        lines += [f"    [{status:4}] {text}" for status, text in _alike_together(mine)]
     return terminal_lines(lines)
+
+
+def _alike_together(checks: list[CheckResult]) -> list[tuple[str, str]]:
+    """(status, message) per line: a run of checks with one status whose messages differ
+    only in the check's name at their start is said once, naming them all."""
+    runs: list[tuple[str, list[str], str, str]] = []  # status, names, the rest, message
+    for c in checks:
+        rest = c.message.removeprefix(c.name)
+        if c.level is not None:  # "... of level 'a' ...": the names say which levels
+            rest = rest.replace(f"level {c.level!r}", "each level")
+        last = runs[-1] if runs else None
+        if last and rest != c.message and (last[0], last[2]) == (c.status, rest):
+            last[1].append(c.name)
+        else:
+            runs.append((c.status, [c.name], rest, c.message))
+    return [(s, ", ".join(names) + rest if len(names) > 1 else m) for s, names, rest, m in runs]
+
+
+def check_text(report: CheckpointReport, res: GateResult, *, quiet: bool = False) -> str:
+    """What ``geodiag check`` prints of one checkpoint: its checks, what was dropped or
+    sampled, the integrity findings and usage notes, and the verdict; ``quiet``: the
+    failed checks and the verdict only."""
+    lines = [text_summary(res, quiet=quiet)]
+    if not quiet:
+        for m in report.matrices:
+            lines += [
+                terminal(f"{line} [{m.tensor}]")
+                for line in dropped_lines(m, indent="  ") + sample_lines(m, indent="  ")
+            ]
+        lines += [terminal(f"  {line}") for line in integrity_lines(report)]
+        # A source of usage that could not be counted.
+        lines += [terminal(f"  note: {note}") for note in report.usage_notes]
+    lines.append(terminal(f"  verdict: {res.verdict}"))
+    return "\n".join(lines)
+
+
+def summary_line(results: list[GateResult]) -> str:
+    """The last line over several checkpoints: "1 of 2 failed: ckpt-mean", or "all 2
+    passed" (and which warned)."""
+    failed = [r.path for r in results if not r.passed]
+    if failed:
+        return terminal(f"{len(failed)} of {len(results)} failed: {', '.join(failed)}")
+    warned = [r.path for r in results if any(c.status == "warn" for c in r.checks)]
+    said = f" ({len(warned)} with warnings: {', '.join(warned)})" if warned else ""
+    return terminal(f"all {len(results)} passed{said}")
 
 
 def annotation(res: GateResult, c: CheckResult) -> str:
@@ -54,6 +104,18 @@ def annotation(res: GateResult, c: CheckResult) -> str:
     title = workflow_property(terminal(f"geodiag {c.name}"))
     where = f"{res.path} ({c.matrix}, {res.tensors.get(c.matrix)})"
     return f"::error title={title}::{workflow_message(terminal(f'{where}: {c.message}'))}"
+
+
+def diagnosis_lines(res: GateResult) -> str:
+    """The checkpoint's diagnosis (:func:`geodiag.gate.verdict.judge`) under a failure's
+    text: the verdict sentence, then the cause and the remedy it names; empty when
+    ``res`` came from the gate alone."""
+    lines = [
+        f"{label}: {text}"
+        for label, text in (("verdict", res.verdict), ("cause", res.cause), ("remedy", res.remedy))
+        if text
+    ]
+    return "\n\n" + "\n".join(lines) if lines else ""
 
 
 def junit_xml(results: list[GateResult]) -> bytes:
@@ -72,7 +134,8 @@ def junit_xml(results: list[GateResult]) -> bytes:
             message = xml_text(c.message)
             if c.status == "fail":
                 counts["failures"] += 1
-                ET.SubElement(case, "failure", message=message, type="GateFailure").text = message
+                failure = ET.SubElement(case, "failure", message=message, type="GateFailure")
+                failure.text = message + xml_text(diagnosis_lines(res))
             elif c.status == "skip":
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=message)
@@ -91,6 +154,8 @@ def markdown_summary(results: list[GateResult]) -> str:
     for res in results:
         verdict = "passed" if res.passed else "FAILED"
         lines.append(f"### geodiag check {markdown_code(res.path)}: {verdict}\n")
+        if res.verdict:  # the diagnosis, as the terminal words it
+            lines.append(f"{markdown_cell(res.verdict)}\n")
         lines.append("| check | matrix | status | value | threshold |")
         lines.append("|---|---|---|---|---|")
         for c in res.checks:

@@ -4,7 +4,8 @@ upload-sarif``) and other CI dashboards read.
 One run, tool ``geodiag``; one rule per row of the gate's table (:data:`CHECKS`: the rule
 id is the check's name, ``rsa`` for every level, the level in the result's properties);
 one result per failing (level ``error``) or warning (``warning``) check result, with the
-message the gate writes. The location is the weights file that holds the matrix, as a URI
+message the gate writes and the checkpoint's verdict after it (its cause and remedy also in
+the result's properties). The location is the weights file that holds the matrix, as a URI
 relative to the working directory when the file is inside it (code scanning resolves
 those against the checkout), else a ``file:`` URI. GitHub rejects a result without a
 physical location, so every result has one.
@@ -102,12 +103,15 @@ def result(report: CheckpointReport, gate: GateResult, c: CheckResult, cwd: Path
     }
     if c.level is not None:
         properties["level"] = c.level
+    # The checkpoint's diagnosis, as the terminal words it (geodiag.gate.verdict.judge).
+    properties.update(verdict=gate.verdict, cause=gate.cause, remedy=gate.remedy)
     where = f"{MATRIX_NAMES.get(c.matrix, c.matrix)} {matrix.tensor}"
+    diagnosis = f" Verdict: {gate.verdict}" if gate.verdict else ""
     return {
         "ruleId": str(c.check),
         "ruleIndex": RULE_INDEX[c.check],
         "level": LEVELS[c.status],
-        "message": {"text": f"{where}: {c.message}"},
+        "message": {"text": f"{where}: {c.message.rstrip('.')}.{diagnosis}"},
         "locations": [{"physicalLocation": {"artifactLocation": {"uri": uri}}}],
         "partialFingerprints": {FINGERPRINT: _fingerprint(c, matrix.tensor, uri)},
         "properties": properties,

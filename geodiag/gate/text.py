@@ -67,7 +67,7 @@ def metrics_table(report: CheckpointReport) -> str:
         lines += [f"  {a:<{w0}}  {b:>{w1}}  {c}" for a, b, c in rows]
         if m.reference_undefined_reason:
             lines.append(f"  (vocabulary reference undefined: {m.reference_undefined_reason})")
-        lines += _matrix_details(m)
+        lines += _matrix_details(m, said=set(report.notes))
     lines += codebook_lines(report)
     lines += integrity_lines(report)
     for note in report.notes:
@@ -122,8 +122,8 @@ def _untrained_lines(m: MatrixReport) -> list[str]:
         f"{_f(u.tolerance)} = {u.tolerance_rule})"
     ]
 
-    for g in u.groups:
-        lines.append(f"    {g.size} identical rows: {g.listed()}")
+    for g in u.groups:  # "identical" up to the tolerance, named: the rows may differ within it
+        lines.append(f"    {g.size} rows identical within {_f(u.tolerance, 2)}: {g.listed()}")
     if u.n_groups > len(u.groups):
         lines.append(f"    ... and {u.n_groups - len(u.groups)} more group(s)")
     if u.at_vocabulary_mean is not None:
@@ -256,13 +256,16 @@ def sample_lines(m: MatrixReport, indent: str = "  ") -> list[str]:
     ]
 
 
-def _matrix_details(m: MatrixReport) -> list[str]:
+def _matrix_details(m: MatrixReport, said: set[str] = frozenset()) -> list[str]:
+    """The rows one by one, per level, and the neighbours; ``said``: the notes printed
+    below, which a level's RSA does not repeat (no codebooks: once per checkpoint)."""
     lines = _untrained_lines(m) + dropped_lines(m) + sample_lines(m)
     if m.levels:
-        lines.append("  per level: tokens, eff. rank (centered), mean cosine, RSA vs codebook (p)")
+        lines.append("  per level: tokens, eff. rank (centered), mean pairwise cosine, RSA vs codebook (p)")
         for lv in m.levels:
             if lv.rsa is None:
-                rsa = f"skipped ({lv.rsa_skip_reason})"
+                said_below = lv.rsa_skip_reason in said
+                rsa = "not measured" + ("" if said_below else f" ({lv.rsa_skip_reason})")
             elif lv.rsa.spearman is None:
                 rsa = f"undefined ({lv.rsa.undefined_reason})"
             else:

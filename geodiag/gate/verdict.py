@@ -22,7 +22,14 @@ from dataclasses import dataclass
 
 from geodiag.analysis.reports import CheckpointReport, MatrixReport
 from geodiag.analysis.values import CheckName
-from geodiag.gate.checks import DISABLED, CheckResult, GateResult, untrained_kinds
+from geodiag.gate.checks import (
+    DISABLED,
+    CheckResult,
+    GateConfig,
+    GateResult,
+    run_gate,
+    untrained_kinds,
+)
 
 GTI = "`gti init --strategy gti`"
 GROUND = f"ground them with {GTI}"
@@ -71,7 +78,20 @@ def _gti_provenance(provenance: dict) -> dict:
     return init if isinstance(init, dict) else provenance
 
 
-def _collapse_remedy(report: CheckpointReport, m: MatrixReport) -> str:
+@dataclass(frozen=True)
+class Advice:
+    """Why the rows look as they do (None: nothing the files tell), and what to do."""
+
+    cause: str | None
+    remedy: str | None
+
+    @property
+    def text(self) -> str:
+        """Both, as a sentence says them: "cause; remedy"."""
+        return "; ".join(s for s in (self.cause, self.remedy) if s)
+
+
+def _collapse_remedy(report: CheckpointReport, m: MatrixReport) -> Advice:
     """What produced this collapse, and what to do instead, in the user's stack."""
     stack = report.stack.get("name", "unknown")
     fp = fingerprint(m)
@@ -79,16 +99,18 @@ def _collapse_remedy(report: CheckpointReport, m: MatrixReport) -> str:
         init = _gti_provenance(report.provenance)
         strategy = init.get("init_strategy")
         if strategy in ("mean", "mean-noise"):
-            return (
-                f"the sidecar says `gti init --strategy {strategy}`; ground them with {GTI}, "
-                "or start each from its item's text with `--strategy description-mean`"
+            return Advice(
+                f"the sidecar says `gti init --strategy {strategy}`",
+                f"ground them with {GTI}, or start each from its item's text with "
+                "`--strategy description-mean`",
             )
         if strategy == "gti":
-            return (
+            return Advice(
                 f"a gti init grounded for only {init.get('step', '?')} steps (the paper grounds "
-                f"{PAPER_GROUNDING}) has not left its starting point: ground longer (`--steps`)"
+                f"{PAPER_GROUNDING}) has not left its starting point",
+                "ground longer (`--steps`)",
             )
-        return f"{GROUND} or check that your init ran"
+        return Advice(None, f"{GROUND} or check that your init ran")
     cause = _CAUSE.get(fp or "")
     if stack == "llamafactory" and report.stack.get("init_special_tokens"):
         cause = f"LLaMA-Factory's `init_special_tokens: {report.stack['init_special_tokens']}`"
@@ -98,8 +120,7 @@ def _collapse_remedy(report: CheckpointReport, m: MatrixReport) -> str:
             "give each token its own start: LLaMA-Factory `init_special_tokens: desc_init`, "
             "transformers `mean_resizing=False` then rows from descriptions"
         )
-    head = f"likely {cause}; " if cause else ""
-    return f"{head}{alt}; or {GROUND}"
+    return Advice(f"likely {cause}" if cause else None, f"{alt}; or {GROUND}")
 
 
 @dataclass
@@ -115,8 +136,26 @@ class CheckVerdict:
 @dataclass
 class Verdict:
     status: str  # worst of the checks: "fail" | "warn" | "pass"
-    sentence: str  # the diagnosis: cause and remedy
+    sentence: str  # the diagnosis: what was found, its cause and its remedy
     checks: list[CheckVerdict]
+    cause: str | None = None  # the cause the sentence names (None: none named)
+    remedy: str | None = None  # the remedy the sentence names (None: nothing to do)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """One matrix's diagnosis: the sentence, and the cause and remedy it names (the same
+    strings: the sentence is made of them)."""
+
+    sentence: str
+    cause: str | None = None
+    remedy: str | None = None
+
+
+def _diagnosis(head: str, advice: Advice, sep: str = "; ") -> Diagnosis:
+    """``head``, then the advice: "head; cause; remedy."."""
+    rest = advice.text
+    return Diagnosis(f"{head}{sep}{rest}." if rest else f"{head}.", advice.cause, advice.remedy)
 
 
 def _g(x: float | None, digits: int = 3) -> str:
@@ -134,8 +173,8 @@ def _rsa_sentence(c: CheckResult, m: MatrixReport) -> str:
     level = c.level
     lv = next(lv for lv in m.levels if lv.name == level)
     if lv.rsa is None:
-        hint = "; pass --codebooks FILE" if "codebook" in (lv.rsa_skip_reason or "") else ""
-        return f"level {level}: not measured ({lv.rsa_skip_reason}){hint}."
+        reason = (lv.rsa_skip_reason or "").removesuffix(": RSA skipped")
+        return f"level {level}: not measured ({reason})."
     r, p = lv.rsa.spearman, lv.rsa.p_value
     if r is None:
         return f"level {level}: RSA undefined, the rows have no pairwise structure."
@@ -168,13 +207,13 @@ def check_sentence(c: CheckResult, m: MatrixReport) -> str:
             f"only {erank:.3g} effective direction(s) of {k} ({shown} < {t:g}): a line or a thin "
             "subspace."
         )
-    if c.check is CheckName.SPREAD_RATIO:
+    if c.check is CheckName.SPREAD_RELATIVE:
         if v is None:
-            return f"spread ratio undefined ({c.message})."
+            return f"spread relative to the vocabulary undefined ({c.message})."
         if ok:
             return f"spread {v:.3g}x the vocabulary's (>= {t:g})."
         return f"spread only {v:.2g}x the vocabulary's (< {t:g}): one point, as after mean init."
-    if c.check is CheckName.UNTRAINED_TOKENS:
+    if c.check is CheckName.N_UNTRAINED:
         u = m.untrained
         if ok or u is None or u.untrained is None:
             return f"no new row is still at its init (none within {_g(u.tolerance if u else None)} of another row or of the vocabulary mean)."
@@ -192,7 +231,7 @@ def check_sentence(c: CheckResult, m: MatrixReport) -> str:
             f"the longest new row is {v:.3g}x the longest original row (> {t:g}): logits scale "
             "with the norm, so the model will emit it everywhere."
         )
-    if c.check is CheckName.MEAN_COSINE:
+    if c.check is CheckName.MEAN_PAIRWISE_COSINE:
         if ok:
             return (
                 f"mean pairwise cosine {v:.3g} (<= {t:g}): the rows point in different directions."
@@ -261,18 +300,8 @@ def _untrained_finding(m: MatrixReport) -> str:
     u = m.untrained
     assert u is not None
     cause = _untrained_cause(m)
-    if cause == "dead_codes":
-        return (
-            f"{_untrained_phrase(m)}; each is a code no item uses (a dead code), so no "
-            "training example reaches it."
-        )
-    if cause == "barely_moved":
-        return (
-            f"{_untrained_phrase(m)}; training has not reached them since the reference (their "
-            "codes are rare in the data, or the run is short)."
-        )
-    if cause in _NO_INIT:
-        return f"{_untrained_phrase(m)}; {_NO_INIT[cause]}."
+    if cause is not None:
+        return f"{_untrained_phrase(m)}; {_SHARED_CAUSE[cause]}."
     rest = ""
     if u.two_populations:
         rest = f" (the other {u.n_trained} rows are distinct: trained before, or by you)"
@@ -293,68 +322,91 @@ _UNTRAINED_REMEDY = {
 }
 
 
-def _untrained_diagnosis(m: MatrixReport, remedy: str) -> str:
+# The cause all the untrained tokens share, as their finding says it.
+_SHARED_CAUSE = {
+    "dead_codes": "each is a code no item uses (a dead code), so no training example reaches it",
+    "barely_moved": "training has not reached them since the reference (their codes are rare "
+    "in the data, or the run is short)",
+    **_NO_INIT,
+}
+
+
+def _untrained_diagnosis(m: MatrixReport, advice: Advice) -> Diagnosis:
     """Why the untrained tokens are untrained, and what to do: the cause all of them share
-    (dead codes, barely moved since the reference), else the init's remedy."""
+    (dead codes, barely moved since the reference), else the init's advice."""
     finding = _untrained_finding(m)[:-1]
     cause = _untrained_cause(m)
     if cause is None:
-        return f"{finding}; {remedy}."
-    return f"{finding}: {_UNTRAINED_REMEDY[cause]}."
+        return _diagnosis(finding, advice)
+    remedy = _UNTRAINED_REMEDY[cause]
+    return Diagnosis(f"{finding}: {remedy}.", _SHARED_CAUSE[cause], remedy)
 
 
-def _collapse(m: MatrixReport, failed_checks: list[CheckResult], remedy: str) -> str | None:
+def _collapse(m: MatrixReport, failed_checks: list[CheckResult], advice: Advice) -> Diagnosis:
     """The diagnosis of a failed matrix, most specific cause first."""
     n, g = m.n_new, m.new
     failed = {c.check for c in failed_checks}
-    if _untrained_cause(m) in _NO_INIT and CheckName.UNTRAINED_TOKENS in failed:
-        return _untrained_diagnosis(m, remedy)  # no init ran: no init option to blame
-    if CheckName.SPREAD_RATIO in failed or CheckName.MEAN_COSINE in failed:
+    if _untrained_cause(m) in _NO_INIT and CheckName.N_UNTRAINED in failed:
+        return _untrained_diagnosis(m, advice)  # no init ran: no init option to blame
+    if CheckName.SPREAD_RELATIVE in failed or CheckName.MEAN_PAIRWISE_COSINE in failed:
         if g.spread == 0:
-            return (
+            head = (
                 f"all {n} new tokens are the same vector: mean initialization (or an init that "
-                f"never ran); {remedy}."
+                "never ran)"
             )
-        if CheckName.SPREAD_RATIO in failed and g.spread_relative is not None:
-            return (
+        elif CheckName.SPREAD_RELATIVE in failed and g.spread_relative is not None:
+            head = (
                 f"all {n} new tokens lie within {g.spread:.1g} (RMS) of one point, "
-                f"{g.spread_relative:.1g}x the spread of the original vocabulary: mean initialization, "
-                f"perhaps with small noise; {remedy}."
+                f"{g.spread_relative:.1g}x the spread of the original vocabulary: mean "
+                "initialization, perhaps with small noise"
             )
-        return (
-            f"the {n} new tokens all point the same way (mean cosine {_g(g.mean_pairwise_cosine)}): "
-            f"a shared offset dominates them, as after mean initialization; {remedy}."
-        )
+        else:
+            head = (
+                f"the {n} new tokens all point the same way (mean pairwise cosine "
+                f"{_g(g.mean_pairwise_cosine)}): a shared offset dominates them, as after mean "
+                "initialization"
+            )
+        return _diagnosis(head, advice)
     if failed & {CheckName.EFFECTIVE_RANK_RATIO, CheckName.EFFECTIVE_RANK}:
         if g.centered.effective_rank == 0:
-            return f"all {n} new tokens are the same vector (rank 0 around their mean); {remedy}."
-        return (
-            f"the {n} new tokens span only {g.centered.effective_rank:.2g} effective direction(s) "
-            "around their mean: they lie on a line or in a thin subspace (e.g. multiples of one "
-            f"vector); give each token its own starting point, or {GROUND}."
+            return _diagnosis(
+                f"all {n} new tokens are the same vector (rank 0 around their mean)", advice
+            )
+        return _diagnosis(
+            f"the {n} new tokens span only {g.centered.effective_rank:.2g} effective "
+            "direction(s) around their mean",
+            Advice(
+                "they lie on a line or in a thin subspace (e.g. multiples of one vector)",
+                f"give each token its own starting point, or {GROUND}",
+            ),
+            sep=": ",
         )
-    if CheckName.UNTRAINED_TOKENS in failed and m.untrained is not None and m.untrained.untrained:
-        return _untrained_diagnosis(m, remedy)
+    if CheckName.N_UNTRAINED in failed and m.untrained is not None and m.untrained.untrained:
+        return _untrained_diagnosis(m, advice)
     if CheckName.NORM_RATIO in failed:
-        return (
+        return _diagnosis(
             f"the longest new row is {_g(m.norm_ratio)}x the longest original row: the model "
-            "will emit it everywhere; rescale the new rows to the vocabulary's norms."
+            "will emit it everywhere",
+            Advice(None, "rescale the new rows to the vocabulary's norms"),
         )
     if CheckName.VOCABULARY_DISAGREEMENTS in failed:
-        return (
+        return Diagnosis(
             "the checkpoint's files disagree about the vocabulary; each finding below "
             "names its remedy."
         )
     rsa_failed = sorted(str(c.level) for c in failed_checks if c.check is CheckName.RSA)
     if rsa_failed:
-        return (
-            f"level(s) {', '.join(rsa_failed)} do not reproduce the codebook's structure; "
-            f"{GROUND} before fine-tuning."
+        return _diagnosis(
+            f"level(s) {', '.join(rsa_failed)} do not reproduce the codebook's structure",
+            Advice(None, f"{GROUND} before fine-tuning"),
         )
-    return None
+    return Diagnosis("see the failed checks below.")
 
 
-def _likely_cause(report: CheckpointReport, m: MatrixReport) -> str:
+INHERIT = f"{GROUND} so they inherit the codebook's structure"
+
+
+def _likely_cause(report: CheckpointReport, m: MatrixReport) -> Advice:
     """Why rows that are not collapsed carry no structure, in the checkpoint's own terms."""
     stack = report.stack.get("name", "unknown")
     if stack == "gti":
@@ -366,34 +418,39 @@ def _likely_cause(report: CheckpointReport, m: MatrixReport) -> str:
             source = (
                 f"{sids.get('encoder', 'content')} embeddings of {init.get('data', 'the catalog')}"
             )
-            return (
+            return Advice(
                 f"a gti init grounded for {init.get('step', '?')} steps, far short of the paper's "
-                f"{PAPER_GROUNDING}: ground longer (`gti init --strategy gti --steps N`), and check "
-                f"that the item descriptions carry what the codebook encodes (the SIDs come from "
-                f"{source}; grounding can only transfer what the texts say)"
+                f"{PAPER_GROUNDING}",
+                "ground longer (`gti init --strategy gti --steps N`), and check that the item "
+                f"descriptions carry what the codebook encodes (the SIDs come from {source}; "
+                "grounding can only transfer what the texts say)",
             )
         if strategy == "mean" and stage not in (None, "init"):
-            return f"training did not recover the structure the mean initialization erased; {GROUND} before SFT"
+            return Advice(
+                "training did not recover the structure the mean initialization erased",
+                f"{GROUND} before SFT",
+            )
         if strategy == "random":
-            return f"as expected of a random initialization; {GROUND} so they inherit the codebook's structure"
-        return f"a random initialization looks like this; {GROUND} so they inherit the codebook's structure"
+            return Advice("as expected of a random initialization", INHERIT)
+        return Advice("a random initialization looks like this", INHERIT)
     if fingerprint(m) == "unit_noise" or stack == "llamafactory":
-        return (
-            f"LLaMA-Factory's `noise_init` (mean plus N(0, 1/d)) looks like this: not collapsed at "
-            f"this vocabulary's scale, but random; set `init_special_tokens: desc_init` with "
-            f"`new_special_tokens_config` descriptions, or {GROUND}"
+        return Advice(
+            "LLaMA-Factory's `noise_init` (mean plus N(0, 1/d)) looks like this: not collapsed at "
+            "this vocabulary's scale, but random",
+            "set `init_special_tokens: desc_init` with `new_special_tokens_config` descriptions, "
+            f"or {GROUND}",
         )
     alt = _ALTERNATIVE.get(stack, _ALTERNATIVE["transformers"])
-    return f"a random initialization looks like this; {alt}; or {GROUND}"
+    return Advice("a random initialization looks like this", f"{alt}; or {GROUND}")
 
 
-def _structure(report: CheckpointReport, m: MatrixReport, checks: list[CheckResult]) -> str:
+def _structure(report: CheckpointReport, m: MatrixReport, checks: list[CheckResult]) -> Diagnosis:
     """The diagnosis of a matrix that is not collapsed: does it carry the codebook's structure?"""
     g = m.new
     spread = (
         f"spread {_g(g.spread_relative, 2)}x the vocabulary's"
         if m.reference is not None
-        else "spread ratio undefined without a vocabulary"
+        else "spread relative to the vocabulary undefined without one"
     )
     healthy = f"not collapsed (effective rank {_g(g.centered.effective_rank)}, {spread})"
     rsa = [c for c in checks if c.check is CheckName.RSA]
@@ -403,30 +460,36 @@ def _structure(report: CheckpointReport, m: MatrixReport, checks: list[CheckResu
     warned = [str(c.level) for c in rsa if c.status == "warn"]
     if warned and len(warned) == len(rsa):
         r = f"~{sum(measured) / len(measured):.2f}" if measured else "undefined"
-        return (
-            f"{healthy} but carries no structure (RSA {r} vs the codebooks, no level significant): "
-            f"{_likely_cause(report, m)}."
+        return _diagnosis(
+            f"{healthy} but carries no structure (RSA {r} vs the codebooks, no level significant)",
+            _likely_cause(report, m),
+            sep=": ",
         )
     if warned:
-        return (
+        return _diagnosis(
             f"{healthy}; level(s) {', '.join(warned)} carry no trace of the codebook's structure, "
-            f"the others do; if those levels matter: {_likely_cause(report, m)}."
+            "the others do; if those levels matter",
+            _likely_cause(report, m),
+            sep=": ",
         )
     if measured and len(measured) == len(m.levels):
-        return (
+        return Diagnosis(
             f"healthy: {healthy}, and every level keeps the codebook's structure "
             f"(RSA {min(measured):.2f} to {max(measured):.2f})."
         )
     reason = next((lv.rsa_skip_reason for lv in m.levels if lv.rsa is None), None)
     if not m.levels:
         reason = "levels unknown (no sidecar; token names do not match --level-pattern)"
-    return f"{healthy}; structure against the codebooks not measured: {reason}."
+    elif reason:  # the RSA checks' own line gives the reason in full, and the flag
+        reason = reason.removesuffix(": RSA skipped").split(" (")[0]
+    return Diagnosis(f"{healthy}; structure against the codebooks not measured: {reason}.")
 
 
 def verdict(report: CheckpointReport, gate: GateResult) -> Verdict:
-    """Overall status, the one-sentence diagnosis, and a sentence per enabled check."""
+    """Overall status, the one-sentence diagnosis (with the cause and the remedy it names),
+    and a sentence per enabled check."""
     by_role = {m.role: m for m in report.matrices}
-    remedies = {m.role: _collapse_remedy(report, m) for m in report.matrices}
+    advice = {m.role: _collapse_remedy(report, m) for m in report.matrices}
     shown = [c for c in gate.checks if not (c.status == "skip" and c.message == DISABLED)]
     checks = [
         CheckVerdict(
@@ -441,16 +504,46 @@ def verdict(report: CheckpointReport, gate: GateResult) -> Verdict:
     ]
     status = min((c.status for c in gate.checks), key=_ORDER.__getitem__, default="pass")
     status = "pass" if status == "skip" else status
-    sentences = []
+    sentences, causes, remedies, said = [], [], [], set()
     for m in report.matrices:
         mine = [c for c in gate.checks if c.matrix == m.role]
         failed = [c for c in mine if c.status == "fail"]
-        text = _collapse(m, failed, remedies[m.role]) if failed else _structure(report, m, mine)
-        text = text or "see the failed checks below."
-        sentences.append(_where(m, len(report.matrices)) + text[0].upper() + text[1:])
-    skipped = [c for c in shown if c.status == "skip"]
-    if skipped:
-        names = ", ".join(sorted({c.name for c in skipped}))
-        sentences.append(f"Skipped as undefined: {names}.")
+        d = _collapse(m, failed, advice[m.role]) if failed else _structure(report, m, mine)
+        if not failed:  # the structure sentence says RSA was not measured
+            said |= {id(c) for c in mine if c.check is CheckName.RSA and c.status == "skip"}
+        where = _where(m, len(report.matrices))
+        sentences.append(where + d.sentence[0].upper() + d.sentence[1:])
+        causes += [where + d.cause] if d.cause else []
+        remedies += [where + d.remedy] if d.remedy else []
+    sentences += _skipped([c for c in shown if id(c) not in said])
     sentence = " ".join(s[0].upper() + s[1:] for s in sentences)
-    return Verdict(status, sentence, checks)
+    return Verdict(
+        status,
+        sentence,
+        checks,
+        "; ".join(causes) or None,
+        "; ".join(remedies) or None,
+    )
+
+
+def _skipped(shown: list[CheckResult]) -> list[str]:
+    """The checks skipped, by why: not measured for want of an input (their own lines say
+    which and the flag that gives it), or undefined on these rows."""
+    skipped = [c for c in shown if c.status == "skip"]
+    missing = sorted({c.name for c in skipped if "not measured" in c.message})
+    undefined = sorted({c.name for c in skipped if c.name not in missing})
+    out = []
+    if missing:
+        out.append(f"Not measured: {', '.join(missing)}.")
+    if undefined:
+        out.append(f"Skipped as undefined: {', '.join(undefined)}.")
+    return out
+
+
+def judge(report: CheckpointReport, cfg: GateConfig) -> GateResult:
+    """The gate's result on ``report`` under ``cfg``, with its diagnosis: the sentence, the
+    cause and the remedy (:func:`verdict`), for the JSON, the API and the CI files."""
+    res = run_gate(report, cfg)
+    v = verdict(report, res)
+    res.verdict, res.cause, res.remedy = v.sentence, v.cause, v.remedy
+    return res

@@ -23,7 +23,10 @@ def codebooks_of(
         note = "levels unknown (no sidecar, token names do not match --level-pattern): RSA skipped"
         return {}, note, None
     if opts.codebooks is None and not book_path.is_file():
-        note = "no codebooks.safetensors beside the checkpoint and no --codebooks FILE: RSA skipped"
+        note = (
+            "no codebooks (none beside the checkpoint as codebooks.safetensors; --codebooks FILE "
+            "gives them): RSA skipped"
+        )
         return {}, note, None
     return load_codebooks(book_path, new)
 

@@ -39,8 +39,8 @@ class Snapshot:
     n_tokens: int
     effective_rank: float
     effective_rank_ratio: float  # centered effective rank / min(n, d), as in the gate
-    spread_ratio: float | None  # None when the reference has no spread
-    mean_cosine: float | None  # None for < 2 rows or a zero row
+    spread_relative: float | None  # None when the reference has no spread
+    mean_pairwise_cosine: float | None  # None for < 2 rows or a zero row
     rsa: dict[str, float | None] = field(default_factory=dict)
     rsa_p: dict[str, float | None] = field(default_factory=dict)
     rsa_n_items: dict[str, int] = field(default_factory=dict)
@@ -168,8 +168,8 @@ def _snapshot(x, reference, levels, rsa_max_items, n_permutations, seed) -> Snap
         n_tokens=n,
         effective_rank=erank,
         effective_rank_ratio=erank / min(n, d),
-        spread_ratio=s / ref_spread if ref_spread > 0 else None,
-        mean_cosine=mean_pairwise_cosine(x),
+        spread_relative=s / ref_spread if ref_spread > 0 else None,
+        mean_pairwise_cosine=mean_pairwise_cosine(x),
     )
     for name, (rows, book) in (levels or {}).items():
         r = rsa(

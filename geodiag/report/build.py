@@ -29,8 +29,8 @@ from geodiag.analysis.trajectory import (
     split_inputs,
 )
 from geodiag.errors import InputError
-from geodiag.gate.checks import GateConfig, GateResult, run_gate
-from geodiag.gate.verdict import Verdict, verdict
+from geodiag.gate.checks import GateConfig, GateResult
+from geodiag.gate.verdict import Verdict, judge, verdict
 from geodiag.io.checkpoint import Checkpoint, open_checkpoint
 from geodiag.io.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
@@ -333,7 +333,7 @@ def _entries(
             edges[role] = _edges(arrays, opts.histogram_bins)
     entries = []
     for label, rep, ns in zip(labels, reports, norms, strict=True):
-        gate = run_gate(rep, opts.gate)
+        gate = judge(rep, opts.gate)
         hists = [histogram(n, edges[m.role]) for m, n in zip(rep.matrices, ns, strict=True)]
         entries.append(CheckpointEntry(label, rep, gate, verdict(rep, gate), hists))
     return entries

@@ -372,8 +372,8 @@ def codebook_rows(report: Report, p: _Ptr) -> list[list[Cell]]:
 
 TRAJECTORY_COLUMNS = [  # (header, attribute of Trajectory)
     ("effective-rank ratio", CheckName.EFFECTIVE_RANK_RATIO),
-    ("spread ratio", CheckName.SPREAD_RATIO),
-    ("mean cosine", CheckName.MEAN_COSINE),
+    ("spread ratio", CheckName.SPREAD_RELATIVE),
+    ("mean cosine", CheckName.MEAN_PAIRWISE_COSINE),
 ]
 
 

@@ -211,8 +211,8 @@ class StructureProbe:
         # Plain floats: the log is JSON and part of the resume state (weights_only load).
         return {
             "effective_rank_ratio": _plain(g.centered.effective_rank_ratio),
-            "spread_ratio": _plain(g.spread_relative),
-            "mean_cosine": _plain(g.mean_pairwise_cosine),
+            "spread_relative": _plain(g.spread_relative),
+            "mean_pairwise_cosine": _plain(g.mean_pairwise_cosine),
             "rsa": r,
             "rsa_p": p,
             "rsa_permutations": self.permutations,

@@ -102,7 +102,7 @@ def test_check_returns_the_gates_result():
     res = geodiag.check(full("random"), levels=LEVEL_IDS, codebooks=codebooks())
     assert res.passed
     names = {c.name for c in res.checks}
-    assert {"effective_rank_ratio", "spread_ratio", "mean_cosine", "rsa[a]"} <= names
+    assert {"effective_rank_ratio", "spread_relative", "mean_pairwise_cosine", "rsa[a]"} <= names
     # a threshold keyword overrides the defaults; a GateConfig replaces them
     assert not geodiag.check(full("random"), levels=LEVEL_IDS, min_spread_ratio=100.0).passed
     assert not geodiag.check(

@@ -88,7 +88,9 @@ def test_junit_one_testcase_per_check(make_ckpt, tmp_path):
     suite = ET.parse(junit).getroot().find("testsuite")
     cases = suite.findall("testcase")
     names = [c.get("name") for c in cases]
-    assert {"effective_rank_ratio", "spread_ratio", "mean_cosine", "rsa[a]"} <= set(names)
+    assert {"effective_rank_ratio", "spread_relative", "mean_pairwise_cosine", "rsa[a]"} <= set(
+        names
+    )
     assert int(suite.get("tests")) == len(cases)
     assert int(suite.get("failures")) == sum(c.find("failure") is not None for c in cases) >= 3
 
@@ -100,8 +102,8 @@ def test_github_summary_and_error_lines(make_ckpt, tmp_path):
     res = run("check", make_ckpt("mean"), "--permutations", 20, env=env)
     assert res.exit_code == 1
     text = summary.read_text()
-    assert text.startswith("before\n") and "| spread_ratio | input | fail |" in text
-    assert "::error title=geodiag spread_ratio::" in res.stderr
+    assert text.startswith("before\n") and "| spread_relative | input | fail |" in text
+    assert "::error title=geodiag spread_relative::" in res.stderr
 
 
 def test_thresholds_from_config_file_and_pyproject(make_ckpt, tmp_path, monkeypatch):
@@ -133,7 +135,7 @@ def test_untied_head_gated_separately(make_ckpt):
     assert res.exit_code == 1
     checks = strict_json(res.stdout)["results"][0]["checks"]
     fails = {(c["matrix"], c["name"]) for c in checks if c["status"] == "fail"}
-    assert ("output", "spread_ratio") in fails and not any(m == "input" for m, _ in fails)
+    assert ("output", "spread_relative") in fails and not any(m == "input" for m, _ in fails)
 
 
 def test_drift_command(make_ckpt):

@@ -183,8 +183,8 @@ def main() -> None:
                 rec["loss"],
                 s["rsa"],
                 s["code_accuracy"],
-                s["mean_cosine"],
-                s["spread_ratio"],
+                s["mean_pairwise_cosine"],
+                s["spread_relative"],
                 e["measure_s"],
                 flush=True,
             )

@@ -41,7 +41,7 @@ def test_zero_rows_are_untrained_not_bad_input(make_ckpt):
     ckpt = make_ckpt(rows, name="zero")
     res = run("check", ckpt, "--permutations", 0)
     assert res.exit_code == 1, res.output
-    assert "[fail] untrained_tokens 2 > 0" in res.stdout and "2 all zero" in res.stdout
+    assert "[fail] n_untrained 2 > 0" in res.stdout and "2 all zero" in res.stdout
     assert "<a_4>, <b_1>" in res.stdout
     u = untrained_of(ckpt, "--neighbors", 5)  # the neighbour scan skips the zero rows
     assert u["zero"]["ids"] == [BASE_VOCAB + 4, BASE_VOCAB + 9]

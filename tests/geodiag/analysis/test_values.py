@@ -42,7 +42,7 @@ def test_the_gate_and_the_trajectory_record_read_the_same_values(make_ckpt, kind
 def test_a_level_result_carries_its_level_and_shows_the_old_name():
     c = CheckResult(CheckName.RSA, "input", "pass", 0.5, None, "RSA 0.500", "b")
     assert (c.name, c.check, c.level) == ("rsa[b]", CheckName.RSA, "b")
-    assert shown_name(CheckName.SPREAD_RATIO) == "spread_ratio"
+    assert shown_name(CheckName.SPREAD_RELATIVE) == "spread_relative"
     # The JSON is as it was: the shown name, no check or level key.
     assert json.loads(dumps(c)) == {
         "name": "rsa[b]",
@@ -52,4 +52,6 @@ def test_a_level_result_carries_its_level_and_shows_the_old_name():
         "threshold": None,
         "message": "RSA 0.500",
     }
-    assert dumps({CheckName.RSA: CheckName.MEAN_COSINE}) == dumps({"rsa": "mean_cosine"})
+    assert dumps({CheckName.RSA: CheckName.MEAN_PAIRWISE_COSINE}) == dumps(
+        {"rsa": "mean_pairwise_cosine"}
+    )

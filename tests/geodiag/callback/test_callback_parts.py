@@ -28,17 +28,17 @@ LEVELS = {"a": [10, 11], "b": [12, 13, 14]}
 def test_logs_of_names_each_matrix_and_each_level():
     s = {
         **empty_structure(),
-        CheckName.SPREAD_RATIO: 0.5,
+        CheckName.SPREAD_RELATIVE: 0.5,
         CheckName.RSA: {"a": 0.25, "b": None},
         "movement": 2,
         "grad_norm": None,
     }
-    logs = logs_of({"input": s, "output": {**s, CheckName.SPREAD_RATIO: 0.75}}, "g/")
+    logs = logs_of({"input": s, "output": {**s, CheckName.SPREAD_RELATIVE: 0.75}}, "g/")
     assert logs == {
-        "g/spread_ratio": 0.5,
+        "g/spread_relative": 0.5,
         "g/movement": 2.0,
         "g/rsa_a": 0.25,
-        "g/output/spread_ratio": 0.75,
+        "g/output/spread_relative": 0.75,
         "g/output/movement": 2.0,
         "g/output/rsa_a": 0.25,
     }
@@ -46,10 +46,10 @@ def test_logs_of_names_each_matrix_and_each_level():
 
 
 def test_collapse_of_says_the_gate_messages_of_the_failed_collapse_checks():
-    s = {CheckName.SPREAD_RATIO: 1e-5, CheckName.MEAN_COSINE: 0.1, "movement": 3.0}
+    s = {CheckName.SPREAD_RELATIVE: 1e-5, CheckName.MEAN_PAIRWISE_COSINE: 0.1, "movement": 3.0}
     c = collapse_of(s, GateConfig())
-    assert c.collapsed and c.why == ["spread_ratio 1e-05 < 0.05"]
-    assert not collapse_of({CheckName.SPREAD_RATIO: 1.0}, GateConfig()).collapsed
+    assert c.collapsed and c.why == ["spread_relative 1e-05 < 0.05"]
+    assert not collapse_of({CheckName.SPREAD_RELATIVE: 1.0}, GateConfig()).collapsed
 
 
 def test_new_token_ids_given_or_from_the_levels(tmp_path):

@@ -91,16 +91,16 @@ def test_logs_jsonl_and_save_time_gate(tmp_path):
     trainer, recorder = train(tmp_path, cb)
     keys = {
         "geodiag/effective_rank_ratio",
-        "geodiag/spread_ratio",
-        "geodiag/mean_cosine",
+        "geodiag/spread_relative",
+        "geodiag/mean_pairwise_cosine",
         "geodiag/rsa_a",
         "geodiag/collapsed",
     }
-    history = {h["step"]: h for h in trainer.state.log_history if "geodiag/spread_ratio" in h}
+    history = {h["step"]: h for h in trainer.state.log_history if "geodiag/spread_relative" in h}
     assert sorted(history) == [2, 4, 6] and all(keys <= set(h) for h in history.values())
     assert all("loss" in h for h in history.values())  # one event with the loss, same step
     # A reporting callback listed before ours sees the same numbers at the same steps.
-    seen = {r["_step"]: r for r in recorder.logs if "geodiag/spread_ratio" in r}
+    seen = {r["_step"]: r for r in recorder.logs if "geodiag/spread_relative" in r}
     assert {s: {k: seen[s][k] for k in keys} for s in seen} == {
         s: {k: history[s][k] for k in keys} for s in history
     }
@@ -121,11 +121,17 @@ def test_logs_jsonl_and_save_time_gate(tmp_path):
     for r in records:
         assert set(r) >= {"step", "elapsed_s", "structure"}
         s = r["structure"]
-        assert set(s) >= {"effective_rank_ratio", "spread_ratio", "mean_cosine", "rsa", "rsa_p"}
+        assert set(s) >= {
+            "effective_rank_ratio",
+            "spread_relative",
+            "mean_pairwise_cosine",
+            "rsa",
+            "rsa_p",
+        }
     assert records[0]["structure"]["effective_rank_ratio"] == 0.0  # the mean init, step 0
     assert records[0]["collapsed"] is True
     start = records[0]["structure"]  # the mean init: one group of 20 identical rows
-    assert (start["identical_rows"], start["untrained_tokens"], start["n_unmoved"]) == (
+    assert (start["identical_rows"], start["n_untrained"], start["n_unmoved"]) == (
         20,
         20,
         None,
@@ -133,7 +139,7 @@ def test_logs_jsonl_and_save_time_gate(tmp_path):
     # Tied head: every row moved, but the rows not drawn yet moved alike (same logits, same
     # softmax gradient), so they are still one group of identical rows.
     step2 = records[1]["structure"]
-    assert step2["n_unmoved"] == 0 and step2["untrained_tokens"] == step2["identical_rows"]
+    assert step2["n_unmoved"] == 0 and step2["n_untrained"] == step2["identical_rows"]
     assert set(records[1]["structure"]["rsa"]) == {"a"}  # the snapshot: first level only
     assert set(records[2]["structure"]["rsa"]) == {"a", "b"}  # the gate: every level
     elapsed = [r["elapsed_s"] for r in records]
@@ -142,11 +148,11 @@ def test_logs_jsonl_and_save_time_gate(tmp_path):
     # The gate read checkpoint-6 from disk; the last snapshot measured the same weights in
     # memory: same rows, SVD vs Gram eigenvalues (agree to ~1e-12 relative here).
     snap, gate = records[4]["structure"], records[5]["structure"]
-    for key in ("effective_rank_ratio", "spread_ratio", "mean_cosine"):
+    for key in ("effective_rank_ratio", "spread_relative", "mean_pairwise_cosine"):
         assert snap[key] == pytest.approx(gate[key], rel=1e-9)
     check = json.loads((out / "checkpoint-3" / "geodiag_check.json").read_text())
     assert check["passed"] is True and check["measured"].endswith("checkpoint-3")
-    assert {c["name"] for c in check["result"]["checks"]} >= {"spread_ratio", "rsa[a]", "rsa[b]"}
+    assert {c["name"] for c in check["result"]["checks"]} >= {"spread_relative", "rsa[a]", "rsa[b]"}
     # ... and equals what geodiag.check says on that folder
     assert geodiag.check(out / "checkpoint-6", levels=LEVELS, codebooks=BOOKS).passed
 
@@ -199,7 +205,7 @@ def test_warn_once_and_keep_training(tmp_path, caplog):
     assert trainer.state.global_step == 3
     assert caplog.text.count("still collapsed") == 1
     # Not attached: the numbers still reach state.log_history and the JSONL.
-    assert sum("geodiag/mean_cosine" in h for h in trainer.state.log_history) == 3
+    assert sum("geodiag/mean_pairwise_cosine" in h for h in trainer.state.log_history) == 3
 
 
 def test_peft_model_is_measured_through_its_modules(tmp_path):
@@ -220,14 +226,16 @@ def test_peft_model_is_measured_through_its_modules(tmp_path):
         (3, "snapshot"),
         (3, "gate"),
     ]
-    assert records[0]["structure"]["spread_ratio"] == 0.0
-    assert records[1]["structure"]["spread_ratio"] > 0.0  # the trainable tokens moved
-    assert records[1]["structure"]["untrained_tokens"] == 0
+    assert records[0]["structure"]["spread_relative"] == 0.0
+    assert records[1]["structure"]["spread_relative"] > 0.0  # the trainable tokens moved
+    assert records[1]["structure"]["n_untrained"] == 0
     assert records[1]["structure"]["grad_norm"] > 0.0  # read off the trainable tokens' delta
     # An adapter folder is not a model: the gate measured the model in memory.
     assert records[2]["gate"]["measured"] == "model in memory"
     now = geodiag.measure(trainer.model, new_ids=NEW, neighbors=0).matrices[0].new
-    assert records[1]["structure"]["spread_ratio"] == pytest.approx(now.spread_relative, rel=1e-12)
+    assert records[1]["structure"]["spread_relative"] == pytest.approx(
+        now.spread_relative, rel=1e-12
+    )
 
 
 def _state(step, main=True, max_steps=10):
@@ -264,7 +272,7 @@ def test_zero3_partitioned_without_deepspeed_skips_with_a_warning(tmp_path, capl
         cb.on_step_end(args, _state(1), transformers.TrainerControl(), model=model)
     assert "deepspeed cannot be imported" in caplog.text
     line = json.loads((tmp_path / "geodiag_trajectory.jsonl").read_text())
-    assert line["kind"] == "skipped" and line["structure"]["spread_ratio"] is None
+    assert line["kind"] == "skipped" and line["structure"]["spread_relative"] is None
 
 
 def test_resume_drops_records_past_the_checkpoint(tmp_path):
@@ -291,12 +299,12 @@ def test_untied_head_is_its_own_matrix(tmp_path):
     control = transformers.TrainerControl()
     cb.on_step_end(args, _state(1), control, model=model)
     line = json.loads((tmp_path / "geodiag_trajectory.jsonl").read_text())
-    assert line["structure"]["spread_ratio"] == 0.0  # input: the mean
-    assert line["structure_output"]["spread_ratio"] > 0.5  # head: untouched random rows
+    assert line["structure"]["spread_relative"] == 0.0  # input: the mean
+    assert line["structure_output"]["spread_relative"] > 0.5  # head: untouched random rows
     logs = {}
     cb.on_log(args, _state(1), control, logs=logs)
-    assert logs["geodiag/spread_ratio"] == 0.0
-    assert logs["geodiag/output/spread_ratio"] == line["structure_output"]["spread_ratio"]
+    assert logs["geodiag/spread_relative"] == 0.0
+    assert logs["geodiag/output/spread_relative"] == line["structure_output"]["spread_relative"]
     assert control.should_log
 
 
@@ -355,12 +363,12 @@ def test_numbers_reach_tensorboard(tmp_path, monkeypatch):
     events.Reload()
     tags = events.Tags()["scalars"]
     # transformers' TensorBoardCallback rewrites the train keys as train/<name>
-    tag = next(t for t in tags if t.endswith("geodiag/spread_ratio"))
+    tag = next(t for t in tags if t.endswith("geodiag/spread_relative"))
     points = [(e.step, e.value) for e in events.Scalars(tag)]
     history = [
-        (h["step"], h["geodiag/spread_ratio"])
+        (h["step"], h["geodiag/spread_relative"])
         for h in trainer.state.log_history
-        if "geodiag/spread_ratio" in h
+        if "geodiag/spread_relative" in h
     ]
     assert [s for s, _ in points] == [2, 4]
     # TensorBoard stores float32: the logged float64 rounded to 24 significand bits.
@@ -430,7 +438,7 @@ def test_untrained_alarm_names_the_tokens_and_stops(tmp_path, caplog):
     assert [r["step"] for r in records] == [0, 2, 4]
     first, *later = [r["structure"] for r in records]
     # The first snapshot: nothing could move yet; no identical rows.
-    assert (first["n_unmoved"], first["movement"], first["untrained_tokens"]) == (None, None, 0)
+    assert (first["n_unmoved"], first["movement"], first["n_untrained"]) == (None, None, 0)
     assert first["identical_rows"] == 0 and records[0]["collapsed"] is False
     # By step 2 a few of a's tokens have not been drawn yet (Adam leaves a row without
     # gradient where it is); by step 4 all have.
@@ -438,7 +446,7 @@ def test_untrained_alarm_names_the_tokens_and_stops(tmp_path, caplog):
     last = later[-1]
     assert last["n_unmoved"] == 10 and last["unmoved_fraction"] == 0.5
     assert last["unmoved_by_level"] == {"a": 0.0, "b": 1.0}
-    assert last["untrained_tokens"] == 10 and last["identical_rows"] == 0
+    assert last["n_untrained"] == 10 and last["identical_rows"] == 0
     # max_untrained_tokens (0) is one of the collapse checks the callback tests.
     assert [r["collapsed"] for r in records] == [False, True, True]
     # The gradient norm equals torch's on the same .grad; movement equals torch's on the
@@ -455,8 +463,8 @@ def test_untrained_alarm_names_the_tokens_and_stops(tmp_path, caplog):
     # order of that sum follows the CPU's vector width, so no tighter bound holds.
     want = float(moved.pow(2).mean().sqrt() / spread)
     assert last["movement"] == pytest.approx(want, rel=DIM * 2**-24)
-    logged = [h for h in trainer.state.log_history if "geodiag/untrained_tokens" in h]
-    assert [(h["step"], h["geodiag/untrained_tokens"]) for h in logged] == [
+    logged = [h for h in trainer.state.log_history if "geodiag/n_untrained" in h]
+    assert [(h["step"], h["geodiag/n_untrained"]) for h in logged] == [
         (2, later[0]["n_unmoved"]),
         (4, 10.0),
     ]
@@ -501,8 +509,8 @@ def test_the_untrained_alarm_names_what_the_data_feeds_not_what_it_never_does(tm
     # Collapsed only while a token the data feeds is still unmoved (step 2: some of a's
     # tokens not drawn yet); b's never count.
     structures = [r["structure"] for r in records]
-    assert [r["collapsed"] for r in records] == [s["untrained_tokens"] > 10 for s in structures]
-    assert structures[-1]["untrained_tokens"] == 10
+    assert [r["collapsed"] for r in records] == [s["n_untrained"] > 10 for s in structures]
+    assert structures[-1]["n_untrained"] == 10
 
     caplog.clear()
     cb = GeodiagCallback(

@@ -42,7 +42,7 @@ pytestmark = [
 # identical rows, untrained tokens), p-values (counts of permutations) and the stop
 # decision must be equal.
 RTOL, ATOL = 1e-5, 1e-9
-COUNTS = ("untrained_tokens", "n_unmoved", "identical_rows")
+COUNTS = ("n_untrained", "n_unmoved", "identical_rows")
 
 
 def _port() -> int:
@@ -110,7 +110,7 @@ def _check_findings(records) -> None:
     """What the run must show whatever the parallelism: level b never moves."""
     last = records[-1]["structure"]
     assert last["unmoved_by_level"] == {"a": 0.0, "b": 1.0}
-    assert last["n_unmoved"] == 10 and last["untrained_tokens"] == 10
+    assert last["n_unmoved"] == 10 and last["n_untrained"] == 10
     assert all(r["structure"]["grad_norm"] > 0 for r in records[1:])
     assert all(r["structure_output"]["grad_norm"] > 0 for r in records[1:])
 

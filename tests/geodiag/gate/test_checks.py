@@ -63,9 +63,12 @@ def test_which_check_catches_which_collapse(reports):
     def failed(kind):
         return {c.name for c in run_gate(reports[kind], GateConfig()).checks if c.status == "fail"}
 
-    assert failed("mean") >= {"effective_rank_ratio", "spread_ratio", "mean_cosine"}
+    assert failed("mean") >= {"effective_rank_ratio", "spread_relative", "mean_pairwise_cosine"}
     noise = failed("mean-noise")
-    assert {"spread_ratio", "mean_cosine"} <= noise and "effective_rank_ratio" not in noise
+    assert {
+        "spread_relative",
+        "mean_pairwise_cosine",
+    } <= noise and "effective_rank_ratio" not in noise
     assert failed("line") == {"effective_rank_ratio"}
     assert failed("random") == failed("grounded") == set()
 
@@ -88,7 +91,9 @@ def test_run_gate_is_check_matrix_over_the_matrices(reports):
         "vocabulary_disagreements",
     ]
     # One failed check fails the gate.
-    assert not res.passed and [c.name for c in res.checks if c.status == "fail"] == ["mean_cosine"]
+    assert not res.passed and [c.name for c in res.checks if c.status == "fail"] == [
+        "mean_pairwise_cosine"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -110,26 +115,30 @@ def test_a_floor_passes_at_its_value_and_fails_below_or_undefined(reports, value
 @pytest.mark.parametrize(
     ("value", "status", "message"),
     [
-        (0.9, "pass", "mean_cosine 0.9 <= 0.9"),
-        (-0.3, "pass", "mean_cosine -0.3 <= 0.9"),
-        (0.9001, "fail", "mean_cosine 0.9001 > 0.9: the 24 new rows all point the same way"),
+        (0.9, "pass", "mean_pairwise_cosine 0.9 <= 0.9"),
+        (-0.3, "pass", "mean_pairwise_cosine -0.3 <= 0.9"),
+        (
+            0.9001,
+            "fail",
+            "mean_pairwise_cosine 0.9001 > 0.9: the 24 new rows all point the same way",
+        ),
     ],
 )
 def test_a_ceiling_passes_at_its_value_and_fails_above(reports, value, status, message):
     m = reports["random"].matrices[0]
     m = dataclasses.replace(m, new=dataclasses.replace(m.new, mean_pairwise_cosine=value))
-    res = by_name(check_matrix(m, GateConfig()))["mean_cosine"]
+    res = by_name(check_matrix(m, GateConfig()))["mean_pairwise_cosine"]
     assert (res.status, res.value) == (status, value) and res.message.startswith(message)
 
 
 def test_undefined_mean_cosine_says_why(reports):
     m = reports["random"].matrices[0]
     m = dataclasses.replace(m, new=dataclasses.replace(m.new, mean_pairwise_cosine=None))
-    (res,) = [c for c in check_matrix(m, GateConfig()) if c.name == "mean_cosine"]
+    (res,) = [c for c in check_matrix(m, GateConfig()) if c.name == "mean_pairwise_cosine"]
     assert res.status == "skip"
     assert (
         res.message
-        == "mean_cosine undefined: a new row has zero norm, so its direction is undefined"
+        == "mean_pairwise_cosine undefined: a new row has zero norm, so its direction is undefined"
     )
 
 
@@ -137,13 +146,13 @@ def test_an_undefined_reference_skips_the_spread_floor(reports):
     """No vocabulary to compare with is not the rows' fault: skipped, not failed."""
     m = reports["random"].matrices[0]
     m = dataclasses.replace(m, reference=None, reference_undefined_reason="no vocabulary")
-    res = by_name(check_matrix(m, GateConfig()))["spread_ratio"]
-    assert (res.status, res.message) == ("skip", "spread_ratio undefined: no vocabulary")
+    res = by_name(check_matrix(m, GateConfig()))["spread_relative"]
+    assert (res.status, res.message) == ("skip", "spread_relative undefined: no vocabulary")
 
 
 def test_a_disabled_check_skips_and_keeps_its_value(reports):
     m = reports["mean"].matrices[0]
-    res = by_name(check_matrix(m, GateConfig(max_mean_cosine=None)))["mean_cosine"]
+    res = by_name(check_matrix(m, GateConfig(max_mean_cosine=None)))["mean_pairwise_cosine"]
     assert (res.status, res.threshold, res.message) == ("skip", None, DISABLED)
     assert res.value == pytest.approx(1.0)
 
@@ -156,7 +165,7 @@ def test_block_checks_skip_a_single_row(reports):
             want = DISABLED if c.default is None else f"{c.name} {SINGLE_ROW}"
             assert (res[c.name].status, res[c.name].message) == ("skip", want), c.name
     # Row checks still judge the one row.
-    assert res["untrained_tokens"].status == "pass" and res["norm_ratio"].status == "pass"
+    assert res["n_untrained"].status == "pass" and res["norm_ratio"].status == "pass"
 
 
 def test_untrained_tokens_counts_and_names_the_rows(reports):
@@ -165,23 +174,27 @@ def test_untrained_tokens_counts_and_names_the_rows(reports):
     dead = sum(1 for t in m.untrained.tokens if t.n_items == 0)
     used = 24 - dead
     assert 0 < dead < 24 and m.untrained.untrained_unused.size == dead
-    res = by_name(check_matrix(m, GateConfig()))["untrained_tokens"]
+    res = by_name(check_matrix(m, GateConfig()))["n_untrained"]
     assert (res.status, res.value, res.threshold) == ("fail", used, 0)
+    # All 24 never left their init: both numbers are said, the counted and the spared, so
+    # that "19 of 24" does not read as if 5 had been trained.
     assert res.message.startswith(
-        f"untrained_tokens {used} > 0: {used} of 24 new rows never left their init"
+        f"n_untrained {used} > 0: 24 of 24 new rows never left their init"
     )
-    assert "1 group(s) of identical rows" in res.message and "item IDs)" in res.message
+    tol = f"{m.untrained.tolerance:.2g}"
+    assert f"1 group(s) of rows identical within {tol}" in res.message  # the tolerance named
+    assert f"; {used} counted, as something feeds them: " in res.message
+    assert f"; {dead} spared, as nothing feeds them (" in res.message
+    assert "item IDs)" in res.message and "usage unknown" not in res.message
     # Counted only once every used one is allowed; the spared ones then warn.
-    loose = by_name(check_matrix(m, GateConfig(max_untrained_tokens=used)))["untrained_tokens"]
-    assert (
-        loose.status == "warn" and f"{dead} untrained token(s) that nothing feeds" in loose.message
-    )
+    loose = by_name(check_matrix(m, GateConfig(max_untrained_tokens=used)))["n_untrained"]
+    assert loose.status == "warn" and f"the {dead} spared cannot matter" in loose.message
     assert "no item's ID uses their codes" in loose.message
     # The rule at 0: every untrained row counts, as without usage.
-    every = by_name(check_matrix(m, GateConfig(untrained_uses_to_fail=0)))["untrained_tokens"]
+    every = by_name(check_matrix(m, GateConfig(untrained_uses_to_fail=0)))["n_untrained"]
     assert (every.status, every.value) == ("fail", 24)
     allowed = GateConfig(max_untrained_tokens=24, untrained_uses_to_fail=0)
-    assert by_name(check_matrix(m, allowed))["untrained_tokens"].status == "pass"
+    assert by_name(check_matrix(m, allowed))["n_untrained"].status == "pass"
 
 
 def test_norm_ratio_against_its_ceiling(reports):
@@ -243,17 +256,24 @@ def test_the_callbacks_collapse_test_fails_what_the_gate_fails(reports, kind, cf
 
 def test_collapse_test_covers_the_collapse_checks_the_snapshot_records():
     tested = {c.name for c in CHECKS if c.collapse and c.name in METRICS}
-    assert tested == {"effective_rank_ratio", "spread_ratio", "mean_cosine"}
-    undefined = {"effective_rank_ratio": None, "spread_ratio": None, "mean_cosine": None}
+    assert tested == {"effective_rank_ratio", "spread_relative", "mean_pairwise_cosine"}
+    undefined = {
+        "effective_rank_ratio": None,
+        "spread_relative": None,
+        "mean_pairwise_cosine": None,
+    }
     failed = collapse_checks(undefined, GateConfig())
     # an undefined floor fails, an undefined ceiling does not
     assert [c.message for c in failed] == [
         "effective_rank_ratio is undefined",
-        "spread_ratio is undefined",
+        "spread_relative is undefined",
     ]
     # a check the structure does not record is not tested
-    assert collapse_checks({"mean_cosine": 0.95}, GateConfig())[0].name == "mean_cosine"
-    assert collapse_checks({"mean_cosine": 0.5}, GateConfig()) == []
+    assert (
+        collapse_checks({"mean_pairwise_cosine": 0.95}, GateConfig())[0].name
+        == "mean_pairwise_cosine"
+    )
+    assert collapse_checks({"mean_pairwise_cosine": 0.5}, GateConfig()) == []
 
 
 # ---- thresholds from files ------------------------------------------------------------

@@ -123,7 +123,7 @@ def test_action_fails_the_job_on_a_collapsed_checkpoint(make_ckpt, tmp_path):
     tests, failures = junit_counts(tmp_path / "reports" / "gate.xml")
     assert failures >= 3  # mean init fails rank, spread and cosine
     assert "mean`: FAILED" in summary and "random`: passed" in summary
-    assert "::error title=geodiag spread_ratio::" in log
+    assert "::error title=geodiag spread_relative::" in log
 
 
 def test_action_writes_sarif_only_when_asked(make_ckpt, tmp_path):
@@ -155,7 +155,7 @@ def test_action_thresholds_and_config_inputs(make_ckpt, tmp_path):
     case = [
         c
         for c in ET.parse(tmp_path / "geodiag-junit.xml").iter("testcase")
-        if c.get("name") == "spread_ratio"
+        if c.get("name") == "spread_relative"
     ][0]
     assert "< 100" in case.find("failure").get("message")
     cfg = tmp_path / "gate.toml"
@@ -163,7 +163,7 @@ def test_action_thresholds_and_config_inputs(make_ckpt, tmp_path):
     rc, _, _, log = run_action(
         tmp_path, checkpoints=str(ckpt), install="none", config=str(cfg), args="--permutations 20"
     )
-    assert rc == 1 and "mean_cosine" in log
+    assert rc == 1 and "mean_pairwise_cosine" in log
 
 
 def test_action_rejects_a_pattern_that_matches_nothing(tmp_path):

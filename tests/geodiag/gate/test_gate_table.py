@@ -121,4 +121,8 @@ def test_report_threshold_lines_come_from_the_table():
         trajectories = []
 
     panels = {attr: t for _, attr, _, t in _trajectory_panels(Report())}
-    assert panels == {"effective_rank_ratio": 0.1, "spread_ratio": 0.05, "mean_cosine": 0.5}
+    assert panels == {
+        "effective_rank_ratio": 0.1,
+        "spread_relative": 0.05,
+        "mean_pairwise_cosine": 0.5,
+    }

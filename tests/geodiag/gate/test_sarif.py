@@ -64,9 +64,9 @@ def gate_json(*args) -> dict:
 
 def expected_results(gate: dict) -> list[tuple[str, str, str, str]]:
     """(checkpoint, shown check name, SARIF level, message) of each failing or warning
-    check, from the gate's JSON."""
+    check, from the gate's JSON: the check's message, then the checkpoint's verdict."""
     return [
-        (res["path"], c["name"], LEVEL[c["status"]], c["message"])
+        (res["path"], c["name"], LEVEL[c["status"]], f"{c['message']}. Verdict: {res['verdict']}")
         for res in gate["results"]
         for c in res["checks"]
         if c["status"] in LEVEL
@@ -111,6 +111,12 @@ def test_failing_warning_and_passing_checkpoints(make_ckpt, tmp_path, monkeypatc
     gate = gate_json(*args)
     expected = expected_results(gate)
     assert found_results(log) == expected
+    # The cause and the remedy ride in each result's properties, as check --json has them.
+    diagnosis = {r["path"]: (r["verdict"], r["cause"], r["remedy"]) for r in gate["results"]}
+    for r in log["runs"][0]["results"]:
+        p = r["properties"]
+        assert (p["verdict"], p["cause"], p["remedy"]) == diagnosis[p["checkpoint"]]
+        assert p["remedy"] and p["remedy"] in p["verdict"]
     by_path = {}
     for path, _, level, _ in expected:
         by_path.setdefault(path, []).append(level)
@@ -144,7 +150,7 @@ def test_an_alert_keeps_its_fingerprint_when_its_value_changes(make_ckpt, tmp_pa
     for cosine in ("0.9", "0.5"):
         run("check", "mean", "--max-mean-cosine", cosine, "--permutations", 10, "--sarif", "s")
         results = json.loads(Path("s").read_text())["runs"][0]["results"]
-        (r,) = [r for r in results if r["ruleId"] == "mean_cosine"]
+        (r,) = [r for r in results if r["ruleId"] == "mean_pairwise_cosine"]
         prints.append((r["message"]["text"], r["partialFingerprints"]))
     assert prints[0][0] != prints[1][0] and prints[0][1] == prints[1][1]
 
@@ -205,7 +211,7 @@ def test_hostile_names_are_json_strings_only(tmp_path, monkeypatch):
     assert schema_errors(log) == []
     found = found_results(log)
     assert found == expected_results(gate_json(*args))
-    (untrained,) = [m for _, name, _, m in found if name == "untrained_tokens"]
+    (untrained,) = [m for _, name, _, m in found if name == "n_untrained"]
     assert HOSTILE_TOKENS[1] in untrained  # the true name, newline and all
     (uri,) = {
         r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]

@@ -48,7 +48,7 @@ def test_every_enabled_check_gets_a_finding_and_the_card_the_remedy_once(make_ck
         v = diagnose(make_ckpt(kind))
         names = [c.name for c in v.checks]
         assert "effective_rank" not in names  # disabled by default: not shown
-        assert {"effective_rank_ratio", "spread_ratio", "mean_cosine"} <= set(names)
+        assert {"effective_rank_ratio", "spread_relative", "mean_pairwise_cosine"} <= set(names)
         for c in v.checks:
             assert c.sentence and c.sentence.endswith(".")
             assert GTI not in c.sentence and "give each token its own" not in c.sentence, (kind, c)

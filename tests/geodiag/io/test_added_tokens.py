@@ -138,7 +138,7 @@ def test_mean_resized_block_beside_trained_added_tokens_fails_without_base(qwen)
     """Before: n_new_tokens 24 and a PASS, the 8 trained rows hiding 16 identical ones."""
     res = run("check", qwen["mean"], "--json", "--permutations", 0)
     assert res.exit_code == 1, res.output
-    c = _checks(res)[("untrained_tokens", "input")]
+    c = _checks(res)[("n_untrained", "input")]
     assert c["status"] == "fail" and c["value"] == 16
     assert "<a_0>" in c["message"] and "<tool_call>" not in c["message"]
     rep = analyze(qwen["mean"], ReadOptions())
@@ -152,7 +152,7 @@ def test_mean_resized_block_beside_trained_added_tokens_fails_without_base(qwen)
     # The three block checks alone still pass: the trained rows carry them.
     assert all(
         _checks(res)[(n, "input")]["status"] == "pass"
-        for n in ("effective_rank_ratio", "spread_ratio", "mean_cosine")
+        for n in ("effective_rank_ratio", "spread_relative", "mean_pairwise_cosine")
     )
 
 
@@ -165,7 +165,7 @@ def test_base_makes_the_new_tokens_exactly_those_it_lacks(qwen):
     assert u.n_untrained == len(absent) and u.untrained.ids == absent[:8]
     res = run("check", qwen["mean"], "--base", qwen["tied"], "--permutations", 0)
     assert res.exit_code == 1
-    assert "[fail] spread_ratio" in res.stdout  # the whole measured block is collapsed now
+    assert "[fail] spread_relative" in res.stdout  # the whole measured block is collapsed now
     assert f"all {len(absent)} new tokens" in res.stdout.lower()
 
 
@@ -173,8 +173,8 @@ def test_untied_head_new_rows_are_caught_too(qwen):
     res = run("check", qwen["mean-untied"], "--json", "--permutations", 0)
     assert res.exit_code == 1
     checks = _checks(res)
-    assert checks[("untrained_tokens", "output")]["status"] == "fail"
-    assert checks[("untrained_tokens", "output")]["value"] == 16
+    assert checks[("n_untrained", "output")]["status"] == "fail"
+    assert checks[("n_untrained", "output")]["value"] == 16
 
 
 def test_trained_new_rows_pass_with_and_without_base(qwen):

@@ -58,7 +58,7 @@ def _jsonl(path: Path, records: list[dict]) -> Path:
 
 def _untrained(report, **settings):
     res = run_gate(report, GateConfig(**settings))
-    return next(c for c in res.checks if c.name == "untrained_tokens")
+    return next(c for c in res.checks if c.name == "n_untrained")
 
 
 def test_data_counts_each_new_token_as_the_tokenizer_splits_it(sft, tmp_path):
@@ -113,7 +113,10 @@ def test_an_untrained_token_the_data_feeds_fails_naming_it_with_its_count(sft, t
     # Allowed: the four the data never feeds still warn, named, with why they cannot matter.
     res = _untrained(rep, max_untrained_tokens=1)
     assert res.status == "warn"
-    assert "4 untrained token(s) that nothing feeds" in res.message
+    assert "5 of 10 new rows never left their init" in res.message
+    assert "; 1 counted, as something feeds them: <x_5>" in res.message
+    assert "; 4 spared, as nothing feeds them" in res.message
+    assert "the 4 spared cannot matter" in res.message
     assert "absent from train.jsonl" in res.message and "<x_9>" in res.message
 
 
@@ -123,7 +126,8 @@ def test_data_that_feeds_no_untrained_token_passes_with_a_warning(sft, tmp_path)
     rep = geodiag.measure(sft, data=[data])
     res = _untrained(rep)
     assert (res.status, res.value) == ("warn", 0)
-    assert "5 untrained token(s) that nothing feeds" in res.message
+    assert "5 of 10 new rows never left their init" in res.message and "counted" not in res.message
+    assert "; 5 spared, as nothing feeds them" in res.message
     assert rep.usage[0].unit == "lines" and rep.usage[0].units == 2
     assert run_gate(rep, GateConfig()).passed
 
@@ -216,11 +220,17 @@ def test_a_base_with_an_instruct_template_whose_tokens_are_untrained_fails_namin
     # The reserved slots: no source says (no --data), so they count too, and the message
     # says which flag would settle them.
     assert res.value == 8 and "--data FILE" in res.message
+    # Said once for the four of unknown use, not "(usage unknown)" after each of them.
+    assert "; 4 for which no source says whether anything feeds them (--data" in res.message
+    assert "usage unknown" not in res.message and res.message.count("--data FILE") == 1
     # With data that never holds them, only the template's tokens fail.
     data = _jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "w1 w2"}]}])
     res = _untrained(geodiag.measure(base, read=specials, data=[data]))
     assert (res.status, res.value) == ("fail", 4) and "<|reserved_special_token_0|>" in res.message
-    assert "4 more that nothing feeds (absent from chat.jsonl" in res.message
+    # All 8 never left their init: 4 counted (the template's), 4 spared, both said.
+    assert "8 of 8 new rows never left their init" in res.message
+    assert "; 4 counted, as something feeds them: " in res.message
+    assert "; 4 spared, as nothing feeds them (absent from chat.jsonl" in res.message
 
 
 def test_chat_template_flag_overrides_the_checkpoints_own(sft, tmp_path):
@@ -286,7 +296,7 @@ def test_the_cli_counts_repeatable_data_files(sft, tmp_path):
     )
     assert run.returncode == 1, run.stderr
     res = next(
-        c for c in json.loads(run.stdout)["results"][0]["checks"] if c["name"] == "untrained_tokens"
+        c for c in json.loads(run.stdout)["results"][0]["checks"] if c["name"] == "n_untrained"
     )
     assert res["value"] == 2
     assert "<x_5> (1x in a.jsonl, 1x in b.jsonl)" in res["message"]
@@ -336,8 +346,8 @@ def test_the_counts_reach_the_junit_the_job_summary_and_the_sarif(sft, tmp_path)
         text = path.read_text(encoding="utf-8")
         assert "<x_5> (2x in train.jsonl)" in text.replace("&lt;", "<").replace("&gt;", ">"), path
     results = json.loads(sarif.read_text())["runs"][0]["results"]
-    (fail,) = [r for r in results if r["ruleId"] == "untrained_tokens"]
-    assert fail["level"] == "error" and "3 more that nothing feeds" in fail["message"]["text"]
+    (fail,) = [r for r in results if r["ruleId"] == "n_untrained"]
+    assert fail["level"] == "error" and "3 spared, as nothing feeds them" in fail["message"]["text"]
 
 
 def test_the_report_shows_what_feeds_each_flagged_token(sft, tmp_path):

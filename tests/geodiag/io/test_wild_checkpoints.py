@@ -219,7 +219,7 @@ def test_new_tokens_left_on_padding_rows_fail_without_base(padded):
     res = run("check", padded["untouched"], "--permutations", 0, "--json")
     assert res.exit_code == 1, res.output
     (result,) = json.loads(res.stdout)["results"]
-    c = next(c for c in result["checks"] if c["name"] == "untrained_tokens")
+    c = next(c for c in result["checks"] if c["name"] == "n_untrained")
     assert c["status"] == "fail" and c["value"] == len(SIDS)
     assert "unused padding rows past the tokenizer" in c["message"] and "--base" in c["message"]
     u = analyze(padded["untouched"], opts=AnalyzeOptions(n_permutations=0)).matrices[0].untrained

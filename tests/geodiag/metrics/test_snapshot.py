@@ -32,8 +32,8 @@ def test_identical_rows_have_rank_zero():
     x = np.tile(np.random.default_rng(1).normal(size=8), (30, 1))
     assert centered_effective_rank(x) == 0.0
     snap = snapshot(x, np.random.default_rng(2).normal(size=(30, 8)))
-    assert snap.effective_rank_ratio == 0.0 and snap.spread_ratio == 0.0
-    assert snap.mean_cosine == pytest.approx(1.0)
+    assert snap.effective_rank_ratio == 0.0 and snap.spread_relative == 0.0
+    assert snap.mean_pairwise_cosine == pytest.approx(1.0)
 
 
 def test_snapshot_equals_summarize_and_rsa():
@@ -44,8 +44,8 @@ def test_snapshot_equals_summarize_and_rsa():
     full = summarize(x, ref)
     snap = snapshot(x, ref, {"a": (x[:20], book)}, rsa_max_items=15, n_permutations=50, seed=7)
     assert snap.effective_rank_ratio == pytest.approx(full.centered.effective_rank_ratio, rel=1e-9)
-    assert snap.spread_ratio == pytest.approx(full.spread_relative, rel=1e-12)
-    assert snap.mean_cosine == pytest.approx(full.mean_pairwise_cosine, rel=1e-12)
+    assert snap.spread_relative == pytest.approx(full.spread_relative, rel=1e-12)
+    assert snap.mean_pairwise_cosine == pytest.approx(full.mean_pairwise_cosine, rel=1e-12)
     r = rsa(x[:20], book, n_permutations=50, seed=7, max_items=15)
     assert (snap.rsa["a"], snap.rsa_p["a"], snap.rsa_n_items["a"]) == (
         r.spearman,

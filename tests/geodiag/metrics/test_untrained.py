@@ -97,9 +97,9 @@ def test_one_new_token_is_not_called_collapsed(make_ckpt):
     res = run("check", ckpt, *ONE, "--json")
     assert res.exit_code == 0, res.output
     checks = {c["name"]: c for c in json.loads(res.stdout)["results"][0]["checks"]}
-    for name in ("effective_rank_ratio", "spread_ratio", "mean_cosine"):
+    for name in ("effective_rank_ratio", "spread_relative", "mean_pairwise_cosine"):
         assert checks[name]["status"] == "skip" and "single new row" in checks[name]["message"]
-    assert checks["untrained_tokens"]["status"] == "pass"
+    assert checks["n_untrained"]["status"] == "pass"
     res = run("check", ckpt, *ONE)
     assert "same vector" not in res.stdout and "Skipped as undefined" in res.stdout
 
@@ -109,7 +109,7 @@ def test_one_new_token_at_the_vocabulary_mean_fails(make_ckpt):
     ckpt = _one_new(make_ckpt, base.mean(axis=0), "one-mean")
     res = run("check", ckpt, *ONE)
     assert res.exit_code == 1
-    assert "[fail] untrained_tokens 1 > 0" in res.stdout and "vocabulary mean" in res.stdout
+    assert "[fail] n_untrained 1 > 0" in res.stdout and "vocabulary mean" in res.stdout
 
 
 def test_new_tokens_over_most_of_the_vocabulary_are_not_called_mean_init(make_ckpt):
@@ -119,8 +119,8 @@ def test_new_tokens_over_most_of_the_vocabulary_are_not_called_mean_init(make_ck
     res = run("check", ckpt, "--new-tokens", f"1:{n}", "--json")
     assert res.exit_code == 0, res.output
     checks = {c["name"]: c for c in json.loads(res.stdout)["results"][0]["checks"]}
-    assert checks["spread_ratio"]["status"] == "skip"
-    assert "only 1 original row(s) below id 1" in checks["spread_ratio"]["message"]
+    assert checks["spread_relative"]["status"] == "skip"
+    assert "only 1 original row(s) below id 1" in checks["spread_relative"]["message"]
     out = run("check", ckpt, "--new-tokens", f"1:{n}").stdout
     assert "mean init" not in out and "same way" not in out
 
@@ -174,14 +174,13 @@ def test_dead_codes_are_named_as_such(make_ckpt):
     res = run("check", ckpt, "--permutations", 0)
     # Nothing can feed a dead code: the gate warns, naming them and why, and passes.
     assert res.exit_code == 0
-    assert f"[warn] untrained_tokens 0 <= 0: {len(dead)} untrained token(s) that nothing feeds" in (
-        res.stdout
-    )
+    assert "[warn] n_untrained 0 <= 0: " in res.stdout
+    assert f"; {len(dead)} spared, as nothing feeds them" in res.stdout
     assert "no item's ID uses their codes" in res.stdout
     # Under the old rule (every untrained token counts) they fail, said to be dead codes.
     res = run("check", ckpt, "--permutations", 0, "--untrained-uses-to-fail", 0)
     assert res.exit_code == 1
-    assert f"[fail] untrained_tokens {len(dead)} > 0" in res.stdout
+    assert f"[fail] n_untrained {len(dead)} > 0" in res.stdout
     assert "a code no item uses (a dead code)" in res.stdout
     ids = [BASE_VOCAB + i for i in dead]
     rep = json.loads(run("metrics", ckpt, "--json", "--permutations", 0).stdout)

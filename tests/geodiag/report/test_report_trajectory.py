@@ -63,10 +63,10 @@ def test_checkpoint_folders_form_a_series_ordered_by_step(tmp_path):
         )
         m = ref.matrices[0]
         assert traj["effective_rank_ratio"][i] == m.new.centered.effective_rank_ratio
-        assert traj["spread_ratio"][i] == m.new.spread_relative
-        assert traj["mean_cosine"][i] == m.new.mean_pairwise_cosine
+        assert traj["spread_relative"][i] == m.new.spread_relative
+        assert traj["mean_pairwise_cosine"][i] == m.new.mean_pairwise_cosine
         assert traj["rsa"]["b"][i] == m.levels[1].rsa.spearman
-    assert traj["spread_ratio"] == sorted(traj["spread_ratio"])  # planted: spread grows
+    assert traj["spread_relative"] == sorted(traj["spread_relative"])  # planted: spread grows
     # each later checkpoint is paired with the run's earliest, as its files say (not with
     # the one before it in the glob)
     assert [(d["before"], d["after"]) for d in data["drift"]] == [
@@ -108,8 +108,8 @@ def train_log(path, with_code_accuracy=True):
         lines.append({"step": step, "loss": 3.0 - step / 50})
         structure = {
             "effective_rank_ratio": 0.1 + step / 100,
-            "spread_ratio": step / 50,
-            "mean_cosine": 1 - step / 60,
+            "spread_relative": step / 50,
+            "mean_pairwise_cosine": 1 - step / 60,
             "rsa": {"a": step / 500, "b": None},
             "rsa_p": {"a": 0.5, "b": None},
         }

@@ -118,8 +118,8 @@ def test_geometry_matches_geodiag_functions_and_schema():
     s = entry["structure"]
     assert {
         "effective_rank_ratio",
-        "spread_ratio",
-        "mean_cosine",
+        "spread_relative",
+        "mean_pairwise_cosine",
         "rsa",
         "rsa_p",
         "code_accuracy",
@@ -131,8 +131,8 @@ def test_geometry_matches_geodiag_functions_and_schema():
     ref = reference_rows(model.get_input_embeddings().weight, ext.base_vocab_size, len(x), 0)
     g = summarize(x, ref)
     assert s["effective_rank_ratio"] == g.centered.effective_rank_ratio
-    assert s["spread_ratio"] == g.spread_relative
-    assert s["mean_cosine"] == g.mean_pairwise_cosine
+    assert s["spread_relative"] == g.spread_relative
+    assert s["mean_pairwise_cosine"] == g.mean_pairwise_cosine
     offsets = np.cumsum([0, *(size for _, size in LEVELS)])
     for li, (name, _) in enumerate(LEVELS):
         r = rsa(
@@ -143,8 +143,8 @@ def test_geometry_matches_geodiag_functions_and_schema():
 
 STRUCTURE_KEYS = {
     "effective_rank_ratio",
-    "spread_ratio",
-    "mean_cosine",
+    "spread_relative",
+    "mean_pairwise_cosine",
     "rsa",
     "rsa_p",
     "rsa_permutations",
