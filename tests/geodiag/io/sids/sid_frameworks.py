@@ -16,7 +16,6 @@ import argparse
 import json
 import sys
 import types
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
