@@ -114,3 +114,22 @@ def test_an_unknown_file_names_every_dialect_tried(tmp_path):
     path.write_text('{"a": 1}')
     with pytest.raises(InputError, match="not a SID map geodiag reads.*GRID.*OpenOneRec"):
         read_sid_map(path)
+
+
+def test_reading_a_pth_and_parquet_imports_no_torch(files):
+    """torch stays off geodiag's read path: LC-Rec's .pth and GRID's .pt are unpickled by
+    the restricted unpickler, the parquet by pyarrow alone."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from geodiag.io.sids import read_codebooks, read_sid_map\n"
+        f"read_codebooks({str(files['lcrec']['codebooks'])!r})\n"
+        f"read_codebooks({str(files['grid']['codebooks'])!r})\n"
+        f"read_sid_map({str(files['grid']['sids'])!r})\n"
+        f"read_sid_map({str(files['openonerec']['sids'])!r})\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
