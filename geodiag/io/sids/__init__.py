@@ -16,7 +16,10 @@ RQ-VAE-Recommender's ``.pt`` (``rqvae_recommender_pt``), semantic-ids-llm's
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+
+import numpy as np
 
 from geodiag.io.sids import (  # noqa: F401  (each registers its dialect)
     code_json,
@@ -47,6 +50,19 @@ def read_sid_map(path: str | Path) -> SidMap:
     """The item -> code map in ``path``, whichever framework wrote it (by content)."""
     path = Path(path)
     return recognise(path, MAPS, "SID map").read(path)
+
+
+def stream_sid_map(path: str | Path) -> Iterator[tuple[list[str], np.ndarray]]:
+    """(item ids, codes as written) a block of items at a time, for a format that streams
+    (``*.index.json``, the parquet tables; memory flat in the item count); else the whole
+    map as one block."""
+    path = Path(path)
+    dialect = recognise(path, MAPS, "SID map")
+    if dialect.stream is not None:
+        yield from dialect.stream(path)
+        return
+    m = dialect.read(path)
+    yield m.items, m.codes
 
 
 def read_codebooks(path: str | Path) -> SidCodebooks:
@@ -86,4 +102,5 @@ __all__ = [
     "find_beside",
     "read_codebooks",
     "read_sid_map",
+    "stream_sid_map",
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,6 +111,9 @@ class Dialect:
     sniff: Callable[[Path, bytes], bool]
     read: Callable[[Path], object]
     usual_names: tuple[str, ...] = ()
+    # Where the format streams: (item ids, (n, levels) codes as written) a block of items
+    # at a time, memory flat in the item count (``stream_sid_map``); None: read whole.
+    stream: Callable[[Path], Iterator[tuple[list[str], np.ndarray]]] | None = None
 
 
 MAPS: dict[str, Dialect] = {}

@@ -133,3 +133,26 @@ def test_reading_a_pth_and_parquet_imports_no_torch(files):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("framework", ["lcrec", "minionerec", "openonerec", "semantic_ids_llm"])
+def test_streaming_blocks_add_up_to_the_map(files, framework, monkeypatch):
+    from geodiag.io.sids import index_json, parquet, stream_sid_map
+
+    monkeypatch.setattr(index_json, "BLOCK", 97)  # entries cut at every block boundary
+    real = parquet.iter_columns
+    monkeypatch.setattr(parquet, "iter_columns", lambda p, n, batch_rows=0: real(p, n, 50))
+    path = files[framework]["sids"]
+    blocks = list(stream_sid_map(path))
+    assert len(blocks) > 3
+    whole = read_sid_map(path)
+    assert [i for ids, _ in blocks for i in ids] == whole.items
+    got = np.concatenate([c for _, c in blocks])
+    np.testing.assert_array_equal(got[:, : whole.n_levels], whole.codes)
+
+
+def test_an_index_with_something_between_entries_is_refused(tmp_path):
+    path = tmp_path / "x.index.json"
+    path.write_text('{"0": ["<a_1>", "<b_2>"], "oops": 3, "1": ["<a_2>", "<b_1>"]}')
+    with pytest.raises(InputError, match="not an item -> token list object at character"):
+        read_sid_map(path)
