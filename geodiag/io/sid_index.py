@@ -185,6 +185,13 @@ def match_sids(
             )
     size0 = flat_size or sizes[0]
     spelling = _spelling(m, codes, offset, ids, size0)
+    shown = spelling.token(0, 12, flat_size or size0) + (
+        f" (level i, code c: <|sid_{{i * {flat_size or size0} + c}}|>)"
+        if spelling.kind == "flat"
+        else ""
+    )
+    whose = "as the file spells them" if m.spelling is not None else "as the tokenizer holds them"
+    notes.append(f"{m.path.name}: tokens spelled {shown}, {whose}")
     levels = []
     for lv, size in enumerate(sizes):
         texts = [
