@@ -71,6 +71,10 @@ def read_codebooks(path: str | Path) -> SidCodebooks:
     return recognise(path, CODEBOOKS, "codebook file").read(path)
 
 
+# Files beside the weights that match a SID map's usual name but are the checkpoint's own.
+WEIGHT_INDEXES = (".safetensors.index.json", ".bin.index.json", ".pt.index.json")
+
+
 def find_beside(folders: list[Path], registry: dict[str, Dialect]) -> Path | None:
     """The first file in ``folders`` named as one of ``registry``'s dialects names its
     files, that the dialect recognises by content; None when none is."""
@@ -78,6 +82,8 @@ def find_beside(folders: list[Path], registry: dict[str, Dialect]) -> Path | Non
         for dialect in registry.values():
             for pattern in dialect.usual_names:
                 for path in sorted(folder.glob(pattern)):
+                    if path.name.endswith(WEIGHT_INDEXES):
+                        continue  # a sharded checkpoint's own index, not a SID map
                     if path.is_file() and _recognised(path, dialect):
                         return path
     return None
