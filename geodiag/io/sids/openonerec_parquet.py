@@ -37,7 +37,7 @@ def stream(path: Path) -> Iterator[tuple[list[str], np.ndarray]]:
             raise InputError(
                 path, f"column '{column}': items hold different numbers of codes"
             ) from None
-        yield [str(p) for p in batch["pid"].to_pylist()], codes
+        yield parquet.text_ids(batch["pid"]), codes
 
 
 def read(path: Path) -> SidMap:

@@ -35,4 +35,13 @@ def iter_columns(path: Path, names: list[str], batch_rows: int = 65_536) -> Iter
         yield {n: batch.column(n) for n in names}
 
 
-__all__ = ["MissingExtra", "PARQUET_MAGIC", "columns", "iter_columns"]
+def text_ids(column) -> list[str]:  # noqa: ANN001  (a pyarrow array)
+    """Item ids as text: a string column as it is, any other cast (integer pids)."""
+    import pyarrow as pa
+
+    if not pa.types.is_string(column.type) and not pa.types.is_large_string(column.type):
+        column = column.cast(pa.string())
+    return column.to_pylist()
+
+
+__all__ = ["MissingExtra", "PARQUET_MAGIC", "columns", "iter_columns", "text_ids"]

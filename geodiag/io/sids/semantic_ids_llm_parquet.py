@@ -33,7 +33,7 @@ def stream(path: Path) -> Iterator[tuple[list[str], np.ndarray]]:
     digits = _digit_columns(parquet.columns(path, head_of(path)) or [])
     for batch in parquet.iter_columns(path, ["parent_asin", *digits]):
         codes = np.column_stack([np.asarray(batch[d].to_numpy(), dtype=np.int64) for d in digits])
-        yield [str(p) for p in batch["parent_asin"].to_pylist()], codes
+        yield parquet.text_ids(batch["parent_asin"]), codes
 
 
 def read(path: Path) -> SidMap:
