@@ -113,14 +113,28 @@ def _flat_to_levels(
 
 
 def _offset(
-    m: SidMap, codes: np.ndarray, sizes: list[int] | None, given: int | None, notes: list[str]
+    m: SidMap,
+    codes: np.ndarray,
+    sizes: list[int] | None,
+    given: int | None,
+    notes: list[str],
+    ids: dict[str, int],
 ) -> int:
-    """0 or 1: what the file's codes start from, against 0-based codebooks of ``sizes``."""
+    """0 or 1: what the file's codes start from, against 0-based codebooks of ``sizes``
+    (without codebooks: against the tokenizer, which has no code 0 of a 1-based index)."""
     if given is not None:
         notes.append(f"{m.path.name}: codes start at {given} (--sid-offset)")
         return given
     if (codes == 0).any():
         return 0
+    if sizes is None and m.spelling is not None and ids:
+        zeros = [m.spelling.token(lv, 0, 0) for lv in range(codes.shape[1])]
+        if not any(z in ids for z in zeros):
+            notes.append(
+                f"{m.path.name}: no code 0 at any level and no {zeros[0]} in the tokenizer: "
+                "codes read as starting at 1"
+            )
+            return 1
     top = codes.max(axis=0)
     if sizes is not None and any(int(t) == s for t, s in zip(top, sizes, strict=True)):
         notes.append(
@@ -136,6 +150,19 @@ def _offset(
         "codes start at 0 or at 1 (offset 1, as MiniOneRec's *_plus indices write them); "
         "pass --sid-offset 0 or --sid-offset 1",
     )
+
+
+def _tokens_in_a_row(
+    spelling: Spelling, level: int, offset: int, seen: int, flat_size: int | None, ids: dict
+) -> int:
+    """How many codes of ``level`` the tokenizer spells, from code 0 on without a gap
+    (at least ``seen``): a level's size when no codebook gives it."""
+    if flat_size is not None:
+        return flat_size
+    n = seen
+    while spelling.token(level, n + offset, 0) in ids:
+        n += 1
+    return n
 
 
 def _spelling(
@@ -170,10 +197,14 @@ def match_sids(
         codes, flat_size = _flat_to_levels(m, codes, books, ids)
     n_levels = codes.shape[1]
     sizes = [b.shape[0] for b in books.books] if books is not None else None
-    offset = _offset(m, codes, sizes, offset, notes) if not m.flat else 0
+    offset = _offset(m, codes, sizes, offset, notes, ids) if not m.flat else 0
     zero = codes - offset
-    if sizes is None:  # no codebooks: the largest code seen, or the tokenizer's count
-        sizes = [int(zero[:, lv].max()) + 1 for lv in range(n_levels)]
+    if sizes is None:  # no codebooks: the codes the tokenizer spells, at least those seen
+        seen = [int(zero[:, lv].max()) + 1 for lv in range(n_levels)]
+        spelling = _spelling(m, codes, offset, ids, flat_size or seen[0])
+        sizes = [
+            _tokens_in_a_row(spelling, lv, offset, n, flat_size, ids) for lv, n in enumerate(seen)
+        ]
     for lv, size in enumerate(sizes):
         bad = np.flatnonzero(zero[:, lv] >= size)
         if len(bad):

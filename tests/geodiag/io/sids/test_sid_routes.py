@@ -223,3 +223,16 @@ def test_a_minionerec_mean_extension_fails_and_a_structured_one_passes(
     result = doc["results"][0]
     levels = {c["name"] for c in result["checks"] if c["name"].startswith("rsa[")}
     assert levels == {"rsa[a]", "rsa[b]", "rsa[c]"}
+
+
+def test_one_based_without_codebooks_reads_from_the_tokenizer(written, sidecar_figures):
+    _, files = written
+    f = files["minionerec"]
+    report = metrics(f["model"], "--sids", f["sids"])
+    assert any("codes read as starting at 1" in n for n in report["notes"])
+    book = report["codebook"]
+    # no codebook: a level's size is the codes the tokenizer spells (<c_1>..<c_16>)
+    assert [lv["dead_codes"] for lv in book["levels"]] == sidecar_figures["dead"]
+    for lv in report["matrices"][0]["levels"]:
+        assert lv["rsa"] is None and "no --codebooks FILE: RSA skipped" in lv["rsa_skip_reason"]
+    assert (book["n_colliding_items"], book["n_colliding_tuples"]) == sidecar_figures["collisions"]
