@@ -9,6 +9,7 @@ names the key pattern of its levels (``books_from_state``)."""
 
 from __future__ import annotations
 
+import pickle
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -35,7 +36,7 @@ STATE_KEYS = ("state_dict", "model_state_dict", "model")
 def _path(*parts: object) -> str:
     """A pickled ``pathlib`` path, as its text (nothing of pathlib run)."""
     if not all(isinstance(p, str) for p in parts):
-        raise InputError("pickle", f"a path of {parts!r}")
+        raise pickle.UnpicklingError(f"a path of {parts!r:.80}")
     return "/".join(parts).replace("//", "/")
 
 
