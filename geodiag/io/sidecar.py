@@ -47,7 +47,7 @@ class Level:
     # from another framework's files (geodiag.io.sid_index): -1 for a code without a token.
     token_ids: list[int] = field(default_factory=list)
     # Token text of each code when not ``<name_code>`` (another framework's spelling:
-    # ``<s_a_12>``, ``<|sid_300|>``, 1-based codes); empty: ``token_string``. Not written.
+    # ``<s_a_12>``, ``<|sid_300|>``, 1-based codes); empty: ``token_string``, and not written.
     tokens: list[str] = field(default_factory=list)
 
     def token(self, code: int) -> str:
@@ -73,7 +73,8 @@ class SemanticIds:
     def to_json(self) -> dict:
         out = asdict(self)
         for lv in out["levels"]:
-            lv.pop("tokens")
+            if not lv["tokens"]:
+                lv.pop("tokens")
         return {"format": FORMAT, **out}
 
 
@@ -103,7 +104,14 @@ def parse(data: object, where: str | os.PathLike[str]) -> SemanticIds:
             raise InputError(
                 where, f"levels[{i}] ('{lv['name']}') has size {size} but {len(ids)} token_ids"
             )
-        levels.append(Level(name=lv["name"], size=size, token_ids=list(ids)))
+        tokens = lv.get("tokens") or []
+        if (
+            not isinstance(tokens, list)
+            or not all(isinstance(t, str) for t in tokens)
+            or (tokens and len(tokens) != size)
+        ):
+            raise InputError(where, f"levels[{i}].tokens must be {size} token strings")
+        levels.append(Level(name=lv["name"], size=size, token_ids=list(ids), tokens=list(tokens)))
     all_ids = [t for lv in levels for t in lv.token_ids]
     if len(set(all_ids)) != len(all_ids):
         raise InputError(where, "token_ids repeat across levels/codes")

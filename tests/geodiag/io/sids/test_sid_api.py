@@ -77,3 +77,27 @@ def test_the_callback_takes_sids(written):
     cb._tokenizer = WordTokenizer(f["model"] / "tokenizer.json")  # what on_train_begin sets
     structure = cb.measure(rows)["input"]
     assert structure["rsa"] == pytest.approx(want, abs=1e-9)
+
+
+def test_the_callback_describes_a_save_in_the_frameworks_spelling(written, tmp_path):
+    """A save described from OpenOneRec's files keeps its <s_a_12> spelling and its items:
+    geodiag reads the checkpoint back with no flag, with the same figures."""
+    import shutil
+
+    from geodiag.callback.checkpoints import describe_checkpoint
+    from geodiag.io.sid_index import read_foreign
+
+    files, want = written
+    f = fx.write_openonerec(tmp_path / "openonerec")
+    folder = fx.write_model(tmp_path / "save", "s_letter", "structured", ("<|sid_begin|>",))
+    found = read_foreign(f["sids"], f["codebooks"], folder)
+    describe_checkpoint(folder, 7, found.sids, found.codebooks, None)
+    got = geodiag.measure(folder, neighbors=0)
+    assert {lv.name: lv.rsa.spearman for lv in got.matrices[0].levels} == pytest.approx(
+        want, abs=1e-9
+    )
+    assert got.codebook.n_items == fx.N_ITEMS
+    assert json.loads((folder / "semantic_ids.json").read_text())["levels"][0]["tokens"][3] == (
+        "<s_a_3>"
+    )
+    shutil.rmtree(folder)
