@@ -84,19 +84,23 @@ def find_beside(folders: list[Path], registry: dict[str, Dialect]) -> Path | Non
                 for path in sorted(folder.glob(pattern)):
                     if path.name.endswith(WEIGHT_INDEXES):
                         continue  # a sharded checkpoint's own index, not a SID map
-                    if path.is_file() and _recognised(path, dialect):
+                    if path.is_file() and _recognised(path, dialect, exact="*" not in pattern):
                         return path
     return None
 
 
-def _recognised(path: Path, dialect: Dialect) -> bool:
+def _recognised(path: Path, dialect: Dialect, exact: bool) -> bool:
+    """Whether ``dialect`` reads ``path``. A file that cannot be read (a pickle refused) is
+    taken when it bears the dialect's own name, so reading it says why (a planted
+    payload named as LC-Rec names its checkpoint); under a wildcard it is passed over (a
+    Trainer's ``rng_state.pth`` beside the weights)."""
     from geodiag.errors import InputError
     from geodiag.io.sids.base import head_of
 
     try:
         return dialect.sniff(path, head_of(path))
     except InputError:
-        return True  # refused (a planted payload) or unreadable: reading it says why
+        return exact
 
 
 __all__ = [

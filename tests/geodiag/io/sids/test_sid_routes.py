@@ -236,3 +236,21 @@ def test_one_based_without_codebooks_reads_from_the_tokenizer(written, sidecar_f
     for lv in report["matrices"][0]["levels"]:
         assert lv["rsa"] is None and "no --codebooks FILE: RSA skipped" in lv["rsa_skip_reason"]
     assert (book["n_colliding_items"], book["n_colliding_tuples"]) == sidecar_figures["collisions"]
+
+
+def test_a_trainers_other_pickles_beside_are_passed_over(written, tmp_path, sidecar_figures):
+    """A Trainer checkpoint's rng_state.pth (numpy globals the codebook reader refuses)
+    matches '*.pth' but is no codebook: passed over, the real one found."""
+    torch = pytest.importorskip("torch")
+    _, files = written
+    f = files["lcrec"]
+    folder = tmp_path / "checkpoint-10"
+    shutil.copytree(f["model"], folder)
+    shutil.copy(f["sids"], folder)
+    shutil.copy(f["codebooks"], folder / "tuned_model.pth")  # sorted after rng_state.pth
+    torch.save(
+        {"python": np.random.get_state(), "numpy": np.random.get_state()}, folder / "rng_state.pth"
+    )
+    report = metrics(folder)
+    assert figures(report)["rsa"] == pytest.approx(sidecar_figures["rsa"], abs=1e-9)
+    assert any("codebooks: tuned_model.pth" in n for n in report["notes"])
