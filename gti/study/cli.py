@@ -7,16 +7,14 @@ from typing import Annotated
 
 import typer
 
+from geodiag.command_line import App
 from gti.errors import exits_on_bad_input
 from gti.evaluate.stats import DEFAULT_RESAMPLES
 
-study_app = typer.Typer(
-    help="The learning-curve study (configs/study.toml): runs, then tables and plots.",
-    no_args_is_help=True,
-)
+study_app = App(help="The learning-curve study (configs/study.toml): runs, then tables and plots.")
 
 
-@study_app.command("run")
+@study_app.command("run", example="gti study run configs/study.toml --arm gti --seed 0")
 @exits_on_bad_input
 def study_run(
     config: Annotated[Path, typer.Argument(help="Study TOML, e.g. configs/study.toml.")],
@@ -55,7 +53,7 @@ def study_run(
         typer.echo(str(d))
 
 
-@study_app.command("assemble")
+@study_app.command("assemble", example="gti study assemble reports/study")
 @exits_on_bad_input
 def study_assemble(
     folder: Annotated[Path, typer.Argument(help="The study's reports folder.")],
@@ -69,7 +67,7 @@ def study_assemble(
         typer.echo(f"{name}: {path}")
 
 
-@study_app.command("geometry-intervals")
+@study_app.command("geometry-intervals", example="gti study geometry-intervals configs/study.toml")
 @exits_on_bad_input
 def study_geometry_intervals(
     config: Annotated[Path, typer.Argument(help="Study TOML, e.g. configs/study.toml.")],
