@@ -30,8 +30,7 @@ def _steps(table: dict, section: str) -> str:
 @presets_app.command("ls", example="gti presets ls")
 @exits_on_bad_input
 def presets_ls() -> None:
-    """Each preset: name, command, grounding and SFT steps x batch; then what it is for,
-    whole, wrapped to the terminal's width."""
+    """List the presets: name, command, grounding and SFT steps x batch, what each is for."""
     import shutil
     import textwrap
 

@@ -25,9 +25,11 @@ def study_run(
         Path | None, typer.Option("--cache-dir", help="Cache root (default: ~/.cache/gti).")
     ] = None,
 ) -> None:
-    """Run (or resume) (arm, seed) runs; each writes its small outputs under
-    <reports>/runs/<arm>-seed<k>/ (commit them). Without --arm/--seed: every run,
-    mean and gti first over all seeds, finished runs skipped."""
+    """Run (or resume) the study's (arm, seed) runs.
+
+    Each writes its small outputs under <reports>/runs/<arm>-seed<k>/ (commit them).
+    Without --arm/--seed: every run, mean and gti first over all seeds; finished runs
+    are skipped."""
     import shlex
     import sys
 
@@ -60,7 +62,7 @@ def study_assemble(
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = DEFAULT_RESAMPLES,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
 ) -> None:
-    """results.md, results.json and the plots, from the committed files alone."""
+    """Write results.md, results.json and the plots from the committed files alone."""
     from gti.study.assemble import assemble
 
     for name, path in assemble(folder, n_resamples=resamples, seed=seed).items():
@@ -75,9 +77,11 @@ def study_geometry_intervals(
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """RSA per level with 95% intervals over seeds and codes (gti - other arm, final -
-    init), from the weights of the complete runs in the study's work folder; writes
-    <reports>/geometry_intervals.json (commit it; assemble adds its table)."""
+    """RSA per level with 95% intervals over seeds and codes, from the runs' weights.
+
+    Differences gti - other arm and final - init, from the weights of the complete runs
+    in the study's work folder; writes <reports>/geometry_intervals.json (commit it;
+    assemble adds its table)."""
     import json
 
     from geodiag.atomic import atomic_write
@@ -121,7 +125,9 @@ def baselines(
         list[str] | None,
         typer.Option(help="most-popular | transitions | sasrec (repeat; default: the first two)."),
     ] = None,
-    k_core: Annotated[int, typer.Option(help="k-core filter, as the LM arms.")] = 5,
+    k_core: Annotated[
+        int, typer.Option(help="Keep users/items with >= this many events, as the LM arms.")
+    ] = 5,
     max_history: Annotated[int, typer.Option(help="History length of the split.")] = 20,
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = DEFAULT_RESAMPLES,
     export_recbole: Annotated[
