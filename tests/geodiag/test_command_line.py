@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from geodiag.cli import app as geodiag_app
-from geodiag.command_line import OTHER, summary, leaf_commands
+from geodiag.command_line import OTHER, leaf_commands, summary
 from geodiag.errors import InputError
 from geodiag.gate.checks import COUNTS, load_config
 from geodiag.settings import PANELS
