@@ -123,7 +123,7 @@ def asks_for_help(args: list[str]) -> bool:
     data``."""
     import os
 
-    if "--help" in args or any(k.endswith("_COMPLETE") for k in os.environ):
+    if "--help" in args or "_GTI_COMPLETE" in os.environ:  # typer's completion variable
         return True
     group = typer.main.get_command(app)
     for word in args:  # a group named without a command shows its help
