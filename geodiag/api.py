@@ -39,6 +39,7 @@ from geodiag.io.memory import MemoryStore, array_matrix, gathered, is_torch, mod
 from geodiag.io.new_tokens import Levels, NewTokens, Sources, declare, resolve_new_tokens
 from geodiag.io.options import ReadOptions
 from geodiag.io.sid_index import is_ours, read_foreign
+from geodiag.io.tokenizer import tokenizer_in_memory
 from geodiag.settings import default_of
 
 Codebooks = Mapping[str, object] | str | os.PathLike[str]
@@ -173,21 +174,41 @@ def _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, toke
     else:
         if read is not None:
             raise InputError("read", "ReadOptions apply to files; give new_ids / levels instead")
-        if declared is None:
+        found = None  # the tokenizer's added tokens, when it says which rows are new
+        if declared is None and tokenizer is not None:
+            found = tokenizer_in_memory(tokenizer)
+            if not found.added_non_special():
+                raise InputError(
+                    "tokenizer",
+                    f"{found.path.name} has no added non-special tokens, so it does not say "
+                    "which rows are new: pass new_ids=[...] (or levels={name: ids})",
+                )
+        elif declared is None:
             raise InputError(
-                "new_ids", "which rows are new? pass new_ids=[...] (or levels={name: ids})"
+                "new_ids",
+                "which rows are new? pass tokenizer= (its added tokens are the new rows, as "
+                "the CLI reads them from a folder), new_ids=[...] or levels={name: ids}",
             )
-        ckpt = _memory_checkpoint(source, tokenizer, probe_ids=np.sort(declared.ids))
+        probe = declared.ids if declared is not None else [t.id for t in found.added_non_special()]
+        ckpt = _memory_checkpoint(source, tokenizer, probe_ids=np.sort(probe))
         sources = Sources(
             root=ckpt.path,
             opts=ReadOptions(),
             n_rows=ckpt.matrices[0].n_rows,
-            tokenizer=ckpt.tokenizer,
+            tokenizer=found or ckpt.tokenizer,  # the CLI's rule: geodiag.io.new_tokens
             sidecar=None,
             sidecar_path=None,
             declared=declared,
         )
         ckpt.new = resolve_new_tokens(sources)
+    if declared is None:  # found by the tokenizer: levels from the names, no codebooks
+        ckpt.sidecar, ckpt.codebooks, ckpt.codebooks_path = None, {}, None
+        ckpt.codebooks_note = (
+            "no codebooks given: RSA skipped"
+            if ckpt.new.level_names
+            else "levels unknown (no levels given): RSA skipped"
+        )
+        return ckpt
     if ckpt.tokenizer is None and declared.by_level is not None:
         # No tokenizer: the new rows are named as their levels name them, like a sidecar.
         names = dict(zip(ckpt.new.ids.tolist(), ckpt.new.tokens, strict=True))
@@ -234,8 +255,10 @@ def measure(
     ``codebooks.safetensors`` is used when ``codebooks`` is not given). codebooks:
     ``{name: (codes, code_dim) array}`` or a ``.safetensors`` file. base_vocab_size:
     original rows are ``[0, N)`` (default: the levels' sidecar's, else the smallest new id;
-    :mod:`geodiag.io.new_tokens` resolves the rows, for a path as in memory). tokenizer: a transformers
-    tokenizer that names the rows in memory (neighbour tables). reference: an earlier state
+    :mod:`geodiag.io.new_tokens` resolves the rows, for a path as in memory). tokenizer: a
+    transformers tokenizer for rows in memory: it names them (neighbour tables) and, without
+    new_ids / levels, says which are new (its added non-special tokens, as the CLI reads a
+    folder's tokenizer). reference: an earlier state
     of the same rows (a path, an array, a tensor or a model, e.g. the init checkpoint): rows
     that barely moved since it count as untrained (``--reference``). ``options`` wins over
     ``seed`` / ``n_permutations`` / ``neighbors``. data: training or evaluation files whose

@@ -16,22 +16,20 @@ from typing import Annotated
 import typer
 
 from geodiag.analysis.options import AnalyzeOptions
+from geodiag.command_line import App
 from geodiag.errors import exits_2_on_any_error, print_unexpected
 from geodiag.escape import terminal
 from geodiag.gate.checks import GateConfig
 from geodiag.io.options import ReadOptions
 from geodiag.report.options import DEFAULT_OUTPUT, ReportOptions
-from geodiag.settings import from_cli, options_from
+from geodiag.settings import OUTPUTS, THRESHOLDS, from_cli, options_from
 from geodiag.version import __version__
 
-app = typer.Typer(
+# The help style (plain text, options in panels, one example per command, completion) is
+# gti's too: geodiag.command_line.
+app = App(
     help="Geometry diagnostics for new-token embeddings (Semantic IDs and other added vocabulary).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    # Plain help: rich markup would eat the bracketed defaults ("[0.1]", "[off]") and
-    # "[tool.geodiag]" in the option texts.
-    rich_markup_mode=None,
+    example="geodiag check runs/ml100k/sft/",
 )
 
 # The options that say how to read a checkpoint are the fields of ReadOptions: a
@@ -72,7 +70,12 @@ CHECKPOINT_HELP = (
     "hf://ORG/NAME[@REVISION][/SUBFOLDER], s3://BUCKET/PREFIX or gs://BUCKET/PREFIX (read by "
     "byte ranges)."
 )
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (strict: no NaN/Infinity).")]
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print JSON only (strict: no NaN/Infinity).", rich_help_panel=OUTPUTS
+    ),
+]
 
 
 def _say(text: str, console=None) -> None:
@@ -103,17 +106,20 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True)] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
 ) -> None:
     pass
 
 
-@app.command()
+@app.command(example="geodiag metrics runs/ml100k/sft/ --json")
 @exits_2_on_any_error
 @reads_checkpoints()
 @measures()
 def metrics(
-    ckpt: Annotated[str, typer.Argument(help=CHECKPOINT_HELP)],
+    ckpt: Annotated[str, typer.Argument(help=CHECKPOINT_HELP, metavar="CKPT")],
     json_out: JsonOpt = False,
     read: ReadOptions = READ,
     analysis: AnalyzeOptions = ANALYZE,
@@ -140,29 +146,45 @@ def metrics(
     _say(dumps({**to_jsonable(report), **diagnosis, "remedy": res.remedy}, indent=None))
 
 
-@app.command()
+@app.command(example="geodiag check runs/ml100k/sft/ --data train.jsonl --junit gate.xml")
 @exits_2_on_any_error
 @reads_checkpoints()
 @options_from("thresholds", GateConfig, build=dict)
 @measures(without=("neighbors_k",), neighbors_max=0)  # the gate needs no neighbours
 def check(
     ckpt: Annotated[
-        list[str], typer.Argument(help="One or more checkpoints to gate (folders, files or URLs).")
+        list[str],
+        typer.Argument(
+            help="One or more checkpoints to gate (folders, files or URLs).", metavar="CKPT..."
+        ),
     ],
     thresholds: dict = NOT_GIVEN,
     config: Annotated[
         Path | None,
-        typer.Option("--config", help="TOML with thresholds ([tool.geodiag] or top level)."),
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help="TOML with thresholds ([tool.geodiag] or top level).",
+            rich_help_panel=THRESHOLDS,
+        ),
     ] = None,
     junit: Annotated[
-        Path | None, typer.Option("--junit", help="Write JUnit XML, one testcase per check.")
+        Path | None,
+        typer.Option(
+            "--junit",
+            metavar="FILE",
+            help="Write JUnit XML, one testcase per check.",
+            rich_help_panel=OUTPUTS,
+        ),
     ] = None,
     sarif: Annotated[
         Path | None,
         typer.Option(
             "--sarif",
+            metavar="FILE",
             help="Write a SARIF 2.1.0 log (GitHub code scanning), one result per failing or "
             "warning check.",
+            rich_help_panel=OUTPUTS,
         ),
     ] = None,
     json_out: JsonOpt = False,
@@ -172,6 +194,7 @@ def check(
             "-q",
             "--quiet",
             help="Print the failed checkpoints' failures and verdicts, and a summary.",
+            rich_help_panel=OUTPUTS,
         ),
     ] = False,
     no_color: Annotated[
@@ -179,6 +202,7 @@ def check(
         typer.Option(
             "--no-color",
             help="No colour on a terminal (as NO_COLOR does); piped output has none.",
+            rich_help_panel=OUTPUTS,
         ),
     ] = False,
     read: ReadOptions = READ,
@@ -211,7 +235,7 @@ def check(
     raise typer.Exit(0 if all(r.passed for r in results) else 1)
 
 
-@app.command()
+@app.command(example="geodiag drift runs/ml100k/init/ runs/ml100k/sft/")
 @exits_2_on_any_error
 # What feeds the new tokens (--data, --chat-template) says nothing of how far they moved.
 @reads_checkpoints(
@@ -219,11 +243,15 @@ def check(
 )
 @measures(without=("neighbors_k",))
 def drift(
-    before: Annotated[str, typer.Argument(help="Earlier checkpoint (e.g. after init); a URL too.")],
+    before: Annotated[
+        str,
+        typer.Argument(help="Earlier checkpoint (e.g. after init); a URL too.", metavar="BEFORE"),
+    ],
     after: Annotated[
         str,
         typer.Argument(
-            help="Later checkpoint with the same new tokens (e.g. after SFT); a URL too."
+            help="Later checkpoint with the same new tokens (e.g. after SFT); a URL too.",
+            metavar="AFTER",
         ),
     ],
     json_out: JsonOpt = False,
@@ -247,7 +275,7 @@ def report_options(param: str, *names: str):
     return options_from(param, ReportOptions, without=others, build=dict)
 
 
-@app.command()
+@app.command(example="geodiag report runs/ml100k/init/ runs/ml100k/sft/ -o reports/ml100k.html")
 @exits_2_on_any_error
 @reads_checkpoints(without=("reference",))  # each checkpoint's reference: its init (drift pair)
 @report_options("page", "title", "heatmap_max_tokens", "pairs")
@@ -258,7 +286,8 @@ def report(
         typer.Argument(
             help="Checkpoints, compared side by side (folders, files or URLs; the order pairs "
             "nothing: see --pair); the checkpoint-N folders of a run, and trajectory .jsonl "
-            "files, add metric-vs-step plots."
+            "files, add metric-vs-step plots.",
+            metavar="CKPT...",
         ),
     ],
     output: Annotated[
@@ -266,12 +295,20 @@ def report(
         typer.Option(
             "-o",
             "--output",
+            metavar="FILE",
             help="NAME.html to write; NAME.json (every number shown) goes beside it.",
+            rich_help_panel=OUTPUTS,
         ),
     ] = DEFAULT_OUTPUT,
     page: dict = NOT_GIVEN,
     config: Annotated[
-        Path | None, typer.Option("--config", help="TOML with gate thresholds, as for check.")
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help="TOML with gate thresholds, as for check.",
+            rich_help_panel=THRESHOLDS,
+        ),
     ] = None,
     read: ReadOptions = READ,
     measuring: dict = NOT_GIVEN,
@@ -298,12 +335,23 @@ def report(
         _say(terminal(f"replaced {names}, written by an earlier run{keep}"))
 
 
-@app.command("export-projector")
+@app.command("export-projector", example="geodiag export-projector runs/ml100k/sft/ -o projector/")
 @exits_2_on_any_error
 @reads_checkpoints(without=("codebooks", "reference", "auto_reference", *USAGE))
 def export_projector(
-    ckpt: Annotated[Path, typer.Argument(help="Checkpoint folder or weights file.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the projector files.")],
+    ckpt: Annotated[
+        Path, typer.Argument(help="Checkpoint folder or weights file.", metavar="CKPT")
+    ],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "-o",
+            "--output",
+            metavar="DIR",
+            help="Folder for the projector files.",
+            rich_help_panel=OUTPUTS,
+        ),
+    ],
     read: ReadOptions = READ,
 ) -> None:
     """TensorBoard Embedding Projector files of the new tokens (vectors, metadata, config)."""

@@ -31,6 +31,16 @@ from typing import Annotated, Any
 from geodiag.errors import InputError
 
 KEY = "geodiag.settings"
+
+# The groups of a command's options in --help, in the order it shows them
+# (geodiag.command_line): a config class names its group with ``HELP_PANEL``, a field
+# with ``setting(panel=...)``.
+INPUTS = "Inputs"
+REFERENCE = "Reference and usage"  # which untrained rows count: a before, what feeds them
+THRESHOLDS = "Thresholds"
+MEASURING = "Measuring"
+OUTPUTS = "Outputs"
+PANELS = (INPUTS, REFERENCE, THRESHOLDS, MEASURING, OUTPUTS)
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
 REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()  # cli_default
 
@@ -52,6 +62,7 @@ class Spec:
     argument: bool = False  # a positional argument instead of an option
     nested: bool = False  # a dataclass whose options stand in this field's place
     show_bounds: bool = False  # typer checks the bounds too, and --help shows them
+    panel: str | None = None  # its group in --help (default: its class's HELP_PANEL)
     typer_kwargs: tuple[tuple[str, Any], ...] = ()
 
     def flag(self, name: str) -> str:
@@ -76,13 +87,16 @@ def setting(
     argument: bool = False,
     nested: bool = False,
     show_bounds: bool = False,
+    panel: str | None = None,
     **typer_kwargs: Any,
 ) -> Any:
     """A dataclass field that describes its command-line option (``help`` None: none).
 
     ``show_bounds``: typer checks the bounds as well (click's ``int range``, an exit-2
     usage error) and ``--help`` shows them (``x>=0``); :func:`check_bounds` checks them
-    for every other way in (closed bounds only: typer has no open ones)."""
+    for every other way in (closed bounds only: typer has no open ones). ``panel``: the
+    option's group in ``--help`` (geodiag.command_line.PANELS), when not its class's
+    ``HELP_PANEL``."""
     if show_bounds and (gt is not None or lt is not None):
         raise ValueError("show_bounds takes ge / le: typer's ranges have no open bounds")
     spec = Spec(
@@ -99,6 +113,7 @@ def setting(
         argument=argument,
         nested=nested,
         show_bounds=show_bounds,
+        panel=panel,
         typer_kwargs=tuple(sorted(typer_kwargs.items())),
     )
     return field(default=default, default_factory=default_factory, metadata={KEY: spec})
@@ -125,12 +140,18 @@ def same_as(cls: type, name: str, **changes: Any) -> Any:
     default, help, flags and bounds; ``changes`` replace parts of its :class:`Spec`
     (``help=None``: not on this config's command line)."""
     f = _field(cls, name)
-    spec = dataclasses.replace(spec_of(f), **changes)
+    spec = dataclasses.replace(spec_of(f), panel=panel_of(cls, f), **changes)
     return field(default=f.default, default_factory=f.default_factory, metadata={KEY: spec})
 
 
 def spec_of(f: dataclasses.Field) -> Spec:
     return f.metadata.get(KEY) or Spec(help=None)
+
+
+def panel_of(cls: type, f: dataclasses.Field) -> str | None:
+    """The group of field ``f`` of ``cls`` in a command's ``--help``: its own, or the
+    class attribute ``HELP_PANEL`` (one place for the options of a config)."""
+    return spec_of(f).panel or getattr(cls, "HELP_PANEL", None)
 
 
 def tagged(cls: type, tag: str) -> tuple[str, ...]:
@@ -187,7 +208,8 @@ def cli_parameters(cls: type, *, without: Iterable[str] = ()) -> list[inspect.Pa
             continue
         kind = s.cli_type if s.cli_type is not None else hints[f.name]
         make = typer.Argument if s.argument else typer.Option
-        option = make(*s.flags, help=s.help, **_typer_bounds(s), **dict(s.typer_kwargs))
+        panel = {} if s.argument else {"rich_help_panel": panel_of(cls, f)}
+        option = make(*s.flags, help=s.help, **panel, **_typer_bounds(s), **dict(s.typer_kwargs))
         default = s.cli_default if s.cli_default is not UNSET else _default(f)
         default = inspect.Parameter.empty if default is REQUIRED else default
         params.append(

@@ -15,8 +15,10 @@ from typing import Annotated
 
 import typer
 
+from geodiag.command_line import App
 from geodiag.errors import InputError, MissingExtra, require_extra
 from geodiag.settings import options_from
+from gti.data.movielens import NAME as MOVIELENS
 from gti.errors import exits_on_bad_input
 from gti.options import CACHE_HELP
 from gti.presets.cli import presets_app
@@ -27,11 +29,16 @@ from gti.semantic_ids.config import SidsConfig
 GTI_MODULES = ("torch", "transformers")
 GTI_INSTALL = "pip install torch==2.13.0 'geodiag[gti]'"
 
-app = typer.Typer(
-    help="gti: semantic IDs, new-token initialization and training.", no_args_is_help=True
+# The help style of geodiag's (geodiag.command_line): panels, one example per command.
+app = App(
+    help="gti: semantic IDs, new-token initialization and training. The commands need "
+    f"torch and transformers: {GTI_INSTALL}",
+    short_help="Semantic IDs, new-token initialization and training.",
+    example="gti experiment configs/tiny.toml",
 )
-data_app = typer.Typer(help="Datasets: fetch and inspect.", no_args_is_help=True)
-sids_app = typer.Typer(help="Semantic IDs from item text (RQ-VAE).", no_args_is_help=True)
+FETCHABLE = (MOVIELENS,)  # what `gti data fetch` downloads
+data_app = App(help=f"Datasets: download one into the cache ({', '.join(FETCHABLE)}).")
+sids_app = App(help="Semantic IDs from item text (RQ-VAE).")
 app.add_typer(data_app, name="data")
 app.add_typer(sids_app, name="sids")
 app.add_typer(presets_app, name="presets")
@@ -42,21 +49,27 @@ CacheDir = Annotated[
 ]
 
 
-@data_app.command("fetch")
+@data_app.command("fetch", example=f"gti data fetch {MOVIELENS}")
 @exits_on_bad_input
 def data_fetch(
-    name: Annotated[str, typer.Argument(help="Dataset to download: movielens-100k.")],
+    name: Annotated[
+        str,
+        typer.Argument(help=f"Dataset to download: {', '.join(FETCHABLE)}.", metavar="NAME"),
+    ],
     cache_dir: CacheDir = None,
 ) -> None:
     """Download a dataset into the cache once (a second call does nothing)."""
     from gti.data import movielens
 
-    if name != movielens.NAME:
-        raise InputError("NAME", f"unknown dataset {name!r}; fetchable: {movielens.NAME}")
+    if name not in FETCHABLE:
+        raise InputError("NAME", f"unknown dataset {name!r}; fetchable: {', '.join(FETCHABLE)}")
     typer.echo(str(movielens.fetch(cache_dir)))
 
 
-@sids_app.command("build")
+@sids_app.command(
+    "build",
+    example="gti sids build --data movielens-100k --model smollm2-135m -o runs/ml100k/sids/",
+)
 @exits_on_bad_input
 @options_from("cfg", SidsConfig)
 def sids_build(cfg: SidsConfig = SidsConfig()) -> None:
@@ -66,8 +79,6 @@ def sids_build(cfg: SidsConfig = SidsConfig()) -> None:
     codebooks.safetensors (one [codes, dim] tensor per learned level; the
     dedup level has none) and stats.json. Embeddings and the RQ-VAE fit are
     cached, so a re-run with the same inputs takes seconds.
-
-    Example: gti sids build --data movielens-100k --model smollm2-135m -o runs/ml100k/sids/
     """
     from gti.semantic_ids.build import build_sids
 
@@ -93,23 +104,42 @@ def _register_pipeline_commands() -> None:
     from gti.sft.cli import sft
     from gti.study.cli import baselines, study_app
 
-    app.command("init")(init)
-    app.command("sft")(sft)
-    app.command("evaluate")(evaluate)
-    app.command("experiment")(experiment)
-    app.command("baselines")(baselines)
+    app.command(
+        "init", example="gti init --sids runs/ml100k/sids --strategy gti -o runs/ml100k/gti/init"
+    )(init)
+    app.command("sft", example="gti sft --init runs/ml100k/gti/init -o runs/ml100k/gti/sft")(sft)
+    app.command("evaluate", example="gti evaluate runs/ml100k/gti/sft")(evaluate)
+    app.command("experiment", example="gti experiment configs/cpu.toml")(experiment)
+    app.command("baselines", example="gti baselines -o runs/ml100k/baselines")(baselines)
     app.add_typer(study_app, name="study")
 
 
 _register_pipeline_commands()
 
 
+def asks_for_help(args: list[str]) -> bool:
+    """Whether the command line only asks for help (or for shell completion), which an
+    install without torch can answer: ``gti``, ``gti --help``, ``gti init --help``, ``gti
+    data``."""
+    import os
+
+    if "--help" in args or "_GTI_COMPLETE" in os.environ:  # typer's completion variable
+        return True
+    group = typer.main.get_command(app)
+    for word in args:  # a group named without a command shows its help
+        group = getattr(group, "commands", {}).get(word)
+        if group is None:
+            return False
+    return hasattr(group, "commands")
+
+
 def main() -> None:
     try:
         require_extra("gti", "torch and transformers", GTI_MODULES, GTI_INSTALL)
     except MissingExtra as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        if not asks_for_help(sys.argv[1:]):
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     app()
 

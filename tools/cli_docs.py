@@ -120,6 +120,8 @@ def _command(prog: str, cmd: Any, level: int, *, geodiag: bool) -> list[str]:
     lines = [f"{'#' * level} `{prog}`", "", "```", _usage(prog, cmd), "```", ""]
     if cmd.help:
         lines += [cmd.help.strip(), ""]
+    if cmd.epilog:  # the command's example (geodiag.command_line)
+        lines += ["Example:", "", "```", cmd.epilog.strip(), "```", ""]
     params = _visible(cmd)
     own = [p for p in params if not geodiag or p.name not in READ_FIELDS | GATE_FIELDS]
     if own:

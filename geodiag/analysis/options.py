@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geodiag.settings import check_bounds, setting
+from geodiag.settings import MEASURING, check_bounds, setting
 
 
 @dataclass(frozen=True)
@@ -15,6 +15,8 @@ class AnalyzeOptions:
     with its default (``--permutations``, ``--seed``, ``--neighbors``). The metric
     functions take these values from the caller and have no defaults of their own."""
 
+    HELP_PANEL = MEASURING
+
     # Default: as many original rows as new ones, capped at reference_cap.
     reference_size: int | None = setting(None, ge=1)
     reference_cap: int = setting(20_000, ge=1)
@@ -22,16 +24,24 @@ class AnalyzeOptions:
         1000,
         help="RSA permutations for the p-value.",
         flags=("--permutations",),
+        metavar="N",
         ge=0,
         show_bounds=True,
     )
     seed: int = setting(
-        0, help="Seed of the vocabulary sample and the permutations.", flags=("--seed",)
+        0,
+        help="Seed of the vocabulary sample and the permutations.",
+        flags=("--seed",),
+        metavar="N",
     )
     # RSA on a seeded sample above this many tokens per level.
     rsa_max_items: int = setting(1000, ge=3)
     neighbors_k: int = setting(
-        5, help="Nearest original tokens per new token (0: off).", flags=("--neighbors",), ge=0
+        5,
+        help="Nearest original tokens per new token (0: off).",
+        flags=("--neighbors",),
+        metavar="K",
+        ge=0,
     )
     # Nearest originals for a seeded sample of this many new tokens.
     neighbors_max: int = setting(500, ge=0)

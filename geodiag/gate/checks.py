@@ -25,7 +25,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 from geodiag.analysis.audit import AUDIT_KINDS
 from geodiag.analysis.findings import (
@@ -39,6 +39,7 @@ from geodiag.analysis.reports import CheckpointReport, MatrixReport
 from geodiag.analysis.values import VALUES, CheckName, rsa_by_level, shown_name
 from geodiag.errors import InputError
 from geodiag.jsonio import JSON_SKIP, read_document
+from geodiag.settings import THRESHOLDS as THRESHOLDS_PANEL
 from geodiag.settings import setting
 
 
@@ -329,7 +330,9 @@ def threshold(
     given = [k for k, v in readers if v is not None]
     if scope not in SCOPES or given != [wanted]:
         raise ValueError(f"a {scope!r} check takes {wanted}, and only {wanted}")
-    option = setting(default, help=f"{help} [{default_text(default)}].", cli_default=None)
+    option = setting(
+        default, help=f"{help} [{default_text(default)}].", cli_default=None, metavar=metavar
+    )
     row = dict(
         help=help,
         metavar=metavar,
@@ -350,7 +353,9 @@ RULE = "geodiag.gate.rule"  # field metadata key of a rule (a setting of another
 def rule(default: float | None, *, help: str, metavar: str = "X") -> Any:
     """A GateConfig field that is no check of its own: a setting another check reads
     (a flag, a config key and an action input like the thresholds)."""
-    option = setting(default, help=f"{help} [{default_text(default)}].", cli_default=None)
+    option = setting(
+        default, help=f"{help} [{default_text(default)}].", cli_default=None, metavar=metavar
+    )
     return field(
         default=default, metadata={**option.metadata, RULE: dict(help=help, metavar=metavar)}
     )
@@ -358,7 +363,10 @@ def rule(default: float | None, *, help: str, metavar: str = "X") -> Any:
 
 @dataclass(frozen=True)
 class GateConfig:
-    """Thresholds, one per check; ``None`` disables a check. The table of the gate."""
+    """Thresholds, one per check; ``None`` disables a check. The table of the gate. A
+    count is an ``int``: its flag takes a whole number."""
+
+    HELP_PANEL = THRESHOLDS_PANEL
 
     # Rows on a line score ~1/min(n, d).
     min_effective_rank_ratio: float | None = threshold(
@@ -394,7 +402,7 @@ class GateConfig:
     )
     # Found row by row (geodiag.metrics.untrained). The block-level checks miss them when
     # trained rows sit beside them.
-    max_untrained_tokens: float | None = threshold(
+    max_untrained_tokens: int | None = threshold(
         0,
         help="New rows still at their init, found row by row: in a group of identical "
         "rows, at the vocabulary mean, all zero, a base padding row left as it was, or "
@@ -406,7 +414,7 @@ class GateConfig:
         collapse=True,
     )
     # The rule of max_untrained_tokens: which untrained rows count. Not a check of its own.
-    untrained_uses_to_fail: float | None = rule(
+    untrained_uses_to_fail: int | None = rule(
         UNTRAINED_USES_TO_FAIL,
         help="An untrained token counts against --max-untrained-tokens when the item IDs, "
         "--data or the chat template use it at least this often, or when no source says; "
@@ -434,7 +442,7 @@ class GateConfig:
     )
     # The files disagree about the vocabulary (geodiag.analysis.audit): a loader refuses
     # them, or the model built from them cannot read, emit or train some new tokens.
-    max_vocabulary_disagreements: float | None = threshold(
+    max_vocabulary_disagreements: int | None = threshold(
         0,
         help="Findings of the vocabulary audit: tokenizer, config.json, embedding, head, "
         "adapter indices and GGUF token types that disagree",
@@ -564,7 +572,21 @@ def load_config(path: Path) -> dict:
             )
         if value is not None and not isinstance(value, int | float) or isinstance(value, bool):
             raise InputError(path, f"gate setting '{key}' must be a number, got {value!r}")
-    return {k.replace("-", "_"): (None if v is None else float(v)) for k, v in table.items()}
+        if key.replace("-", "_") in COUNTS and value is not None and value != int(value):
+            raise InputError(path, f"gate setting '{key}' is a count, got {value!r}")
+    return {k.replace("-", "_"): _number(k.replace("-", "_"), v) for k, v in table.items()}
+
+
+# The settings that count (int fields: the flag takes a whole number, the config file too).
+COUNTS = frozenset(
+    name for name, hint in get_type_hints(GateConfig).items() if int in get_args(hint)
+)
+
+
+def _number(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    return int(value) if name in COUNTS else float(value)
 
 
 def with_overrides(cfg: GateConfig, overrides: Mapping[str, float | None]) -> GateConfig:

@@ -261,7 +261,9 @@ def _matrix_details(m: MatrixReport, said: set[str] = frozenset()) -> list[str]:
     below, which a level's RSA does not repeat (no codebooks: once per checkpoint)."""
     lines = _untrained_lines(m) + dropped_lines(m) + sample_lines(m)
     if m.levels:
-        lines.append("  per level: tokens, eff. rank (centered), mean pairwise cosine, RSA vs codebook (p)")
+        lines.append(
+            "  per level: tokens, eff. rank (centered), mean pairwise cosine, RSA vs codebook (p)"
+        )
         for lv in m.levels:
             if lv.rsa is None:
                 said_below = lv.rsa_skip_reason in said

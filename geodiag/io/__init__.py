@@ -11,6 +11,8 @@ Bottom to top, each module importing only those above it in this list
   nearby ranges read with one request): what the safetensors, GGUF and ``torch.save``
   archive readers read through; a folder's files asked for by name (``Folder``), never
   listed, on disk or behind a URL;
+- ``hub_auth``: the Hub's token for ``hf://``, found where huggingface_hub finds it (``HF_TOKEN``,
+  the file of ``hf auth login``), and what a 401 or 403 of the Hub means (gated, a wrong token);
 - ``object_store``: the same over an ``s3://`` or ``gs://`` bucket (fsspec's s3fs or
   gcsfs, the ``s3`` and ``gs`` extras; one backend table, one read and retry path);
 - ``safetensors``: a validating safetensors reader that reads only the rows asked for,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -203,9 +203,15 @@ class RangedFile:
         )
 
 
+# Why a server refused (401, 403): from its status and its answer's headers, one phrase (the
+# Hub's: geodiag.io.hub_auth.explains_refusal); default: refused_hint.
+Refusal = Callable[[int, Mapping[str, str]], str]
+
+
 class HttpFile(RangedFile):
     """A file behind an HTTP(S) URL, read by ranges. ``headers`` (a token) go with every
-    request and nowhere else; ``where`` is the URL as shown."""
+    request and nowhere else; ``where`` is the URL as shown; ``refusal`` explains a 401 or
+    403."""
 
     def __init__(
         self,
@@ -213,31 +219,34 @@ class HttpFile(RangedFile):
         where: str,
         headers: dict[str, str] | None = None,
         say: Callable[[str], None] | None = None,
+        refusal: Refusal | None = None,
     ) -> None:
         super().__init__(where, say)
-        self.url, self.headers = url, dict(headers or {})
+        self.url, self.headers, self.refusal = url, dict(headers or {}), refusal
 
     def _stat_size(self) -> int:
-        _, length, _ = request(self.url, self.where, self.headers, method="HEAD")
+        _, length, _ = request(self.url, self.where, self.headers, "HEAD", self.refusal)
         if length is None:
             raise InputError(self.where, "the server gives no Content-Length for the file")
         return length
 
     def _fetch(self, offset: int, nbytes: int) -> bytes:
         headers = {**self.headers, "Range": f"bytes={offset}-{offset + nbytes - 1}"}
-        return request(self.url, self.where, headers)[2]
+        return request(self.url, self.where, headers, refusal=self.refusal)[2]
 
 
-def fetch_whole(url: str, where: str, headers: dict[str, str]) -> bytes:
+def fetch_whole(
+    url: str, where: str, headers: dict[str, str], refusal: Refusal | None = None
+) -> bytes:
     """A small file's bytes, in one GET."""
-    return request(url, where, headers)[2]
+    return request(url, where, headers, refusal=refusal)[2]
 
 
-def exists(url: str, where: str, headers: dict[str, str]) -> bool:
+def exists(url: str, where: str, headers: dict[str, str], refusal: Refusal | None = None) -> bool:
     """HEAD ``url``: True on 2xx, False on 404; any other failure raises as
     :func:`request` does."""
     try:
-        request(url, where, headers, method="HEAD")
+        request(url, where, headers, "HEAD", refusal)
         return True
     except _NotFound:
         return False
@@ -248,12 +257,17 @@ class _NotFound(InputError):
 
 
 def request(
-    url: str, where: str, headers: dict[str, str], method: str = "GET"
+    url: str,
+    where: str,
+    headers: dict[str, str],
+    method: str = "GET",
+    refusal: Refusal | None = None,
 ) -> tuple[int, int | None, bytes]:
     """(status, Content-Length, body) of ``method url``; retried with backoff on a timeout,
     a dropped connection (before or during the body) or a 5xx answer; an InputError naming
-    ``where`` on anything else that fails. ``Authorization`` is not sent on to a host a
-    redirect leads to (the Hub's resolve route redirects to a signed CDN URL)."""
+    ``where`` on anything else that fails (a 401 or 403 explained by ``refusal``).
+    ``Authorization`` is not sent on to a host a redirect leads to (the Hub's resolve route
+    redirects to a signed CDN URL)."""
     import socket  # the HTTP stack only when a URL is read: not on a local gate's path
     import urllib.error
     import urllib.request
@@ -282,9 +296,8 @@ def request(
             if e.code == 404:
                 raise _NotFound(where, "not found on the server (HTTP 404)") from None
             if e.code in (401, 403):
-                raise InputError(
-                    where, f"refused (HTTP {e.code}): {_refused_hint(headers)}"
-                ) from None
+                why = (refusal or refused_hint(headers))(e.code, e.headers)
+                raise InputError(where, f"refused (HTTP {e.code}): {why}") from None
             if e.code < 500:
                 raise InputError(where, f"the server answered HTTP {e.code} ({e.reason})") from None
             raise Retry(f"HTTP {e.code} ({e.reason})") from None
@@ -324,7 +337,12 @@ def http_client_errors() -> type[Exception]:
     return http.client.HTTPException  # IncompleteRead, RemoteDisconnected's base among them
 
 
-def _refused_hint(headers: dict[str, str]) -> str:
-    if "Authorization" in headers:
-        return "the token sent (HF_TOKEN) may not read it"
-    return "it needs credentials (for the Hub: hf://ORG/NAME with HF_TOKEN set)"
+def refused_hint(headers: dict[str, str]) -> Refusal:
+    """Why a plain HTTP(S) server refused, whatever it answered."""
+    said = (
+        "the credentials sent may not read it"
+        if "Authorization" in headers
+        else "it needs credentials (for the Hub, hf://ORG/NAME sends the token of `hf auth "
+        "login` or HF_TOKEN)"
+    )
+    return lambda status, answer: said

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geodiag.errors import InputError
-from geodiag.settings import setting
+from geodiag.settings import INPUTS, REFERENCE, setting
 
 DEFAULT_LEVEL_PATTERN = r"^<(?P<level>[A-Za-z]+)_(?P<code>\d+)>$"
 
@@ -17,26 +17,34 @@ class ReadOptions:
     """How to find the new rows; every field is a CLI flag of the same name (the one
     definition of the reading options of every command: ``geodiag.settings``)."""
 
+    HELP_PANEL = INPUTS  # their group in --help; what decides which untrained rows count: REFERENCE
+
     tensor: str | None = setting(
-        None, help="Embedding tensor name (default: detected).", flags=("--tensor",)
+        None, help="Embedding tensor name (default: detected).", flags=("--tensor",), metavar="NAME"
     )
     sidecar: Path | None = setting(
-        None, help="semantic_ids.json (default: beside the weights).", flags=("--sidecar",)
+        None,
+        help="The semantic_ids.json sidecar (default: the one beside the weights).",
+        flags=("--sidecar",),
+        metavar="FILE",
     )
     new_tokens: tuple[int, int] | None = setting(  # [start, end)
         None,
         help="New rows as START:END (END exclusive).",
         flags=("--new-tokens",),
+        metavar="START:END",
         cli_type=str | None,
         parse=lambda text: parse_range(text),
     )
     base_vocab_size: int | None = setting(
-        None, help="Rows >= N are new.", flags=("--base-vocab-size",)
+        None, help="Rows >= N are new.", flags=("--base-vocab-size",), metavar="N"
     )
     level_pattern: str = setting(
         DEFAULT_LEVEL_PATTERN,
-        help="Regex with (?P<level>) and (?P<code>) groups.",
+        help="Regex that splits a new token into its level and code, with (?P<level>...) "
+        "and (?P<code>...) groups.",
         flags=("--level-pattern",),
+        metavar="REGEX",
     )
     codebooks: Path | None = setting(
         None,
@@ -44,6 +52,7 @@ class ReadOptions:
         "writes them (LC-Rec .pth, MiniOneRec .npz, OpenOneRec model.pt, GRID .ckpt, "
         "RQ-VAE-Recommender .pt; docs/stacks.md). Default: beside the weights.",
         flags=("--codebooks",),
+        metavar="FILE",
     )
     sids: Path | None = setting(
         None,
@@ -67,10 +76,11 @@ class ReadOptions:
     )
     base: Path | str | None = setting(  # a URL stays a str: Path() would drop a slash
         None,
-        help="The base checkpoint folder: the new tokens are those absent from its "
-        "tokenizer (special or not); for a PEFT adapter, the model it is read over, a "
-        "folder or a URL (default: its base_model_name_or_path, when a local folder or a URL).",
+        help="The base model (folder or URL): the new tokens are those its tokenizer lacks. "
+        "For a PEFT adapter, the model it is read over (default: its base_model_name_or_path, "
+        "when a folder or a URL).",
         flags=("--base",),
+        metavar="MODEL",
         cli_type=str | None,
         parse=lambda text: parse_location(text),
     )
@@ -79,15 +89,19 @@ class ReadOptions:
         help="An earlier checkpoint with the same new tokens (e.g. the run's init), a folder "
         "or a URL: new rows that barely moved since it count as untrained.",
         flags=("--reference",),
+        metavar="CKPT",
+        panel=REFERENCE,
         cli_type=str | None,
         parse=lambda text: parse_location(text),
     )
     data: tuple[Path, ...] = setting(
         (),
-        help="Training or evaluation data (JSON lines with text or chat messages, or plain "
-        "text; repeatable): how often it feeds each new token, counted with the checkpoint's "
-        "tokenizer.json. An untrained token the data uses fails the gate; one nothing uses warns.",
+        help="Training or evaluation data (JSON lines or plain text; repeatable), tokenized "
+        "with the checkpoint's tokenizer.json: an untrained token it feeds fails the gate, one "
+        "nothing feeds warns. Needs geodiag[usage].",
         flags=("--data",),
+        metavar="FILE",
+        panel=REFERENCE,
         cli_type=list[Path] | None,
         cli_default=None,
         parse=lambda paths: tuple(paths or ()),
@@ -97,18 +111,20 @@ class ReadOptions:
         help="A chat template (.jinja) whose tokens count as used, instead of the "
         "checkpoint's own (tokenizer_config.json, chat_template.jinja).",
         flags=("--chat-template",),
+        metavar="FILE",
+        panel=REFERENCE,
     )
     auto_reference: bool = setting(
         True,
-        help="Without --reference, the before the files carry, first found: the sidecar's "
-        "init checkpoint, PEFT's original_module, the run's earliest checkpoint-N.",
+        help="Without --reference, measure movement from the first earlier checkpoint the "
+        "files name: the sidecar's init, PEFT's original_module, the run's first checkpoint-N.",
         flags=("--auto-reference/--no-auto-reference",),
+        panel=REFERENCE,
     )
     full_vocabulary: bool = setting(
         False,
-        help="For a remote checkpoint (https://, hf://), read every original row for the "
-        "vocabulary's figures (mean, spread, norms, NaN/Inf rows), as for a local one; "
-        "default: a seeded sample of row blocks, its error stated in the report.",
+        help="For a remote checkpoint (a URL), read every original row for the vocabulary's "
+        "figures, not a seeded sample of row blocks (whose error the report states).",
         flags=("--full-vocabulary",),
     )
     all_rows_new: bool = setting(

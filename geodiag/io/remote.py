@@ -19,9 +19,12 @@ accelerate ``checkpoint-N/``; only the first model's, a URL not being listable);
 the local reader looks beside its parent.
 
 ``hf://`` resolves to ``{HF_ENDPOINT or https://huggingface.co}/ORG/NAME/resolve/REVISION/PATH``
-(REVISION ``main`` unless given), with ``HF_TOKEN`` sent as a Bearer token; the files are
-found by asking for each known name (HEAD), so a mirror that serves only the resolve route
-works. The URL is shown as given, less any user:password in it; the token never is.
+(REVISION ``main`` unless given), with the token huggingface_hub would send as a Bearer
+token (``HF_TOKEN``, or the file of ``hf auth login``: ``geodiag.io.hub_auth``, which also
+says what a refusal means: a gated repository, a token the Hub does not take); stderr says
+where the token came from. The files are found by asking for each known name (HEAD), so a
+mirror that serves only the resolve route works. The URL is shown as given, less any
+user:password in it; the token never is.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from geodiag.errors import InputError
-from geodiag.io import byte_ranges, object_store
+from geodiag.io import byte_ranges, hub_auth, object_store
 from geodiag.io.layouts import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -47,6 +50,7 @@ from geodiag.io.layouts import (
 from geodiag.io.safetensors import SafetensorsFile
 from geodiag.io.store import SafetensorsStore, shard_names, sharded_description
 from geodiag.io.tensor_store import TensorStore
+from geodiag.progress import to_stderr
 
 SCHEMES = ("https://", "http://", "hf://", *object_store.SCHEMES)
 HF_ENDPOINT = "https://huggingface.co"  # unless the environment's HF_ENDPOINT says otherwise
@@ -85,6 +89,7 @@ class RemoteFolder:
     base: str  # URL of the folder, no trailing slash
     where: str  # the folder as shown: the URL as given, no credentials
     headers: dict[str, str] = field(default_factory=dict, repr=False)
+    refusal: byte_ranges.Refusal | None = field(default=None, repr=False)  # a 401/403 explained
 
     def url(self, name: str) -> str:
         return f"{self.base}/{quote(name)}"
@@ -93,19 +98,22 @@ class RemoteFolder:
         return f"{self.where}/{name}"
 
     def exists(self, name: str, required: bool = False) -> bool:  # HTTP: 403 is always an error
-        return byte_ranges.exists(self.url(name), self.shown(name), self.headers)
+        return byte_ranges.exists(self.url(name), self.shown(name), self.headers, self.refusal)
 
     def fetch(self, name: str) -> bytes:
-        return byte_ranges.fetch_whole(self.url(name), self.shown(name), self.headers)
+        return byte_ranges.fetch_whole(self.url(name), self.shown(name), self.headers, self.refusal)
 
     def file(self, name: str) -> byte_ranges.HttpFile:
-        return byte_ranges.HttpFile(self.url(name), self.shown(name), self.headers)
+        return byte_ranges.HttpFile(
+            self.url(name), self.shown(name), self.headers, refusal=self.refusal
+        )
 
     def child(self, name: str) -> RemoteFolder:
-        return RemoteFolder(self.url(name), self.shown(name), self.headers)
+        return RemoteFolder(self.url(name), self.shown(name), self.headers, self.refusal)
 
     def parent(self) -> RemoteFolder:
-        return RemoteFolder(self.base.rsplit("/", 1)[0], self.where.rsplit("/", 1)[0], self.headers)
+        base, where = self.base.rsplit("/", 1)[0], self.where.rsplit("/", 1)[0]
+        return RemoteFolder(base, where, self.headers, self.refusal)
 
 
 def parse(url: str) -> tuple[RemoteFolder | object_store.ObjectFolder, str | None]:
@@ -161,9 +169,15 @@ def _hf_folder(url: str) -> RemoteFolder:
     base = f"{endpoint}/{repo}/resolve/{quote(revision or 'main', safe='')}"
     if sub:
         base += "/" + quote(sub)
-    token = os.environ.get("HF_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return RemoteFolder(base, url, headers)
+    token = hub_auth.find_token()
+    headers = {"Authorization": f"Bearer {token.value}"} if token else {}
+    if token is not None and token.source not in _SAID:  # once a process: which login it is
+        _SAID.add(token.source)
+        to_stderr(f"hf://: sending the Hub token from {token.source}")
+    return RemoteFolder(base, url, headers, hub_auth.explains_refusal(token, f"{endpoint}/{repo}"))
+
+
+_SAID: set[str] = set()  # the token sources said on stderr
 
 
 @dataclass

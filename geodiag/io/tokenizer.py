@@ -301,6 +301,20 @@ def _hf_vocab(path: Path, raw: bytes, at: int) -> dict[int, str]:
     return _vocab_by_id(model.get("vocab") if isinstance(model, dict) else None)
 
 
+def tokenizer_in_memory(tokenizer: object) -> TokenizerInfo:
+    """The added tokens of a transformers tokenizer in memory (``added_tokens_decoder``:
+    id -> its AddedToken), as :func:`load_tokenizer` reads them from its folder, so that the
+    new rows are found by the same rule (``geodiag.io.new_tokens.from_tokenizer``)."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", None)
+    if not isinstance(decoder, dict):
+        raise InputError("tokenizer", "is not a transformers tokenizer (no added_tokens_decoder)")
+    added = [
+        AddedToken(int(i), str(t.content), bool(getattr(t, "special", False)))
+        for i, t in sorted(decoder.items())
+    ]
+    return TokenizerInfo(Path(f"<{type(tokenizer).__name__}>"), added)
+
+
 def load_tokenizer(path: str | os.PathLike[str]) -> TokenizerInfo:
     p = Path(path)
     check_not_lfs_pointer(p)

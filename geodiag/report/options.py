@@ -8,7 +8,7 @@ from pathlib import Path
 
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.gate.checks import GateConfig
-from geodiag.settings import check_bounds, same_as, setting
+from geodiag.settings import OUTPUTS, check_bounds, same_as, setting
 
 DEFAULT_OUTPUT = Path("reports/report.html")  # NAME.html; NAME.json goes beside it
 
@@ -19,7 +19,11 @@ class ReportOptions:
     fields again (:func:`geodiag.settings.same_as`): the same defaults, help and bounds as
     ``geodiag check`` and ``metrics``."""
 
-    title: str = setting("geodiag report", help="Title of the page.", flags=("--title",))
+    HELP_PANEL = OUTPUTS  # the page's; the measuring settings keep AnalyzeOptions' panel
+
+    title: str = setting(
+        "geodiag report", help="Title of the page.", flags=("--title",), metavar="TEXT"
+    )
     n_permutations: int = same_as(AnalyzeOptions, "n_permutations")
     seed: int = same_as(AnalyzeOptions, "seed")
     gate: GateConfig = field(default_factory=GateConfig)
@@ -29,6 +33,7 @@ class ReportOptions:
         2000,
         help="Above this many tokens, cosine maps show block means.",
         flags=("--heatmap-max-tokens",),
+        metavar="N",
         ge=2,
     )
     pairs: tuple[str, ...] = setting(

@@ -79,12 +79,21 @@ class EvalConfig:
     # A seeded sample of users (same for every split); None: all.
     max_users: int | None = setting(None, help="Evaluate a seeded sample of this many users.", ge=1)
     seed: int = setting(0, help="Seed of the user sample.")
-    k_core: int | None = setting(None, help="Default: as the checkpoint was trained.")
-    max_history: int | None = setting(None, help="Default: as the checkpoint was trained.")
-    titles: bool | None = setting(
-        None, help="Default: as trained.", flags=("--titles/--no-titles",)
+    k_core: int | None = setting(
+        None,
+        help="Keep users/items with >= this many events (default: as the checkpoint was trained).",
     )
-    system_prompt: str | None = setting(None, help="Default: as trained.")
+    max_history: int | None = setting(
+        None, help="Items of history in a prompt (default: as the checkpoint was trained)."
+    )
+    titles: bool | None = setting(
+        None,
+        help="Titles beside history SIDs (default: as trained).",
+        flags=("--titles/--no-titles",),
+    )
+    system_prompt: str | None = setting(
+        None, help="System turn of every prompt (default: as trained)."
+    )
     device: str = setting("auto", help="auto | cpu | cuda.", tags=(RUNNER,))
     dtype: str = dtype_setting()  # of the model's weights and arithmetic; float64 for checks
     progress: bool = progress_setting()

@@ -26,11 +26,10 @@ def experiment(
         typer.Option("--cache-dir", help="Cache root (default: $GTI_CACHE or ~/.cache/gti)."),
     ] = None,
 ) -> None:
-    """Build SIDs once, then init -> SFT -> eval per seed and arm; write the results
-    table and a geodiag report of every arm at both stages.
+    """Every arm: SIDs once, then init -> SFT -> evaluate per seed, a results table and a report.
 
-    Idempotent: finished stages are skipped, an interrupted stage resumes, so after
-    a kill run the same command again. Prints, last, each arm's geometry verdict and the
+    The geodiag report shows every arm at both stages. Idempotent: finished stages are
+    skipped and an interrupted stage resumes, so after a kill, run the same command again. Prints, last, each arm's geometry verdict and the
     report's path (gti.experiment.summary).
     """
     from gti.experiment.config import load_config

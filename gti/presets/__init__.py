@@ -11,6 +11,7 @@ Import-light (tomllib only): ``gti --help`` lists the presets without torch.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -62,11 +63,16 @@ def grounding_preset(name: str, *, flag: str = "--preset") -> dict[str, object]:
 
 
 def summary(name: str) -> str:
-    """The first comment line of preset ``name``: what it is for."""
+    """What preset ``name`` is for: the first sentence of its opening comment, whole."""
+    said = []
     for line in preset_text(name).splitlines():
-        if line.startswith("#"):
-            return line.lstrip("# ").strip()
-    return ""
+        text = line.lstrip("#").strip()
+        if not line.startswith("#") or not text:
+            break
+        said.append(text)
+    paragraph = " ".join(said)
+    end = re.search(r"\.(\s+[A-Z`]|$)", paragraph)  # "e.g. x", "2604.02324" go on
+    return paragraph[: end.start() + 1] if end else paragraph
 
 
 def resolve(data: dict, where: str, seen: tuple[str, ...] = ()) -> dict:

@@ -7,16 +7,14 @@ from typing import Annotated
 
 import typer
 
+from geodiag.command_line import App
 from gti.errors import exits_on_bad_input
 from gti.evaluate.stats import DEFAULT_RESAMPLES
 
-study_app = typer.Typer(
-    help="The learning-curve study (configs/study.toml): runs, then tables and plots.",
-    no_args_is_help=True,
-)
+study_app = App(help="The learning-curve study (configs/study.toml): runs, then tables and plots.")
 
 
-@study_app.command("run")
+@study_app.command("run", example="gti study run configs/study.toml --arm gti --seed 0")
 @exits_on_bad_input
 def study_run(
     config: Annotated[Path, typer.Argument(help="Study TOML, e.g. configs/study.toml.")],
@@ -27,9 +25,11 @@ def study_run(
         Path | None, typer.Option("--cache-dir", help="Cache root (default: ~/.cache/gti).")
     ] = None,
 ) -> None:
-    """Run (or resume) (arm, seed) runs; each writes its small outputs under
-    <reports>/runs/<arm>-seed<k>/ (commit them). Without --arm/--seed: every run,
-    mean and gti first over all seeds, finished runs skipped."""
+    """Run (or resume) the study's (arm, seed) runs.
+
+    Each writes its small outputs under <reports>/runs/<arm>-seed<k>/ (commit them).
+    Without --arm/--seed: every run, mean and gti first over all seeds; finished runs
+    are skipped."""
     import shlex
     import sys
 
@@ -55,21 +55,21 @@ def study_run(
         typer.echo(str(d))
 
 
-@study_app.command("assemble")
+@study_app.command("assemble", example="gti study assemble reports/study")
 @exits_on_bad_input
 def study_assemble(
     folder: Annotated[Path, typer.Argument(help="The study's reports folder.")],
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = DEFAULT_RESAMPLES,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
 ) -> None:
-    """results.md, results.json and the plots, from the committed files alone."""
+    """Write results.md, results.json and the plots from the committed files alone."""
     from gti.study.assemble import assemble
 
     for name, path in assemble(folder, n_resamples=resamples, seed=seed).items():
         typer.echo(f"{name}: {path}")
 
 
-@study_app.command("geometry-intervals")
+@study_app.command("geometry-intervals", example="gti study geometry-intervals configs/study.toml")
 @exits_on_bad_input
 def study_geometry_intervals(
     config: Annotated[Path, typer.Argument(help="Study TOML, e.g. configs/study.toml.")],
@@ -77,9 +77,11 @@ def study_geometry_intervals(
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """RSA per level with 95% intervals over seeds and codes (gti - other arm, final -
-    init), from the weights of the complete runs in the study's work folder; writes
-    <reports>/geometry_intervals.json (commit it; assemble adds its table)."""
+    """RSA per level with 95% intervals over seeds and codes, from the runs' weights.
+
+    Differences gti - other arm and final - init, from the weights of the complete runs
+    in the study's work folder; writes <reports>/geometry_intervals.json (commit it;
+    assemble adds its table)."""
     import json
 
     from geodiag.atomic import atomic_write
@@ -123,7 +125,9 @@ def baselines(
         list[str] | None,
         typer.Option(help="most-popular | transitions | sasrec (repeat; default: the first two)."),
     ] = None,
-    k_core: Annotated[int, typer.Option(help="k-core filter, as the LM arms.")] = 5,
+    k_core: Annotated[
+        int, typer.Option(help="Keep users/items with >= this many events, as the LM arms.")
+    ] = 5,
     max_history: Annotated[int, typer.Option(help="History length of the split.")] = 20,
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = DEFAULT_RESAMPLES,
     export_recbole: Annotated[

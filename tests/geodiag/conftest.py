@@ -44,3 +44,17 @@ def wheel(tmp_path_factory) -> Path:
     from test_wheel import build_wheel
 
     return build_wheel(tmp_path_factory)
+
+
+@pytest.fixture(autouse=True)
+def no_hub_login(tmp_path, monkeypatch):
+    """No test reads this machine's Hub login: hf:// sends the token of `hf auth login`
+    (geodiag.io.hub_auth), so its home is an empty folder unless a test writes one."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    for name in (
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HF_TOKEN_PATH",
+        "HF_HUB_DISABLE_IMPLICIT_TOKEN",
+    ):
+        monkeypatch.delenv(name, raising=False)

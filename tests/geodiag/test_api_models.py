@@ -126,3 +126,43 @@ def test_peft_tied_expectations():
     assert tied_after("trainable tokens") and tied_after("lora + trainable tokens")
     # LoRA on the embedding changes the input rows only: the head still uses E
     assert not tied_after("lora on the embedding")
+
+
+def test_a_model_and_its_tokenizer_say_which_rows_are_new(tmp_path):
+    """tokenizer=: its added non-special tokens are the new rows, the CLI's rule for a
+    folder (geodiag.io.new_tokens.from_tokenizer); the same rows as the saved folder's."""
+    from tiny_models import save, word_tokenizer
+
+    tok = word_tokenizer(100)
+    tok.add_tokens(["<pad_sp>"], special_tokens=True)  # special: not a new row of the rule
+    added = [f"<{lv}_{c}>" for lv in "ab" for c in range(10)]
+    tok.add_tokens(added)
+    model = tiny_lm(len(tok), hidden_size=DIM)
+    ids = tok.convert_tokens_to_ids(added)
+    ckpt = open_source(model, tokenizer=tok)
+    assert ckpt.new.ids.tolist() == ids and ckpt.new.source == "tokenizer"
+    by_tokenizer = geodiag.check(model, tokenizer=tok, n_permutations=10)
+    by_ids = geodiag.check(model, new_ids=ids, n_permutations=10)
+    # the same rows; the names also give the levels (<a_3>: level a), as from a folder
+    rsa = [c for c in by_tokenizer.checks if c.name.startswith("rsa")]
+    assert [c.name for c in rsa] == ["rsa[a]", "rsa[b]"]
+    assert all("no codebooks given" in c.message for c in rsa)
+    assert [(c.name, c.value) for c in by_tokenizer.checks if c not in rsa] == [
+        (c.name, c.value) for c in by_ids.checks
+    ]
+    folder = save(model, tmp_path / "ckpt", tok)
+    from_folder = geodiag.measure(folder, n_permutations=10).matrices[0]
+    in_memory = geodiag.measure(model, tokenizer=tok, n_permutations=10).matrices[0]
+    assert from_folder.n_new == len(ids) and from_folder.new == in_memory.new
+
+
+def test_a_model_without_a_rule_for_its_new_rows_says_how():
+    from tiny_models import word_tokenizer
+
+    model = tiny_lm(VOCAB, hidden_size=DIM)
+    from geodiag.errors import InputError
+
+    with pytest.raises(InputError, match="pass tokenizer="):
+        geodiag.check(model)
+    with pytest.raises(InputError, match="no added non-special tokens"):
+        geodiag.check(model, tokenizer=word_tokenizer(VOCAB - 1))

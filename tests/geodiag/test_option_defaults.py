@@ -19,7 +19,7 @@ from geodiag.analysis.options import AnalyzeOptions
 from geodiag.cli import app
 from geodiag.errors import InputError
 from geodiag.report.options import ReportOptions
-from geodiag.settings import UNSET, default_of, spec_of
+from geodiag.settings import UNSET, default_of, panel_of, spec_of
 
 COMMANDS = {  # command -> the option classes whose flags it shows
     "metrics": (AnalyzeOptions,),
@@ -71,7 +71,11 @@ def test_report_measures_with_analyze_options_settings():
     specs = {f.name: spec_of(f) for f in report}
     for f in analyze:
         if f.name in ("n_permutations", "seed"):
-            assert specs[f.name] == spec_of(f)
+            # the same setting, in AnalyzeOptions' group of --help (not the report page's)
+            assert specs[f.name] == dataclasses.replace(
+                spec_of(f), panel=panel_of(AnalyzeOptions, f)
+            )
+            assert specs[f.name].panel == "Measuring"
     assert specs["neighbors_k"].help is None  # not a flag of report
 
 

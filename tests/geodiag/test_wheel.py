@@ -187,7 +187,12 @@ def test_wheel_install_outside_the_tree_gates_light_and_reports_with_the_extra(w
         + REPORT_INSTALL
     ]
     assert not html.exists()
-    for args in (["init", "--help"], ["sids", "build", "--data", "movielens-100k"]):
+    for args in (["--help"], ["init", "--help"]):  # help needs no torch: it says what to install
+        res = _run([gti, *args], cwd=tmp_path)
+        assert res.returncode == 0 and "Usage: gti" in res.stdout, res.stdout + res.stderr
+        if args == ["--help"]:
+            assert "experiment" in res.stdout and GTI_INSTALL in " ".join(res.stdout.split())
+    for args in (["init"], ["sids", "build", "--data", "movielens-100k"]):
         res = _run([gti, *args], cwd=tmp_path)
         assert res.returncode == 2, res.stdout + res.stderr
         assert res.stderr.strip().splitlines() == [

@@ -5,15 +5,18 @@ the file named and nothing written, and ``data fetch`` is a no-op the second tim
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
 import pytest
+import typer
 from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
+from geodiag.command_line import leaf_commands, summary
 from geodiag.io import sidecar
-from gti.cli import app
+from gti.cli import FETCHABLE, GTI_INSTALL, app
 
 runner = CliRunner()
 FAST = ["--codebook-size", "32", "--epochs", "40", "--no-progress"]
@@ -236,12 +239,87 @@ def test_gti_without_torch_prints_the_install_line_and_exits_2(monkeypatch, caps
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda n, *a: None if n == "torch" else real(n, *a)
     )
-    monkeypatch.setattr("sys.argv", ["gti", "init", "--help"])
+    monkeypatch.setattr("sys.argv", ["gti", "init", "--sids", "runs/sids"])
     with pytest.raises(SystemExit) as exit_info:
         cli.main()
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err == f"error: gti: needs torch and transformers (no module torch): {cli.GTI_INSTALL}\n"
+
+
+# torch and transformers refused at import, as in an install without them (find_spec, which
+# gti.cli's check asks, says None for a module that sys.modules holds as None).
+NO_TORCH = (
+    "import sys\n"
+    "sys.modules['torch'] = sys.modules['transformers'] = None\n"
+    "from gti.cli import main\n"
+    "sys.argv = ['gti', *sys.argv[1:]]\n"
+    "main()\n"
+)
+
+
+def run_without_torch(*args: str):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": "80"}
+    cmd = [sys.executable, "-c", NO_TORCH, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+
+def test_gti_help_without_torch_lists_the_commands_and_what_to_install():
+    out = run_without_torch("--help")
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    listed = out.stdout.split("Commands:", 1)[1]
+    for name in typer.main.get_command(app).commands:
+        assert f"\n  {name} " in listed, name
+    assert GTI_INSTALL in " ".join(out.stdout.split())
+
+
+@pytest.mark.parametrize("args", [[], ["init", "--help"], ["data"], ["presets", "ls", "--help"]])
+def test_any_help_works_without_torch(args):
+    out = run_without_torch(*args)
+    # a group named alone: click prints its help on stderr, exit 2 (as geodiag alone)
+    shown = out.stdout if "--help" in args else out.stderr
+    assert out.returncode == (0 if "--help" in args else 2)
+    assert shown.startswith("Usage: gti"), out.stdout + out.stderr
+    assert "error" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_command_without_torch_says_what_to_install():
+    out = run_without_torch("init", "--sids", "runs/sids")
+    assert out.returncode == 2
+    assert (
+        out.stderr == f"error: gti: needs torch and transformers (no module torch, "
+        f"transformers): {GTI_INSTALL}\n"
+    )
+
+
+GTI = list(leaf_commands(typer.main.get_command(app), "gti"))
+
+
+@pytest.mark.parametrize("prog,cmd", GTI, ids=[p for p, _ in GTI])
+def test_every_command_has_an_example_that_parses(prog, cmd):
+    """The example is a real command line: its options exist and take the values given."""
+    assert cmd.epilog, f"{prog} has no example"
+    words = shlex.split(cmd.epilog.strip())
+    n = len(prog.split())
+    assert words[:n] == prog.split(), f"{prog}'s example runs {words[:n]}"
+    cmd.make_context(prog, words[n:])  # raises click's UsageError on an unknown option
+
+
+def test_summaries_are_whole_and_data_says_what_it_has():
+    res = runner.invoke(app, ["--help"], terminal_width=80)
+    listed = " ".join(res.output.split("Commands:", 1)[1].split())
+    for name, cmd in typer.main.get_command(app).commands.items():
+        said = cmd.short_help or summary(cmd.help)
+        assert said.endswith(".") and f"{name} {said}" in listed, name
+    assert "..." not in listed
+    data = runner.invoke(app, ["data", "--help"], terminal_width=80).output
+    commands = data.split("Commands:", 1)[1].split()
+    assert commands[0] == "fetch" and "inspect" not in data  # it said "fetch and inspect"
+    assert all(name in data for name in FETCHABLE)
 
 
 def test_one_output_folder_rule(tmp_path):

@@ -73,9 +73,25 @@ def test_unknown_and_circular_presets_are_bad_input(monkeypatch):
 def test_presets_ls_and_cp(tmp_path):
     res = runner.invoke(app, ["presets", "ls"])
     assert res.exit_code == 0, res.output
-    rows = {line.split()[0]: line for line in res.output.splitlines()}
-    assert set(rows) == set(preset_names())
+    rows, said, name = {}, {}, ""
+    for line in res.output.splitlines():
+        if line.startswith("    "):  # what the preset above is for, wrapped
+            said[name] = f"{said.get(name, '')} {line.strip()}".strip()
+        else:
+            name = line.split()[0]
+            rows[name] = line
+    assert set(rows) == set(preset_names()) == set(said)
     assert "gti study run" in rows["study"] and "grounding 74 x 32" in rows["cpu"]
+    # whole sentences, not the first line of the comment
+    assert (
+        said["cpu"].endswith("give each stage).")
+        and "94 min measured on an idle 2-core" in (said["cpu"])
+    )
+    assert said["paper"] == (
+        "The paper's setting (arXiv 2604.02324) on a GPU: Qwen3-0.6B, grounding 8,000 steps "
+        "x batch 128 at lr 1e-3, then SFT of all parameters for the same 8,000 x 128, every "
+        "arm, three seeds."
+    )
 
     res = runner.invoke(app, ["presets", "cp", "demo", str(tmp_path)])
     assert res.exit_code == 0, res.output

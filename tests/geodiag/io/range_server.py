@@ -2,12 +2,15 @@
 single byte ranges (206 + Content-Range), which ``python -m http.server`` does not, and
 logs every request (method, path, status, body bytes sent) as a JSON line.
 
-    python range_server.py ROOT LOG [--prefix /org/name/resolve/main] [--token T]
+    python range_server.py ROOT LOG [--prefix /org/name/resolve/main] [--token T] [--gated]
         [--fail-first N] [--rate MBIT]
 
 Prints the port it listens on (an OS-chosen free one) as its first line of stdout.
-``--prefix``: only paths under it are served (the Hub's resolve route); ``--token``: 401
-unless ``Authorization: Bearer T``; ``--fail-first N``: the first N requests answer 500;
+``--prefix``: only paths under it are served (the Hub's resolve route); ``--token``: the
+token that may read, refused as the Hub refuses (401 without a token, with ``X-Error-Code:
+RepoNotFound``, or ``GatedRepo`` when ``--gated``; 401 ``Invalid credentials in Authorization
+header`` for another token); ``--gated``: a gated repository whose conditions the token's
+account has not accepted (403, ``X-Error-Code: GatedRepo``); ``--fail-first N``: the first N requests answer 500;
 ``--rate MBIT``: bodies leave at MBIT megabits per second, all connections together (one
 shared link, for the benchmarks).
 
@@ -74,6 +77,7 @@ def main() -> None:
     ap.add_argument("log", type=Path)
     ap.add_argument("--prefix", default="")
     ap.add_argument("--token", default=None)
+    ap.add_argument("--gated", action="store_true")
     ap.add_argument("--fail-first", type=int, default=0)
     ap.add_argument("--rate", type=float, default=None, help="megabits per second")
     args = ap.parse_args()
@@ -106,8 +110,12 @@ def main() -> None:
             }
             self._write(entry)
 
-        def _refuse(self, status: int) -> None:
+        def _refuse(self, status: int, code: str = "", message: str = "") -> None:
             self.send_response(status)
+            if code:
+                self.send_header("X-Error-Code", code)
+            if message:
+                self.send_header("X-Error-Message", message)
             self.send_header("Content-Length", "0")
             self.end_headers()
             self._log(status, 0)
@@ -119,10 +127,8 @@ def main() -> None:
                 state["failures_left"] -= fail
             if fail:
                 return self._refuse(500)
-            if args.token is not None and self.headers.get("Authorization") != (
-                f"Bearer {args.token}"
-            ):
-                return self._refuse(401)
+            if args.token is not None and self._hub_refuses():
+                return None
             path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
             if not path.startswith(args.prefix + "/"):
                 return self._refuse(404)
@@ -154,6 +160,33 @@ def main() -> None:
                         self.wfile.write(data)
                         sent += len(data)
             self._log(status, sent)
+
+        def _hub_refuses(self) -> bool:
+            """Refuse as the Hub does (huggingface_hub's hf_raise_for_status reads these
+            headers); True when refused."""
+            repo = args.prefix.split("/resolve/")[0].strip("/")
+            sent = self.headers.get("Authorization")
+            if sent is None and args.gated:
+                self._refuse(
+                    401,
+                    "GatedRepo",
+                    f"Access to model {repo} is restricted. You must have access to it and be "
+                    "authenticated to access it. Please log in.",
+                )
+            elif sent is None:
+                self._refuse(401, "RepoNotFound", "Repository not found")
+            elif sent != f"Bearer {args.token}":
+                self._refuse(401, message="Invalid credentials in Authorization header")
+            elif args.gated:
+                self._refuse(
+                    403,
+                    "GatedRepo",
+                    f"Access to model {repo} is restricted and you are not in the authorized "
+                    f"list. Visit https://huggingface.co/{repo} to ask for access.",
+                )
+            else:
+                return False
+            return True
 
         def do_GET(self) -> None:
             self._serve(body=True)

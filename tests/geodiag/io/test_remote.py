@@ -153,9 +153,61 @@ def test_hf_url_refused_without_token(tmp_path, serve, monkeypatch):
     res = runner.invoke(app, ["check", f"hf://{REPO}"])
     assert res.exit_code == 2
     assert f"hf://{REPO}/" in res.output and "401" in res.output and "HF_TOKEN" in res.output
+    assert "no token was found: log in with `hf auth login`" in res.output
     monkeypatch.setenv("HF_TOKEN", "wrong-" + TOKEN)
     res = runner.invoke(app, ["check", f"hf://{REPO}"])
     assert res.exit_code == 2 and TOKEN not in res.output and "401" in res.output
+    assert "the Hub did not accept the token sent (from HF_TOKEN)" in res.output
+    assert "gated" not in res.output
+
+
+def test_hf_url_with_the_login_token_says_its_source(tmp_path, serve, monkeypatch):
+    """`hf auth login` writes $HF_HOME/token: sent, and stderr says from where, not what."""
+    from geodiag.io import remote
+
+    root = hf_layout(tmp_path)
+    server = serve(root, "--prefix", f"/{REPO}/resolve/main", "--token", TOKEN)
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    home = tmp_path / "hf-login"
+    monkeypatch.setenv("HF_HOME", str(home))
+    home.mkdir()
+    (home / "token").write_text(TOKEN + "\n")  # as huggingface_hub writes it
+    monkeypatch.setattr(remote, "_SAID", set())
+    res = runner.invoke(app, ["metrics", f"hf://{REPO}", "--json"])
+    assert res.exit_code == 0, res.output
+    assert _comparable(json.loads(res.stdout)) == _comparable(_metrics(str(root)))
+    said = res.stderr.splitlines()
+    assert said.count(f"hf://: sending the Hub token from {home / 'token'} (`hf auth login`)") == 1
+    assert TOKEN not in res.output
+    assert {r["status"] for r in server.requests()} <= {200, 206, 404}  # 404: files absent
+
+
+def test_hf_gated_repository_is_told_from_a_wrong_token(tmp_path, serve, monkeypatch):
+    """The Hub's answers (range_server --gated): 403 GatedRepo to a good token whose account
+    has not accepted the conditions, 401 GatedRepo without one, 401 to a wrong token."""
+    server = serve(
+        hf_layout(tmp_path), "--prefix", f"/{REPO}/resolve/main", "--token", TOKEN, "--gated"
+    )
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    page = f"{server.url}/{REPO}"
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    res = runner.invoke(app, ["check", f"hf://{REPO}"])
+    assert res.exit_code == 2 and "refused (HTTP 403): a gated repository" in res.output
+    assert f"accept the conditions on its page ({page})" in res.output
+    assert "(from HF_TOKEN)" in res.output and TOKEN not in res.output
+
+    monkeypatch.setenv("HF_TOKEN", "wrong-" + TOKEN)
+    res = runner.invoke(app, ["check", f"hf://{REPO}"])
+    assert res.exit_code == 2 and "refused (HTTP 401): the Hub did not accept the token" in (
+        res.output
+    )
+    assert "gated" not in res.output and TOKEN not in res.output
+
+    monkeypatch.delenv("HF_TOKEN")
+    res = runner.invoke(app, ["check", f"hf://{REPO}"])
+    assert res.exit_code == 2 and "refused (HTTP 401): a gated repository: log in" in res.output
+    assert "hf auth login" in res.output
 
 
 def test_missing_folder_is_exit_2_naming_the_url(tmp_path, serve):
