@@ -7,6 +7,13 @@ and ZeRO-3 checkpoint of a tiny model, and ``<stage>_consolidated.safetensors`` 
 that release's own ``zero_to_fp32`` made of it: geodiag's rows must equal it bit for bit.
 Releases before 0.19 pickle ``sparse_tensor_module_names`` as a set (``__builtin__.set``);
 a set of anything but names is still refused, as is any other global.
+
+transformers and PEFT (``release_data/hf/<transformers>_<peft>/``, ``write_hf.py``): a tiny
+Llama with added tokens saved by that transformers (model, tokenizer, chat template), and
+PEFT adapters over it (``modules_to_save``; ``trainable_token_indices`` from PEFT 0.15),
+with ``expected.safetensors``, the rows that release's own model (and ``merge_and_unload()``)
+holds: geodiag must find the same new tokens and read the same rows, exactly (no LoRA on
+the embedding: copies of stored float32 values).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from geodiag_fixtures import one_line_exit_2
 from typer.testing import CliRunner
 
 from geodiag.cli import app
+from geodiag.io.checkpoint import open_checkpoint
+from geodiag.io.options import ReadOptions
 from geodiag.io.store import open_store
 from geodiag.io.zero import ZeroStore
 
@@ -30,6 +39,7 @@ load_file = pytest.importorskip("safetensors.numpy").load_file
 
 DATA = Path(__file__).resolve().parent / "release_data"
 DEEPSPEED = sorted((DATA / "deepspeed").iterdir())
+HF = sorted((DATA / "hf").iterdir())
 STAGES = ("zero2", "zero3")
 BASE_VOCAB = 32  # write_deepspeed.py: 40 rows, the last 8 new
 TAG = "global_step1"
@@ -40,7 +50,7 @@ def _release(folder: Path) -> str:
 
 
 def test_three_releases_over_two_years():
-    releases = [tuple(int(x) for x in _release(f).split(".")) for f in DEEPSPEED]
+    releases = [_version(_release(f)) for f in DEEPSPEED]
     assert [f.name for f in DEEPSPEED] == [_release(f) for f in DEEPSPEED]
     assert len({r[:2] for r in releases}) >= 3 and min(releases) <= (0, 14, 5)
 
@@ -94,3 +104,47 @@ def test_an_old_releases_file_with_a_planted_payload_is_refused(tmp_path):
     _replace_pickle(states, {"sparse_tensor_module_names": {1, 2}})
     line = one_line_exit_2(CliRunner().invoke(app, check))
     assert "a set of something other than names" in line and states.name in line
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(".")[:3])
+
+
+def _written(folder: Path) -> dict:
+    return json.loads((folder / "written_by.json").read_text())
+
+
+def test_transformers_4_and_5_and_peft_from_0_14():
+    versions = [_written(f) for f in HF]
+    assert [f.name for f in HF] == [f"{v['transformers']}_{v['peft']}" for v in versions]
+    majors = {v["transformers"].split(".")[0] for v in versions}
+    assert majors == {"4", "5"} and min(_version(v["peft"]) for v in versions) <= (0, 14, 0)
+
+
+def _read(ckpt, ids: np.ndarray) -> dict[str, np.ndarray]:
+    return {m.role: ckpt.read_rows(m, ids) for m in ckpt.matrices}
+
+
+@pytest.mark.parametrize("release", HF, ids=lambda f: f.name)
+def test_a_releases_folders_read_as_its_own_model_holds_them(release):
+    written = _written(release)
+    expected = load_file(release / "expected.safetensors")
+    new = np.asarray(written["new_token_ids"])
+    base = open_checkpoint(release / "base")
+    assert base.new.ids.tolist() == new.tolist()
+    assert base.new.tokens == [f"<a_{i}>" for i in range(len(new))]
+    assert not base.tied and [m.role for m in base.matrices] == ["input", "output"]
+    everything = np.arange(base.matrices[0].n_rows)
+    for role, rows in _read(base, everything).items():
+        np.testing.assert_array_equal(rows, expected[f"base.{role}"])
+    adapters = sorted({k.split(".")[0] for k in expected} - {"base"})
+    assert adapters == ["adapter"] + (
+        ["adapter_tokens"] if _version(written["peft"]) >= (0, 15) else []
+    )
+    for name in adapters:
+        ckpt = open_checkpoint(release / name, ReadOptions(base=release / "base"))
+        assert ckpt.new.ids.tolist() == new.tolist()
+        for role, rows in _read(ckpt, everything).items():
+            np.testing.assert_array_equal(rows, expected[f"{name}.{role}"])
+    res = CliRunner().invoke(app, ["check", str(release / "base")])
+    assert res.exit_code in (0, 1), res.output
