@@ -125,7 +125,7 @@ def untrained_kinds(u) -> list[str]:
             if u.like_padding and u.padding
             else "",
             f"{u.barely_moved.size} barely moved since the reference"
-            + (f" ({u.movement.reference})" if u.movement and u.movement.reference else "")
+            + (f": {u.movement.reference}" if u.movement and u.movement.reference else "")
             if u.barely_moved
             else "",
         )
