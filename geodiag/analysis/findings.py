@@ -15,7 +15,7 @@ since the reference with ``--reference``, else from the vocabulary mean.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -360,6 +360,8 @@ def row_findings(
     movement_cut = None
     if moved is not None:
         barely, movement_cut = barely_moved(*moved)
+        shown = ckpt.reference.location or str(ckpt.reference.path)
+        movement_cut = replace(movement_cut, reference=shown)
         if trained_init(ckpt.reference) is None:  # a grounded init's rows were trained
             masks["barely_moved"] = barely
         movement, basis = moved[0], "reference"

@@ -127,7 +127,10 @@ def untrained_kinds(u) -> list[str]:
             "compares each row with the base's)"
             if u.like_padding and u.padding
             else "",
-            f"{u.barely_moved.size} barely moved since the reference" if u.barely_moved else "",
+            f"{u.barely_moved.size} barely moved since the reference"
+            + (f": {u.movement.reference}" if u.movement and u.movement.reference else "")
+            if u.barely_moved
+            else "",
         )
         if k
     ]

@@ -136,8 +136,9 @@ def _untrained_lines(m: MatrixReport) -> list[str]:
         lines.append(f"    {g.size} on the base's padding rows, unchanged: {g.listed()}")
     if u.movement is not None:
         mv = u.movement
+        since = f"the reference: {mv.reference}" if mv.reference else "the reference"
         lines.append(
-            f"    {u.barely_moved.size if u.barely_moved else 0} barely moved since the reference "
+            f"    {u.barely_moved.size if u.barely_moved else 0} barely moved since {since} "
             f"(less than {_f(mv.threshold)}: {mv.rule}; median movement of the original rows "
             f"{_f(mv.median_original)}, of the new rows {_f(mv.median_new)})"
         )

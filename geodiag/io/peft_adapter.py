@@ -22,6 +22,13 @@ and the adapter (the LoRA factor ``A`` is read whole: r x V values, ~1% of ``E``
 r = 8), so everything above it (new rows, vocabulary sample, neighbour scan) works
 unchanged. No torch: safetensors files go through geodiag's own reader.
 
+Its before (:func:`before`): the same effective matrices as they were when training
+began, the reference the new rows' movement is measured from
+(:mod:`geodiag.io.references`): a ``modules_to_save`` copy's ``original_module.weight``,
+saved beside it (PEFT 0.17 and later, when the embedding was resized in memory), else the
+base's tensor of the same shape; under trainable tokens or LoRA, the rows without them
+(``trainable_tokens_delta`` starts as a copy of those rows, ``lora_embedding_B`` at zero).
+
 A remote adapter folder (``geodiag.io.remote``) is read the same way: its config fetched,
 its ``adapter_model.safetensors`` by ranges, and its base from ``--base`` or
 ``base_model_name_or_path``, each a local folder or a URL (a Hub id is neither: it is
@@ -41,7 +48,7 @@ from geodiag.errors import InputError
 from geodiag.io.layouts import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from geodiag.io.remote import RemoteCheckpoint, is_remote, open_remote
 from geodiag.io.store import open_store
-from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES, PEFT_PREFIX
+from geodiag.io.tensor_names import ORIGINAL_SUFFIX, OUTPUT_HEAD_NAMES, PEFT_PREFIX
 from geodiag.io.tensor_store import TensorStore
 from geodiag.jsonio import read_json_object
 
@@ -461,3 +468,56 @@ class AdapterStore:
 
     def digests(self) -> dict[str, str]:
         return {**self.base.digests(), **self.adapter.digests()}
+
+
+def before(store: AdapterStore) -> tuple[AdapterStore, dict[str, tuple[str, str]]]:
+    """(the effective tensors as they were when training began, {tensor: (where its before
+    is, in short; what it is)}) for each patched tensor the files carry a before of (module
+    docstring); a tensor without one is left out of the dict (reading it reads the base's)."""
+    base_names = set(store.base.names())
+    weights, base = store.info.weights_path, store.info.base_path
+    patches: dict[str, ModulePatch] = {}
+    what: dict[str, tuple[str, str]] = {}
+    for tensor, p in store.patches.items():
+        if p.full_kind == "modules_to_save":
+            original = _original_key(p, store.adapter)
+            if original is not None:
+                patches[tensor] = ModulePatch(p.module, original, "original_module")
+                what[tensor] = (
+                    f"original_module in {weights}",
+                    f"'{original}' (PEFT's copy of the module before training)",
+                )
+            elif tensor in base_names and store.base.shape(tensor) == store.shape(tensor):
+                patches[tensor] = ModulePatch(p.module)
+                what[tensor] = (
+                    f"the base {base}",
+                    f"the base's '{tensor}' (the modules_to_save copy starts as it)",
+                )
+            continue
+        if not (p.token_key or p.lora_a):
+            continue  # a resized base alone: nothing trained
+        kept = ModulePatch(p.module, p.full, p.full_kind)  # a resized base is the before
+        kept_rows = store.adapter.shape(p.full)[0] if p.full else store.base.shape(tensor)[0]
+        if kept_rows < store.shape(tensor)[0]:
+            continue  # rows only the trainable tokens define: no before
+        patches[tensor] = kept
+        source = (
+            (f"{p.full_kind} in {weights}", f"'{p.full}'")
+            if p.full
+            else (
+                f"the base {base}",
+                f"the base's '{tensor}'",
+            )
+        )
+        changes = " and ".join(k for k in ("trainable tokens", "lora") if k in p.kinds())
+        what[tensor] = (source[0], f"{source[1]} without the adapter's {changes}")
+    return AdapterStore(store.base, store.adapter, patches, store.info), what
+
+
+def _original_key(p: ModulePatch, adapter: TensorStore) -> str | None:
+    """The adapter's ``original_module.weight`` beside the ``modules_to_save`` copy ``p``,
+    when saved and of the copy's shape."""
+    key = f"{PEFT_PREFIX}{p.module}{ORIGINAL_SUFFIX}"
+    if key not in set(adapter.names()) or adapter.shape(key) != adapter.shape(p.full):
+        return None
+    return key

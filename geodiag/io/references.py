@@ -9,8 +9,11 @@ the files carry.
    ``gti sft``, relative to the checkpoint's folder), when it is there;
 3. PEFT's ``original_module`` beside a ``modules_to_save`` copy, in a PEFT model's full
    state dict (``model.state_dict()`` saved, or accelerate's ``save_model``): the module
-   before training, in the same file. An adapter's ``save_pretrained`` (and so a
-   Trainer checkpoint of a PeftModel) saves the copy alone;
+   before training, in the same file. An adapter folder's before
+   (:func:`geodiag.io.peft_adapter.before`): the ``original_module`` its
+   ``save_pretrained`` stores beside the copy when the embedding was resized (PEFT 0.17
+   and later), else the base's tensor; under trainable tokens or LoRA, the rows without
+   them;
 4. the earliest sibling of a Trainer ``checkpoint-N`` folder (``checkpoint-M``, M < N,
    in the same output folder): after M steps, not the initialization.
 
@@ -35,6 +38,7 @@ from geodiag.io import remote
 from geodiag.io import sidecar as sidecar_mod
 from geodiag.io.new_tokens import Declared
 from geodiag.io.options import ReadOptions
+from geodiag.io.peft_adapter import AdapterStore, before
 from geodiag.io.remote import is_remote
 from geodiag.io.tensor_names import original_of
 
@@ -159,6 +163,8 @@ def trained_init(ref) -> str | None:
 
 
 def _peft_original(ckpt, ask: _Ask) -> Found | None:
+    if isinstance(ckpt.store, AdapterStore):
+        return _adapter_before(ckpt)
     names = set(ckpt.store.names())
     matrices = []
     for m in ckpt.matrices:
@@ -183,6 +189,27 @@ def _peft_original(ckpt, ask: _Ask) -> Found | None:
         f"reference: the original_module rows beside the modules_to_save copy in {name} "
         "(PEFT's copy of the module before training)",
     )
+
+
+def _adapter_before(ckpt) -> Found | None:
+    """The adapter's before, for the matrices it changes and carries one of."""
+    store, what = before(ckpt.store)
+    matrices = [replace(m, dtype=store.dtype(m.tensor)) for m in ckpt.matrices if m.tensor in what]
+    if not matrices:
+        return None
+    weights = str(ckpt.store.info.weights_path)
+    kinds = list(dict.fromkeys(what[m.tensor][0] for m in matrices))
+    ref = replace(
+        ckpt,
+        store=store,
+        matrices=matrices,
+        reference=None,
+        reference_notes=[],
+        location=" and ".join(kinds),
+    )
+    shown = "; ".join(f"for '{m.tensor}' {what[m.tensor][1]}" for m in matrices)
+    name = weights.rsplit("/", 1)[-1]
+    return Found(ref, f"reference: the adapter's before, read from {name} and its base: {shown}")
 
 
 def _earliest_sibling(ckpt, ask: _Ask) -> Found | None:

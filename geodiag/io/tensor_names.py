@@ -49,21 +49,21 @@ OUTPUT_HEAD_NAMES = (
 PEFT_PREFIX = "base_model.model."  # PeftModel's prefix of the wrapped model's names
 # {module}.modules_to_save.{adapter}.weight: the trained copy of a module in modules_to_save
 _SAVED_COPY = re.compile(r"\.modules_to_save\.[^.]+\.weight$")
-_ORIGINAL = ".original_module.weight"
+ORIGINAL_SUFFIX = ".original_module.weight"  # beside it: the module before training
 
 
 def plain_name(name: str) -> str | None:
     """The name ``name`` stands for in the unwrapped model: PEFT's prefix and a
     ``modules_to_save`` copy's infix removed; None for an ``original_module`` (never the
     matrix itself)."""
-    if name.endswith(_ORIGINAL):
+    if name.endswith(ORIGINAL_SUFFIX):
         return None
     return _SAVED_COPY.sub(".weight", name.removeprefix(PEFT_PREFIX))
 
 
 def original_of(name: str) -> str | None:
     """PEFT's ``original_module`` name beside the ``modules_to_save`` copy ``name``, else None."""
-    return _SAVED_COPY.sub(_ORIGINAL, name) if _SAVED_COPY.search(name) else None
+    return _SAVED_COPY.sub(ORIGINAL_SUFFIX, name) if _SAVED_COPY.search(name) else None
 
 
 def _by_plain_name(names: list[str]) -> dict[str, list[str]]:

@@ -75,6 +75,14 @@ def _zero_stage(value: object) -> int:
     return value
 
 
+def _name_set(items: object) -> set[str]:
+    """``set(items)`` of names, as releases before 0.19 pickle the engine's
+    ``sparse_tensor_module_names`` (``__builtin__.set`` at torch.save's protocol 2)."""
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise pickle.UnpicklingError("a set of something other than names")
+    return set(items)
+
+
 _GLOBALS: dict[tuple[str, str], object] = {
     **TENSOR_GLOBALS,
     ("torch", "Size"): torch_size,
@@ -85,6 +93,8 @@ _GLOBALS: dict[tuple[str, str], object] = {
     ("deepspeed.runtime.fp16.loss_scaler", "LossScaler"): record("LossScaler"),
     ("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler"): record("DynamicLossScaler"),
     ("deepspeed.utils.tensor_fragment", "fragment_address"): record("fragment_address"),
+    # Older releases (tests/geodiag/io/release_data/: 0.14 to 0.18 write it)
+    ("__builtin__", "set"): _name_set,
 }
 _OPTIM = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt")
 # Files of a model-parallel rank other than 0, pipeline layers, expert-parallel ranks.

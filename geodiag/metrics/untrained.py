@@ -201,6 +201,7 @@ class Movement:
     yardstick: str  # "original rows" | "new rows": whose median movement sets the threshold
     median_original: float | None  # median movement of the sampled original rows
     median_new: float
+    reference: str | None = None  # what the rows moved from, as shown (a path, a tensor)
 
 
 def barely_moved(

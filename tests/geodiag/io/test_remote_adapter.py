@@ -40,7 +40,7 @@ def _json(*args: str) -> tuple[int, dict]:
 
 
 def _numbers(doc: dict) -> dict:
-    """Less where the adapter and its base were read from."""
+    """Less where the adapter, its base and its before (the reference) were read from."""
     out = _comparable(doc)
     for d in [out, *out.get("results", [])]:
         if "adapter" in d:
@@ -48,6 +48,10 @@ def _numbers(doc: dict) -> dict:
                 k: v for k, v in d["adapter"].items() if k not in ("adapter", "base", "base_from")
             }
         d.pop("store", None)
+        d.pop("reference", None)
+        for m in d.get("matrices", []):
+            if (m.get("untrained") or {}).get("movement"):
+                m["untrained"]["movement"].pop("reference")
     return out
 
 
