@@ -289,8 +289,10 @@ def test_check_outputs_under_github_actions(hostile, tmp_path):
     assert heading and "`" * len(heading[1]) not in heading[2]
     rows = [line for line in lines[1:] if line.startswith("|")]
     assert len(rows) == 2 + len(checks) and all(gfm_pipes(row) == 6 for row in rows)
-    # Then one line per failing or warning check, its finding escaped as a cell's text.
-    said = [line for line in lines[1:] if not line.startswith("|")]
+    # The verdict above the table, then one line per failing or warning check, each
+    # escaped as a cell's text.
+    verdict, *said = [line for line in lines[1:] if not line.startswith("|")]
+    assert lines[1] == verdict and gfm_pipes(verdict) == 0 and "<" not in verdict
     warned = [c for c in checks if c["status"] in ("fail", "warn")]
     assert len(said) == len(warned) and all(line.startswith("- ") for line in said)
     assert all(gfm_pipes(line) == 0 for line in said)
