@@ -30,7 +30,6 @@ import numpy as np
 from geodiag.analysis.findings import TokenGroup, UntrainedRows, token_group
 from geodiag.analysis.rows import MatrixRows, read_padding
 from geodiag.io.checkpoint import MAX_PADDING_ROWS, Checkpoint
-from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES
 from geodiag.metrics.geometry import ROW_BLOCK
 from geodiag.metrics.untrained import MIN_PADDING_ROWS, PADDING_ALPHA, quantile
 
@@ -65,10 +64,9 @@ def _stored_tied_head(ckpt: Checkpoint) -> str | None:
     if not ckpt.tied or not ckpt.matrices:
         return None
     emb = ckpt.matrices[0]
-    names = set(ckpt.store.names())
-    for name in OUTPUT_HEAD_NAMES:
-        if name in names and name != emb.tensor and ckpt.store.shape(name) == (emb.n_rows, emb.dim):
-            return name
+    name = ckpt.head.stored if ckpt.head is not None else None
+    if name is not None and name != emb.tensor and ckpt.store.shape(name) == (emb.n_rows, emb.dim):
+        return name
     return None
 
 

@@ -1,8 +1,22 @@
-"""Which tensor of a checkpoint is the input embedding, and which an untied output head.
+"""Which tensor of a checkpoint is the input embedding, and which an untied output head,
+read from what the files say rather than from a list of architectures.
 
-Exact names first (the common architectures), then a unique name ending like an
-embedding (wrapped models); ``--tensor`` overrides. The head is analyzed on its own
-only when it is not tied to the embedding.
+- The input embedding is the 2-D tensor whose module is named like a token table (its
+  last name part ``embed_tokens``, ``wte``, ``tok_embeddings``, ``word_embeddings``,
+  ``embed_in``, ``shared``, ``embeddings``, ``token_embedding``, ``token_embd``, ...), outside a
+  vision or audio tower and not a position, patch or type table; among several, the ones
+  whose rows are a vocabulary size config.json states (at its top, in ``text_config`` or
+  another sub-config: :func:`language_configs`), then T5's and BART's ``shared`` over the
+  encoder's and decoder's stored copies of it. Llama's ``model.embed_tokens``, a
+  vision-language model's ``model.language_model.embed_tokens`` (transformers 5 in memory)
+  or ``language_model.model.embed_tokens`` (as transformers 4 and 5.24 save Llava and
+  Gemma 3), Mamba's ``backbone.embeddings``, T5's ``shared`` all come out of this rule.
+  ``--tensor`` overrides.
+- The output head is the other 2-D tensor of the same width whose rows are the
+  embedding's or a stated vocabulary size, outside any numbered layer (a multi-token
+  prediction head inside one is not the LM's) and not named like a token table: ``lm_head``
+  wherever the prefix puts it, GPT-NeoX's ``embed_out``, GGUF's ``output``. It is analyzed
+  on its own unless it is tied (:func:`tie_setting`).
 
 A PEFT model's full state dict (``model.state_dict()`` saved, or accelerate's
 ``save_model``) names its tensors ``base_model.model.{name}``, and a module in
@@ -15,32 +29,39 @@ copy is the matrix; its original is a reference (:func:`original_of`).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from geodiag.errors import InputError
 from geodiag.io.tensor_store import TensorStore
 
-INPUT_EMBEDDING_NAMES = (
-    "model.embed_tokens.weight",  # Llama, Qwen, Mistral, SmolLM, Gemma
-    "transformer.wte.weight",  # GPT-2, GPT-J
-    "embeddings.word_embeddings.weight",  # BERT-like
-    "bert.embeddings.word_embeddings.weight",
-    "gpt_neox.embed_in.weight",  # Pythia
-    "model.decoder.embed_tokens.weight",  # OPT
-    "transformer.word_embeddings.weight",  # BLOOM
-    "shared.weight",  # T5 (encoder./decoder.embed_tokens.weight, when stored, are copies)
-    "model.shared.weight",  # BART, mBART, Pegasus
-    "embed_tokens.weight",
-    "wte.weight",
-    "token_embd.weight",  # GGUF (llama.cpp)
+# The last part of a token table's module name (the tensor's name without ``.weight``).
+EMBEDDING_MODULE = re.compile(
+    r"(embed_tokens|wte|tok_embeddings|word_embeddings|embed_in|shared|embeddings|"
+    r"token_embedding|token_embeddings|token_embd|tok_embed|embedding|embed|word_emb)"
 )
-INPUT_EMBEDDING_SUFFIXES = (
-    "embed_tokens.weight",
-    ".wte.weight",
-    "word_embeddings.weight",
-    "embed_in.weight",
+# A name part that puts a table outside the language model's token input: a vision or
+# audio tower's, or a position, patch, type or per-layer table.
+NOT_TOKENS = re.compile(
+    r"vision|visual|image|video|audio|speech|patch|position|pos_|wpe|token_type|segment|"
+    r"per_layer|relative|rel_attn|codebook|quantizer"
 )
-OUTPUT_HEAD_NAMES = (
+# A numbered block (``layers.3.``, ``h.0.``, ``block.11.``): a head inside one is not the LM's.
+NUMBERED = re.compile(r"(^|\.)\d+(\.|$)")
+# Among several head candidates, the one named like a head.
+HEAD_WORDS = re.compile(r"lm_head|embed_out|head|output|logits")
+# Where config.json keeps the language model's own config in composite models
+# (transformers' get_text_config() names, and those of remote-code VLMs).
+LANGUAGE_CONFIG_KEYS = (
+    "text_config",
+    "decoder",
+    "generator",
+    "text_encoder",
+    "llm_config",
+    "language_config",
+    "thinker_config",
+)
+OUTPUT_HEAD_NAMES = (  # a head's names where no file says more (PEFT's copy of a tied head)
     "lm_head.weight",
     "embed_out.weight",
     "model.lm_head.weight",
@@ -84,9 +105,74 @@ def _one(stored: list[str], where: Path) -> str:
     return stored[0]
 
 
-def find_input_tensor(store: TensorStore, where: Path, override: str | None) -> str:
-    """The input embedding's name: ``override`` (``--tensor``), a known name, else the one
-    name with a known suffix."""
+def language_configs(config: dict) -> list[dict]:
+    """The configs that describe the language model, the most specific first: each
+    sub-config under LANGUAGE_CONFIG_KEYS (one level down too: Qwen2.5-Omni's
+    ``thinker_config.text_config``), then config.json's top level."""
+    out: list[dict] = []
+    for key in LANGUAGE_CONFIG_KEYS:
+        sub = config.get(key)
+        if isinstance(sub, dict):
+            out += [c for c in language_configs(sub) if c is not sub] + [sub]
+    return [*out, config]
+
+
+def stated_vocab_sizes(config: dict) -> list[int]:
+    """Every vocab_size the language configs state, the most specific first."""
+    sizes = [c.get("vocab_size") for c in language_configs(config)]
+    return list(dict.fromkeys(s for s in sizes if isinstance(s, int) and s > 0))
+
+
+def stated_hidden_size(config: dict, n_rows: int | None = None) -> int | None:
+    """The width of the language model's token table as config.json states it: the
+    hidden_size (or d_model, n_embd) of the first language config whose vocab_size is
+    ``n_rows`` (any, when none is), None when no config states one."""
+    configs = language_configs(config)
+    matching = [c for c in configs if n_rows is not None and c.get("vocab_size") == n_rows]
+    for c in [*matching, *configs]:
+        for key in ("hidden_size", "d_model", "n_embd"):
+            if isinstance(c.get(key), int):
+                return int(c[key])
+    return None
+
+
+def tie_setting(config: dict) -> bool | None:
+    """Whether config.json ties the head to the embedding; None when it does not say.
+
+    transformers 5 ties when the top level says so or, for a save from before v5, the
+    text config does (e.g. LlavaConfig, Qwen2VLConfig: ``tie_word_embeddings`` is taken
+    from ``text_config`` when the top level says False). T5 v1.1 as transformers 5 saves
+    it: the config always says tied, ``scale_decoder_outputs`` keeps the original False,
+    and reloading unties a stored head.
+    """
+    if config.get("scale_decoder_outputs") is False:
+        return False
+    said = [c.get("tie_word_embeddings") for c in language_configs(config)]
+    said = [v for v in said if isinstance(v, bool)]
+    return any(said) if said else None
+
+
+def _module(plain: str) -> list[str]:
+    return plain.removesuffix(".weight").split(".")
+
+
+def embedding_named(plain: str) -> bool:
+    """A name that says token table (module docstring), outside vision or audio."""
+    parts = _module(plain)
+    return EMBEDDING_MODULE.fullmatch(parts[-1]) is not None and not any(
+        NOT_TOKENS.search(p) for p in parts
+    )
+
+
+def _two_d(store: TensorStore, name: str) -> bool:
+    return len(store.shape(name)) == 2
+
+
+def find_input_tensor(
+    store: TensorStore, where: Path, override: str | None, config: dict | None = None
+) -> str:
+    """The input embedding's name: ``override`` (``--tensor``), else the module
+    docstring's rule."""
     names = store.names()
     if override is not None:
         if override not in names:
@@ -94,44 +180,100 @@ def find_input_tensor(store: TensorStore, where: Path, override: str | None) -> 
                 where, f"--tensor '{override}' not found (tensors: {', '.join(names[:8])}...)"
             )
         return override
-    plain = _by_plain_name(names)
-    for name in INPUT_EMBEDDING_NAMES:
-        if name in plain:
-            return _one(plain[name], where)
-    hits = [
-        s for p, stored in plain.items() if p.endswith(INPUT_EMBEDDING_SUFFIXES) for s in stored
-    ]
-    if hits:
-        return _one(hits, where)
-    two_d = [n for n in names if len(store.shape(n)) == 2][:6]
+    plain = {
+        p: stored
+        for p, stored in _by_plain_name(names).items()
+        if embedding_named(p) and _two_d(store, stored[0])
+    }
+    picked = _narrow(plain, store, stated_vocab_sizes(config or {}))
+    if picked:
+        return _one([s for p in picked for s in plain[p]], where)
+    two_d = [n for n in names if _two_d(store, n)][:6]
     raise InputError(
         where,
-        f"no recognizable input embedding among {len(names)} tensors (known names: "
-        f"{', '.join(INPUT_EMBEDDING_NAMES)}; or one name ending in "
-        f"{', '.join(INPUT_EMBEDDING_SUFFIXES)}); pass --tensor NAME "
-        f"(2-D tensors include: {', '.join(two_d) or 'none'})",
+        f"no recognizable input embedding among {len(names)} tensors (a 2-D tensor named "
+        "like a token table: embed_tokens, wte, tok_embeddings, word_embeddings, embed_in, "
+        f"shared, embeddings, ...); pass --tensor NAME (2-D tensors include: "
+        f"{', '.join(two_d) or 'none'})",
     )
+
+
+def _narrow(plain: dict[str, list[str]], store: TensorStore, vocab: list[int]) -> list[str]:
+    """The plain names left of the candidates ``plain``: those whose rows are a stated
+    vocab size, then ``shared`` over the encoder's and decoder's copies of it (several
+    left: the caller asks for --tensor)."""
+    cands = list(plain)
+    for size in vocab:  # the most specific stated size that some candidate has
+        hit = [p for p in cands if store.shape(plain[p][0])[0] == size]
+        if hit:
+            cands = hit
+            break
+    if len(cands) > 1:
+        shared = [p for p in cands if _module(p)[-1] == "shared"]
+        cands = shared or cands
+    return cands
+
+
+@dataclass(frozen=True)
+class Head:
+    """The output head as the files say it: the tensor stored (None: none is), whether
+    it is tied to the embedding, and the matrix analyzed on its own (None when tied)."""
+
+    stored: str | None
+    tied: bool
+    analyzed: str | None
+    why: str  # how the tie was decided, for the notes
+    untied_by_adapter: bool = False  # a PEFT modules_to_save copy untied a tied head
+
+
+def find_head_tensor(store: TensorStore, input_name: str, config: dict) -> str | None:
+    """The stored output head (module docstring), or None."""
+    shape = store.shape(input_name)
+    rows = {shape[0], *stated_vocab_sizes(config)}
+    plain = _by_plain_name(store.names())
+    input_plain = plain_name(input_name)
+    cands = [
+        p
+        for p, stored in plain.items()
+        if p != input_plain
+        and not embedding_named(p)
+        and not NUMBERED.search(p.removesuffix(".weight"))
+        and not any(NOT_TOKENS.search(part) for part in _module(p))
+        and _two_d(store, stored[0])
+        and store.shape(stored[0])[1] == shape[1]
+        and store.shape(stored[0])[0] in rows
+    ]
+    if len(cands) > 1:
+        cands = [p for p in cands if HEAD_WORDS.search(_module(p)[-1])] or cands
+    if len(cands) > 1:
+        same = [p for p in cands if store.shape(plain[p][0])[0] == shape[0]]
+        cands = same or cands
+    return plain[cands[0]][0] if len(cands) == 1 else None
 
 
 def find_output_head(
     store: TensorStore, input_name: str, config: dict, untied_by_adapter: bool = False
-) -> tuple[str | None, bool]:
-    """(untied head tensor or None, tied?). Tied when config says so or no head is stored.
+) -> Head:
+    """The head, tied when config.json says so (:func:`tie_setting`) or none is stored.
 
     ``untied_by_adapter``: a PEFT adapter saved its own copy of the head
     (``modules_to_save``), which untied it from the embedding in the merged model; a
     copy in a PEFT model's full state dict does the same.
     """
-    plain = _by_plain_name(store.names())
-    head = next((plain[n][0] for n in OUTPUT_HEAD_NAMES if n in plain), None)
+    head = find_head_tensor(store, input_name, config)
     untied_by_adapter = untied_by_adapter or (head is not None and original_of(head) is not None)
-    tie = config.get("tie_word_embeddings")
-    if config.get("scale_decoder_outputs") is False:
-        # T5 v1.1 as transformers 5 saves it: the config always says tied, this field keeps
-        # the original tie_word_embeddings=false, and reloading unties a stored head.
-        tie = False
+    tie = tie_setting(config)
     if head is None or head == input_name:
-        return None, True
+        return Head(None, True, None, "no output head is stored: tied to the embedding")
     if tie is True and not untied_by_adapter:
-        return None, True  # a stored copy of the tied matrix: same rows, analyze once
-    return head, False
+        # a stored copy of the tied matrix: same rows, analyze once (integrity's
+        # tied_head_differs compares them)
+        return Head(head, True, None, "config.json ties it to the embedding")
+    why = (
+        "the adapter saves its own copy"
+        if untied_by_adapter
+        else "config.json unties it"
+        if tie is False
+        else "stored, and config.json does not say it is tied"
+    )
+    return Head(head, False, head, why, untied_by_adapter)
