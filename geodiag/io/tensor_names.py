@@ -32,13 +32,16 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from geodiag.errors import InputError
 from geodiag.io.tensor_store import TensorStore
 
 # The last part of a token table's module name (the tensor's name without ``.weight``).
 EMBEDDING_MODULE = re.compile(
     r"(embed_tokens|wte|tok_embeddings|word_embeddings|embed_in|shared|embeddings|"
-    r"token_embedding|token_embeddings|token_embd|tok_embed|embedding|embed|word_emb)"
+    r"token_embedding|token_embeddings|token_embd|tok_embed|embedding|embed|word_emb|"
+    r"input_embedding|input_embeddings)"
 )
 # A name part that puts a table outside the language model's token input: a vision or
 # audio tower's, or a position, patch, type or per-layer table.
@@ -185,9 +188,10 @@ def find_input_tensor(
         for p, stored in _by_plain_name(names).items()
         if embedding_named(p) and _two_d(store, stored[0])
     }
-    picked = _narrow(plain, store, stated_vocab_sizes(config or {}))
+    vocab = stated_vocab_sizes(config or {})
+    picked = _narrow(plain, store, vocab) or _unnamed_table(store, vocab)
     if picked:
-        return _one([s for p in picked for s in plain[p]], where)
+        return _one([s for p in picked for s in _by_plain_name(names)[p]], where)
     two_d = [n for n in names if _two_d(store, n)][:6]
     raise InputError(
         where,
@@ -196,6 +200,22 @@ def find_input_tensor(
         f"shared, embeddings, ...); pass --tensor NAME (2-D tensors include: "
         f"{', '.join(two_d) or 'none'})",
     )
+
+
+def _unnamed_table(store: TensorStore, vocab: list[int]) -> list[str]:
+    """No tensor named like a token table (CTRL's ``transformer.w``): the one 2-D tensor
+    whose rows are a stated vocab size, outside numbered layers and towers, not named like
+    a head; none when that is not one."""
+    found = [
+        p
+        for p, stored in _by_plain_name(store.names()).items()
+        if _two_d(store, stored[0])
+        and store.shape(stored[0])[0] in vocab
+        and not NUMBERED.search(p.removesuffix(".weight"))
+        and not any(NOT_TOKENS.search(part) for part in _module(p))
+        and not HEAD_WORDS.search(_module(p)[-1])
+    ]
+    return found if len(found) == 1 else []
 
 
 def _narrow(plain: dict[str, list[str]], store: TensorStore, vocab: list[int]) -> list[str]:
@@ -251,10 +271,34 @@ def find_head_tensor(store: TensorStore, input_name: str, config: dict) -> str |
     return plain[cands[0]][0] if len(cands) == 1 else None
 
 
+# Rows compared to tell a stored copy of a tied embedding from a head of its own: spread
+# over the first half of the rows (original tokens: a copy that differs on new rows only
+# is tied, and integrity's tied_head_differs says so); a copy across dtypes agrees to
+# COPY_RTOL of a row's norm (bf16 keeps ~3 significant digits).
+COPY_PROBE_ROWS = 16
+COPY_RTOL = 1e-2
+
+
+def stored_copy(store: TensorStore, a: str, b: str) -> bool:
+    """Whether tensor ``b`` holds ``a``'s rows (same shape), or one multiple of them (a
+    Gemma head saved with the input's sqrt(d) scaling baked in: integrity's
+    tied_head_differs names it), probed on COPY_PROBE_ROWS of the first half."""
+    n = store.shape(a)[0]
+    ids = np.unique(np.linspace(0, max(n // 2 - 1, 0), COPY_PROBE_ROWS).astype(np.int64))
+    x, y = store.read_rows(a, ids), store.read_rows(b, ids)  # (k, d) float64
+    xx = float(np.einsum("ij,ij->", x, x))
+    scale = float(np.einsum("ij,ij->", x, y)) / xx if xx > 0 else 1.0
+    diff = np.sqrt(np.einsum("ij,ij->i", scale * x - y, scale * x - y))
+    return bool(np.all(diff <= COPY_RTOL * np.sqrt(np.einsum("ij,ij->i", y, y))))
+
+
 def find_output_head(
     store: TensorStore, input_name: str, config: dict, untied_by_adapter: bool = False
 ) -> Head:
-    """The head, tied when config.json says so (:func:`tie_setting`) or none is stored.
+    """The head: tied when none is stored, or config.json ties it (:func:`tie_setting`)
+    and the stored one is a copy of the embedding (:func:`stored_copy`); a stored head
+    with rows of its own is analyzed on its own, as transformers 5 loads it (it ties
+    only heads equal to the embedding, and warns of the others).
 
     ``untied_by_adapter``: a PEFT adapter saved its own copy of the head
     (``modules_to_save``), which untied it from the embedding in the merged model; a
@@ -266,14 +310,17 @@ def find_output_head(
     if head is None or head == input_name:
         return Head(None, True, None, "no output head is stored: tied to the embedding")
     if tie is True and not untied_by_adapter:
-        # a stored copy of the tied matrix: same rows, analyze once (integrity's
-        # tied_head_differs compares them)
-        return Head(head, True, None, "config.json ties it to the embedding")
-    why = (
-        "the adapter saves its own copy"
-        if untied_by_adapter
-        else "config.json unties it"
-        if tie is False
-        else "stored, and config.json does not say it is tied"
-    )
+        if store.shape(head) != store.shape(input_name) or stored_copy(store, input_name, head):
+            # a stored copy of the tied matrix: analyzed once (integrity's
+            # tied_head_differs compares their new rows)
+            return Head(head, True, None, "config.json ties it to the embedding")
+        why = "config.json ties it, but the stored head holds rows of its own"
+    else:
+        why = (
+            "the adapter saves its own copy"
+            if untied_by_adapter
+            else "config.json unties it"
+            if tie is False
+            else "stored, and config.json does not say it is tied"
+        )
     return Head(head, False, head, why, untied_by_adapter)

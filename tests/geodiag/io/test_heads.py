@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from geodiag.cli import app
 from geodiag.io.checkpoint import open_checkpoint
+from geodiag.io.options import ReadOptions
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -210,17 +211,33 @@ def test_transformers_5_names_in_memory(tmp_path, name):
     assert res.exit_code == 1 and "output head lm_head.weight:" in res.output
 
 
-def test_text_config_tie_is_read(tmp_path):
-    """A save from before transformers 5 states the tie in text_config only: a head stored
-    there is a copy of the tied matrix (one matrix, as the loader ties it)."""
-    folder = _extended(_llava, tmp_path / "llava", head_trained=False)
+def _tied_in_text_config(folder) -> None:
+    """config.json as a save from before transformers 5 states a tie: text_config only."""
     cfg = json.loads((folder / "config.json").read_text())
     del cfg["tie_word_embeddings"]
     cfg["text_config"]["tie_word_embeddings"] = True
     (folder / "config.json").write_text(json.dumps(cfg))
-    ckpt = open_checkpoint(folder)
+
+
+def test_text_config_tie_is_read(tmp_path):
+    """A tie stated in text_config only, and a stored head that copies the embedding: one
+    matrix, as the loader ties it; a stored head with rows of its own is analyzed on its
+    own, as transformers 5 loads it (it ties only equal tensors)."""
+    torch.manual_seed(0)
+    model = _llava()
+    with torch.no_grad():
+        model.lm_head.weight.copy_(model.get_input_embeddings().weight)
+    model.save_pretrained(tmp_path / "copy")
+    _tied_in_text_config(tmp_path / "copy")
+    ckpt = open_checkpoint(tmp_path / "copy", ReadOptions(new_tokens=(56, 64)))
     assert ckpt.tied and [m.role for m in ckpt.matrices] == ["input"]
     assert ckpt.head.stored == "language_model.lm_head.weight"
+
+    folder = _extended(_llava, tmp_path / "own", head_trained=False)
+    _tied_in_text_config(folder)
+    ckpt = open_checkpoint(folder)
+    assert not ckpt.tied and ckpt.matrices[1].tensor == "language_model.lm_head.weight"
+    assert check(folder).exit_code == 1
 
 
 def test_t5_shared_is_the_input_and_the_tied_head(tmp_path):
