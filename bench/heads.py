@@ -81,7 +81,7 @@ MAPPINGS = (
 )
 
 
-class Timeout(Exception):
+class Timeout(BaseException):  # not caught as a failure to build or save
     pass
 
 
@@ -137,14 +137,17 @@ def truth(folder: Path, emb: np.ndarray, head: np.ndarray | None) -> tuple[set, 
     for f in folder.glob("*.safetensors"):
         with safe_open(str(f), "np") as st:
             for k in st.keys():
-                if st.get_slice(k).get_shape() != list(emb.shape):
-                    continue
-                v = st.get_tensor(k).astype(np.float32)
-                if np.array_equal(v, emb):
+                shape = st.get_slice(k).get_shape()
+                if shape == list(emb.shape) and np.array_equal(st.get_tensor(k), emb):
                     has_emb.add(k)
-                elif head is not None and np.array_equal(v, head):
-                    has_head.add(k)
+                if head is not None and shape == list(head.shape):
+                    if np.array_equal(st.get_tensor(k), head):
+                        has_head.add(k)
     return has_emb, has_head
+
+
+def _first(e: Exception) -> str:
+    return (str(e).splitlines() or [""])[0][:100]
 
 
 def one(model_type: str, cls_name: str, untie: bool) -> tuple[str, str]:
@@ -166,7 +169,7 @@ def one(model_type: str, cls_name: str, untie: bool) -> tuple[str, str]:
     except Timeout:
         raise
     except Exception as e:
-        return "skip", f"not built: {type(e).__name__}: {str(e).splitlines()[0][:100]}"
+        return "skip", f"not built: {type(e).__name__}: {_first(e)}"
     w_in = getattr(inp, "weight", None)
     w_out = getattr(out, "weight", None) if out is not None else None
     if w_in is None or w_in.dim() != 2:
@@ -175,13 +178,13 @@ def one(model_type: str, cls_name: str, untie: bool) -> tuple[str, str]:
     if untie and (tied or w_out is None):
         return "skip", "ties its head whatever the config says" if tied else "no head"
     emb = _fill(w_in, 1)
-    head = None if w_out is None or tied or w_out.shape != w_in.shape else _fill(w_out, 2)
+    head = None if w_out is None or tied or w_out.dim() != 2 else _fill(w_out, 2)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         try:
             model.save_pretrained(folder)
         except Exception as e:
-            return "skip", f"not saved: {type(e).__name__}: {str(e).splitlines()[0][:100]}"
+            return "skip", f"not saved: {type(e).__name__}: {_first(e)}"
         has_emb, has_head = truth(folder, emb, head)
         config = json.loads((folder / "config.json").read_text())
         try:
@@ -192,6 +195,8 @@ def one(model_type: str, cls_name: str, untie: bool) -> tuple[str, str]:
             return "unread", f"{str(e)[:160]} (true: {sorted(has_emb)})"
     want_head = "tied" if head is None else sorted(has_head)
     got_head = "tied" if got.analyzed is None else [got.analyzed]
+    if got.analyzed is not None and got.analyzed in has_head:
+        got_head = want_head  # one of the tensors holding the head's values
     shape = f"{list(w_in.shape)}{'' if head is None else ' + head'}"
     if got_in in has_emb and got_head == want_head:
         return "ok", f"{got_in} / {got_head[0] if got_head != 'tied' else 'tied'} {shape}"

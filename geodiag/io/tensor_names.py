@@ -41,7 +41,7 @@ from geodiag.io.tensor_store import TensorStore
 EMBEDDING_MODULE = re.compile(
     r"(embed_tokens|wte|tok_embeddings|word_embeddings|embed_in|shared|embeddings|"
     r"token_embedding|token_embeddings|token_embd|tok_embed|embedding|embed|word_emb|"
-    r"input_embedding|input_embeddings)"
+    r"input_embedding|input_embeddings|tokens_embed)"
 )
 # A name part that puts a table outside the language model's token input: a vision or
 # audio tower's, or a position, patch, type or per-layer table.
@@ -231,6 +231,9 @@ def _narrow(plain: dict[str, list[str]], store: TensorStore, vocab: list[int]) -
     if len(cands) > 1:
         shared = [p for p in cands if _module(p)[-1] == "shared"]
         cands = shared or cands
+    if len(cands) > 1:  # an encoder-decoder with a table each: the encoder's reads the input
+        encoder = [p for p in cands if "encoder" in _module(p)]
+        cands = encoder if len(encoder) == 1 else cands
     return cands
 
 
@@ -292,6 +295,23 @@ def stored_copy(store: TensorStore, a: str, b: str) -> bool:
     return bool(np.all(diff <= COPY_RTOL * np.sqrt(np.einsum("ij,ij->i", y, y))))
 
 
+def _decoder_table(store: TensorStore, input_name: str) -> str | None:
+    """An encoder-decoder's decoder token table of the input's shape that holds rows of its
+    own (FSMT, T5Gemma: the head is tied to it, not to the encoder's), else None."""
+    shape = store.shape(input_name)
+    found = [
+        stored[0]
+        for p, stored in _by_plain_name(store.names()).items()
+        if stored[0] != input_name
+        and embedding_named(p)
+        and "decoder" in _module(p)
+        and store.shape(stored[0]) == shape
+    ]
+    if len(found) != 1 or stored_copy(store, input_name, found[0]):
+        return None
+    return found[0]
+
+
 def find_output_head(
     store: TensorStore, input_name: str, config: dict, untied_by_adapter: bool = False
 ) -> Head:
@@ -308,6 +328,10 @@ def find_output_head(
     untied_by_adapter = untied_by_adapter or (head is not None and original_of(head) is not None)
     tie = tie_setting(config)
     if head is None or head == input_name:
+        decoder = _decoder_table(store, input_name)
+        if decoder is not None:
+            why = "the decoder's own token table, which its head is tied to"
+            return Head(decoder, False, decoder, why)
         return Head(None, True, None, "no output head is stored: tied to the embedding")
     if tie is True and not untied_by_adapter:
         if store.shape(head) != store.shape(input_name) or stored_copy(store, input_name, head):
