@@ -19,6 +19,10 @@
   (their normalizer) before the first layer: input and head norms are compared after it.
 - ``adapter_server``: an adapter whose embedding changes a common server does not load
   (vLLM loads LoRA adapters, not ``modules_to_save`` nor ``trainable_tokens_delta``).
+- ``special_tokens_left_out``: added special tokens past the base vocabulary that the
+  new-token rule (the tokenizer's added non-special tokens) leaves out, e.g. a chat-format
+  tool's ``<|im_start|>`` / ``<|im_end|>``: named, with those the template or the data feed
+  (their rows are judged as fed tokens, :mod:`geodiag.analysis.fed`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import numpy as np
 from geodiag.analysis.findings import TokenGroup, UntrainedRows, token_group
 from geodiag.analysis.rows import MatrixRows, read_padding
 from geodiag.io.checkpoint import MAX_PADDING_ROWS, Checkpoint
+from geodiag.io.tokenizer import list_names
 from geodiag.metrics.geometry import ROW_BLOCK
 from geodiag.metrics.untrained import MIN_PADDING_ROWS, PADDING_ALPHA, quantile
 
@@ -245,6 +250,34 @@ def adapter_server(ckpt: Checkpoint) -> IntegrityFinding | None:
     )
 
 
+def special_tokens_left_out(ckpt: Checkpoint, matrices: list) -> IntegrityFinding | None:
+    """The added special tokens that are not new tokens, named (module docstring): those
+    the chat template or the data feed are judged with the fed tokens, and said to be."""
+    tok, new = ckpt.tokenizer, ckpt.new
+    if tok is None or new.source != "tokenizer":
+        return None
+    special = [t for t in tok.added if t.special and t.id not in set(new.ids.tolist())]
+    if not special:
+        return None
+    names = list_names([t.content for t in special[:4]], len(special))
+    message = (
+        f"{len(special)} added special token(s) not measured as new tokens ({names}): the "
+        "new tokens are the tokenizer's added non-special ones, and special tokens cannot "
+        "be told from the base's own without --base BASE, which measures every token absent "
+        "from the base, special or not"
+    )
+    fed = [m.fed for m in matrices if m.fed is not None]
+    if fed:
+        judged = {t.content for t in special} & {t.token for f in fed for t in f.tokens}
+        sources = " and ".join(fed[0].sources)
+        message += f"; of those {sources} feed{'s' if len(fed[0].sources) == 1 else ''}, " + (
+            f"{', '.join(sorted(judged))} never trained (untrained_tokens)"
+            if judged
+            else "none is untrained"
+        )
+    return IntegrityFinding("special_tokens_left_out", "note", message, count=len(special))
+
+
 def integrity(
     ckpt: Checkpoint, matrices: list, held: list[MatrixRows] | None = None
 ) -> list[IntegrityFinding]:
@@ -260,5 +293,6 @@ def integrity(
         on_padding(ckpt, inputs),
         embedding_scale(ckpt),
         adapter_server(ckpt),
+        special_tokens_left_out(ckpt, matrices),
     ]
     return [f for f in found if f is not None]

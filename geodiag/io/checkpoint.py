@@ -35,7 +35,6 @@ from geodiag.io.new_tokens import (
     Sources,
     absent_from,
     resolve_new_tokens,
-    special_note,
 )
 from geodiag.io.options import ReadOptions
 from geodiag.io.peft_adapter import AdapterInfo, is_adapter, open_adapter
@@ -437,9 +436,7 @@ def _notes(
 ) -> list[str]:
     """What the reader decided that the user should know: rows left out, rows taken from
     elsewhere than expected, a head untied by the adapter."""
-    notes = []
-    if (note := special_note(tok, new)) is not None:
-        notes.append(note)
+    notes = []  # the special tokens left out: integrity's special_tokens_left_out
     if new.source == "base":
         notes.append(f"new rows: the {len(new.ids)} tokens absent from the base's tokenizer")
     if head.untied_by_adapter and config.get("tie_word_embeddings"):

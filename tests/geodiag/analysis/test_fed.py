@@ -50,7 +50,9 @@ def _checkpoint(folder, *, zero_headers: bool, zero_words=(), tied: bool = True)
     zeroed = [tok.convert_tokens_to_ids(t) for t in HEADERS] if zero_headers else []
     zeroed += [tok.convert_tokens_to_ids(w) for w in zero_words]
     with torch.no_grad():
-        for w in {id(m.weight): m.weight for m in (model.get_input_embeddings(), model.lm_head)}.values():
+        for w in {
+            id(m.weight): m.weight for m in (model.get_input_embeddings(), model.lm_head)
+        }.values():
             w[zeroed] = 0.0
     tok.add_tokens(NEW_TOKENS)
     model.resize_token_embeddings(len(tok))
@@ -64,9 +66,10 @@ def _checkpoint(folder, *, zero_headers: bool, zero_words=(), tied: bool = True)
 
 def test_zero_template_specials_fail_naming_the_token_and_its_source(tmp_path):
     folder = _checkpoint(tmp_path / "ckpt", zero_headers=True)
-    assert "chat_template" in json.loads((folder / "tokenizer_config.json").read_text()) or (
-        folder / "chat_template.jinja"
-    ).is_file()
+    assert (
+        "chat_template" in json.loads((folder / "tokenizer_config.json").read_text())
+        or (folder / "chat_template.jinja").is_file()
+    )
     res = run("check", folder)
     assert res.exit_code == 1, res.output
     line = next(x for x in res.output.splitlines() if "[fail] untrained_tokens" in x)
@@ -104,8 +107,10 @@ def test_fed_rows_are_judged_by_the_hand_computed_rule(tmp_path):
     folder = _checkpoint(tmp_path / "ckpt", zero_headers=True)
     rep = analyze(folder)
     fed = rep.matrices[0].fed
-    assert fed is not None and fed.sources == ["the chat template (tokenizer_config.json)"] or (
-        fed.sources == ["the chat template (chat_template.jinja)"]
+    assert (
+        fed is not None
+        and fed.sources == ["the chat template (tokenizer_config.json)"]
+        or (fed.sources == ["the chat template (chat_template.jinja)"])
     )
     assert fed.n_fed == 4  # BOS and the three headers
     assert sorted(t.token for t in fed.tokens) == sorted(HEADERS)
@@ -114,3 +119,53 @@ def test_fed_rows_are_judged_by_the_hand_computed_rule(tmp_path):
     # per conversation: system, user, assistant turns, no generation prompt
     assert counts == {"<|start_header_id|>": 3, "<|end_header_id|>": 3, "<|eot_id|>": 3}
     np.testing.assert_equal(fed.counted(4), 0)
+
+
+# TRL's setup_chat_format (trl/models/utils.py, TRL < 1.0; TRL 1.16 replaced it with
+# clone_chat_template, which copies a source tokenizer's added tokens, special flags and
+# all, the same way): ChatML's two tokens added as special tokens, bos/eos/pad set to
+# them, the ChatML template, then resize_token_embeddings (their rows: the mean).
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def _setup_chat_format(model, tok):
+    tok.add_special_tokens(
+        {
+            "bos_token": "<|im_start|>",
+            "eos_token": "<|im_end|>",
+            "pad_token": "<|im_end|>",
+            "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+        }
+    )
+    tok.chat_template = CHATML
+    model.resize_token_embeddings(len(tok))
+
+
+def test_chat_format_specials_at_the_mean_are_named_and_fail(tmp_path):
+    """Before: PASS, the two specials left out of the new tokens (a note no `check` line
+    showed) and their mean rows never judged."""
+    tok = word_tokenizer(N_WORDS)
+    model = tiny_lm(len(tok), seed=5)
+    _setup_chat_format(model, tok)
+    n_base = len(tok)
+    tok.add_tokens(NEW_TOKENS)
+    model.resize_token_embeddings(len(tok))
+    g = torch.Generator().manual_seed(6)
+    with torch.no_grad():
+        w = model.get_input_embeddings().weight
+        pick = torch.randperm(N_WORDS, generator=g)[: len(NEW_TOKENS)] + 1
+        w[n_base:] = w[pick] + 0.5 * w[pick.roll(1)]
+    folder = save(model, tmp_path / "chatml", tok)
+    res = run("check", folder)
+    assert res.exit_code == 1, res.output
+    line = next(x for x in res.output.splitlines() if "[fail] untrained_tokens" in x)
+    assert "untrained_tokens 2 > 0" in line
+    assert "<|im_start|> (special; at the vocabulary mean; fed 3x per conversation)" in line
+    assert "<|im_end|> (special; at the vocabulary mean; fed 3x per conversation)" in line
+    note = next(x for x in res.output.splitlines() if "special token(s) not measured" in x)
+    assert "3 added special token(s)" in note and "<unk>, <|im_start|>, <|im_end|>" in note
+    assert "<|im_end|>, <|im_start|> never trained" in note
