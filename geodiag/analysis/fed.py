@@ -67,6 +67,7 @@ class FedRows:
     tokens: list[FedToken]  # the untrained ones, most used first (SHOWN_FED)
     n_left_out: int = 0  # fed tokens past MAX_FED_ROWS, not judged
     n_past_rows: int = 0  # fed ids past the matrix's rows (an audit finding of their own)
+    special: list[str] = field(default_factory=list)  # the fed added special tokens (SHOWN_FED)
     _uses: np.ndarray | None = field(default=None, repr=False)  # (n_untrained,) every one
 
     def counted(self, min_uses: float | None) -> int:
@@ -127,6 +128,7 @@ def fed_rows(
         for i in order[:SHOWN_FED]
     ]
     feeding = [n for n, c in zip(names, counts, strict=True) if c.any()]
+    fed_special = [ckpt.token(int(i)) for i in ids if int(i) in special][:SHOWN_FED]
     return FedRows(
         n_fed=len(ids),
         sources=feeding,
@@ -136,6 +138,7 @@ def fed_rows(
         tokens=tokens,
         n_left_out=n_left_out,
         n_past_rows=int((~inside).sum()),
+        special=fed_special,
         _uses=total[order],
     )
 

@@ -251,12 +251,22 @@ def adapter_server(ckpt: Checkpoint) -> IntegrityFinding | None:
 
 
 def special_tokens_left_out(ckpt: Checkpoint, matrices: list) -> IntegrityFinding | None:
-    """The added special tokens that are not new tokens, named (module docstring): those
-    the chat template or the data feed are judged with the fed tokens, and said to be."""
+    """The added special tokens that are not new tokens and lie past the base vocabulary,
+    or that the chat template or the data feed, named (module docstring): the fed ones are
+    judged with the fed tokens, and said to be."""
     tok, new = ckpt.tokenizer, ckpt.new
     if tok is None or new.source != "tokenizer":
         return None
-    special = [t for t in tok.added if t.special and t.id not in set(new.ids.tolist())]
+    fed = [m.fed for m in matrices if m.fed is not None]
+    fed_special = {t for f in fed for t in f.special}
+    new_ids = set(new.ids.tolist())
+    special = [
+        t
+        for t in tok.added
+        if t.special
+        and t.id not in new_ids
+        and (t.id >= new.base_vocab_size or t.content in fed_special)
+    ]
     if not special:
         return None
     names = list_names([t.content for t in special[:4]], len(special))
@@ -266,14 +276,13 @@ def special_tokens_left_out(ckpt: Checkpoint, matrices: list) -> IntegrityFindin
         "be told from the base's own without --base BASE, which measures every token absent "
         "from the base, special or not"
     )
-    fed = [m.fed for m in matrices if m.fed is not None]
-    if fed:
-        judged = {t.content for t in special} & {t.token for f in fed for t in f.tokens}
+    if fed_special:
+        untrained = {t.token for f in fed for t in f.tokens} & fed_special
         sources = " and ".join(fed[0].sources)
-        message += f"; of those {sources} feed{'s' if len(fed[0].sources) == 1 else ''}, " + (
-            f"{', '.join(sorted(judged))} never trained (untrained_tokens)"
-            if judged
-            else "none is untrained"
+        message += f"; {', '.join(sorted(fed_special))} fed by {sources}: " + (
+            f"{', '.join(sorted(untrained))} never trained (untrained_tokens)"
+            if untrained
+            else "their rows are judged trained"
         )
     return IntegrityFinding("special_tokens_left_out", "note", message, count=len(special))
 

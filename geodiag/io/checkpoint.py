@@ -46,7 +46,7 @@ from geodiag.io.tensor_names import (
     Head,
     find_input_tensor,
     find_output_head,
-    stated_hidden_size,
+    stated_widths,
 )
 from geodiag.io.tensor_store import TensorStore
 from geodiag.io.tokenizer import TokenizerInfo, load_tokenizer_in
@@ -392,10 +392,11 @@ def _matrices(
             raise InputError(
                 where, f"tensor '{name}' has dtype {dtype}; expected {', '.join(FLOAT_DTYPES)}"
             )
-        hidden = stated_hidden_size(config, shape[0])
-        if isinstance(hidden, int) and shape[1] != hidden:
+        widths = stated_widths(config, shape[0])
+        if widths and shape[1] not in widths:
+            said = ", ".join(map(str, sorted(widths)))
             raise InputError(
-                where, f"tensor '{name}' is {list(shape)} but config.json says hidden_size {hidden}"
+                where, f"tensor '{name}' is {list(shape)} but config.json says hidden_size {said}"
             )
         matrices.append(Matrix(role, name, dtype, shape[0], shape[1]))
     # An untied head whose rows differ from the embedding's (a base resized in memory

@@ -47,12 +47,14 @@ EMBEDDING_MODULE = re.compile(
 # audio tower's, or a position, patch, type or per-layer table.
 NOT_TOKENS = re.compile(
     r"vision|visual|image|video|audio|speech|patch|position|pos_|wpe|token_type|segment|"
-    r"per_layer|relative|rel_attn|codebook|quantizer"
+    r"per_layer|relative|rel_attn|codebook|quantizer|qformer|protein"
 )
 # A numbered block (``layers.3.``, ``h.0.``, ``block.11.``): a head inside one is not the LM's.
 NUMBERED = re.compile(r"(^|\.)\d+(\.|$)")
 # Among several head candidates, the one named like a head.
-HEAD_WORDS = re.compile(r"lm_head|embed_out|head|output|logits")
+HEAD_WORDS = re.compile(
+    r"lm_head|embed_out|head|output|logits|^decoder$"
+)  # BERT: cls.predictions.decoder
 # Where config.json keeps the language model's own config in composite models
 # (transformers' get_text_config() names, and those of remote-code VLMs).
 LANGUAGE_CONFIG_KEYS = (
@@ -126,17 +128,26 @@ def stated_vocab_sizes(config: dict) -> list[int]:
     return list(dict.fromkeys(s for s in sizes if isinstance(s, int) and s > 0))
 
 
-def stated_hidden_size(config: dict, n_rows: int | None = None) -> int | None:
-    """The width of the language model's token table as config.json states it: the
-    hidden_size (or d_model, n_embd) of the first language config whose vocab_size is
-    ``n_rows`` (any, when none is), None when no config states one."""
+# The config keys that state a token table's or a head's width (RemBERT's and ALBERT's
+# tables are narrower than hidden_size; xLSTM's is embedding_dim).
+WIDTH_KEYS = (
+    "hidden_size",
+    "d_model",
+    "n_embd",
+    "embedding_size",
+    "input_embedding_size",
+    "output_embedding_size",
+    "embedding_dim",
+)
+
+
+def stated_widths(config: dict, n_rows: int | None = None) -> set[int]:
+    """The widths config.json states for the language model's token tables and head: the
+    WIDTH_KEYS of the language configs whose vocab_size is ``n_rows`` (of all of them,
+    when none is); empty when none states one."""
     configs = language_configs(config)
     matching = [c for c in configs if n_rows is not None and c.get("vocab_size") == n_rows]
-    for c in [*matching, *configs]:
-        for key in ("hidden_size", "d_model", "n_embd"):
-            if isinstance(c.get(key), int):
-                return int(c[key])
-    return None
+    return {int(c[k]) for c in matching or configs for k in WIDTH_KEYS if isinstance(c.get(k), int)}
 
 
 def tie_setting(config: dict) -> bool | None:
@@ -249,6 +260,14 @@ class Head:
     untied_by_adapter: bool = False  # a PEFT modules_to_save copy untied a tied head
 
 
+def _head_shaped(got: tuple, table: tuple, rows: set[int], named: object) -> bool:
+    """[vocab, the table's width]; or named like a head with one of the two: wider than the
+    table (RemBERT's, xLSTM's heads), or rows left at another size (a head not resized
+    with the embedding: the audit's head_rows)."""
+    rows_ok, width_ok = got[0] in rows, got[1] == table[1]
+    return (rows_ok and width_ok) or (bool(named) and (rows_ok or width_ok))
+
+
 def find_head_tensor(store: TensorStore, input_name: str, config: dict) -> str | None:
     """The stored output head (module docstring), or None."""
     shape = store.shape(input_name)
@@ -263,13 +282,12 @@ def find_head_tensor(store: TensorStore, input_name: str, config: dict) -> str |
         and not NUMBERED.search(p.removesuffix(".weight"))
         and not any(NOT_TOKENS.search(part) for part in _module(p))
         and _two_d(store, stored[0])
-        and store.shape(stored[0])[1] == shape[1]
-        and store.shape(stored[0])[0] in rows
+        and _head_shaped(store.shape(stored[0]), shape, rows, HEAD_WORDS.search(_module(p)[-1]))
     ]
     if len(cands) > 1:
         cands = [p for p in cands if HEAD_WORDS.search(_module(p)[-1])] or cands
     if len(cands) > 1:
-        same = [p for p in cands if store.shape(plain[p][0])[0] == shape[0]]
+        same = [p for p in cands if store.shape(plain[p][0]) == shape]
         cands = same or cands
     return plain[cands[0]][0] if len(cands) == 1 else None
 

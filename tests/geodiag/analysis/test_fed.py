@@ -167,5 +167,5 @@ def test_chat_format_specials_at_the_mean_are_named_and_fail(tmp_path):
     assert "<|im_start|> (special; at the vocabulary mean; fed 3x per conversation)" in line
     assert "<|im_end|> (special; at the vocabulary mean; fed 3x per conversation)" in line
     note = next(x for x in res.output.splitlines() if "special token(s) not measured" in x)
-    assert "3 added special token(s)" in note and "<unk>, <|im_start|>, <|im_end|>" in note
-    assert "<|im_end|>, <|im_start|> never trained" in note
+    assert "2 added special token(s)" in note and "(<|im_start|>, <|im_end|>)" in note
+    assert ": <|im_end|>, <|im_start|> never trained" in note
