@@ -165,9 +165,10 @@ def _untrained_tokens(m: MatrixReport, cfg: GateConfig) -> Reading:
     rule = cfg.untrained_uses_to_fail
     shown = [t for t in fed.tokens if not rule or t.uses >= rule][:SHOWN_TOKENS]
     rest = n_fed - len(shown)
+    by = list(dict.fromkeys(name for t in shown for name in t.used_by))
     why = (
-        f"{n_fed} token(s) outside the new set that {' and '.join(fed.sources)} feed "
-        f"never trained: {', '.join(fed_uses(t) for t in shown)}"
+        f"{n_fed} token(s) outside the new set, fed by {' and '.join(by)}, have untrained "
+        f"rows: {', '.join(fed_uses(t) for t in shown)}"
         + (f" and {rest} more" if rest > 0 else "")
         + "; set their rows (e.g. to the mean of the trained rows) and train them, or keep "
         "them out of the template and the data"

@@ -77,7 +77,7 @@ def test_zero_template_specials_fail_naming_the_token_and_its_source(tmp_path):
     for token in HEADERS:
         assert f"{token} (special; all zero" in line
     assert "<|eot_id|> (special; all zero; fed 3x per conversation)" in line
-    assert "outside the new set that the chat template (" in line
+    assert "outside the new set, fed by the chat template (" in line
     assert BOS not in line  # trained: the template feeds it, its row is not untrained
 
 
