@@ -36,9 +36,12 @@ FED_FINDINGS = {
     "vocabulary_mean": "at the vocabulary mean",
     "identical": "identical to another fed token's row",
 }
-# Fed tokens judged at most (a data file can feed the whole vocabulary: its rows are read
-# in one piece, float32 where exact): past this, the most used are judged, and it is said.
-MAX_FED_ROWS = 300_000
+# A data file can feed the whole vocabulary: zero and the mean are tested a block of rows
+# at a time; identical rows need the rows at once, so that test takes the most used fed
+# tokens up to FED_IDENTICAL_ELEMENTS entries (64 Mi float32: 256 MB; 16,384 rows of
+# Llama-3's 4,096, all of SmolLM2's 49,152 at 576) and says how many it left out.
+FED_BLOCK_ROWS = 8192
+FED_IDENTICAL_ELEMENTS = 64 << 20
 SHOWN_FED = 1000  # untrained fed tokens listed one by one (the counts are exact)
 
 
@@ -65,7 +68,7 @@ class FedRows:
     tolerance: float
     tolerance_rule: str
     tokens: list[FedToken]  # the untrained ones, most used first (SHOWN_FED)
-    n_left_out: int = 0  # fed tokens past MAX_FED_ROWS, not judged
+    n_left_out: int = 0  # fed tokens not tested for identical rows (FED_IDENTICAL_ELEMENTS)
     n_past_rows: int = 0  # fed ids past the matrix's rows (an audit finding of their own)
     special: list[str] = field(default_factory=list)  # the fed added special tokens (SHOWN_FED)
     _uses: np.ndarray | None = field(default=None, repr=False)  # (n_untrained,) every one
@@ -95,21 +98,31 @@ def fed_rows(
     inside = usage.fed_ids < matrix.n_rows
     ids, counts = usage.fed_ids[inside], counts[:, inside]
     total = counts.sum(axis=0)
-    n_left_out = max(len(ids) - MAX_FED_ROWS, 0)
-    if n_left_out:
-        keep = np.sort(np.argsort(-total, kind="stable")[:MAX_FED_ROWS])
-        ids, counts, total = ids[keep], counts[:, keep], total[keep]
     tol = TOLERANCE * vocab.spread
-    rows = ckpt.read_rows(matrix, ids, float32=True)  # (m, d)
-    keep_finite = np.isfinite(rows).all(axis=1)  # NaN/Inf rows: check_original_rows' finding
-    norms = row_norms(rows)
+    n = len(ids)
+    if not n:
+        return None
+    norms, to_mean, finite = np.empty(n), np.empty(n), np.empty(n, bool)
+    for start in range(0, n, FED_BLOCK_ROWS):
+        rows = ckpt.read_rows(matrix, ids[start : start + FED_BLOCK_ROWS], float32=True)
+        at = slice(start, start + len(rows))
+        finite[at] = np.isfinite(rows).all(axis=1)  # NaN/Inf: check_original_rows' finding
+        norms[at], to_mean[at] = row_norms(rows), distances(rows, vocab.mean)
     masks = {
-        "zero": keep_finite & (norms <= tol),
-        "vocabulary_mean": keep_finite & (distances(rows, vocab.mean) <= tol),
-        "identical": np.zeros(len(ids), bool),
+        "zero": finite & (norms <= tol),
+        "vocabulary_mean": finite & (to_mean <= tol),
+        "identical": np.zeros(n, bool),
     }
-    for g in identical_groups(rows[keep_finite], tol, seed=seed):
-        masks["identical"][np.flatnonzero(keep_finite)[g]] = True
+    most = max(FED_IDENTICAL_ELEMENTS // max(matrix.dim, 1), 2)
+    pick = np.flatnonzero(finite)
+    if len(pick) > most:
+        pick = np.sort(pick[np.argsort(-total[pick], kind="stable")[:most]])
+    n_left_out = int(finite.sum()) - len(pick)
+    if len(pick) >= 2:
+        rows = ckpt.read_rows(matrix, ids[pick], float32=True)
+        for g in identical_groups(rows, tol, seed=seed):
+            masks["identical"][pick[g]] = True
+        del rows
     untrained = np.logical_or.reduce(list(masks.values()))
     names = [s.name for s in usage.sources]
     special = {t.id for t in (ckpt.tokenizer.added if ckpt.tokenizer else []) if t.special}

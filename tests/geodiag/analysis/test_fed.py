@@ -121,6 +121,21 @@ def test_fed_rows_are_judged_by_the_hand_computed_rule(tmp_path):
     np.testing.assert_equal(fed.counted(4), 0)
 
 
+def test_blocks_and_the_identical_budget_give_the_same_rows(tmp_path, monkeypatch):
+    """Zero and mean tested a block at a time, identical rows among the most used only:
+    with blocks of 2 rows and room for 3 rows, the zero rows are the same three, and the
+    one fed token past the budget is counted as left out."""
+    from geodiag.analysis import fed as fed_mod
+    from geodiag.analysis.checkpoint import analyze
+
+    folder = _checkpoint(tmp_path / "ckpt", zero_headers=True)
+    monkeypatch.setattr(fed_mod, "FED_BLOCK_ROWS", 2)
+    monkeypatch.setattr(fed_mod, "FED_IDENTICAL_ELEMENTS", 3 * 16)  # 3 rows of width 16
+    fed = analyze(folder).matrices[0].fed
+    assert sorted(t.token for t in fed.tokens) == sorted(HEADERS)
+    assert fed.n_fed == 4 and fed.n_left_out == 1
+
+
 # TRL's setup_chat_format (trl/models/utils.py, TRL < 1.0; TRL 1.16 replaced it with
 # clone_chat_template, which copies a source tokenizer's added tokens, special flags and
 # all, the same way): ChatML's two tokens added as special tokens, bos/eos/pad set to
