@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.analysis.audit import audit
+from geodiag.analysis.fed import fed_rows
 from geodiag.analysis.findings import (  # noqa: F401  (TokenGroup, UntrainedRows: their old home)
     MIN_REFERENCE_ROWS,
     SHOWN_GROUPS,
@@ -295,6 +296,7 @@ def measure_matrix(
         nonfinite_original_rows_dropped=len(bad_original),
         nonfinite_original_ids=bad_original[:SHOWN_TOKENS].tolist(),
         vocabulary_sample=None if walk is None else walk.vocabulary_sample,
+        fed=fed_rows(ckpt, matrix, vocab, usage, opts.seed),
     )
     return report, held
 

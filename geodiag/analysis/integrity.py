@@ -19,6 +19,10 @@
   (their normalizer) before the first layer: input and head norms are compared after it.
 - ``adapter_server``: an adapter whose embedding changes a common server does not load
   (vLLM loads LoRA adapters, not ``modules_to_save`` nor ``trainable_tokens_delta``).
+- ``special_tokens_left_out``: added special tokens past the base vocabulary that the
+  new-token rule (the tokenizer's added non-special tokens) leaves out, e.g. a chat-format
+  tool's ``<|im_start|>`` / ``<|im_end|>``: named, with those the template or the data feed
+  (their rows are judged as fed tokens, :mod:`geodiag.analysis.fed`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import numpy as np
 from geodiag.analysis.findings import TokenGroup, UntrainedRows, token_group
 from geodiag.analysis.rows import MatrixRows, read_padding
 from geodiag.io.checkpoint import MAX_PADDING_ROWS, Checkpoint
-from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES
+from geodiag.io.tokenizer import list_names
 from geodiag.metrics.geometry import ROW_BLOCK
 from geodiag.metrics.untrained import MIN_PADDING_ROWS, PADDING_ALPHA, quantile
 
@@ -65,10 +69,9 @@ def _stored_tied_head(ckpt: Checkpoint) -> str | None:
     if not ckpt.tied or not ckpt.matrices:
         return None
     emb = ckpt.matrices[0]
-    names = set(ckpt.store.names())
-    for name in OUTPUT_HEAD_NAMES:
-        if name in names and name != emb.tensor and ckpt.store.shape(name) == (emb.n_rows, emb.dim):
-            return name
+    name = ckpt.head.stored if ckpt.head is not None else None
+    if name is not None and name != emb.tensor and ckpt.store.shape(name) == (emb.n_rows, emb.dim):
+        return name
     return None
 
 
@@ -247,6 +250,43 @@ def adapter_server(ckpt: Checkpoint) -> IntegrityFinding | None:
     )
 
 
+def special_tokens_left_out(ckpt: Checkpoint, matrices: list) -> IntegrityFinding | None:
+    """The added special tokens that are not new tokens and lie past the base vocabulary,
+    or that the chat template or the data feed, named (module docstring): the fed ones are
+    judged with the fed tokens, and said to be."""
+    tok, new = ckpt.tokenizer, ckpt.new
+    if tok is None or new.source != "tokenizer":
+        return None
+    fed = [m.fed for m in matrices if m.fed is not None]
+    fed_special = {t for f in fed for t in f.special}
+    new_ids = set(new.ids.tolist())
+    special = [
+        t
+        for t in tok.added
+        if t.special
+        and t.id not in new_ids
+        and (t.id >= new.base_vocab_size or t.content in fed_special)
+    ]
+    if not special:
+        return None
+    names = list_names([t.content for t in special[:4]], len(special))
+    message = (
+        f"{len(special)} added special token(s) not measured as new tokens ({names}): the "
+        "new tokens are the tokenizer's added non-special ones, and special tokens cannot "
+        "be told from the base's own without --base BASE, which measures every token absent "
+        "from the base, special or not"
+    )
+    if fed_special:
+        untrained = {t.token for f in fed for t in f.tokens} & fed_special
+        sources = " and ".join(fed[0].sources)
+        message += f"; {', '.join(sorted(fed_special))} fed by {sources}: " + (
+            f"{', '.join(sorted(untrained))} never trained (untrained_tokens)"
+            if untrained
+            else "their rows are judged trained"
+        )
+    return IntegrityFinding("special_tokens_left_out", "note", message, count=len(special))
+
+
 def integrity(
     ckpt: Checkpoint, matrices: list, held: list[MatrixRows] | None = None
 ) -> list[IntegrityFinding]:
@@ -262,5 +302,6 @@ def integrity(
         on_padding(ckpt, inputs),
         embedding_scale(ckpt),
         adapter_server(ckpt),
+        special_tokens_left_out(ckpt, matrices),
     ]
     return [f for f in found if f is not None]

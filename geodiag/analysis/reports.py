@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from geodiag.analysis.fed import FedRows
 from geodiag.analysis.findings import UntrainedRows
 from geodiag.analysis.integrity import IntegrityFinding
 from geodiag.io.usage import UsageSource
@@ -79,6 +80,9 @@ class MatrixReport:
     # original tokens, the reference sample) come from a sample of its rows (a remote
     # checkpoint without --full-vocabulary); None: every original row was read.
     vocabulary_sample: VocabularySample | None = None
+    # The rows of tokens outside the new set that the chat template or --data feed,
+    # judged for being untrained (geodiag.analysis.fed); None when nothing feeds one.
+    fed: FedRows | None = None
 
 
 @dataclass

@@ -40,12 +40,14 @@ def shown_name(check: CheckName, level: str | None = None) -> str:
 
 def _n_untrained(m: MatrixReport) -> float | None:
     """The untrained rows that something feeds or may (the gate's rule at its default,
-    UNTRAINED_USES_TO_FAIL); all of them when the row masks are gone."""
+    UNTRAINED_USES_TO_FAIL; all of them when the row masks are gone), and the untrained
+    rows of other tokens the template or the data feed (geodiag.analysis.fed)."""
     u = m.untrained
     if u is None:
         return None
     counted = u.counted(UNTRAINED_USES_TO_FAIL)
-    return u.n_untrained if counted is None else int(counted.sum())
+    fed = 0 if m.fed is None else m.fed.counted(UNTRAINED_USES_TO_FAIL)
+    return (u.n_untrained if counted is None else int(counted.sum())) + fed
 
 
 # The value of each block or row check (the RSA check reads one value per level:

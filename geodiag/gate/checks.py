@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
 from geodiag.analysis.audit import AUDIT_KINDS
+from geodiag.analysis.fed import fed_uses
 from geodiag.analysis.findings import (
     ITEM_IDS,
     SHOWN_TOKENS,
@@ -174,6 +175,36 @@ def _counted_part(counted: list, n_counted: int, n_unknown: int) -> str:
 
 
 def _n_untrained(m: MatrixReport, cfg: GateConfig) -> Reading:
+    """The untrained new rows the rule counts (:func:`_new_untrained_tokens`), and the
+    untrained rows of the tokens outside the new set that the chat template or --data
+    feed (geodiag.analysis.fed) at least as often as the rule asks."""
+    new = _new_untrained_tokens(m, cfg)
+    fed = m.fed
+    n_fed = 0 if fed is None else fed.counted(cfg.untrained_uses_to_fail)
+    if not n_fed:
+        return new
+    assert fed is not None
+    rule = cfg.untrained_uses_to_fail
+    shown = [t for t in fed.tokens if not rule or t.uses >= rule][:SHOWN_TOKENS]
+    rest = n_fed - len(shown)
+    by = list(dict.fromkeys(name for t in shown for name in t.used_by))
+    why = (
+        f"{n_fed} token(s) outside the new set, fed by {' and '.join(by)}, have untrained "
+        f"rows: {', '.join(fed_uses(t) for t in shown)}"
+        + (f" and {rest} more" if rest > 0 else "")
+        + "; set their rows (e.g. to the mean of the trained rows) and train them, or keep "
+        "them out of the template and the data"
+    )
+    value = (new.value or 0.0) + n_fed
+    return Reading(
+        value,
+        "; ".join(w for w in (new.why if new.value else "", why) if w),
+        shown=f"{value:g}",
+        warning=new.warning,
+    )
+
+
+def _new_untrained_tokens(m: MatrixReport, cfg: GateConfig) -> Reading:
     """The untrained rows the rule counts (GateConfig.untrained_uses_to_fail): those
     something feeds, or may; the rest, which nothing can reach, are a warning."""
     u = m.untrained
@@ -409,7 +440,8 @@ class GateConfig:
         0,
         help="New rows still at their init, found row by row: in a group of identical "
         "rows, at the vocabulary mean, all zero, a base padding row left as it was, or "
-        "barely moved since --reference",
+        "barely moved since --reference; and untrained rows of any other token the chat "
+        "template or --data feed",
         metavar="K",
         scope="row",
         read=_n_untrained,

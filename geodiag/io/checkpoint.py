@@ -6,9 +6,9 @@ Resolution order (DESIGN.md, checkpoint contract):
   a GGUF's metadata and token list stand for config.json and tokenizer.json); files
   beside them (config, tokenizer, sidecar, codebooks) from the adapter's folder first,
   else its base's;
-- tensors: ``--tensor`` override, else the known embedding names of common
-  architectures, else the unique ``*embed_tokens/wte/word_embeddings`` tensor;
-  the output head is analyzed on its own when it is not tied (``geodiag.io.tensor_names``);
+- tensors: ``--tensor`` override, else the 2-D tensor named like a token table whose
+  rows are a vocabulary size config.json states; the output head (the other such
+  tensor of the LM) is analyzed on its own when it is not tied (``geodiag.io.tensor_names``);
 - new rows: one resolver per source, in the order ``geodiag.io.new_tokens`` states
   (arguments, flags, sidecar, all rows, adapter, ``--base``, tokenizer);
 - levels: the sidecar, else token names matching ``--level-pattern``, else none;
@@ -35,7 +35,6 @@ from geodiag.io.new_tokens import (
     Sources,
     absent_from,
     resolve_new_tokens,
-    special_note,
 )
 from geodiag.io.options import ReadOptions
 from geodiag.io.peft_adapter import AdapterInfo, is_adapter, open_adapter
@@ -44,7 +43,12 @@ from geodiag.io.remote import is_remote, open_remote
 from geodiag.io.sid_index import open_foreign
 from geodiag.io.stack import detect_stack
 from geodiag.io.store import FLOAT_DTYPES, is_float, open_store
-from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES, find_input_tensor, find_output_head
+from geodiag.io.tensor_names import (
+    Head,
+    find_input_tensor,
+    find_output_head,
+    stated_widths,
+)
 from geodiag.io.tensor_store import TensorStore
 from geodiag.io.tokenizer import TokenizerInfo, load_tokenizer_in
 from geodiag.jsonio import read_json_object
@@ -123,6 +127,9 @@ class Checkpoint:
     # An untied head whose rows differ from the embedding's: not analyzed (the audit's
     # head_rows finding, geodiag.analysis.audit)
     head_left_out: Matrix | None = None
+    # The output head as the files say it: stored where, tied or not, and why
+    # (geodiag.io.tensor_names.find_output_head); None for rows given in memory.
+    head: Head | None = None
     # What the new rows' movement is measured from: --reference, else a before the files
     # carry (geodiag.io.references); and which one and why, or why none, for the report.
     reference: Checkpoint | None = None
@@ -258,8 +265,7 @@ def open_checkpoint(
     beside = _finder(roots)
     config, tok = _config_and_tokenizer(store, beside)
 
-    untied_by_adapter = _untied_by_adapter(adapter)
-    matrices, tied, head_left_out = _matrices(store, path, config, opts, untied_by_adapter)
+    matrices, head, head_left_out = _matrices(store, path, config, opts, adapter)
     side_path = opts.sidecar or beside(sidecar_mod.FILENAME)
     side = sidecar_mod.load(side_path) if (opts.sidecar or side_path.is_file()) else None
     foreign = None
@@ -285,7 +291,7 @@ def open_checkpoint(
     book_path = opts.codebooks or beside(sidecar_mod.CODEBOOKS_FILENAME)
     if declared is None and foreign is not None and foreign.codebooks_path is not None:
         notes += foreign.notes + _notes(
-            tok, new, side, side_path, trainable, untied_by_adapter, config
+            tok, new, side, side_path, trainable, head, config
         )
         book_path = foreign.codebooks_path
         books, book_note = codebook_rows(
@@ -294,11 +300,11 @@ def open_checkpoint(
         book_digest = file_digest(book_path)
     elif declared is None:
         notes += (foreign.notes if foreign else []) + _notes(
-            tok, new, side, side_path, trainable, untied_by_adapter, config
+            tok, new, side, side_path, trainable, head, config
         )
         books, book_note, book_digest = codebooks_of(book_path, opts, new)
     else:  # the caller's rows: how the files would have named them does not apply
-        notes += _notes(tok, new, None, side_path, None, untied_by_adapter, config)
+        notes += _notes(tok, new, None, side_path, None, head, config)
         books, book_note, book_digest = {}, None, None
     provenance = adapter.provenance() if adapter is not None else None
     ckpt = Checkpoint(
@@ -309,7 +315,7 @@ def open_checkpoint(
         sidecar=side,
         new=new,
         matrices=matrices,
-        tied=tied,
+        tied=head.tied,
         codebooks=books,
         codebooks_path=book_path if books else None,
         codebooks_note=book_note,
@@ -318,6 +324,7 @@ def open_checkpoint(
         stack=detect_stack(roots, config, side.provenance if side else None, provenance),
         base=base_ckpt,
         head_left_out=head_left_out,
+        head=head,
         read=opts,
         roots=roots,
         location=location or str(path),
@@ -365,12 +372,11 @@ def _finder(roots: list[Path]) -> Callable[[str], Path]:
     return beside
 
 
-def _untied_by_adapter(adapter: AdapterInfo | None) -> bool:
-    """The adapter saves its own copy of the output head (``modules_to_save``)."""
-    return adapter is not None and any(
-        p.full_kind == "modules_to_save" and n in OUTPUT_HEAD_NAMES
-        for n, p in adapter.patches.items()
-    )
+def _saved_by_adapter(adapter: AdapterInfo | None) -> set[str]:
+    """The tensors an adapter saves its own copy of (``modules_to_save``)."""
+    if adapter is None:
+        return set()
+    return {n for n, p in adapter.patches.items() if p.full_kind == "modules_to_save"}
 
 
 def _matrices(
@@ -378,11 +384,15 @@ def _matrices(
     path: Path,
     config: dict,
     opts: ReadOptions,
-    untied_by_adapter: bool,
-) -> tuple[list[Matrix], bool, Matrix | None]:
-    """(the input embedding [, the untied head], tied?, an untied head left out)."""
-    input_name = find_input_tensor(store, path, opts.tensor)
-    head_name, tied = find_output_head(store, input_name, config, untied_by_adapter)
+    adapter: AdapterInfo | None,
+) -> tuple[list[Matrix], Head, Matrix | None]:
+    """(the input embedding [, the untied head], the head as the files say it, an untied
+    head left out)."""
+    input_name = find_input_tensor(store, path, opts.tensor, config)
+    found = find_output_head(store, input_name, config)
+    if found.stored is not None and found.stored in _saved_by_adapter(adapter):
+        found = find_output_head(store, input_name, config, untied_by_adapter=True)
+    head_name = found.analyzed
     if opts.all_rows_new:
         head_name = None  # a separate table of new tokens; the LM's head is another matter
     matrices = []
@@ -399,10 +409,11 @@ def _matrices(
             raise InputError(
                 where, f"tensor '{name}' has dtype {dtype}; expected {', '.join(FLOAT_DTYPES)}"
             )
-        hidden = config.get("hidden_size", config.get("n_embd"))
-        if isinstance(hidden, int) and shape[1] != hidden:
+        widths = stated_widths(config, shape[0])
+        if widths and shape[1] not in widths:
+            said = ", ".join(map(str, sorted(widths)))
             raise InputError(
-                where, f"tensor '{name}' is {list(shape)} but config.json says hidden_size {hidden}"
+                where, f"tensor '{name}' is {list(shape)} but config.json says hidden_size {said}"
             )
         matrices.append(Matrix(role, name, dtype, shape[0], shape[1]))
     # An untied head whose rows differ from the embedding's (a base resized in memory
@@ -411,7 +422,7 @@ def _matrices(
     left_out = (
         matrices.pop() if len(matrices) == 2 and matrices[1].n_rows != matrices[0].n_rows else None
     )
-    return matrices, tied, left_out
+    return matrices, found, left_out
 
 
 def _base_tokenizer(
@@ -438,17 +449,15 @@ def _notes(
     side: sidecar_mod.SemanticIds | None,
     side_path: Path,
     trainable: np.ndarray | None,
-    untied_by_adapter: bool,
+    head: Head,
     config: dict,
 ) -> list[str]:
     """What the reader decided that the user should know: rows left out, rows taken from
     elsewhere than expected, a head untied by the adapter."""
-    notes = []
-    if (note := special_note(tok, new)) is not None:
-        notes.append(note)
+    notes = []  # the special tokens left out: integrity's special_tokens_left_out
     if new.source == "base":
         notes.append(f"new rows: the {len(new.ids)} tokens absent from the base's tokenizer")
-    if untied_by_adapter and config.get("tie_word_embeddings"):
+    if head.untied_by_adapter and config.get("tie_word_embeddings"):
         notes.append(
             "the adapter saves its own copy of the output head (modules_to_save): the merged "
             "model's head is no longer tied to the embedding, so both are analyzed"

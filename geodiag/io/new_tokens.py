@@ -422,19 +422,3 @@ def absent_from(tok: TokenizerInfo, base: TokenizerInfo) -> list[AddedToken]:
     """The added tokens of ``tok`` (special or not) that ``base`` does not know, by id."""
     known = {t.content for t in base.added} | set(base.vocab.values())
     return sorted((t for t in tok.added if t.content not in known), key=lambda t: t.id)
-
-
-def special_note(tok: TokenizerInfo | None, new: NewTokens) -> str | None:
-    """Name the added special tokens left out of the measurement, if any: those at or past
-    the first new id (specials below it, ``<|endoftext|>`` at 0, are the base's own)."""
-    if tok is None or new.source != "tokenizer":
-        return None
-    special = [t for t in tok.added if t.special and t.id >= new.base_vocab_size]
-    if not special:
-        return None
-    names = list_names([t.content for t in special[:4]], len(special))
-    return (
-        f"{len(special)} added special token(s) not measured ({names}): special tokens "
-        "cannot be told from the base's own without --base BASE, which measures every token "
-        "absent from the base, special or not"
-    )

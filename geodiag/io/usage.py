@@ -1,5 +1,6 @@
-"""Which new tokens something feeds the model: the training data (``--data``) and the chat
-template. (The third source, the codebook's item map, is read with the sidecar:
+"""Which tokens something feeds the model: the training data (``--data``) and the chat
+template; the new tokens' counts, and every other token either feeds (``TokenUsage.fed_ids``:
+their rows are judged for being untrained too, :mod:`geodiag.analysis.fed`). (The third source, the codebook's item map, is read with the sidecar:
 :func:`geodiag.analysis.findings.items_per_code`.)
 
 An untrained row matters when a token reaches the model: a prompt, a training example or
@@ -18,7 +19,10 @@ a constrained output that holds it. The files say part of that:
   beside it, a GGUF file's ``tokenizer.chat_template``, or ``--chat-template FILE``),
   rendered with a short conversation (system, user, assistant; and a prompt awaiting the
   reply) in a sandboxed jinja2 environment, as transformers renders it; the added tokens
-  in the output are counted by their strings (the tokenizer splits them out so). The
+  in the output, special or not, are counted by their strings, longest first (the
+  tokenizer splits them out so). Text of the template that is no added token (``user``,
+  newlines) is not counted: it is ordinary vocabulary, and counting it would need the
+  tokenizer loaded in the gate. The
   tokens it emits reach the model in every conversation. A template that does not emit a token says
   nothing of the data's use of it, so a template alone never shows a token unused.
 """
@@ -78,11 +82,14 @@ class UsageSource:
 
 @dataclass
 class TokenUsage:
-    """The counts of each source, per new token (aligned with ``ckpt.new.ids``)."""
+    """The counts of each source, per new token (aligned with ``ckpt.new.ids``), and per
+    token outside the new set that some source feeds (``fed_ids``, ascending)."""
 
     sources: list[UsageSource]
     counts: np.ndarray = field(repr=False)  # (n_sources, n_new) int64
     notes: list[str] = field(default_factory=list)
+    fed_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+    fed_counts: np.ndarray | None = field(default=None, repr=False)  # (n_sources, n_fed)
 
 
 def token_usage(ckpt: Checkpoint) -> TokenUsage | None:
@@ -90,11 +97,14 @@ def token_usage(ckpt: Checkpoint) -> TokenUsage | None:
     neither is there."""
     sources: list[UsageSource] = []
     rows: list[np.ndarray] = []
+    fed: list[dict[int, int]] = []  # per source: id -> count, every token it feeds
     notes: list[str] = []
     for path in ckpt.read.data:
-        source, counts = count_data(path, ckpt)
+        source, counts, full = count_data(path, ckpt)
         sources.append(source)
         rows.append(counts)
+        hit = np.flatnonzero(full)
+        fed.append(dict(zip(hit.tolist(), full[hit].tolist(), strict=True)))
     configs = tokenizer_configs(ckpt)  # each read once: the template and its variables
     template = find_chat_template(ckpt, configs)
     if template is not None:
@@ -105,6 +115,7 @@ def token_usage(ckpt: Checkpoint) -> TokenUsage | None:
         else:
             sources.append(found[0])
             rows.append(found[1])
+            fed.append(found[2])
     if not sources and not notes:
         return None
     n = len(ckpt.new.ids)
@@ -112,7 +123,16 @@ def token_usage(ckpt: Checkpoint) -> TokenUsage | None:
     sources = [
         replace(s, new_tokens_fed=int((c > 0).sum())) for s, c in zip(sources, counts, strict=True)
     ]
-    return TokenUsage(sources, counts, notes)
+    fed_ids, fed_counts = _fed_outside(fed, ckpt.new.ids)
+    return TokenUsage(sources, counts, notes, fed_ids, fed_counts)
+
+
+def _fed_outside(fed: list[dict[int, int]], new_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ids outside ``new_ids`` that some source feeds, ascending; (n_sources, n) counts)."""
+    ids = np.array(sorted(set().union(*fed)) if fed else [], dtype=np.int64)
+    ids = ids[~np.isin(ids, new_ids)]
+    counts = np.array([[f.get(int(i), 0) for i in ids] for f in fed], dtype=np.int64)
+    return ids, counts.reshape(len(fed), len(ids))
 
 
 # ---- the chat template -------------------------------------------------------------
@@ -219,10 +239,10 @@ def render_template(template: str, specials: dict[str, str]) -> list[str]:
 
 def count_template(
     text: str, where: str, ckpt: Checkpoint, specials: dict[str, str]
-) -> tuple[UsageSource, np.ndarray] | str:
-    """(the template's source, tokens emitted per conversation per new token), or a note
-    saying why the template could not be counted. ``specials``: the template's variables
-    (bos_token, ...)."""
+) -> tuple[UsageSource, np.ndarray, dict[int, int]] | str:
+    """(the template's source, tokens emitted per conversation per new token, every added
+    token it emits: id -> per conversation), or a note saying why the template could not
+    be counted. ``specials``: the template's variables (bos_token, ...)."""
     import importlib.util
 
     if importlib.util.find_spec("jinja2") is None:
@@ -236,17 +256,34 @@ def count_template(
     # no tokenizer loaded: the gate stays light. A new token that is no added token is not
     # counted here (the template is no complete source: a zero says nothing).
     method = "literal match of added tokens"
-    counts = np.zeros(len(ckpt.new.ids), np.int64)
-    added = {t.id for t in (ckpt.tokenizer.added if ckpt.tokenizer else [])}
-    for k, tid in enumerate(ckpt.new.ids.tolist()):
-        token = ckpt.token(tid)
-        if tid in added and token:
-            counts[k] = max(r.count(token) for r in rendered)
+    emitted = added_tokens_in(rendered, ckpt.tokenizer.added if ckpt.tokenizer else [])
+    counts = np.array([emitted.get(int(t), 0) for t in ckpt.new.ids], np.int64)
     name = f"the chat template ({where})"
     source = UsageSource(
         name, "chat template", where, len(rendered), "conversations", False, method
     )
-    return source, counts
+    return source, counts, emitted
+
+
+def added_tokens_in(rendered: list[str], added) -> dict[int, int]:
+    """{id: occurrences} of the added tokens (``AddedToken`` list) in the texts
+    ``rendered``, the most in any one of them: matched as the tokenizer splits them out,
+    the longest first at each place, so ``<a_1>`` is not counted inside ``<a_12>``."""
+    import re
+
+    by_text = {t.content: t.id for t in added if t.content}
+    present = sorted((c for c in by_text if any(c in r for r in rendered)), key=len, reverse=True)
+    if not present:
+        return {}
+    pattern = re.compile("|".join(map(re.escape, present)))
+    out: dict[int, int] = {}
+    for r in rendered:
+        seen: dict[int, int] = {}
+        for m in pattern.finditer(r):
+            seen[by_text[m.group()]] = seen.get(by_text[m.group()], 0) + 1
+        for tid, c in seen.items():
+            out[tid] = max(out.get(tid, 0), c)
+    return out
 
 
 # ---- the data ------------------------------------------------------------------------
@@ -299,8 +336,9 @@ def _load_encoder(path: Path):
 _COUNTED: dict[tuple, tuple[UsageSource, np.ndarray]] = {}
 
 
-def count_data(path: Path, ckpt: Checkpoint) -> tuple[UsageSource, np.ndarray]:
-    """(the source, occurrences of each new token of ``ckpt`` in the data file ``path``)."""
+def count_data(path: Path, ckpt: Checkpoint) -> tuple[UsageSource, np.ndarray, np.ndarray]:
+    """(the source, occurrences of each new token of ``ckpt`` in the data file ``path``, and
+    of every token id)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "--data: no such file")
@@ -316,7 +354,7 @@ def count_data(path: Path, ckpt: Checkpoint) -> tuple[UsageSource, np.ndarray]:
     inside = ids < len(full)
     counts = np.zeros(len(ids), np.int64)
     counts[inside] = full[ids[inside]]
-    return source, counts
+    return source, counts, full
 
 
 def _file_digest(path: Path) -> str:

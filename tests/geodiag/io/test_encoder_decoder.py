@@ -183,10 +183,11 @@ def test_bart_shared_embedding(tmp_path):
     np.testing.assert_array_equal(got["input"], want)
 
 
-def test_no_known_embedding_names_them_all(tmp_path):
+def test_no_token_table_says_what_is_looked_for(tmp_path):
     from geodiag.io.safetensors import save_file
 
     save_file({"encoder.tok.weight": np.ones((4, 2), np.float32)}, tmp_path / "model.safetensors")
     res = run("metrics", tmp_path, "--new-tokens", "2:4")
     assert res.exit_code == 2
-    assert "shared.weight" in res.output and "--tensor NAME" in res.output
+    assert "named like a token table" in res.output and "shared" in res.output
+    assert "--tensor NAME" in res.output and "encoder.tok.weight" in res.output
