@@ -280,7 +280,7 @@ def special_tokens_left_out(ckpt: Checkpoint, matrices: list) -> IntegrityFindin
         untrained = {t.token for f in fed for t in f.tokens} & fed_special
         sources = " and ".join(fed[0].sources)
         message += f"; {', '.join(sorted(fed_special))} fed by {sources}: " + (
-            f"{', '.join(sorted(untrained))} never trained (untrained_tokens)"
+            f"{', '.join(sorted(untrained))} never trained (n_untrained)"
             if untrained
             else "their rows are judged trained"
         )

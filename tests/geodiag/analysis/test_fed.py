@@ -72,8 +72,8 @@ def test_zero_template_specials_fail_naming_the_token_and_its_source(tmp_path):
     )
     res = run("check", folder)
     assert res.exit_code == 1, res.output
-    line = next(x for x in res.output.splitlines() if "[fail] untrained_tokens" in x)
-    assert "untrained_tokens 3 > 0" in line
+    line = next(x for x in res.output.splitlines() if "[fail] n_untrained" in x)
+    assert "n_untrained 3 > 0" in line
     for token in HEADERS:
         assert f"{token} (special; all zero" in line
     assert "<|eot_id|> (special; all zero; fed 3x per conversation)" in line
@@ -93,9 +93,9 @@ def test_data_tokens_with_zero_rows_fail_with_their_count(tmp_path):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = run("check", folder, "--data", data)
     assert res.exit_code == 1, res.output
-    line = next(x for x in res.output.splitlines() if "[fail] untrained_tokens" in x)
+    line = next(x for x in res.output.splitlines() if "[fail] n_untrained" in x)
     assert "w7 (all zero; fed 3x in train.jsonl)" in line
-    assert "untrained_tokens 1 > 0" in line
+    assert "n_untrained 1 > 0" in line
     # w7 in no data file: nothing feeds it, so nothing to fail
     assert run("check", folder).exit_code == 0
 
@@ -177,8 +177,8 @@ def test_chat_format_specials_at_the_mean_are_named_and_fail(tmp_path):
     folder = save(model, tmp_path / "chatml", tok)
     res = run("check", folder)
     assert res.exit_code == 1, res.output
-    line = next(x for x in res.output.splitlines() if "[fail] untrained_tokens" in x)
-    assert "untrained_tokens 2 > 0" in line
+    line = next(x for x in res.output.splitlines() if "[fail] n_untrained" in x)
+    assert "n_untrained 2 > 0" in line
     assert "<|im_start|> (special; at the vocabulary mean; fed 3x per conversation)" in line
     assert "<|im_end|> (special; at the vocabulary mean; fed 3x per conversation)" in line
     note = next(x for x in res.output.splitlines() if "special token(s) not measured" in x)

@@ -129,7 +129,7 @@ def test_rows_that_never_trained_fail_against_the_saved_before(tmp_path, tied, k
     before = "base_layer" if kind == "tokens" else "original_module"
     if identical:
         assert code == 1
-        line = next(line for line in text.splitlines() if "untrained_tokens" in line)
+        line = next(line for line in text.splitlines() if "n_untrained" in line)
         assert f"since the reference: {before} in {adapter / 'adapter_model.safetensors'}" in (line)
         assert all(f"<a_{i - V0}>" in line for i in identical)
     else:  # the tied head trained every row of the shared delta: nothing to flag

@@ -185,7 +185,7 @@ def test_untied_head_at_the_mean_fails_naming_the_head(tmp_path, name):
     assert res.exit_code == 1, res.output
     inputs, head_section = res.output.split(f"output head {head}:")
     assert f"input embedding {emb}:" in inputs and "[fail]" not in inputs
-    assert "[fail] untrained_tokens 8 > 0" in head_section
+    assert "[fail] n_untrained 8 > 0" in head_section
 
 
 @pytest.mark.parametrize("name", list(UNTIED))
