@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from geodiag.analysis.indicators import DrawFinding, UnderTrained, draw_finding, under_trained
 from geodiag.analysis.rows import MatrixRows, PaddingRows, read_padding
 from geodiag.io.checkpoint import Checkpoint, Matrix
 from geodiag.io.references import trained_init
@@ -74,6 +75,8 @@ FINDINGS = {
     "unchanged_padding": "the base's padding row, unchanged",
     "like_padding": "distributed like the unused padding rows past the tokenizer",
     "barely_moved": "barely moved since the reference",
+    "under_trained": "as close to the rows the files mark unused as they are to each other",
+    "initializer_draw": "an initializer's isotropic draw, as a set (no trace of training)",
     "dead_code": "a code no item uses",
     "norm_small": "norm far below the vocabulary's (never emitted)",
     "norm_large": "norm far above the vocabulary's (always emitted)",
@@ -85,6 +88,8 @@ UNTRAINED = (
     "unchanged_padding",
     "like_padding",
     "barely_moved",
+    "under_trained",
+    "initializer_draw",
 )
 
 
@@ -121,6 +126,10 @@ class TokenFinding:
     # Whether a zero count is known (a code of the item map, or --data given) or only
     # unknown (a plain token, no --data): an unknown token counts as used by the gate.
     usage_known: bool | None = None
+    # The under-trained indicator (UntrainedRows.indicator says which), and the fraction of
+    # a sample of the other rows at least as under-trained by it (0: past all of them).
+    indicator: float | None = None
+    indicator_rank: float | None = None
 
 
 @dataclass
@@ -174,6 +183,13 @@ class UntrainedRows:
     untrained_used: TokenGroup | None = None
     untrained_unused: TokenGroup | None = None
     untrained_usage_unknown: TokenGroup | None = None
+    # Without a before: the under-trained indicator against the rows the files mark unused
+    # (None: they mark none), and the new rows as a set against an initializer's draw
+    # (None: too few rows to tell); the tokens each calls untrained.
+    indicator: UnderTrained | None = None
+    under_trained: TokenGroup | None = None
+    draw: DrawFinding | None = None
+    initializer_draw: TokenGroup | None = None
     n_flagged: int = 0  # tokens with any finding
     tokens: list[TokenFinding] = field(default_factory=list)  # the first SHOWN_FINDINGS
     usage_movement: list[UsageBucket] = field(default_factory=list)  # with a sidecar's items
@@ -367,6 +383,14 @@ def row_findings(
         movement, basis = to_mean, "vocabulary mean"
     else:
         movement, basis = None, None
+    indicator = under_trained(ckpt, matrix, rows, seed)
+    if indicator is not None and indicator._flagged is not None:
+        masks["under_trained"] = indicator._flagged
+    draw = None
+    if vocab is not None:
+        draw = draw_finding(ckpt, rows, sample_rows, vocab.mean, vocab.spread)
+    if draw is not None and draw.kind in COUNTED_DRAWS:
+        masks["initializer_draw"][:] = True
     untrained = np.logical_or.reduce([masks[k] for k in UNTRAINED])
     n_items = items_per_code(ckpt, ids)
     if n_items is not None:
@@ -374,8 +398,14 @@ def row_findings(
     if vocab is not None and vocab.norm_percentiles is not None:
         masks["norm_small"], masks["norm_large"] = norm_outliers(norms, vocab.norm_percentiles)
     found = _Found(masks, untrained, n_items, movement, norms, _usage(ckpt, ids, n_items, usage))
+    found.indicator, found.draw = indicator, draw
     return _untrained_rows(ckpt, ids, found, groups, tol, rule, vocab, padding, movement_cut, basis)
 
+
+# The draws the findings call untrained: the model's own initializer, a noise init around
+# the vocabulary mean. Any other isotropic draw (a deliberate random init) is a doubt the
+# integrity note states, naming the flag that settles it (geodiag.analysis.integrity).
+COUNTED_DRAWS = ("initializer", "noise")
 
 # The name of the sidecar's item map as a source of usage.
 ITEM_IDS = "item IDs"
@@ -425,6 +455,8 @@ class _Found:
     movement: np.ndarray | None
     norms: np.ndarray
     usage: _Usage | None = None
+    indicator: UnderTrained | None = None
+    draw: DrawFinding | None = None
 
 
 def _untrained_rows(
@@ -476,8 +508,12 @@ def _untrained_rows(
         norm_large=group("norm_large"),
         norm_rule=NORM_RULE if vocab is not None else None,
         movement_basis=basis,
+        indicator=f.indicator,
+        under_trained=group("under_trained"),
+        draw=f.draw,
+        initializer_draw=group("initializer_draw"),
         n_flagged=int(flagged.sum()),
-        tokens=_token_rows(ckpt, ids, masks, flagged, n_items, movement, f.norms, use),
+        tokens=_token_rows(ckpt, ids, masks, flagged, n_items, movement, f.norms, use, f.indicator),
         usage_sources=[] if use is None else list(use.sources),
         untrained_used=used,
         untrained_unused=unused,
@@ -504,7 +540,11 @@ def _padding_comparison(
     return compare_with_padding(norms, pad.norms[pad.finite], reference_norms)
 
 
-def _token_rows(ckpt, ids, masks, flagged, n_items, movement, norms, use) -> list[TokenFinding]:
+def _token_rows(
+    ckpt, ids, masks, flagged, n_items, movement, norms, use, indicator=None
+) -> list[TokenFinding]:
+    values = None if indicator is None else indicator._values
+    ranks = None if indicator is None else indicator._rank
     new = ckpt.new
     position = {int(t): i for i, t in enumerate(new.ids)}
     out = []
@@ -531,6 +571,8 @@ def _token_rows(ckpt, ids, masks, flagged, n_items, movement, norms, use) -> lis
                     n: int(c[i]) for n, c in zip(use.sources, use.by_source, strict=True) if c[i]
                 },
                 usage_known=None if use is None else bool(use.known[i]),
+                indicator=None if values is None else float(values[i]),
+                indicator_rank=None if ranks is None else float(ranks[i]),
             )
         )
     return out

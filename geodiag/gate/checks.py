@@ -125,6 +125,15 @@ def untrained_kinds(u) -> list[str]:
             if u.like_padding and u.padding
             else "",
             f"{u.barely_moved.size} barely moved since the reference" if u.barely_moved else "",
+            f"{u.under_trained.size} as close to the {u.indicator.n_unused} rows the files mark "
+            f"unused as those rows are to each other ({u.indicator.indicator} past "
+            f"{u.indicator.cut:.3g})"
+            if u.under_trained and u.indicator and u.indicator.cut is not None
+            else "",
+            f"{u.initializer_draw.size} an initializer's draw ({u.draw.kind}: isotropic, "
+            f"p = {u.draw.p_isotropic:.2g}; --reference INIT settles it)"
+            if u.initializer_draw and u.draw
+            else "",
         )
         if k
     ]
