@@ -265,6 +265,38 @@ def report(
     _say(terminal(f"wrote {files.html} ({files.html_bytes / 1e6:.2f} MB) and {files.json}"))
 
 
+# What `scan` reads: which matrix and whether non-finite rows are bad input; every row is
+# scored, so no option says which rows are new.
+SCAN_READ = ("tensor", "allow_nonfinite")
+
+
+@app.command()
+@exits_2_on_any_error
+@reads_checkpoints(
+    without=tuple(f.name for f in dataclasses.fields(ReadOptions) if f.name not in SCAN_READ)
+)
+def scan(
+    ckpt: Annotated[str, typer.Argument(help=CHECKPOINT_HELP)],
+    top: Annotated[int, typer.Option("--top", min=0, help="Tokens listed per matrix.")] = 30,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the rows sampled.")] = 0,
+    json_out: JsonOpt = False,
+    read: ReadOptions = READ,
+) -> None:
+    """Scan the whole vocabulary for under-trained tokens (Land & Bartolo 2024's
+    indicators against the rows the files mark unused), every token, new or not."""
+    from geodiag.analysis.scan import scan_lines, scan_vocabulary
+    from geodiag.io.checkpoint import open_checkpoint
+    from geodiag.jsonio import dumps
+
+    ck = open_checkpoint(ckpt, dataclasses.replace(read, all_rows_new=True))
+    result = scan_vocabulary(ck, seed)
+    if json_out:
+        _say(dumps(result, indent=None))
+        return
+    for line in scan_lines(result, top):
+        _say(terminal(line))
+
+
 @app.command("export-projector")
 @exits_2_on_any_error
 @reads_checkpoints(without=("codebooks", "reference", "auto_reference", *USAGE))

@@ -388,7 +388,8 @@ def row_findings(
         masks["under_trained"] = indicator._flagged
     draw = None
     if vocab is not None:
-        draw = draw_finding(ckpt, rows, sample_rows, vocab.mean, vocab.spread)
+        pool = None if held is None else held.direction_rows
+        draw = draw_finding(ckpt, rows, pool, vocab.mean, vocab.spread)
     if draw is not None and draw.kind in COUNTED_DRAWS:
         masks["initializer_draw"][:] = True
     untrained = np.logical_or.reduce([masks[k] for k in UNTRAINED])

@@ -39,11 +39,14 @@ GGUF_UNUSED_TYPES = {"CONTROL": CONTROL, "UNUSED": UNUSED}
 # At most this many unused rows, and this many other rows, are read (seeded sample).
 MAX_UNUSED_ROWS = 4096
 OTHER_ROWS = 4096
+# Original rows sampled (seeded, in the one walk of the vocabulary) for its principal
+# directions: 16 directions of SmolLM2's or Gemma's vocabulary from 1,024 rows.
+DIRECTION_ROWS = 1024
 
 
-def unused_ids(ckpt: Checkpoint) -> tuple[np.ndarray, list[str]]:
+def unused_ids(ckpt: Checkpoint, *, leave_out_new: bool = True) -> tuple[np.ndarray, list[str]]:
     """(ids ascending, what marked them: one phrase per source) of the rows the files mark
-    unused, the new tokens left out."""
+    unused, the new tokens left out unless ``leave_out_new`` is False (the scan)."""
     n_rows = ckpt.matrices[0].n_rows if ckpt.matrices else 0
     sources: list[tuple[str, np.ndarray]] = []
     tok = ckpt.tokenizer
@@ -57,7 +60,7 @@ def unused_ids(ckpt: Checkpoint) -> tuple[np.ndarray, list[str]]:
     sources.append(("padding past the tokenizer", ckpt.padding_ids()))
     # Boolean masks over the rows, not np.unique's set functions (they import numpy.ma).
     marked = np.zeros(n_rows, bool)
-    new = ckpt.new.ids[ckpt.new.ids < n_rows]
+    new = ckpt.new.ids[ckpt.new.ids < n_rows] if leave_out_new else np.zeros(0, np.int64)
     said = []
     for what, ids in sources:
         fresh = np.zeros(n_rows, bool)
@@ -206,7 +209,10 @@ def draw_finding(
 ) -> DrawFinding | None:
     """:class:`DrawFinding` of the new ``rows``; None when it cannot be made (too few new
     rows, or too few sampled original rows for the vocabulary's directions)."""
-    if sample_rows is None or vocab_mean is None or len(sample_rows) <= 2 * ISOTROPY_DIRECTIONS:
+    if sample_rows is None or vocab_mean is None:
+        return None
+    sample_rows = sample_rows[np.isfinite(sample_rows).all(1) & np.any(sample_rows != 0, axis=1)]
+    if len(sample_rows) <= 2 * ISOTROPY_DIRECTIONS:
         return None
     directions = principal_directions(sample_rows, ISOTROPY_DIRECTIONS)
     sigma, source = initializer_sigma(ckpt.config or {})
