@@ -41,7 +41,12 @@ from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.options import ReadOptions
 from geodiag.metrics.indicators import ISOTROPY_DIRECTIONS, draw_kind, principal_directions
 
-KINDS = ("initializer", "noise", "isotropic", None)
+KINDS = ("initializer", "noise", "isotropic", None, "too few rows")
+
+
+def kind_of(rows, directions, mean, spread, sigma):
+    d = draw_kind(rows, directions, mean, spread, sigma)
+    return "too few rows" if d is None else d.kind
 
 
 def load(path: str):
@@ -64,7 +69,7 @@ def draw_rates(rows, pool, groups, sizes, rng, sigma=0.02):
         perm = rng.permutation(rest)[: (len(rest) // g) * g].reshape(-1, g)[:groups]
         counts = dict.fromkeys(KINDS, 0)
         for ids in perm:
-            counts[draw_kind(rows[ids], directions, mean, spread, sigma).kind] += 1
+            counts[kind_of(rows[ids], directions, mean, spread, sigma)] += 1
         out[g] = (len(perm), counts)
     std = float(rows[pool].std())
     planted = {
@@ -79,7 +84,7 @@ def draw_rates(rows, pool, groups, sizes, rng, sigma=0.02):
         for g in sizes:
             counts = dict.fromkeys(KINDS, 0)
             for _ in range(min(groups, 1000)):
-                counts[draw_kind(make(g), directions, mean, spread, sigma).kind] += 1
+                counts[kind_of(make(g), directions, mean, spread, sigma)] += 1
             detect[(name, g)] = counts
     return out, detect
 
@@ -102,9 +107,17 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    print(f"# {platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')}")
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in open("/proc/cpuinfo")
+            if ln.startswith("model name")
+        ),
+        platform.machine(),
+    )
+    print(f"# {cpu}, {time.strftime('%Y-%m-%d')}")
     rng = np.random.default_rng(args.seed)
-    sizes = (2, 4, 8, 16, 64)
+    sizes = (3, 4, 8, 16, 64)
     for label, path in (("SmolLM2-135M", args.smollm2), ("Gemma 3 270M", args.gemma)):
         ck, rows, names, types = load(path)
         marked = np.isin(types, (3, 5)) if types is not None else np.zeros(len(rows), bool)

@@ -29,10 +29,11 @@ def run(*args):
 GLITCH = (17, 101, 230)
 
 
-def reserved_checkpoint(root: Path) -> Path:
+def reserved_checkpoint(root: Path, renamed: int = 0) -> Path:
     """260 anisotropic vocabulary rows, then 120 ``<unusedN>`` slots pretraining never
     trained: one common direction plus a little noise (what weight decay leaves). The words
-    GLITCH sit there too."""
+    GLITCH sit there too. ``renamed``: the last slots carry plain added names instead
+    (``<a_N>``, not special): a user's new tokens put on reserved rows, renamed."""
     rng = np.random.default_rng(7)
     words = base_rows()[:N_WORDS]
     common = rng.normal(size=DIM) * 0.05
@@ -41,8 +42,12 @@ def reserved_checkpoint(root: Path) -> Path:
     write_checkpoint(
         root, unused, base=words, with_sidecar=False, with_tokenizer=False, with_codebooks=False
     )
-    names = [f"<unused{i}>" for i in range(N_UNUSED)]
-    added = [{"id": N_WORDS + i, "content": t, "special": True} for i, t in enumerate(names)]
+    names = [f"<unused{i}>" for i in range(N_UNUSED - renamed)]
+    names += [f"<a_{i}>" for i in range(renamed)]
+    added = [
+        {"id": N_WORDS + i, "content": t, "special": t.startswith("<unused")}
+        for i, t in enumerate(names)
+    ]
     vocab = {f"w{i}": i for i in range(N_WORDS)}
     tok = {"version": "1.0", "added_tokens": added, "model": {"type": "BPE", "vocab": vocab}}
     (root / "tokenizer.json").write_text(json.dumps(tok))
@@ -64,6 +69,15 @@ def test_new_tokens_on_reserved_slots_fail_by_the_indicator(tmp_path):
     # exchangeable with the 60 others, so ~90% pass their 10th percentile (54 +- 2.3)
     assert len(flagged) >= 45
     assert all(t["indicator"] > u["indicator"]["cut"] for t in u["tokens"] if t["id"] in flagged)
+
+
+def test_renamed_reserved_rows_fail_without_flags(tmp_path):
+    """The issue's renamed case: no name, no token type says reserved; the rows do."""
+    root = reserved_checkpoint(tmp_path / "ck", renamed=60)
+    res = run("check", root)  # the new tokens: the tokenizer's added plain tokens
+    assert res.exit_code == 1, res.output
+    assert "as close to the 60 rows the files mark unused" in res.output
+    assert "<a_" in res.output
 
 
 def test_ordinary_rows_named_new_are_not_under_trained(tmp_path):
