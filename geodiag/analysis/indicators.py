@@ -183,6 +183,18 @@ def initializer_sigma(config: dict) -> tuple[float, str]:
     return DEFAULT_INITIALIZER_RANGE, f"transformers' default std {DEFAULT_INITIALIZER_RANGE:g}"
 
 
+def anisotropic(sample_rows: np.ndarray) -> bool:
+    """Whether the vocabulary has an anisotropy for trained rows to inherit: its top
+    directions, fitted on half the sampled rows, hold more of the other half's energy than
+    a draw's (p < ISOTROPY_ALPHA). A vocabulary that is itself a draw (an untrained tiny
+    model) leaves the draw test without power: it then judges nothing."""
+    from geodiag.metrics.indicators import ISOTROPY_ALPHA, isotropy
+
+    fit, held_out = sample_rows[0::2], sample_rows[1::2]
+    iso = isotropy(held_out, principal_directions(fit, ISOTROPY_DIRECTIONS))
+    return iso is not None and iso.p_value < ISOTROPY_ALPHA
+
+
 @dataclass
 class DrawFinding:
     """The new rows, as a set, against an initializer's draw."""
@@ -212,7 +224,7 @@ def draw_finding(
     if sample_rows is None or vocab_mean is None:
         return None
     sample_rows = sample_rows[np.isfinite(sample_rows).all(1) & np.any(sample_rows != 0, axis=1)]
-    if len(sample_rows) <= 2 * ISOTROPY_DIRECTIONS:
+    if len(sample_rows) <= 4 * ISOTROPY_DIRECTIONS or not anisotropic(sample_rows):
         return None
     directions = principal_directions(sample_rows, ISOTROPY_DIRECTIONS)
     sigma, source = initializer_sigma(ckpt.config or {})

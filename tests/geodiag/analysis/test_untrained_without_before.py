@@ -176,3 +176,15 @@ def test_gemma3_unused_rows_named_new_fail():
     assert u["under_trained"]["size"] >= 90
     res = run("check", GEMMA, "--new-tokens", "6:106")
     assert res.exit_code == 1 and "rows the files mark unused" in res.output
+
+
+def test_an_isotropic_vocabulary_leaves_the_draw_test_without_power(tmp_path):
+    """An untrained tiny model: its vocabulary is itself a draw, so trained rows would look
+    like one too. The test then judges nothing (gti's tiny-world random init passes)."""
+    rng = np.random.default_rng(12)
+    base = rng.normal(0, 0.02, size=(300, DIM))
+    root = write_checkpoint(tmp_path / "ck", rng.normal(0, 0.02, size=(24, DIM)), base=base)
+    with_initializer(root, 0.02)
+    res = run("metrics", root, "--json", "--permutations", 0)
+    u = json.loads(res.stdout)["matrices"][0]["untrained"]
+    assert u["draw"] is None and u["initializer_draw"] is None
