@@ -29,7 +29,7 @@ def run(*args):
 GLITCH = (17, 101, 230)
 
 
-def reserved_checkpoint(root: Path, renamed: int = 0) -> Path:
+def reserved_checkpoint(root: Path, renamed: int = 0, untied: bool = False) -> Path:
     """260 anisotropic vocabulary rows, then 120 ``<unusedN>`` slots pretraining never
     trained: one common direction plus a little noise (what weight decay leaves). The words
     GLITCH sit there too. ``renamed``: the last slots carry plain added names instead
@@ -39,8 +39,19 @@ def reserved_checkpoint(root: Path, renamed: int = 0) -> Path:
     common = rng.normal(size=DIM) * 0.05
     unused = common + rng.normal(0, 0.004, size=(N_UNUSED, DIM))
     words[list(GLITCH)] = common + rng.normal(0, 0.004, size=(len(GLITCH), DIM))
+    head = None
+    if untied:  # the head as above; the input rows of the unused slots stay small draws
+        head = np.concatenate([words, unused])
+        words = base_rows(seed=5)[:N_WORDS]
+        unused = rng.normal(0, 0.002, size=(N_UNUSED, DIM))
     write_checkpoint(
-        root, unused, base=words, with_sidecar=False, with_tokenizer=False, with_codebooks=False
+        root,
+        unused,
+        base=words,
+        with_sidecar=False,
+        with_tokenizer=False,
+        with_codebooks=False,
+        untied_head=head,
     )
     names = [f"<unused{i}>" for i in range(N_UNUSED - renamed)]
     names += [f"<a_{i}>" for i in range(renamed)]
@@ -69,6 +80,19 @@ def test_new_tokens_on_reserved_slots_fail_by_the_indicator(tmp_path):
     # exchangeable with the 60 others, so ~90% pass their 10th percentile (54 +- 2.3)
     assert len(flagged) >= 45
     assert all(t["indicator"] > u["indicator"]["cut"] for t in u["tokens"] if t["id"] in flagged)
+
+
+def test_untied_models_are_judged_by_input_norm_and_head_cosine(tmp_path):
+    root = reserved_checkpoint(tmp_path / "ck", untied=True)
+    new = f"{N_WORDS + 60}:{N_WORDS + N_UNUSED}"
+    res = run("metrics", root, "--json", "--new-tokens", new, "--permutations", 0)
+    inputs, head = (m["untrained"] for m in json.loads(res.stdout)["matrices"])
+    assert inputs["indicator"]["indicator"] == "input norm"
+    assert head["indicator"]["indicator"] == "output cosine to the unused mean"
+    for u in (inputs, head):
+        assert u["indicator"]["judged"] and u["under_trained"]["size"] >= 45
+    assert inputs["indicator"]["cut"] < inputs["indicator"]["vocabulary_median"]  # short rows
+    assert run("check", root, "--new-tokens", new).exit_code == 1
 
 
 def test_renamed_reserved_rows_fail_without_flags(tmp_path):
