@@ -81,11 +81,11 @@ class UnderTrained:
     n_unused: int  # the rows the files mark unused (the new ones left out)
     n_read: int  # of which read, at most MAX_UNUSED_ROWS (a seeded sample), finite
     unused_sources: list[str]
-    cut: float | None  # indicator units (a cosine, or a norm); None: too few unused rows
+    cut: float  # indicator units (a cosine, or a norm)
     judged: bool  # False: the rule cannot tell on this model (see reason)
-    vocabulary_above: float | None  # fraction of the sampled other rows past the cut
-    unused_median: float | None
-    vocabulary_median: float | None
+    vocabulary_above: float  # fraction of the sampled other rows past the cut
+    unused_median: float
+    vocabulary_median: float
     n_flagged: int
     reason: str | None = None
     rule: str = UNDER_TRAINED_RULE
@@ -112,15 +112,11 @@ def under_trained(
     ckpt: Checkpoint, matrix: Matrix, rows: np.ndarray, seed: int
 ) -> UnderTrained | None:
     """The indicator of the new ``rows`` (n, d) of ``matrix``; None when the files mark
-    no unused row."""
+    fewer than MIN_UNUSED_ROWS unused rows that are not zero."""
     unused, sources = unused_ids(ckpt)
     kind = indicator_kind(ckpt, matrix)
-    if not len(unused):
-        return None
     if len(unused) < MIN_UNUSED_ROWS:
-        why = f"only {len(unused)} rows marked unused (< {MIN_UNUSED_ROWS})"
-        n = len(unused)
-        return UnderTrained(kind, n, n, sources, None, False, None, None, None, 0, why)
+        return None
     rng = np.random.default_rng(seed)
     n_unused = len(unused)
     if len(unused) > MAX_UNUSED_ROWS:
@@ -133,8 +129,13 @@ def under_trained(
         others = np.sort(rng.choice(others, OTHER_ROWS, replace=False))
     unused_rows = ckpt.read_rows(matrix, unused)
     other_rows = ckpt.read_rows(matrix, others)
-    keep_u, keep_o = np.isfinite(unused_rows).all(1), np.isfinite(other_rows).all(1)
+    # Zero rows (padding a save zeroed, slots never written) are the zero-rows finding's,
+    # and point nowhere: left out, as the reference sample leaves them out.
+    keep_u = np.isfinite(unused_rows).all(1) & np.any(unused_rows != 0, axis=1)
+    keep_o = np.isfinite(other_rows).all(1)
     unused_rows, other_rows = unused_rows[keep_u], other_rows[keep_o]
+    if len(unused_rows) < MIN_UNUSED_ROWS or not len(other_rows):
+        return None  # too few to cut by: no indicator, and nothing to say
     if kind == "input norm":
         values = np.linalg.norm(rows, axis=1)
         own = np.linalg.norm(unused_rows, axis=1)

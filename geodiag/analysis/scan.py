@@ -97,11 +97,16 @@ def scan_matrix(ckpt: Checkpoint, matrix: Matrix, seed: int) -> MatrixScan:
     if kind == "input norm":
         values = _stream(ckpt, matrix, lambda r: np.linalg.norm(r.astype(np.float64), axis=1))
         own = values[unused]
-        sign = -1.0
+        own, sign = own[own > 0], -1.0  # zero rows: the zero-rows finding's, not a scale
     else:
         picked = np.sort(rng.choice(others, min(OTHER_ROWS, len(others)), replace=False))
         pc = principal_directions(ckpt.read_rows(matrix, picked), 1)[:, 0]
-        ref = unused_mean(ckpt.read_rows(matrix, read_unused), pc)
+        held = ckpt.read_rows(matrix, read_unused)
+        held = held[np.isfinite(held).all(1) & np.any(held != 0, axis=1)]
+        if len(held) < MIN_UNUSED_ROWS:
+            scan.reason = f"{len(held)} rows marked unused are not zero (< {MIN_UNUSED_ROWS})"
+            return scan
+        ref = unused_mean(held, pc)
         values = _stream(ckpt, matrix, lambda r: unused_cosine(r, ref))
         own, sign = ref.own, 1.0
     finite = np.isfinite(values)

@@ -128,7 +128,7 @@ def untrained_kinds(u) -> list[str]:
             f"{u.under_trained.size} as close to the {u.indicator.n_unused} rows the files mark "
             f"unused as those rows are to each other ({u.indicator.indicator} past "
             f"{u.indicator.cut:.3g})"
-            if u.under_trained and u.indicator and u.indicator.cut is not None
+            if u.under_trained and u.indicator
             else "",
             f"{u.initializer_draw.size} an initializer's draw ({u.draw.kind}: isotropic, "
             f"p = {u.draw.p_isotropic:.2g}; --reference INIT settles it)"

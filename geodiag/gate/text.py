@@ -163,7 +163,7 @@ def _no_before_lines(u) -> list[str]:
             f"  under-trained indicator ({ind.indicator}) against {ind.n_unused} rows marked "
             f"unused ({', '.join(ind.unused_sources)})"
         )
-        if ind.cut is None or not ind.judged:
+        if not ind.judged:
             lines.append(f"{head}: cannot tell ({ind.reason})")
         else:
             lines.append(
