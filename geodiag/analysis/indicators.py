@@ -119,12 +119,12 @@ def under_trained(
         return None
     rng = np.random.default_rng(seed)
     n_unused = len(unused)
-    if len(unused) > MAX_UNUSED_ROWS:
-        unused = np.sort(rng.choice(unused, MAX_UNUSED_ROWS, replace=False))
-    other = np.ones(matrix.n_rows, bool)
+    other = np.ones(matrix.n_rows, bool)  # every unused row out, not only those read
     other[unused] = False
     other[ckpt.new.ids[ckpt.new.ids < matrix.n_rows]] = False
     others = np.flatnonzero(other)
+    if len(unused) > MAX_UNUSED_ROWS:
+        unused = np.sort(rng.choice(unused, MAX_UNUSED_ROWS, replace=False))
     if len(others) > OTHER_ROWS:
         others = np.sort(rng.choice(others, OTHER_ROWS, replace=False))
     unused_rows = ckpt.read_rows(matrix, unused)

@@ -212,3 +212,16 @@ def test_an_isotropic_vocabulary_leaves_the_draw_test_without_power(tmp_path):
     res = run("metrics", root, "--json", "--permutations", 0)
     u = json.loads(res.stdout)["matrices"][0]["untrained"]
     assert u["draw"] is None and u["initializer_draw"] is None
+
+
+def test_unused_rows_not_read_stay_out_of_the_other_rows(tmp_path, monkeypatch):
+    """With more unused rows than are read, the rest are still not "other rows" (they
+    would pass the cut and make it look unable to separate)."""
+    from geodiag.analysis import indicators
+
+    monkeypatch.setattr(indicators, "MAX_UNUSED_ROWS", 20)
+    root = reserved_checkpoint(tmp_path / "ck")
+    res = run("metrics", root, "--json", "--new-tokens", f"{N_WORDS + 60}:{N_WORDS + N_UNUSED}")
+    ind = json.loads(res.stdout)["matrices"][0]["untrained"]["indicator"]
+    assert ind["n_unused"] == 60 and ind["n_read"] == 20
+    assert ind["judged"] and ind["vocabulary_above"] <= len(GLITCH) / (N_WORDS - len(GLITCH))

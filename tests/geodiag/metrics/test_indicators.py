@@ -149,3 +149,11 @@ def test_indicator_cut_and_rank():
     assert loose.vocabulary_above > MAX_VOCABULARY_ABOVE and not loose.judged
     ranks = rank_among(np.array([2.0, 0.5, -1.0]), np.array([0.0, 0.5, 1.0, 1.5]))
     np.testing.assert_allclose(ranks, [0.0, 0.75, 1.0])  # share scoring at least as high
+
+
+@pytest.mark.parametrize("n", [40, 500])
+def test_principal_directions_are_the_svds(n):
+    x = vocabulary(n)
+    vt = np.linalg.svd(x - x.mean(0), full_matrices=False)[2]
+    v = principal_directions(x, 5)
+    np.testing.assert_allclose(np.abs(np.sum(v * vt[:5].T, axis=0)), 1.0, atol=1e-8)
