@@ -390,8 +390,8 @@ def row_findings(
     if vocab is not None:
         pool = None if held is None else held.direction_rows
         draw = draw_finding(ckpt, rows, pool, vocab.mean, vocab.spread)
-    if draw is not None and draw.kind in COUNTED_DRAWS:
-        masks["initializer_draw"][:] = True
+    if draw is not None and draw.kind in COUNTED_DRAWS and ckpt.reference is None:
+        masks["initializer_draw"][:] = True  # with a before, the movement judges
     untrained = np.logical_or.reduce([masks[k] for k in UNTRAINED])
     n_items = items_per_code(ckpt, ids)
     if n_items is not None:
@@ -403,8 +403,8 @@ def row_findings(
     return _untrained_rows(ckpt, ids, found, groups, tol, rule, vocab, padding, movement_cut, basis)
 
 
-# The draws the findings call untrained: the model's own initializer, a noise init around
-# the vocabulary mean. Any other isotropic draw (a deliberate random init) is a doubt the
+# The draws the findings call untrained, without a reference (with one, barely_moved
+# judges): the model's own initializer, a noise init around the vocabulary mean. Any other isotropic draw (a deliberate random init) is a doubt the
 # integrity note states, naming the flag that settles it (geodiag.analysis.integrity).
 COUNTED_DRAWS = ("initializer", "noise")
 

@@ -148,6 +148,10 @@ def test_rows_at_the_models_initializer_fail(tmp_path):
     res = run("check", root, "--permutations", 10)
     assert res.exit_code == 1, res.output
     assert "24 an initializer's draw (initializer" in res.output
+    res = run("metrics", root, "--json", "--permutations", 0, "--reference", root)
+    u = json.loads(res.stdout)["matrices"][0]["untrained"]  # a before: the movement judges
+    assert u["draw"]["kind"] == "initializer" and u["initializer_draw"] is None
+    assert u["barely_moved"]["size"] == 24
     with_initializer(root, 0.05)  # the config's initializer explains nothing: a doubt
     res = run("check", root, "--permutations", 10)
     assert "24 an initializer's draw" not in res.output
