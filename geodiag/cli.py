@@ -22,7 +22,7 @@ from geodiag.escape import terminal
 from geodiag.gate.checks import GateConfig
 from geodiag.io.options import ReadOptions
 from geodiag.report.options import DEFAULT_OUTPUT, ReportOptions
-from geodiag.settings import OUTPUTS, THRESHOLDS, from_cli, options_from
+from geodiag.settings import MEASURING, OUTPUTS, THRESHOLDS, from_cli, options_from
 from geodiag.version import __version__
 
 # The help style (plain text, options in panels, one example per command, completion) is
@@ -333,6 +333,48 @@ def report(
         keep = " (give -o NAME.html to keep them)" if output == DEFAULT_OUTPUT else ""
         names = " and ".join(str(p) for p in files.replaced)
         _say(terminal(f"replaced {names}, written by an earlier run{keep}"))
+
+
+# What `scan` reads: which matrix and whether non-finite rows are bad input; every row is
+# scored, so no option says which rows are new.
+SCAN_READ = ("tensor", "allow_nonfinite")
+
+
+@app.command(example="geodiag scan gemma-3-270m-q4_k_m.gguf --top 20")
+@exits_2_on_any_error
+@reads_checkpoints(
+    without=tuple(f.name for f in dataclasses.fields(ReadOptions) if f.name not in SCAN_READ)
+)
+def scan(
+    ckpt: Annotated[str, typer.Argument(help=CHECKPOINT_HELP, metavar="CKPT")],
+    top: Annotated[
+        int,
+        typer.Option(
+            "--top", min=0, metavar="N", help="Tokens listed per matrix.", rich_help_panel=OUTPUTS
+        ),
+    ] = 30,
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed", metavar="N", help="Seed of the rows sampled.", rich_help_panel=MEASURING
+        ),
+    ] = 0,
+    json_out: JsonOpt = False,
+    read: ReadOptions = READ,
+) -> None:
+    """Scan the whole vocabulary for under-trained tokens (Land & Bartolo 2024's
+    indicators against the rows the files mark unused), every token, new or not."""
+    from geodiag.analysis.scan import scan_lines, scan_vocabulary
+    from geodiag.io.checkpoint import open_checkpoint
+    from geodiag.jsonio import dumps
+
+    ck = open_checkpoint(ckpt, dataclasses.replace(read, all_rows_new=True))
+    result = scan_vocabulary(ck, seed)
+    if json_out:
+        _say(dumps(result, indent=None))
+        return
+    for line in scan_lines(result, top):
+        _say(terminal(line))
 
 
 @app.command("export-projector", example="geodiag export-projector runs/ml100k/sft/ -o projector/")

@@ -24,6 +24,7 @@ from geodiag.analysis.findings import (  # noqa: F401  (TokenGroup, UntrainedRow
     UntrainedRows,
     row_findings,
 )
+from geodiag.analysis.indicators import DIRECTION_ROWS
 from geodiag.analysis.integrity import integrity
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.analysis.reports import (
@@ -40,6 +41,7 @@ from geodiag.analysis.rows import (
     read_padding,
     read_sample,
     reference_ids,
+    reference_sample,
     selected_rows,
     usable_reference,
     vocabulary_sample_size,
@@ -167,6 +169,9 @@ class _Vocabulary:
     neighbors: list[TokenNeighbors]
     neighbors_sampled: bool
     vocabulary_sample: VocabularySample | None  # None: every original row was read
+    # (k, d) a seeded sample of original rows for the vocabulary's principal directions
+    # (the initializer's-draw test: geodiag.analysis.indicators.DIRECTION_ROWS)
+    direction_rows: np.ndarray | None = None
 
 
 def vocabulary_spans(
@@ -196,7 +201,11 @@ def _walk_vocabulary(
     sample_ids = reference_ids(ckpt, len(rows), opts, pool)
     stats = VocabularyAccumulator()
     sample = SampleRows(sample_ids, float32_at_scale(len(sample_ids), matrix))
-    consumers: list = [stats, sample]
+    n_pool = ckpt.new.base_vocab_size if pool is None else len(pool)
+    direction_ids = reference_sample(n_pool, DIRECTION_ROWS, opts.seed + 1)
+    direction_ids = direction_ids if pool is None else pool[direction_ids]
+    directions = SampleRows(direction_ids, True)
+    consumers: list = [stats, sample, directions]
     blocks = None if spans is None else BlockFigures(spans)
     if blocks is not None:
         consumers.append(blocks)
@@ -209,12 +218,17 @@ def _walk_vocabulary(
     if vocab is not None:
         check_original_rows(ckpt, matrix, vocab.nonfinite_rows, ckpt.read.allow_nonfinite)
     sample_rows = sample.rows if sample.complete else read_sample(ckpt, matrix, sample_ids)
+    direction_rows = (
+        directions.rows if directions.complete else ckpt.read_rows(matrix, direction_ids, True)
+    )
     reference = usable_reference(ckpt, matrix, sample_ids, sample_rows)
     neighbors, sampled = [], False
     if queries is not None:
         neighbors, sampled = _neighbor_list(ckpt, ids, queries[0], scan.result()), queries[1]
     measured = None if blocks is None else blocks.result(ckpt.new.base_vocab_size, opts.seed)
-    return _Vocabulary(vocab, sample_ids, sample_rows, reference, neighbors, sampled, measured)
+    return _Vocabulary(
+        vocab, sample_ids, sample_rows, reference, neighbors, sampled, measured, direction_rows
+    )
 
 
 def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:
@@ -255,6 +269,7 @@ def measure_matrix(
         np.zeros(0, np.int64) if walk is None else walk.sample_ids,
         None if walk is None else walk.sample_rows,
         read_padding(ckpt, matrix),
+        None if walk is None else walk.direction_rows,
     )
     levels, lcos = _levels(ckpt, rows, keep, ref_rows, opts)
     new = summarize(rows, ref_rows)

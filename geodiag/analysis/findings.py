@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from geodiag.analysis.indicators import DrawFinding, UnderTrained, draw_finding, under_trained
 from geodiag.analysis.rows import MatrixRows, PaddingRows, read_padding
 from geodiag.io.checkpoint import Checkpoint, Matrix
 from geodiag.io.references import trained_init
@@ -74,6 +75,8 @@ FINDINGS = {
     "unchanged_padding": "the base's padding row, unchanged",
     "like_padding": "distributed like the unused padding rows past the tokenizer",
     "barely_moved": "barely moved since the reference",
+    "under_trained": "as close to the rows the files mark unused as they are to each other",
+    "initializer_draw": "an initializer's isotropic draw, as a set (no trace of training)",
     "dead_code": "a code no item uses",
     "norm_small": "norm far below the vocabulary's (never emitted)",
     "norm_large": "norm far above the vocabulary's (always emitted)",
@@ -85,6 +88,8 @@ UNTRAINED = (
     "unchanged_padding",
     "like_padding",
     "barely_moved",
+    "under_trained",
+    "initializer_draw",
 )
 
 
@@ -121,6 +126,10 @@ class TokenFinding:
     # Whether a zero count is known (a code of the item map, or --data given) or only
     # unknown (a plain token, no --data): an unknown token counts as used by the gate.
     usage_known: bool | None = None
+    # The under-trained indicator (UntrainedRows.indicator says which), and the fraction of
+    # a sample of the other rows at least as under-trained by it (0: past all of them).
+    indicator: float | None = None
+    indicator_rank: float | None = None
 
 
 @dataclass
@@ -174,6 +183,13 @@ class UntrainedRows:
     untrained_used: TokenGroup | None = None
     untrained_unused: TokenGroup | None = None
     untrained_usage_unknown: TokenGroup | None = None
+    # Without a before: the under-trained indicator against the rows the files mark unused
+    # (None: they mark none), and the new rows as a set against an initializer's draw
+    # (None: too few rows to tell); the tokens each calls untrained.
+    indicator: UnderTrained | None = None
+    under_trained: TokenGroup | None = None
+    draw: DrawFinding | None = None
+    initializer_draw: TokenGroup | None = None
     n_flagged: int = 0  # tokens with any finding
     tokens: list[TokenFinding] = field(default_factory=list)  # the first SHOWN_FINDINGS
     usage_movement: list[UsageBucket] = field(default_factory=list)  # with a sidecar's items
@@ -369,6 +385,15 @@ def row_findings(
         movement, basis = to_mean, "vocabulary mean"
     else:
         movement, basis = None, None
+    indicator = under_trained(ckpt, matrix, rows, seed)
+    if indicator is not None and indicator._flagged is not None:
+        masks["under_trained"] = indicator._flagged
+    draw = None
+    if vocab is not None:
+        pool = None if held is None else held.direction_rows
+        draw = draw_finding(ckpt, rows, pool, vocab.mean, vocab.spread)
+    if draw is not None and draw.kind in COUNTED_DRAWS and ckpt.reference is None:
+        masks["initializer_draw"][:] = True  # with a before, the movement judges
     untrained = np.logical_or.reduce([masks[k] for k in UNTRAINED])
     n_items = items_per_code(ckpt, ids)
     if n_items is not None:
@@ -376,8 +401,14 @@ def row_findings(
     if vocab is not None and vocab.norm_percentiles is not None:
         masks["norm_small"], masks["norm_large"] = norm_outliers(norms, vocab.norm_percentiles)
     found = _Found(masks, untrained, n_items, movement, norms, _usage(ckpt, ids, n_items, usage))
+    found.indicator, found.draw = indicator, draw
     return _untrained_rows(ckpt, ids, found, groups, tol, rule, vocab, padding, movement_cut, basis)
 
+
+# The draws the findings call untrained, without a reference (with one, barely_moved
+# judges): the model's own initializer, a noise init around the vocabulary mean. Any other isotropic draw (a deliberate random init) is a doubt the
+# integrity note states, naming the flag that settles it (geodiag.analysis.integrity).
+COUNTED_DRAWS = ("initializer", "noise")
 
 # The name of the sidecar's item map as a source of usage.
 ITEM_IDS = "item IDs"
@@ -427,6 +458,8 @@ class _Found:
     movement: np.ndarray | None
     norms: np.ndarray
     usage: _Usage | None = None
+    indicator: UnderTrained | None = None
+    draw: DrawFinding | None = None
 
 
 def _untrained_rows(
@@ -478,8 +511,12 @@ def _untrained_rows(
         norm_large=group("norm_large"),
         norm_rule=NORM_RULE if vocab is not None else None,
         movement_basis=basis,
+        indicator=f.indicator,
+        under_trained=group("under_trained"),
+        draw=f.draw,
+        initializer_draw=group("initializer_draw"),
         n_flagged=int(flagged.sum()),
-        tokens=_token_rows(ckpt, ids, masks, flagged, n_items, movement, f.norms, use),
+        tokens=_token_rows(ckpt, ids, masks, flagged, n_items, movement, f.norms, use, f.indicator),
         usage_sources=[] if use is None else list(use.sources),
         untrained_used=used,
         untrained_unused=unused,
@@ -506,7 +543,11 @@ def _padding_comparison(
     return compare_with_padding(norms, pad.norms[pad.finite], reference_norms)
 
 
-def _token_rows(ckpt, ids, masks, flagged, n_items, movement, norms, use) -> list[TokenFinding]:
+def _token_rows(
+    ckpt, ids, masks, flagged, n_items, movement, norms, use, indicator=None
+) -> list[TokenFinding]:
+    values = None if indicator is None else indicator._values
+    ranks = None if indicator is None else indicator._rank
     new = ckpt.new
     position = {int(t): i for i, t in enumerate(new.ids)}
     out = []
@@ -533,6 +574,8 @@ def _token_rows(ckpt, ids, masks, flagged, n_items, movement, norms, use) -> lis
                     n: int(c[i]) for n, c in zip(use.sources, use.by_source, strict=True) if c[i]
                 },
                 usage_known=None if use is None else bool(use.known[i]),
+                indicator=None if values is None else float(values[i]),
+                indicator_rank=None if ranks is None else float(ranks[i]),
             )
         )
     return out

@@ -17,6 +17,12 @@
   are untrained findings, and this note says what the comparison could not settle.
 - ``embedding_scale``: Gemma-family models multiply the input embedding by sqrt(d)
   (their normalizer) before the first layer: input and head norms are compared after it.
+- ``isotropic_draw``: the new rows, as a set, have no trace of the vocabulary's anisotropy
+  (an isotropic draw, :func:`geodiag.metrics.indicators.isotropy`) but are neither at the
+  model's initializer nor a noise init around the mean: a deliberate random init untrained
+  or trained alike, which only ``--reference INIT`` (or ``--base``) tells apart.
+- ``indicator_unjudged``: the files mark rows unused, but the under-trained indicator
+  cannot judge against them (too few, or they do not stand apart from the other rows).
 - ``adapter_server``: an adapter whose embedding changes a common server does not load
   (vLLM loads LoRA adapters, not ``modules_to_save`` nor ``trainable_tokens_delta``).
 - ``special_tokens_left_out``: added special tokens past the base vocabulary that the
@@ -222,6 +228,40 @@ def on_padding(ckpt: Checkpoint, inputs: UntrainedRows | None) -> IntegrityFindi
     )
 
 
+def isotropic_draw(ckpt: Checkpoint, u: UntrainedRows | None) -> IntegrityFinding | None:
+    """New rows shaped like a random draw, of no scale or center the files explain."""
+    if u is None or u.draw is None or u.draw.kind != "isotropic" or ckpt.reference is not None:
+        return None
+    d = u.draw
+    return IntegrityFinding(
+        "isotropic_draw",
+        "warn",
+        f"the {d.n_rows} new rows look like an isotropic random draw: {d.share:.3g} of their "
+        f"energy lies in the vocabulary's top principal directions, as for a draw "
+        f"({d.expected:.3g}; p = {d.p_isotropic:.2g}), where trained rows carry the "
+        f"vocabulary's anisotropy; not the model's initializer ({d.sigma_source}) nor noise "
+        "around the vocabulary mean, so whether they trained cannot be told from this file: "
+        "pass --reference INIT (the checkpoint they started from) or --base BASE",
+        count=d.n_rows,
+    )
+
+
+def indicator_unjudged(u: UntrainedRows | None) -> IntegrityFinding | None:
+    """Rows marked unused that the under-trained indicator cannot judge against."""
+    if u is None or u.indicator is None or u.indicator.judged:
+        return None
+    ind = u.indicator
+    return IntegrityFinding(
+        "indicator_unjudged",
+        "note",
+        f"the files mark {ind.n_unused} rows unused ({', '.join(ind.unused_sources)}), but "
+        f"the under-trained indicator ({ind.indicator}) cannot judge the new rows against "
+        f"them: {ind.reason}; pass --reference INIT or --base BASE to measure the new rows "
+        "from a before",
+        count=ind.n_unused,
+    )
+
+
 def embedding_scale(ckpt: Checkpoint) -> IntegrityFinding | None:
     scale = input_scale(ckpt.config)
     if scale == 1.0:
@@ -300,6 +340,9 @@ def integrity(
         head_not_moved(inputs, head, matrices[0].n_new) if head is not None else None,
         padding_rows(ckpt, (vocab_norms or {}).get("p50"), held),
         on_padding(ckpt, inputs),
+        isotropic_draw(ckpt, inputs),
+        indicator_unjudged(inputs),
+        indicator_unjudged(head),
         embedding_scale(ckpt),
         adapter_server(ckpt),
         special_tokens_left_out(ckpt, matrices),

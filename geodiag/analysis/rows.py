@@ -132,6 +132,7 @@ class MatrixRows:
     sample_ids: np.ndarray  # (m,) the reference sample's ids (empty without a vocabulary)
     sample_rows: np.ndarray | None  # (m, d) their rows as read, NaN and zero rows included
     padding: PaddingRows | None = None
+    direction_rows: np.ndarray | None = None  # (k, d) for the vocabulary's directions
 
     @property
     def all_kept(self) -> bool:

@@ -132,6 +132,15 @@ def untrained_kinds(u) -> list[str]:
             + (f": {u.movement.reference}" if u.movement and u.movement.reference else "")
             if u.barely_moved
             else "",
+            f"{u.under_trained.size} as close to the {u.indicator.n_unused} rows the files mark "
+            f"unused as those rows are to each other ({u.indicator.indicator} past "
+            f"{u.indicator.cut:.3g})"
+            if u.under_trained and u.indicator
+            else "",
+            f"{u.initializer_draw.size} an initializer's draw ({u.draw.kind}: isotropic, "
+            f"p = {u.draw.p_isotropic:.2g}; --reference INIT settles it)"
+            if u.initializer_draw and u.draw
+            else "",
         )
         if k
     ]

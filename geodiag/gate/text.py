@@ -147,10 +147,43 @@ def _untrained_lines(m: MatrixReport) -> list[str]:
     for g, what in ((u.norm_small, "norm too small"), (u.norm_large, "norm too large")):
         if g is not None:
             lines.append(f"  {g.size} new rows with a {what} ({u.norm_rule}): {g.listed()}")
+    lines += _no_before_lines(u)
     if m.norm_ratio is not None:
         lines.append(f"  longest new row / longest original row: {_f(m.norm_ratio)}")
     lines += _usage_lines(u)
     lines += _token_lines(u)
+    return lines
+
+
+def _no_before_lines(u) -> list[str]:
+    """The under-trained indicator and the initializer's-draw test (no before needed)."""
+    lines = []
+    ind = u.indicator
+    if ind is not None:
+        head = (
+            f"  under-trained indicator ({ind.indicator}) against {ind.n_unused} rows marked "
+            f"unused ({', '.join(ind.unused_sources)})"
+        )
+        if not ind.judged:
+            lines.append(f"{head}: cannot tell ({ind.reason})")
+        else:
+            lines.append(
+                f"{head}: cut {_f(ind.cut, 3)} (median: unused {_f(ind.unused_median, 3)}, "
+                f"other rows {_f(ind.vocabulary_median, 3)}; {ind.vocabulary_above:.2%} of "
+                f"the sampled other rows past it); {ind.n_flagged} new rows past it"
+            )
+    d = u.draw
+    if d is not None:
+        what = {
+            None: "not a draw (they carry the vocabulary's anisotropy)",
+            "initializer": "the model's initializer's draw",
+            "noise": "noise around the vocabulary mean",
+            "isotropic": "an isotropic draw of no explained scale (--reference INIT tells)",
+        }[d.kind]
+        lines.append(
+            f"  as a set: {what}; {d.share:.3g} of their energy in the vocabulary's top "
+            f"directions, a draw's {d.expected:.3g} (p = {d.p_isotropic:.2g})"
+        )
     return lines
 
 
@@ -184,7 +217,12 @@ def _token_lines(u) -> list[str]:
         fed = "".join(
             f"  {c}x {name}" for name, c in t.used_by.items() if name != ITEM_IDS
         )  # the item count is shown already
-        lines.append(f"    {t.id:>8}  {t.token}{items}{dist}{fed}: {', '.join(t.findings)}")
+        ind = (
+            ""
+            if t.indicator is None
+            else f"  indicator {_f(t.indicator, 3)} (top {t.indicator_rank:.2%} of the other rows)"
+        )
+        lines.append(f"    {t.id:>8}  {t.token}{items}{dist}{fed}{ind}: {', '.join(t.findings)}")
     if u.usage_movement:
         lines.append(f"  by items per code (untrained / tokens, median {moved or 'movement'}):")
         lines.append(

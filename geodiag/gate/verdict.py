@@ -277,6 +277,10 @@ def _untrained_cause(m: MatrixReport) -> str | None:
         return "zero"
     if covers(u.unchanged_padding) or covers(u.like_padding):
         return "padding"
+    if covers(u.initializer_draw):
+        return "draw"
+    if covers(u.under_trained) and not all(_RESERVED.search(t) for t in u.untrained.tokens):
+        return "under_trained"
     if all(_RESERVED.search(t) for t in u.untrained.tokens):
         return "reserved"
     return None
@@ -292,6 +296,11 @@ _NO_INIT = {
     "(no resize, so no init ran on them)",
     "reserved": "they are the base's reserved slots, rows its pretraining never trained "
     "(no resize happened)",
+    "draw": "they are an initializer's draw (isotropic, at the model's initializer or noise "
+    "around the vocabulary mean): nothing trained them",
+    "under_trained": "they sit with the rows the files mark unused, as close to those rows' "
+    "mean as the rows themselves (Land & Bartolo's under-trained indicator): rows "
+    "pretraining never trained",
 }
 
 

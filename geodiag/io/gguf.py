@@ -45,8 +45,8 @@ EMBEDDING = "token_embd.weight"
 TOKENS = "tokenizer.ggml.tokens"
 OUTPUT_HEAD = "output.weight"
 # llama.cpp's token types (gguf.TokenType): USER_DEFINED marks added tokens, CONTROL
-# special ones.
-CONTROL, USER_DEFINED = 3, 4
+# special ones, UNUSED slots no text produces.
+CONTROL, USER_DEFINED, UNUSED = 3, 4, 5
 _INTEGER_TYPES = ("I8", "I16", "I32", "I64")
 
 # GGUF metadata value types (gguf.GGUFValueType): struct format of the scalars.
