@@ -77,6 +77,14 @@ class _Names:
     def __init__(self, names: dict[int, str], tokenizer=None) -> None:
         self.names, self.tokenizer = names, tokenizer
 
+    @property
+    def added(self) -> list:
+        """The tokenizer's added tokens, as a folder's TokenizerInfo holds them (the
+        integrity notes read which special ones the new-token rule left out)."""
+        if self.tokenizer is None or not hasattr(self.tokenizer, "added_tokens_decoder"):
+            return []
+        return tokenizer_in_memory(self.tokenizer).added
+
     def token(self, token_id: int) -> str | None:
         if self.tokenizer is not None:
             name = self.tokenizer.convert_ids_to_tokens(int(token_id))
