@@ -48,7 +48,14 @@ def extend_vocabulary(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sids: SemanticIds
 ) -> VocabExtension:
     """Add the SID tokens to ``tokenizer`` and rows for them to ``model``, in place."""
-    tokens = sids.token_strings()
+    return add_new_tokens(model, tokenizer, sids.token_strings())
+
+
+def add_new_tokens(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, tokens: list[str]
+) -> VocabExtension:
+    """Add ``tokens`` (spelled as given) to ``tokenizer`` and rows for them to ``model``, in
+    place; ``new_token_ids`` follow the order of ``tokens``."""
     vocab = tokenizer.get_vocab()
     clash = [t for t in tokens if t in vocab]
     if clash:
