@@ -41,7 +41,12 @@ Bottom to top, each module importing only those above it in this list
 - ``peft_adapter``: a PEFT adapter folder over its base, rows as PEFT merges them;
 - ``stack``: which training stack wrote a checkpoint;
 - ``options``: :class:`~geodiag.io.options.ReadOptions`, the reading flags of every command;
+- ``sids``: the SID maps and codebooks of the generative-recommendation frameworks, as they
+  write them (one module per dialect under a registry, recognised by content; torch files
+  through ``torch_zip``'s restricted unpickler; parquet through pyarrow, the ``sids`` extra);
 - ``sidecar``: ``semantic_ids.json``, the levels and codes of the new tokens (read and written);
+- ``sid_index``: a framework's SID map and codebooks matched to each other and to the
+  tokenizer (levels, offset, spelling, token ids): the sidecar they amount to;
 - ``new_tokens``: which rows are new, one resolver per source in precedence order, for a
   checkpoint and for rows in memory (the API and the callback name theirs in Python);
 - ``codebooks``: the RQ-VAE codebooks beside the weights, per new token's code;

@@ -27,7 +27,7 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io import sidecar as sidecar_mod
-from geodiag.io.codebooks import codebooks_of
+from geodiag.io.codebooks import codebook_rows, codebooks_of, file_digest
 from geodiag.io.layouts import FSDP_SUBFOLDERS, dcp_folder, resolve_hub_cache, zero_folder
 from geodiag.io.new_tokens import (
     Declared,
@@ -41,6 +41,7 @@ from geodiag.io.options import ReadOptions
 from geodiag.io.peft_adapter import AdapterInfo, is_adapter, open_adapter
 from geodiag.io.references import reference_of
 from geodiag.io.remote import is_remote, open_remote
+from geodiag.io.sid_index import open_foreign
 from geodiag.io.stack import detect_stack
 from geodiag.io.store import FLOAT_DTYPES, is_float, open_store
 from geodiag.io.tensor_names import OUTPUT_HEAD_NAMES, find_input_tensor, find_output_head
@@ -261,6 +262,11 @@ def open_checkpoint(
     matrices, tied, head_left_out = _matrices(store, path, config, opts, untied_by_adapter)
     side_path = opts.sidecar or beside(sidecar_mod.FILENAME)
     side = sidecar_mod.load(side_path) if (opts.sidecar or side_path.is_file()) else None
+    foreign = None
+    if declared is None and (opts.sids is not None or side is None):
+        foreign = open_foreign(opts.sids, opts.codebooks, opts.sid_offset, roots, tok)
+    if foreign is not None:  # a framework's SID map stands for the sidecar
+        side, side_path = foreign.sids, foreign.map_path
     patch = adapter.patches.get(matrices[0].tensor) if adapter is not None else None
     trainable = patch.token_indices if patch is not None else None
     sources = Sources(
@@ -277,8 +283,19 @@ def open_checkpoint(
     new = resolve_new_tokens(sources)
     notes = [*([hub_note] if hub_note else []), *(adapter.notes if adapter else [])]
     book_path = opts.codebooks or beside(sidecar_mod.CODEBOOKS_FILENAME)
-    if declared is None:
-        notes += _notes(tok, new, side, side_path, trainable, untied_by_adapter, config)
+    if declared is None and foreign is not None and foreign.codebooks_path is not None:
+        notes += foreign.notes + _notes(
+            tok, new, side, side_path, trainable, untied_by_adapter, config
+        )
+        book_path = foreign.codebooks_path
+        books, book_note = codebook_rows(
+            foreign.codebooks, new, book_path, book_path.name, exact=False
+        )
+        book_digest = file_digest(book_path)
+    elif declared is None:
+        notes += (foreign.notes if foreign else []) + _notes(
+            tok, new, side, side_path, trainable, untied_by_adapter, config
+        )
         books, book_note, book_digest = codebooks_of(book_path, opts, new)
     else:  # the caller's rows: how the files would have named them does not apply
         notes += _notes(tok, new, None, side_path, None, untied_by_adapter, config)

@@ -13,6 +13,7 @@ from geodiag.errors import InputError
 from geodiag.io.new_tokens import NewTokens
 from geodiag.io.options import ReadOptions
 from geodiag.io.safetensors import SafetensorsFile
+from geodiag.io.sid_index import is_ours
 
 
 def codebooks_of(
@@ -35,10 +36,28 @@ def load_codebooks(path: Path, new: NewTokens) -> tuple[dict[str, np.ndarray], s
     With a sidecar the level sizes are known and a codebook must have exactly that
     many codes; with levels parsed from token names it must cover every code seen.
     """
+    if not is_ours(path):  # a framework's own file: its levels, in order, are ours a, b, ...
+        from geodiag.io.sids import read_codebooks
+
+        read = read_codebooks(path).books
+        books = {name: read[i] for i, name in enumerate(new.level_names) if i < len(read)}
+        rows, note = codebook_rows(books, new, path, path.name, exact=False)
+        return rows, note, file_digest(path)
     f = SafetensorsFile(path)
     books = {name: f.read(name) for name in new.level_names if name in f.tensors}
     rows, note = codebook_rows(books, new, path, path.name, exact=new.levels_source == "sidecar")
     return rows, note, f.digest.hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a whole (small) codebook file."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def codebook_rows(

@@ -284,26 +284,32 @@ def from_sidecar(src: Sources) -> NewTokens | None:
     side, side_path, tok = src.sidecar, src.sidecar_path, src.tokenizer
     if side is None or not side.has_token_ids:
         return None
-    if src.trainable is not None and {t for lv in side.levels for t in lv.token_ids} != set(
-        src.trainable.tolist()
-    ):
+    if src.trainable is not None and {
+        t for lv in side.levels for t in lv.token_ids if t >= 0
+    } != set(src.trainable.tolist()):
         return None  # the adapter trained other rows than the sidecar names
     assert side_path is not None
-    ids = np.array([t for lv in side.levels for t in lv.token_ids], dtype=np.int64)
+    # (level, code, id) of each code with a token (another framework's vocabulary may hold
+    # only the codes its items use: the rest, id -1, have no row to measure)
+    layout = [
+        (li, code, t) for li, lv in enumerate(side.levels) for code, t in enumerate(lv.token_ids)
+    ]
+    layout = [x for x in layout if x[2] >= 0]
+    ids = np.array([t for _, _, t in layout], dtype=np.int64)
     _check_id_range(ids, src.n_rows, side_path, "sidecar disagrees with the tensors")
     tokens = []
-    for lv in side.levels:
-        for code, t in enumerate(lv.token_ids):
-            expected = sidecar_mod.token_string(lv.name, code)
-            actual = tok.token(t) if tok is not None else None
-            if actual is not None and tok is not None and tok.added and actual != expected:
-                raise InputError(
-                    side_path,
-                    f"sidecar disagrees with tokenizer.json: id {t} is '{actual}', "
-                    f"sidecar says '{expected}'",
-                )
-            tokens.append(actual if actual is not None else expected)
-    level_index, codes = _level_layout([lv.size for lv in side.levels])
+    for li, code, t in layout:
+        expected = side.levels[li].token(code)
+        actual = tok.token(t) if tok is not None else None
+        if actual is not None and tok is not None and tok.added and actual != expected:
+            raise InputError(
+                side_path,
+                f"sidecar disagrees with tokenizer.json: id {t} is '{actual}', "
+                f"sidecar says '{expected}'",
+            )
+        tokens.append(actual if actual is not None else expected)
+    level_index = np.array([li for li, _, _ in layout], dtype=np.int64)
+    codes = np.array([code for _, code, _ in layout], dtype=np.int64)
     base = default_base(side.base_vocab_size, ids)
     if src.opts.all_rows_new:
         base = 0

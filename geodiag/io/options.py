@@ -40,8 +40,27 @@ class ReadOptions:
     )
     codebooks: Path | None = setting(
         None,
-        help="RQ-VAE codebooks (.safetensors, one tensor per level).",
+        help="RQ-VAE codebooks: .safetensors (one tensor per level), or as a framework "
+        "writes them (LC-Rec .pth, MiniOneRec .npz, OpenOneRec model.pt, GRID .ckpt, "
+        "RQ-VAE-Recommender .pt; docs/stacks.md). Default: beside the weights.",
         flags=("--codebooks",),
+    )
+    sids: Path | None = setting(
+        None,
+        help="A framework's item -> SID map (LC-Rec/MiniOneRec *.index.json, ETEGRec "
+        "*.code.json, GRID merged_predictions_tensor.pt, MiniOneRec codes .npy, OpenOneRec or "
+        "semantic-ids-llm .parquet), recognised by content, in place of semantic_ids.json "
+        "(default: beside the weights, under the framework's usual names).",
+        flags=("--sids",),
+    )
+    sid_offset: int | None = setting(
+        None,
+        help="What --sids' codes start from (0, or 1 as MiniOneRec's *_plus indices write "
+        "them) against 0-based codebooks (default: detected, refused when the data cannot tell).",
+        flags=("--sid-offset",),
+        ge=0,
+        le=1,
+        show_bounds=True,
     )
     allow_nonfinite: bool = setting(
         False, help="Drop NaN/Inf rows instead of failing.", flags=("--allow-nonfinite",)

@@ -43,8 +43,16 @@ def token_string(level: str, code: int) -> str:
 class Level:
     name: str
     size: int
-    # Token id of each code, in code order; empty until the vocabulary is extended.
+    # Token id of each code, in code order; empty until the vocabulary is extended. Read
+    # from another framework's files (geodiag.io.sid_index): -1 for a code without a token.
     token_ids: list[int] = field(default_factory=list)
+    # Token text of each code when not ``<name_code>`` (another framework's spelling:
+    # ``<s_a_12>``, ``<|sid_300|>``, 1-based codes); empty: ``token_string``. Not written.
+    tokens: list[str] = field(default_factory=list)
+
+    def token(self, code: int) -> str:
+        """The token text of ``code``."""
+        return self.tokens[code] if self.tokens else token_string(self.name, code)
 
 
 @dataclass
@@ -60,10 +68,13 @@ class SemanticIds:
         return all(len(lv.token_ids) == lv.size for lv in self.levels) and bool(self.levels)
 
     def token_strings(self) -> list[str]:
-        return [token_string(lv.name, c) for lv in self.levels for c in range(lv.size)]
+        return [lv.token(c) for lv in self.levels for c in range(lv.size)]
 
     def to_json(self) -> dict:
-        return {"format": FORMAT, **asdict(self)}
+        out = asdict(self)
+        for lv in out["levels"]:
+            lv.pop("tokens")
+        return {"format": FORMAT, **out}
 
 
 def parse(data: object, where: str | os.PathLike[str]) -> SemanticIds:

@@ -48,6 +48,16 @@ STORAGES = {
 }
 # The dtypes read as rows: numpy dtype of the stored bytes (BF16 decoded by hand).
 ROW_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+# Every stored dtype read whole by Archive.values (a SID map's integer codes among them).
+VALUE_DTYPES = {
+    **ROW_DTYPES,
+    "I64": "<i8",
+    "I32": "<i4",
+    "I16": "<i2",
+    "I8": "i1",
+    "U8": "u1",
+    "BOOL": "?",
+}
 _ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, ..., name length, extra length
 # Bytes read at each end of an archive to find its values: torch.save's directory (7
 # members, ~560 bytes, for one tensor) and its data.pkl and the data's local header (~700
@@ -288,6 +298,25 @@ class Archive:
         if (t.storage_offset + t.numel) * itemsize > length:
             raise InputError(self.where, f"{what}: its storage is shorter than the shape")
         return begin + t.storage_offset * itemsize
+
+    def values(self, t: StoredTensor, what: str) -> np.ndarray:
+        """All of ``t``'s values, of any stored dtype (BF16 as float32), in its shape: for a
+        small tensor read whole (a codebook, a SID map's codes), not row by row."""
+        begin, length = self._storage(t.key, what)
+        dtype = np.dtype(VALUE_DTYPES[t.dtype])
+        end = t.storage_offset + (
+            1 + sum((n - 1) * s for n, s in zip(t.size, t.stride, strict=True)) if t.numel else 0
+        )
+        if end * dtype.itemsize > length:
+            raise InputError(self.where, f"{what}: its storage is shorter than the shape")
+        raw = self._window._source.read([(begin, length)])[0] if length else b""
+        flat = np.frombuffer(raw, dtype=dtype, count=length // dtype.itemsize)
+        strides = tuple(s * dtype.itemsize for s in t.stride)
+        view = np.lib.stride_tricks.as_strided(
+            flat[t.storage_offset :], shape=t.size, strides=strides, writeable=False
+        )
+        out = np.array(view)
+        return bf16_to_float32(out) if t.dtype == "BF16" else out
 
 
 def open_archive(

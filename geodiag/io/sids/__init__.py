@@ -1,0 +1,89 @@
+"""The SID maps and codebooks of the generative-recommendation frameworks, read as they
+write them: one module per dialect, each registering itself with one line below
+(``base.register_map`` / ``base.register_codebooks``), recognised by content
+(:func:`read_sid_map`, :func:`read_codebooks`), found beside a checkpoint under the
+frameworks' usual names (:func:`find_beside`).
+
+Maps: LC-Rec / LETTER / MiniOneRec ``*.index.json`` (``index_json``), ETEGRec's
+``*.code.json`` (``code_json``), GRID's ``merged_predictions_tensor.pt`` (``grid_tensor``),
+MiniOneRec's ``*.codes*.npy`` (``codes_npy``), OpenOneRec's ``*_codes.parquet``
+(``openonerec_parquet``), semantic-ids-llm's table (``semantic_ids_llm_parquet``).
+Codebooks: LC-Rec's ``.pth`` (``lcrec_pth``), MiniOneRec's ``.npz`` (``minionerec_npz``),
+OpenOneRec's ``model.pt`` (``openonerec_pt``), GRID's ``.ckpt`` (``grid_ckpt``),
+RQ-VAE-Recommender's ``.pt`` (``rqvae_recommender_pt``), semantic-ids-llm's
+(``semantic_ids_llm_pt``). torch files go through ``torch_books`` (restricted unpickling).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from geodiag.io.sids import (  # noqa: F401  (each registers its dialect)
+    code_json,
+    codes_npy,
+    grid_ckpt,
+    grid_tensor,
+    index_json,
+    lcrec_pth,
+    minionerec_npz,
+    openonerec_parquet,
+    openonerec_pt,
+    rqvae_recommender_pt,
+    semantic_ids_llm_parquet,
+    semantic_ids_llm_pt,
+)
+from geodiag.io.sids.base import (
+    CODEBOOKS,
+    MAPS,
+    Dialect,
+    SidCodebooks,
+    SidMap,
+    Spelling,
+    recognise,
+)
+
+
+def read_sid_map(path: str | Path) -> SidMap:
+    """The item -> code map in ``path``, whichever framework wrote it (by content)."""
+    path = Path(path)
+    return recognise(path, MAPS, "SID map").read(path)
+
+
+def read_codebooks(path: str | Path) -> SidCodebooks:
+    """The per-level codebooks in ``path``, whichever framework wrote them (by content)."""
+    path = Path(path)
+    return recognise(path, CODEBOOKS, "codebook file").read(path)
+
+
+def find_beside(folders: list[Path], registry: dict[str, Dialect]) -> Path | None:
+    """The first file in ``folders`` named as one of ``registry``'s dialects names its
+    files, that the dialect recognises by content; None when none is."""
+    for folder in folders:
+        for dialect in registry.values():
+            for pattern in dialect.usual_names:
+                for path in sorted(folder.glob(pattern)):
+                    if path.is_file() and _recognised(path, dialect):
+                        return path
+    return None
+
+
+def _recognised(path: Path, dialect: Dialect) -> bool:
+    from geodiag.errors import InputError
+    from geodiag.io.sids.base import head_of
+
+    try:
+        return dialect.sniff(path, head_of(path))
+    except InputError:
+        return True  # refused (a planted payload) or unreadable: reading it says why
+
+
+__all__ = [
+    "CODEBOOKS",
+    "MAPS",
+    "SidCodebooks",
+    "SidMap",
+    "Spelling",
+    "find_beside",
+    "read_codebooks",
+    "read_sid_map",
+]
