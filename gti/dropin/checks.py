@@ -1,6 +1,5 @@
-"""``geodiag check`` of a drop-in output, against the framework's codebooks when given:
-the levels are the index's (its tokens parsed by geodiag's SID readers), the codebook
-rows those of the codes the index uses."""
+"""``geodiag check`` of a drop-in output as the user would run it: ``geodiag check OUT
+--sids INDEX --codebooks CODEBOOKS`` (geodiag reads the framework's files itself)."""
 
 from __future__ import annotations
 
@@ -8,17 +7,14 @@ from pathlib import Path
 
 from geodiag.api import check
 from geodiag.gate.outputs import text_summary
+from geodiag.io.options import ReadOptions
 from geodiag.jsonio import to_jsonable
 from gti.dropin.index import IndexTokens
 
 
-def gate_of(
-    folder: Path, shown_as: Path, model, tokenizer, index: IndexTokens
-) -> tuple[str, object]:
+def gate_of(folder: Path, shown_as: Path, index: IndexTokens) -> tuple[str, object]:
     """(the terminal summary, the result as JSON) of the gate on the written ``folder``."""
-    token_ids = dict(zip(index.tokens, tokenizer.convert_tokens_to_ids(index.tokens), strict=True))
-    levels = index.levels(token_ids) or None
-    books = index.level_books() if levels else None
-    result = check(folder, levels=levels, codebooks=books)
+    read = ReadOptions(sids=index.path, codebooks=index.codebooks_path, sid_offset=index.offset)
+    result = check(folder, read=read)
     result.path = str(shown_as)
     return text_summary(result), to_jsonable(result)

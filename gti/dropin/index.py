@@ -31,6 +31,7 @@ class IndexTokens:
     codebooks: list[np.ndarray] | None = None
     codebooks_path: Path | None = None
     framework: str = ""
+    offset: int | None = None  # --sid-offset as given (None: detected)
     detected: tuple[str, ...] = ()  # what the reader decided, one sentence each
 
     @property
@@ -79,8 +80,38 @@ def _name(level: int) -> str:
     return "abcdefghijklmnopqrstuvwxyz"[level]
 
 
-def read_index(path: Path, codebooks: Path | None = None) -> IndexTokens:
-    """An index file (and its codebooks) through geodiag's SID readers."""
+def read_index(path: Path, codebooks: Path | None = None, offset: int | None = None) -> IndexTokens:
+    """An index file (and its codebooks) through geodiag's SID readers (``geodiag.io.sids``,
+    matched by ``geodiag.io.sid_index.match_sids``): each item's tokens as the framework
+    spells them, the de-duplication token last where the item has one (MiniOneRec's
+    ``<d_k>``). ``offset``: what the codes start from, when the data cannot tell."""
     from geodiag.errors import InputError
+    from geodiag.io.sid_index import match_sids
+    from geodiag.io.sids import read_codebooks, read_sid_map
 
-    raise InputError(path, "reading a framework's SID map needs geodiag.io.sids (issue 40)")
+    m = read_sid_map(path)
+    books = read_codebooks(codebooks) if codebooks is not None else None
+    found = match_sids(m, books, None, offset)
+    levels = found.sids.levels
+    n = len(levels)
+    dedup = m.dedup if m.dedup is not None else (m.codes[:, n] if m.codes.shape[1] > n else None)
+    if dedup is not None and (m.spelling is None or m.spelling.kind == "flat"):
+        raise InputError(path, "a de-duplication digit without a token spelling: no token for it")
+    items: dict[str, tuple[str, ...]] = {}
+    codes: dict[str, tuple[int, int]] = {}
+    for r, (item, row) in enumerate(found.sids.items.items()):
+        tokens = [levels[lv].tokens[c] for lv, c in enumerate(row)]
+        codes.update({t: (lv, c) for lv, (t, c) in enumerate(zip(tokens, row, strict=True))})
+        if dedup is not None and dedup[r] >= 0:
+            tokens.append(m.spelling.token(n, int(dedup[r]), 0))  # type: ignore[union-attr]
+        items[item] = tuple(tokens)
+    return IndexTokens(
+        path=Path(path),
+        items=items,
+        codes=codes,
+        codebooks=[found.codebooks[lv.name] for lv in levels] if found.codebooks else None,
+        codebooks_path=found.codebooks_path,
+        framework=m.framework,
+        offset=offset,
+        detected=tuple(found.notes),
+    )

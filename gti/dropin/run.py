@@ -137,7 +137,7 @@ def run_dropin(
         raise InputError(
             "--model", "the drop-in route (--items) needs --model: a local model folder"
         )
-    index = index or read_index(Path(cfg.sids), cfg.codebooks)
+    index = index or read_index(Path(cfg.sids), cfg.codebooks, cfg.sid_offset)
     texts = texts_of(index, cfg)
     held_out, grounded = split_holdout(list(texts), cfg.holdout, cfg.seed)
     train_texts = {i: texts[i] for i in grounded}
@@ -231,7 +231,7 @@ def write_output(
         checks = {"probe": {"before": asdict(before), "after": asdict(after)}}
         summary = [f"probe before: {before.line()}", f"probe after:  {after.line()}"]
         if not cfg.adapter:
-            text, gate = gate_of(tmp, out, model, tokenizer, index)
+            text, gate = gate_of(tmp, out, index)
             checks["geodiag_check"] = gate
             summary.append(text)
         (tmp / CHECKS_FILENAME).write_text(json.dumps(checks, indent=1, allow_nan=False))

@@ -171,6 +171,10 @@ class InitConfig:
     codebooks: Path | None = setting(
         None, help="The framework's codebooks (with --items): RSA and `geodiag check` use them."
     )
+    sid_offset: int | None = setting(
+        None,
+        help="With --items: what --sids' codes start from, when the data cannot tell (0 or 1).",
+    )
     adapter: bool = setting(
         False,
         help="With --items: write a PEFT adapter (trainable_token_indices) instead of a model.",
