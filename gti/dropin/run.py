@@ -147,7 +147,7 @@ def run_dropin(
     )
     model, tokenizer = backbone.load()
     model.to(resolve_device(cfg.device))
-    ext = add_new_tokens(model, tokenizer, index.tokens)
+    ext = add_new_tokens(model, tokenizer, index.tokens, as_strings=True)
     slots = dict(zip(index.items, index.slots(list(index.items)), strict=True))
     context = InitContext(item_texts=train_texts, tokenizer=tokenizer, item_slots=slots)
     row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
