@@ -159,7 +159,8 @@ def item_texts(path: Path, fields: tuple[str, ...] | None = None) -> dict[str, s
     for item, record in fmt.records(path):
         seen_fields.update(record)
         title = field_text(record.get(fields[0]))
-        rest = {k: field_text(record.get(k)) for k in fields[1:]}
+        # render_text ends the text with a full stop: a value's own would double it
+        rest = {k: field_text(record.get(k)).rstrip(".") for k in fields[1:]}
         out[item] = render_text(title, rest) if len(fields) > 1 else title
     unknown = [f for f in fields if f not in seen_fields]
     if out and unknown:

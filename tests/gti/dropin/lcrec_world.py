@@ -121,3 +121,40 @@ def write_lcrec(
         root / f"{dataset}.pth",
     )
     return LcRecWorld(root, dataset, codes, books)
+
+
+@dataclass
+class OpenOneRecWorld:
+    codes_file: Path  # {name}_codes.parquet: pid, codes
+    captions: Path  # pid2caption.parquet: pid, dense_caption
+    codebooks: Path  # model.pt: centroids.{i}
+
+    def token_map(self, codes: np.ndarray) -> dict[str, tuple[str, ...]]:
+        return {
+            str(i): tuple(f"<s_{'abcd'[lv]}_{c}>" for lv, c in enumerate(row))
+            for i, row in enumerate(codes.tolist())
+        }
+
+
+def write_openonerec(root: Path, world: LcRecWorld) -> OpenOneRecWorld:
+    """The same items, SIDs, texts and codebooks as OpenOneRec writes them: its tokenizer's
+    ``infer_res_kmeans.py`` saves ``pd.DataFrame({'pid', 'codes'}).to_parquet`` (0-based,
+    spelled ``<s_a_12>`` in its vocabulary), its item captions are ``pid2caption.parquet``
+    (``pid``, ``dense_caption``) and ``train_res_kmeans.py`` saves the state dict
+    (``centroids.{i}``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch
+
+    root.mkdir(parents=True, exist_ok=True)
+    pids = list(range(len(world.codes)))
+    codes = root / "items_codes.parquet"
+    pq.write_table(pa.table({"pid": pids, "codes": world.codes.tolist()}), codes)
+    items = json.loads(world.items.read_text())
+    captions = [" ".join(str(v) for v in items[str(p)].values()) for p in pids]
+    pq.write_table(pa.table({"pid": pids, "dense_caption": captions}), root / "pid2caption.parquet")
+    state = {
+        f"centroids.{i}": torch.tensor(b, dtype=torch.float32) for i, b in enumerate(world.books)
+    }
+    torch.save(state, root / "model.pt")
+    return OpenOneRecWorld(codes, root / "pid2caption.parquet", root / "model.pt")
