@@ -170,10 +170,6 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     Raises :class:`gti.errors.Interrupted` when grounding stopped early (signal or
     ``should_stop``); the same call later resumes where it stopped.
     """
-    if cfg.items is not None:  # a framework's own SID map and item texts
-        from gti.dropin.run import run_dropin
-
-        return run_dropin(cfg, should_stop=should_stop)
     cfg.validate()
     out = Path(cfg.out)
     check_output_dir(out, CONFIG_FILENAME)

@@ -22,8 +22,8 @@ import torch
 from safetensors.numpy import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from gti.dropin.run import run_dropin
 from gti.init.config import GroundingConfig, InitConfig
-from gti.init.run import run_init
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def grounded(lcrec, lcrec_model, tmp_path_factory) -> Path:
         strategy="gti",
         holdout=8,
     )
-    return run_init(cfg)
+    return run_dropin(cfg)
 
 
 def index_tokens(index: Path) -> list[str]:
@@ -121,7 +121,7 @@ def test_the_adapter_route_loads_the_same_rows_over_the_untouched_base(
         holdout=8,
         adapter=True,
     )
-    out = run_init(cfg)
+    out = run_dropin(cfg)
     assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in out.iterdir()}
     assert "model.safetensors" not in {p.name for p in out.iterdir()}
     tokenizer = AutoTokenizer.from_pretrained(out)

@@ -12,8 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
 from geodiag.cli import app as geodiag_app
+from gti.dropin.run import run_dropin
 from gti.init.config import GroundingConfig, InitConfig
-from gti.init.run import run_init
 
 pytest.importorskip("pyarrow")
 
@@ -31,7 +31,7 @@ def test_an_openonerec_parquet_pair_grounds_its_own_tokens(lcrec, lcrec_model, t
         grounding=g,
         holdout=8,
     )
-    out = run_init(cfg)
+    out = run_dropin(cfg)
     tokens = sorted({t for toks in world.token_map(lcrec.codes).values() for t in toks})
     assert tokens[0].startswith("<s_a_")
 
