@@ -158,3 +158,10 @@ def write_openonerec(root: Path, world: LcRecWorld) -> OpenOneRecWorld:
     }
     torch.save(state, root / "model.pt")
     return OpenOneRecWorld(codes, root / "pid2caption.parquet", root / "model.pt")
+
+
+if __name__ == "__main__":  # python tests/gti/dropin/lcrec_world.py FOLDER [N_ITEMS]: for bench/
+    import sys
+
+    world = write_lcrec(Path(sys.argv[1]), n_items=int(sys.argv[2]) if len(sys.argv) > 2 else 2048)
+    print(world.index, world.items, world.codebooks)
