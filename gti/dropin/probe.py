@@ -1,6 +1,7 @@
 """The held-out grounding probe: greedy text -> SID decoding on items grounding never saw.
 
-For each held-out item the prompt is the first text -> SID template with the item's text;
+For each held-out item the prompt is the first text -> SID template (of ``--templates``)
+with the item's text;
 the model decodes greedily (no constraint) as many tokens as the item's SID has; the item
 counts when every one is the item's own token, in order. Also per position (level)
 accuracy, and RSA per level between the new rows and the codebook rows of their codes
@@ -41,10 +42,14 @@ class ProbeResult:
 
 @torch.no_grad()
 def greedy_sid(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, text: str, n_tokens: int
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    text: str,
+    n_tokens: int,
+    ask: str = TEXT_TO_SID[0],
 ) -> list[int]:
-    """The ``n_tokens`` ids the model emits greedily after the text -> SID prompt."""
-    example = render(tokenizer, TEXT_TO_SID[0].format(text=text), "", 0)
+    """The ``n_tokens`` ids the model emits greedily after the text -> SID prompt ``ask``."""
+    example = render(tokenizer, ask.format(text=text), "", 0)
     device = model.get_input_embeddings().weight.device
     ids = torch.tensor([example.input_ids[: example.answer_start]], device=device)  # (1, T)
     out = model.generate(
@@ -65,6 +70,7 @@ def exact_match(
     items: list[str],
     texts: dict[str, str],
     max_text_chars: int,
+    ask: str = TEXT_TO_SID[0],
 ) -> tuple[float | None, list[float]]:
     if not items:
         return None, []
@@ -72,7 +78,7 @@ def exact_match(
     hits, right = 0, np.zeros(width)
     for item in items:
         target = tokenizer.convert_tokens_to_ids(list(index.items[item]))
-        got = greedy_sid(model, tokenizer, texts[item][:max_text_chars], len(target))
+        got = greedy_sid(model, tokenizer, texts[item][:max_text_chars], len(target), ask)
         same = [g == t for g, t in zip(got, target, strict=False)]
         right[: len(same)] += same
         hits += all(same) and len(got) == len(target)
@@ -107,7 +113,8 @@ def probe(
     items: list[str],
     texts: dict[str, str],
     max_text_chars: int,
+    ask: str = TEXT_TO_SID[0],
 ) -> ProbeResult:
     model.eval()
-    em, per_position = exact_match(model, tokenizer, index, items, texts, max_text_chars)
+    em, per_position = exact_match(model, tokenizer, index, items, texts, max_text_chars, ask)
     return ProbeResult(len(items), em, per_position, level_rsa(model, tokenizer, index))

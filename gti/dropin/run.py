@@ -37,6 +37,7 @@ from gti.init.run import apply_row_init
 from gti.init.trainer import train_grounding
 from gti.models.backbone import resolve_backbone
 from gti.options import fingerprinted
+from gti.prompts import TEMPLATES_FILE, Templates, load_templates
 from gti.training import resolve_device
 from gti.vocab import VocabExtension, add_new_tokens
 
@@ -94,6 +95,7 @@ def ground_index(
     texts: dict[str, str],
     cfg: InitConfig,
     run_config: dict[str, object],
+    templates: Templates,
     should_stop: Callable[[int], bool] | None,
 ) -> list[dict[str, object]]:
     """Train the new rows on text <-> SID pairs of ``items`` (the model frozen); resumes from
@@ -110,6 +112,7 @@ def ground_index(
         seed=g.seed,
         max_text_chars=g.max_text_chars,
         repeats=(g.text_to_sid_repeats, g.sid_to_text_repeats),
+        templates=templates,
     )
     resume = GroundingState(
         partial_dir(Path(cfg.out)),
@@ -138,6 +141,7 @@ def run_dropin(
             "--model", "the drop-in route (--items) needs --model: a local model folder"
         )
     index = index or read_index(Path(cfg.sids), cfg.codebooks, cfg.sid_offset)
+    templates = load_templates(cfg.templates or TEMPLATES_FILE)
     texts = texts_of(index, cfg)
     held_out, grounded = split_holdout(list(texts), cfg.holdout, cfg.seed)
     train_texts = {i: texts[i] for i in grounded}
@@ -165,16 +169,27 @@ def run_dropin(
         "holdout": len(held_out),
         "seed": cfg.seed,
         "adapter": cfg.adapter,
+        "templates": {"text_to_sid": list(templates[0]), "sid_to_text": list(templates[1])},
         "grounding": asdict(cfg.grounding) if cfg.strategy == "gti" else None,
     }
     g = cfg.grounding
-    before = probe(model, tokenizer, index, held_out, texts, g.max_text_chars)
+    ask = templates[0][0]  # the probe's question: the first text -> SID template
+    before = probe(model, tokenizer, index, held_out, texts, g.max_text_chars, ask)
     train_log = None
     if cfg.strategy == "gti":
         train_log = ground_index(
-            model, tokenizer, ext, index, grounded, train_texts, cfg, run_config, should_stop
+            model,
+            tokenizer,
+            ext,
+            index,
+            grounded,
+            train_texts,
+            cfg,
+            run_config,
+            templates,
+            should_stop,
         )
-    after = probe(model, tokenizer, index, held_out, texts, g.max_text_chars)
+    after = probe(model, tokenizer, index, held_out, texts, g.max_text_chars, ask)
     write_output(out, model, tokenizer, ext, index, cfg, run_config, train_log, before, after)
     if cfg.strategy == "gti":
         GroundingState(partial_dir(out), {}).clear()

@@ -171,6 +171,11 @@ class InitConfig:
     codebooks: Path | None = setting(
         None, help="The framework's codebooks (with --items): RSA and `geodiag check` use them."
     )
+    templates: Path | None = setting(
+        None,
+        help="With --items: grounding's prompt templates, a TOML file as the shipped "
+        "gti/presets/prompts/default.toml (the default).",
+    )
     sid_offset: int | None = setting(
         None,
         help="With --items: what --sids' codes start from, when the data cannot tell (0 or 1).",
