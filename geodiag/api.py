@@ -38,6 +38,7 @@ from geodiag.io.checkpoint import Checkpoint, open_checkpoint
 from geodiag.io.memory import MemoryStore, array_matrix, gathered, is_torch, model_matrices
 from geodiag.io.new_tokens import Levels, NewTokens, Sources, declare, resolve_new_tokens
 from geodiag.io.options import ReadOptions
+from geodiag.io.sid_index import is_ours, read_foreign
 from geodiag.settings import default_of
 
 Codebooks = Mapping[str, object] | str | os.PathLike[str]
@@ -49,7 +50,12 @@ def _codebooks(codebooks: Codebooks, new: NewTokens) -> tuple[dict[str, np.ndarr
     level's codebook has exactly one code per token of the level)."""
     from geodiag.io.codebooks import codebook_rows
 
-    if isinstance(codebooks, str | os.PathLike):
+    if isinstance(codebooks, str | os.PathLike) and not is_ours(Path(codebooks)):
+        from geodiag.io.sids import read_codebooks  # a framework's: its levels in order
+
+        where, read = str(codebooks), read_codebooks(codebooks).books
+        given = {name: read[i] for i, name in enumerate(new.level_names) if i < len(read)}
+    elif isinstance(codebooks, str | os.PathLike):
         from geodiag.io.safetensors import SafetensorsFile
 
         f = SafetensorsFile(Path(codebooks))
@@ -117,9 +123,12 @@ def open_source(
     read: ReadOptions | None = None,
     tokenizer=None,
     reference=None,
+    sids=None,
 ) -> Checkpoint:
     """A :class:`Checkpoint` over a path, an array, a tensor or a model, with overrides;
-    ``reference`` (any such source, read with the same overrides) is set as its reference."""
+    ``reference`` (any such source, read with the same overrides) is set as its reference.
+    ``sids``: a framework's SID map (``--sids``; :func:`with_sids`)."""
+    levels, codebooks, read = with_sids(source, sids, levels, codebooks, read, tokenizer)
     ckpt = _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, tokenizer)
     if reference is not None:
         from geodiag.io.references import same_vocab
@@ -128,6 +137,25 @@ def open_source(
         same_vocab(ref, ckpt, "reference", "reference")
         ckpt.use_reference(ref, "reference=")
     return ckpt
+
+
+def with_sids(source, sids, levels, codebooks, read, tokenizer):
+    """(levels, codebooks, read) once ``sids``, a framework's SID map, is taken in: for a
+    path, ``--sids`` and ``--codebooks``; in memory, its levels matched to ``tokenizer``
+    (a transformers tokenizer, or a folder holding ``tokenizer.json``)."""
+    if sids is None:
+        return levels, codebooks, read
+    if levels is not None:
+        raise InputError("sids", "give either sids or levels")
+    if isinstance(source, str | os.PathLike):
+        extra = {"codebooks": Path(codebooks)} if isinstance(codebooks, str | os.PathLike) else {}
+        read = dataclasses.replace(read or ReadOptions(), sids=Path(sids), **extra)
+        return None, None if extra else codebooks, read
+    if tokenizer is None:
+        raise InputError("sids", "in memory, a tokenizer names the SID tokens: pass tokenizer=")
+    path_books = codebooks if isinstance(codebooks, str | os.PathLike) else None
+    found = read_foreign(sids, path_books, tokenizer)
+    return found.sids, (found.codebooks or codebooks) or None, read
 
 
 def _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, tokenizer):
@@ -196,6 +224,7 @@ def measure(
     seed: int = default_of(AnalyzeOptions, "seed"),
     n_permutations: int = default_of(AnalyzeOptions, "n_permutations"),
     neighbors: int = default_of(AnalyzeOptions, "neighbors_k"),
+    sids=None,
 ) -> CheckpointReport:
     """Every metric of ``geodiag metrics`` for the new rows of ``source``.
 
@@ -211,7 +240,10 @@ def measure(
     that barely moved since it count as untrained (``--reference``). ``options`` wins over
     ``seed`` / ``n_permutations`` / ``neighbors``. data: training or evaluation files whose
     use of each new token is counted (``--data``), chat_template: a template file
-    (``--chat-template``); both for a checkpoint path, over ``read``'s. Raises
+    (``--chat-template``); both for a checkpoint path, over ``read``'s. sids: a framework's
+    SID map (``--sids``: LC-Rec/MiniOneRec ``*.index.json``, ETEGRec ``*.code.json``, GRID's
+    tensor, a ``.npy``, OpenOneRec or semantic-ids-llm parquet), with ``codebooks`` as that
+    framework writes them; in memory its tokens are named by ``tokenizer``. Raises
     :class:`InputError` on bad input.
     """
     if data or chat_template is not None:
@@ -237,6 +269,7 @@ def measure(
             read=read,
             tokenizer=tokenizer,
             reference=reference,
+            sids=sids,
         )
         return analyze_checkpoint(ckpt, opts)
 

@@ -110,7 +110,12 @@ class GeodiagCallback(TrainerCallback):
         levels: ``{level: token ids in code order}`` or a ``semantic_ids.json`` with token
             ids; needed for RSA.
         codebooks: ``{level: (codes, code_dim) array}`` or a ``.safetensors`` file
-            (default with a sidecar: its ``codebooks.safetensors``).
+            (default with a sidecar: its ``codebooks.safetensors``), or the codebooks file
+            of the framework that wrote ``sids``.
+        sids: a framework's SID map in place of ``levels`` (LC-Rec / MiniOneRec
+            ``*.index.json``, ETEGRec ``*.code.json``, GRID's tensor, a ``.npy``, a parquet
+            table: ``geodiag --sids``), its tokens named by the Trainer's tokenizer
+            (``processing_class``) when the run starts.
         rsa_levels: levels whose RSA the snapshot computes (default: the first, coarsest).
         rsa_sample, rsa_permutations: tokens per level and permutations for that RSA.
         base_vocab_size: original rows are ``[0, N)`` (default: the levels' sidecar's,
@@ -137,6 +142,7 @@ class GeodiagCallback(TrainerCallback):
         every_n_steps: int = 50,
         levels=None,
         codebooks=None,
+        sids=None,
         rsa_levels: list[str] | None = None,
         rsa_sample: int = 256,
         rsa_permutations: int = 100,
@@ -152,8 +158,10 @@ class GeodiagCallback(TrainerCallback):
         trajectory_file: str | None = TRAJECTORY_FILENAME,
         prefix: str = "geodiag/",
     ) -> None:
-        if new_token_ids is None and levels is None:
-            raise ValueError("GeodiagCallback needs new_token_ids=[...] or levels=...")
+        if new_token_ids is None and levels is None and sids is None:
+            raise ValueError("GeodiagCallback needs new_token_ids=[...], levels=... or sids=...")
+        if levels is not None and sids is not None:
+            raise ValueError("GeodiagCallback takes levels=... or sids=..., not both")
         if every_n_steps < 1:
             raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
         if on_collapse not in ("warn", "stop"):
@@ -164,6 +172,7 @@ class GeodiagCallback(TrainerCallback):
         self.every_n_steps = every_n_steps
         self.levels = levels
         self.codebooks = codebooks
+        self.sids = sids
         self.rsa_levels = rsa_levels
         self.rsa_sample = rsa_sample
         self.rsa_permutations = rsa_permutations
@@ -217,8 +226,22 @@ class GeodiagCallback(TrainerCallback):
     def _elapsed(self) -> float:
         return self._elapsed_offset + time.monotonic() - self._t0
 
+    def _take_sids(self) -> None:
+        """``sids`` matched to the Trainer's tokenizer, once: its levels and codebooks."""
+        if self.sids is None or self.levels is not None:
+            return
+        if self._tokenizer is None:
+            raise InputError("sids", "needs the Trainer's tokenizer (processing_class)")
+        from geodiag.io.sid_index import read_foreign
+
+        books = self.codebooks if isinstance(self.codebooks, str | Path) else None
+        found = read_foreign(self.sids, books, self._tokenizer)
+        self.levels = found.sids
+        self.codebooks = found.codebooks or self.codebooks
+
     def _source(self) -> dict:
         """What :func:`geodiag.api.open_source` needs to know about the new rows."""
+        self._take_sids()
         return dict(
             new_ids=self.new_token_ids,
             levels=self.levels,
@@ -228,6 +251,7 @@ class GeodiagCallback(TrainerCallback):
 
     def _new_ids(self) -> np.ndarray:
         if self._ids is None:  # may read a semantic_ids.json
+            self._take_sids()
             self._ids = declare(self.new_token_ids, self.levels, self.base_vocab_size).ids
         return self._ids
 

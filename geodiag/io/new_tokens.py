@@ -82,6 +82,19 @@ def _read_levels(levels: Levels) -> tuple[dict[str, np.ndarray], Path | None, in
             raise InputError(path, "has no token ids yet (written before vocabulary extension)")
         return _read_levels(side)[0], path, side.base_vocab_size
     if isinstance(levels, sidecar_mod.SemanticIds):
+        lacking = [
+            (lv.name, lv.token(c))
+            for lv in levels.levels
+            for c, t in enumerate(lv.token_ids)
+            if t < 0
+        ]
+        if lacking:  # a framework's vocabulary with only the codes its items use
+            name, text = lacking[0]
+            raise InputError(
+                "levels",
+                f"{len(lacking)} codes have no token (level '{name}': {text!r}, ...): given in "
+                "Python, every code of every level needs its token id",
+            )
         by_level = {lv.name: np.asarray(lv.token_ids, np.int64) for lv in levels.levels}
         return by_level, None, levels.base_vocab_size
     if not isinstance(levels, Mapping) or not levels:

@@ -185,6 +185,13 @@ def match_sids(
             )
     size0 = flat_size or sizes[0]
     spelling = _spelling(m, codes, offset, ids, size0)
+    shown = spelling.token(0, 12, flat_size or size0) + (
+        f" (level i, code c: <|sid_{{i * {flat_size or size0} + c}}|>)"
+        if spelling.kind == "flat"
+        else ""
+    )
+    whose = "as the file spells them" if m.spelling is not None else "as the tokenizer holds them"
+    notes.append(f"{m.path.name}: tokens spelled {shown}, {whose}")
     levels = []
     for lv, size in enumerate(sizes):
         texts = [
@@ -301,3 +308,38 @@ def is_ours(path: Path) -> bool:
     except OSError:
         return False
     return len(head) == 9 and head[8:9] == b"{"
+
+
+class _Vocabulary:
+    """A transformers tokenizer (anything with ``get_vocab()``) as the little of
+    :class:`~geodiag.io.tokenizer.TokenizerInfo` that matching needs."""
+
+    def __init__(self, tokenizer: object) -> None:
+        self.vocab = {int(i): str(t) for t, i in tokenizer.get_vocab().items()}
+        self.added: list = []
+        self.path = Path(getattr(tokenizer, "name_or_path", "") or "the tokenizer")
+
+
+def read_foreign(
+    sids: str | Path,
+    codebooks: str | Path | None = None,
+    tokenizer: object = None,
+    offset: int | None = None,
+) -> ForeignSids:
+    """A framework's SID map (and codebooks) matched to ``tokenizer``: a checkpoint folder
+    or ``tokenizer.json`` path, a :class:`TokenizerInfo`, or a transformers tokenizer; None
+    leaves the token ids unknown (-1). For the API and the Trainer callback, which take the
+    result's ``sids`` as ``levels`` and its ``codebooks``."""
+    from geodiag.io.sids import read_codebooks, read_sid_map
+    from geodiag.io.tokenizer import load_tokenizer_in
+
+    tok = tokenizer
+    if isinstance(tok, str | Path):
+        folder = Path(tok) if Path(tok).is_dir() else Path(tok).parent
+        tok = load_tokenizer_in(lambda name: folder / name)
+        if tok is None:
+            raise InputError(tokenizer, "no tokenizer.json to name the SID tokens")
+    elif tok is not None and not isinstance(tok, TokenizerInfo) and hasattr(tok, "get_vocab"):
+        tok = _Vocabulary(tok)
+    books = None if codebooks is None else read_codebooks(codebooks)
+    return match_sids(read_sid_map(sids), books, tok, offset)

@@ -16,7 +16,10 @@ RQ-VAE-Recommender's ``.pt`` (``rqvae_recommender_pt``), semantic-ids-llm's
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+
+import numpy as np
 
 from geodiag.io.sids import (  # noqa: F401  (each registers its dialect)
     code_json,
@@ -49,10 +52,27 @@ def read_sid_map(path: str | Path) -> SidMap:
     return recognise(path, MAPS, "SID map").read(path)
 
 
+def stream_sid_map(path: str | Path) -> Iterator[tuple[list[str], np.ndarray]]:
+    """(item ids, codes as written) a block of items at a time, for a format that streams
+    (``*.index.json``, the parquet tables; memory flat in the item count); else the whole
+    map as one block."""
+    path = Path(path)
+    dialect = recognise(path, MAPS, "SID map")
+    if dialect.stream is not None:
+        yield from dialect.stream(path)
+        return
+    m = dialect.read(path)
+    yield m.items, m.codes
+
+
 def read_codebooks(path: str | Path) -> SidCodebooks:
     """The per-level codebooks in ``path``, whichever framework wrote them (by content)."""
     path = Path(path)
     return recognise(path, CODEBOOKS, "codebook file").read(path)
+
+
+# Files beside the weights that match a SID map's usual name but are the checkpoint's own.
+WEIGHT_INDEXES = (".safetensors.index.json", ".bin.index.json", ".pt.index.json")
 
 
 def find_beside(folders: list[Path], registry: dict[str, Dialect]) -> Path | None:
@@ -62,6 +82,8 @@ def find_beside(folders: list[Path], registry: dict[str, Dialect]) -> Path | Non
         for dialect in registry.values():
             for pattern in dialect.usual_names:
                 for path in sorted(folder.glob(pattern)):
+                    if path.name.endswith(WEIGHT_INDEXES):
+                        continue  # a sharded checkpoint's own index, not a SID map
                     if path.is_file() and _recognised(path, dialect):
                         return path
     return None
@@ -86,4 +108,5 @@ __all__ = [
     "find_beside",
     "read_codebooks",
     "read_sid_map",
+    "stream_sid_map",
 ]

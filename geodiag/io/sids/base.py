@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,6 +111,9 @@ class Dialect:
     sniff: Callable[[Path, bytes], bool]
     read: Callable[[Path], object]
     usual_names: tuple[str, ...] = ()
+    # Where the format streams: (item ids, (n, levels) codes as written) a block of items
+    # at a time, memory flat in the item count (``stream_sid_map``); None: read whole.
+    stream: Callable[[Path], Iterator[tuple[list[str], np.ndarray]]] | None = None
 
 
 MAPS: dict[str, Dialect] = {}
@@ -196,14 +199,33 @@ def codes_matrix(
     return SidMap(path, dialect, framework, ids, codes, dedup, None, False, detected)
 
 
+def tuple_keys(codes: np.ndarray) -> np.ndarray:
+    """(n,) one int64 per code tuple (mixed radix over each column's range), equal exactly
+    when the tuples are: ``np.unique`` over it is far faster than over rows. Falls back
+    to the rows' bytes when the ranges overflow 62 bits."""
+    codes = np.asarray(codes, np.int64)
+    low = codes.min(axis=0)
+    spans = codes.max(axis=0) - low + 1
+    if float(np.prod(spans.astype(np.float64))) >= 2.0**62:
+        rows = np.ascontiguousarray(codes)
+        _, inverse = np.unique(
+            rows.view(np.dtype((np.void, 8 * codes.shape[1]))), return_inverse=True
+        )
+        return inverse.reshape(-1).astype(np.int64)
+    key = np.zeros(len(codes), np.int64)
+    for col, span in zip((codes - low).T, spans.tolist(), strict=True):
+        key = key * span + col
+    return key
+
+
 def is_dedup_digit(codes: np.ndarray, last: np.ndarray) -> bool:
     """Whether ``last`` is a de-duplication digit over ``codes``: it makes every tuple
     distinct and never exceeds the size of the largest group of items sharing ``codes``
     (a counter within each group, from 0 or 1), where a codebook level would range wide."""
     if not len(codes):
         return False
-    _, inverse, counts = np.unique(codes, axis=0, return_inverse=True, return_counts=True)
-    full = np.column_stack([codes, last])
-    if len(np.unique(full, axis=0)) != len(full):
+    _, counts = np.unique(tuple_keys(codes), return_counts=True)
+    full = tuple_keys(np.column_stack([codes, last]))
+    if len(np.unique(full)) != len(full):
         return False
     return int(last.max()) <= int(counts.max())

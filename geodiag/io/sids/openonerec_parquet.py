@@ -5,6 +5,7 @@ codes.tolist()}).to_parquet``), 0-based, spelled ``<s_a_12>`` in its vocabulary;
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,21 +26,26 @@ def sniff(path: Path, head: bytes) -> bool:
     return names is not None and "pid" in names and _code_column(names) is not None
 
 
-def read(path: Path) -> SidMap:
-    names = parquet.columns(path, head_of(path)) or []
-    column = _code_column(names)
-    items: list[str] = []
-    chunks = []
+def stream(path: Path) -> Iterator[tuple[list[str], np.ndarray]]:
+    column = _code_column(parquet.columns(path, head_of(path)) or [])
     for batch in parquet.iter_columns(path, ["pid", column]):
-        items += [str(p) for p in batch["pid"].to_pylist()]
         lists = batch[column]
         try:
             flat = np.asarray(lists.flatten().to_numpy(zero_copy_only=False), dtype=np.int64)
-            chunks.append(flat.reshape(len(lists), -1))
+            codes = flat.reshape(len(lists), -1)
         except ValueError:
             raise InputError(
                 path, f"column '{column}': items hold different numbers of codes"
             ) from None
+        yield [str(p) for p in batch["pid"].to_pylist()], codes
+
+
+def read(path: Path) -> SidMap:
+    items: list[str] = []
+    chunks = []
+    for ids, codes in stream(path):
+        items += ids
+        chunks.append(codes)
     sids = codes_matrix(
         path,
         np.concatenate(chunks),
@@ -52,5 +58,12 @@ def read(path: Path) -> SidMap:
 
 
 DIALECT = register_map(
-    Dialect("openonerec.parquet", FRAMEWORK, sniff, read, usual_names=("*_codes.parquet",))
+    Dialect(
+        "openonerec.parquet",
+        FRAMEWORK,
+        sniff,
+        read,
+        usual_names=("*_codes.parquet",),
+        stream=stream,
+    )
 )

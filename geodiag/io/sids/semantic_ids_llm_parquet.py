@@ -7,6 +7,7 @@ row groups."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -28,16 +29,19 @@ def sniff(path: Path, head: bytes) -> bool:
     return names is not None and "parent_asin" in names and bool(_digit_columns(names))
 
 
+def stream(path: Path) -> Iterator[tuple[list[str], np.ndarray]]:
+    digits = _digit_columns(parquet.columns(path, head_of(path)) or [])
+    for batch in parquet.iter_columns(path, ["parent_asin", *digits]):
+        codes = np.column_stack([np.asarray(batch[d].to_numpy(), dtype=np.int64) for d in digits])
+        yield [str(p) for p in batch["parent_asin"].to_pylist()], codes
+
+
 def read(path: Path) -> SidMap:
-    names = parquet.columns(path, head_of(path)) or []
-    digits = _digit_columns(names)
     items: list[str] = []
     chunks = []
-    for batch in parquet.iter_columns(path, ["parent_asin", *digits]):
-        items += [str(p) for p in batch["parent_asin"].to_pylist()]
-        chunks.append(
-            np.column_stack([np.asarray(batch[d].to_numpy(), dtype=np.int64) for d in digits])
-        )
+    for ids, codes in stream(path):
+        items += ids
+        chunks.append(codes)
     sids = codes_matrix(
         path,
         np.concatenate(chunks),
@@ -56,5 +60,6 @@ DIALECT = register_map(
         sniff,
         read,
         usual_names=("*_items_with_semantic_ids.parquet", "*semantic_ids*.parquet"),
+        stream=stream,
     )
 )

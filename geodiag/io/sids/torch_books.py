@@ -67,9 +67,21 @@ def is_torch_save(head: bytes) -> bool:
     return head.startswith(ZIP_MAGIC) and b"data.pkl" in head
 
 
+# What to save instead when a file pickles more than tensors and plain values.
+INSTEAD = (
+    "save the codebooks' state dict alone (torch.save({'state_dict': model.state_dict()}, "
+    "path)) and pass that file"
+)
+
+
 @lru_cache(maxsize=8)
 def _open(path: Path, mtime: float) -> tuple[Archive, dict[str, StoredTensor]]:
-    archive = open_archive(LocalFile(path), GLOBALS, WRITER)
+    try:
+        archive = open_archive(LocalFile(path), GLOBALS, WRITER)
+    except InputError as e:
+        if e.problem.startswith("refused"):
+            raise InputError(path, f"{e.problem}; {INSTEAD}") from None
+        raise
     return archive, state_dict(archive.obj)
 
 
