@@ -87,7 +87,7 @@ def test_gti_writes_the_index_tokens_and_checks_them(lcrec, lcrec_model, tmp_pat
 
 def test_rows_outside_the_new_tokens_are_the_base_model_s(lcrec, lcrec_model, tmp_path):
     out = tmp_path / "mean"
-    assert gti_init(lcrec, lcrec_model, out, "--strategy", "mean").exit_code == 0
+    assert gti_init(lcrec, lcrec_model, out, "--strategy", "mean", "--holdout", 8).exit_code == 0
     base = load_file(lcrec_model / "model.safetensors")["model.embed_tokens.weight"]
     ours = load_file(out / "model.safetensors")["model.embed_tokens.weight"]
     assert (ours[: len(base)] == base).all()
@@ -97,7 +97,7 @@ def test_rows_outside_the_new_tokens_are_the_base_model_s(lcrec, lcrec_model, tm
 
 def test_too_many_items_without_text_is_exit_2_and_writes_nothing(lcrec, lcrec_model, tmp_path):
     items = json.loads(lcrec.items.read_text())
-    for key in list(items)[:200]:  # 200 of 2,000: 10% > the default 5%
+    for key in list(items)[:200]:  # 200 of 2,016: 10% > the default 5%
         items[key] = {"title": "", "description": ""}
     path = tmp_path / "Toys.item.json"
     path.write_text(json.dumps(items))
@@ -118,3 +118,23 @@ def test_an_index_the_readers_refuse_is_exit_2(lcrec, lcrec_model, tmp_path):
     argv = ["init", "--sids", bad, "--items", lcrec.items, "--model", lcrec_model]
     res = runner.invoke(app, [*map(str, argv), "-o", str(tmp_path / "out")])
     assert res.exit_code == 2 and "Toys.index.json" in res.output
+
+
+def test_a_few_items_without_text_are_named_in_a_warning(lcrec, lcrec_model, tmp_path, caplog):
+    items = json.loads(lcrec.items.read_text())
+    for key in ("3", "5"):
+        items[key] = {"title": "", "description": ""}
+    path = tmp_path / "Toys.item.json"
+    path.write_text(json.dumps(items))
+    argv = ["init", "--sids", lcrec.index, "--items", path, "--model", lcrec_model]
+    with caplog.at_level("WARNING", logger="gti.dropin.run"):
+        res = runner.invoke(
+            app,
+            [*map(str, argv), "-o", str(tmp_path / "out"), "--strategy", "random", "--holdout", 0],
+        )
+    assert res.exit_code == 0, res.output
+    assert (
+        f"2 of {len(lcrec.codes)} items" in caplog.text
+        and "have no text" in caplog.text
+        and ": 3, 5;" in caplog.text
+    )
