@@ -14,7 +14,10 @@ from gti.dropin.index import IndexTokens
 
 def gate_of(folder: Path, shown_as: Path, index: IndexTokens) -> tuple[str, object]:
     """(the terminal summary, the result as JSON) of the gate on the written ``folder``."""
-    read = ReadOptions(sids=index.path, codebooks=index.codebooks_path, sid_offset=index.offset)
+    books = None if index.codebooks_path is None else Path(index.codebooks_path).resolve()
+    # Absolute: relative to the working directory, as the user typed them (geodiag would
+    # otherwise look for a relative --sids beside the checkpoint it reads).
+    read = ReadOptions(sids=Path(index.path).resolve(), codebooks=books, sid_offset=index.offset)
     result = check(folder, read=read)
     result.path = str(shown_as)
     return text_summary(result), to_jsonable(result)

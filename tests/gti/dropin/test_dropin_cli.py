@@ -27,20 +27,14 @@ def gti_init(lcrec, model, out, *args):
     return runner.invoke(app, [*map(str, argv), "--no-progress", *map(str, args)])
 
 
-def test_gti_writes_the_index_tokens_and_checks_them(lcrec, lcrec_model, tmp_path):
+def test_gti_writes_the_index_tokens_and_checks_them(lcrec, lcrec_model, tmp_path, monkeypatch):
+    monkeypatch.chdir(lcrec.root)  # the framework's files named as a user types them: relative
     out = tmp_path / "out"
-    res = gti_init(
-        lcrec,
-        lcrec_model,
-        out,
-        "--codebooks",
-        lcrec.codebooks,
-        "--strategy",
-        "gti",
-        "--steps",
-        4,
-        "--batch-size",
-        4,
+    argv = ["init", "--sids", lcrec.index.name, "--items", lcrec.items.name, "--model", lcrec_model]
+    res = runner.invoke(
+        app,
+        [*map(str, argv), "-o", str(out), "--no-progress", "--codebooks", lcrec.codebooks.name]
+        + ["--strategy", "gti", "--steps", "4", "--batch-size", "4"],
     )
     assert res.exit_code == 0, res.output
     files = {p.name for p in out.iterdir()}
@@ -73,6 +67,7 @@ def test_gti_writes_the_index_tokens_and_checks_them(lcrec, lcrec_model, tmp_pat
     assert checks["probe"]["after"]["items"] == 64
     assert set(checks["probe"]["after"]["rsa"]) == {"a", "b", "c", "d"}
     assert (out / CHECKS_TEXT_FILENAME).read_text() in res.output
+    assert res.output.count("RSA") == 2 + 4  # the probe's two lines, the gate's four levels
 
     # What the user runs on it: geodiag reads the framework's own files beside our output.
     gate = runner.invoke(
