@@ -16,6 +16,14 @@ is measured after one warm-up step. Routes, each adding one part of the fast rou
 
 Without --sids the SIDs are random codes (3 x 256) over the catalog: throughput
 does not depend on which item gets which code, only on their token counts.
+
+A framework's own index (the drop-in route, gti.dropin): --index FILE --items FILE
+(e.g. the LC-Rec-format fixture: python tests/gti/dropin/lcrec_world.py /tmp/lcrec),
+its tokens added as gti init --items adds them. Route naive-all (only with --routes):
+every parameter requires grad behind a gradient mask. --model qwen2-0.5b-random builds a
+Qwen2-0.5B-shaped model with random weights (no hub) and a word-level tokenizer over
+the item texts; --routes picks routes (run in the order given), --memory prints the
+peak RSS after each (so put the lighter route first).
 """
 
 from __future__ import annotations
@@ -53,7 +61,7 @@ from gti.init.run import apply_row_init
 from gti.models.backbone import resolve_backbone
 from gti.prompts import sid_strings
 from gti.training import make_optimizer
-from gti.vocab import extend_vocabulary
+from gti.vocab import add_new_tokens, extend_vocabulary
 
 ROUTES = ("naive", "+new-rows", "+answer-logits", "+prefix-cache", "+shared-prefix")
 
@@ -68,6 +76,13 @@ def random_sids(
         levels=[Level(chr(ord("a") + i), size) for i in range(levels)],
         items={i: [int(c) for c in row] for i, row in zip(item_ids, codes, strict=True)},
     )
+
+
+def shared_prefix(model, stream: PairStream) -> SharedPrefix | None:
+    """The run-wide prefix cache, as gti init builds it (None: the renderings share no
+    prefix, e.g. a tokenizer without a chat template)."""
+    prefix = stream.common_prefix()
+    return SharedPrefix(model, prefix) if prefix else None
 
 
 def partial_loss(model, rows: NewRows, batch, route: str) -> StepLoss:
@@ -88,25 +103,44 @@ def partial_loss(model, rows: NewRows, batch, route: str) -> StepLoss:
     return answer_loss(rows.project(model, hidden[answers.row, answers.col]), answers)
 
 
+# The issue's naive route, as a framework that "freezes" by masking does it: every
+# parameter requires grad (weight gradients of every layer computed), a mask zeroes all
+# but the new rows, AdamW over all of them.
+NAIVE_ALL = "naive-all"
+
+
+def every_parameter_masked(model, embedding: list[torch.nn.Parameter]) -> list:
+    """Every parameter trainable; those not in ``embedding`` (already masked to the new
+    rows) get their whole gradient zeroed."""
+    masked = {id(p) for p in embedding}
+    for p in model.parameters():
+        if id(p) not in masked:
+            p.requires_grad_(True)
+            p.register_hook(torch.zeros_like)
+    return list(model.parameters())
+
+
 def time_route(
     route: str, model, ext, stream: PairStream, steps: int, lr: float
 ) -> tuple[float, torch.Tensor]:
     """Seconds per step over ``steps`` steps (after one warm-up step), and the
     gradient on the new rows of the first batch (n_new, d), to compare routes."""
-    if route == "naive":
+    if route in ("naive", NAIVE_ALL):
         model = copy.deepcopy(model)
         params = make_naive_trainable(model, ext)
+        if route == NAIVE_ALL:
+            params = every_parameter_masked(model, params)
         opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
 
         def loss_of(batch):
             return naive_loss(model, batch)
 
         def new_grad():
-            return params[0].grad[ext.ids_tensor()].clone()
+            return model.get_input_embeddings().weight.grad[ext.ids_tensor()].clone()
     else:
         rows = NewRows(model, ext)
         opt = make_optimizer(rows.parameters(), GroundingConfig(lr=lr))
-        shared = SharedPrefix(model, stream.common_prefix())
+        shared = shared_prefix(model, stream)
 
         def loss_of(batch):
             if route == "+shared-prefix":  # the fast route of gti init, as it trains
@@ -148,7 +182,7 @@ def fast_seconds(model, ext, stream: PairStream, steps: int, bf16: bool) -> floa
     """Seconds per fast-route step (optimizer included), after one warm-up step."""
     rows = NewRows(model, ext)
     opt = make_optimizer(rows.parameters(), GroundingConfig(lr=1e-3))
-    shared = SharedPrefix(model, stream.common_prefix())
+    shared = shared_prefix(model, stream)
     t0 = 0.0
     for i in range(steps + 1):
         if i == 1:
@@ -163,7 +197,7 @@ def fast_seconds(model, ext, stream: PairStream, steps: int, bf16: bool) -> floa
 
 def bf16_check(model, ext, stream: PairStream) -> dict[str, float]:
     """bf16 autocast against float32 on the same batch: loss and new-row gradient."""
-    shared = SharedPrefix(model, stream.common_prefix())
+    shared = shared_prefix(model, stream)
     out = {}
     for bf16 in (False, True):
         rows = NewRows(model, ext)
@@ -211,6 +245,57 @@ def mfu_report(model, ext, stream: PairStream, steps: int) -> dict[str, object]:
     return result
 
 
+QWEN2_RANDOM = "qwen2-0.5b-random"
+
+
+def qwen2_random(texts: list[str]):
+    """Qwen2-0.5B's shape (24 layers, d 896, 14 heads / 2 KV heads, MLP 4864, 151,936
+    rows, tied) with random weights, and a word-level tokenizer over ``texts``: the
+    embedding's rows past the tokenizer are padding rows, as Qwen's are."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from gti.models.tiny import build_tiny_tokenizer
+    from gti.prompts import SID_TO_TEXT, TEXT_TO_SID
+
+    tok = build_tiny_tokenizer(texts + list(TEXT_TO_SID) + list(SID_TO_TEXT))
+    config = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(config).eval(), tok
+
+
+def index_setup(args):
+    """(model, tokenizer, extension, texts, SID strings) for a framework's index."""
+    from gti.dropin.index import read_index
+    from gti.dropin.items import item_texts
+
+    index = read_index(args.index)
+    all_texts = item_texts(args.items)
+    items = [i for i in index.items if all_texts.get(i)]
+    texts = [all_texts[i] for i in items]
+    if args.model == QWEN2_RANDOM:
+        model, tok = qwen2_random(texts)
+    else:
+        model, tok = resolve_backbone(args.model, cache_dir=args.cache_dir).load()
+    ext = add_new_tokens(model, tok, index.tokens, as_strings=True)
+    return model, tok, ext, texts, [index.sid_string(i) for i in items]
+
+
+def peak_rss_gb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--sids", type=Path, default=None)
@@ -223,20 +308,27 @@ def main() -> None:
     ap.add_argument(
         "--mfu-only", action="store_true", help="only the fast route's FLOP/s against the peak"
     )
+    ap.add_argument("--index", type=Path, default=None, help="a framework's SID map (drop-in)")
+    ap.add_argument("--items", type=Path, default=None, help="its item texts (with --index)")
+    ap.add_argument("--routes", default=",".join(ROUTES), help="routes to time, in this order")
+    ap.add_argument("--skip-mfu", action="store_true", help="no FLOP/s measurement")
+    ap.add_argument("--memory", action="store_true", help="peak RSS after each route")
     args = ap.parse_args()
 
-    catalog = load_dataset(args.data, args.cache_dir).catalog
-    sids = load(args.sids) if args.sids else random_sids(catalog.item_ids)
-    items = list(sids.items)
-    texts = [catalog.items[catalog.index(i)].text for i in items]
-    model, tok = resolve_backbone(args.model, cache_dir=args.cache_dir).load()
-    ext = extend_vocabulary(model, tok, sids)
+    if args.index is not None:
+        model, tok, ext, texts, sid_texts = index_setup(args)
+    else:
+        catalog = load_dataset(args.data, args.cache_dir).catalog
+        sids = load(args.sids) if args.sids else random_sids(catalog.item_ids)
+        items = list(sids.items)
+        texts = [catalog.items[catalog.index(i)].text for i in items]
+        model, tok = resolve_backbone(args.model, cache_dir=args.cache_dir).load()
+        ext = extend_vocabulary(model, tok, sids)
+        sid_texts = sid_strings(sids, items)
     apply_row_init(model, ext, "mean", torch.Generator().manual_seed(0), InitContext())
     freeze(model)
     slot = NewRows(model, ext).slot
-    stream = PairStream(
-        tok, texts, sid_strings(sids, items), slot, batch_size=args.batch_size, seed=0
-    )
+    stream = PairStream(tok, texts, sid_texts, slot, batch_size=args.batch_size, seed=0)
 
     b0 = stream.batch(0)
     load_avg = os.getloadavg()[0]  # other processes on the machine skew examples/s
@@ -248,25 +340,38 @@ def main() -> None:
         f"shared prefix {len(stream.common_prefix())} tokens; "
         f"threads {torch.get_num_threads()}, load average {load_avg:.1f}"
     )
-    print("model FLOPs utilisation of the fast route (FLOPs counted as in bench/mfu.py):")
-    mfu = mfu_report(model, ext, stream, args.steps)
+    mfu: dict[str, object] = {}
+    if not args.skip_mfu:
+        print("model FLOPs utilisation of the fast route (FLOPs counted as in bench/mfu.py):")
+        mfu = mfu_report(model, ext, stream, args.steps)
     if args.mfu_only:
         if args.json:
             args.json.write_text(json.dumps({"mfu": mfu, "load_average_at_start": load_avg}))
         return
-    seconds, grads = {}, {}
-    for route in ROUTES:
+    routes = args.routes.split(",")
+    seconds, grads, rss = {}, {}, {}
+    print(f"  peak RSS before the routes: {peak_rss_gb():.2f} GiB" if args.memory else "", end="")
+    for route in routes:
         seconds[route], grads[route] = time_route(route, model, ext, stream, args.steps, lr=1e-3)
-        rel = (grads[route] - grads["naive"]).abs().max() / grads["naive"].abs().max()
+        rss[route] = peak_rss_gb()
+        ref = grads[routes[0]]
+        rel = (grads[route] - ref).abs().max() / ref.abs().max()
         print(
-            f"  {route:15s} {args.batch_size / seconds[route]:7.2f} examples/s"
-            f"  (first-batch gradient vs naive: max rel. diff {rel:.1e})"
+            f"\n  {route:15s} {args.batch_size / seconds[route]:7.2f} examples/s"
+            f"  (first-batch gradient vs {routes[0]}: max rel. diff {rel:.1e})"
+            + (f"; peak RSS so far {rss[route]:.2f} GiB" if args.memory else ""),
+            end="",
         )
-    speedup = seconds["naive"] / seconds[ROUTES[-1]]
+    print()
+    fastest = ROUTES[-1] if ROUTES[-1] in seconds else routes[-1]
+    speedup = seconds["naive"] / seconds[fastest] if "naive" in seconds else float("nan")
     print(f"fast / naive: {speedup:.2f}x examples/s")
-    print("contribution of each part (examples/s ratio to the route before it):")
-    for prev, route in zip(ROUTES, ROUTES[1:], strict=False):
-        print(f"  {route:15s} x{seconds[prev] / seconds[route]:.2f}")
+    if NAIVE_ALL in seconds:
+        print(f"fast / {NAIVE_ALL}: {seconds[NAIVE_ALL] / seconds[fastest]:.2f}x examples/s")
+    if routes == list(ROUTES):
+        print("contribution of each part (examples/s ratio to the route before it):")
+        for prev, route in zip(ROUTES, ROUTES[1:], strict=False):
+            print(f"  {route:15s} x{seconds[prev] / seconds[route]:.2f}")
     if args.json:
         result = {
             "examples_per_s": {r: args.batch_size / s for r, s in seconds.items()},
@@ -277,6 +382,8 @@ def main() -> None:
             "threads": torch.get_num_threads(),
             "load_average_at_start": load_avg,
             "mfu": mfu,
+            "peak_rss_gib_after": rss if args.memory else None,
+            "index": None if args.index is None else str(args.index),
         }
         args.json.write_text(json.dumps(result, indent=1))
 

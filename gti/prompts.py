@@ -17,32 +17,51 @@ answer tokens only (and the end-of-turn token, which teaches where a SID ends).
 
 from __future__ import annotations
 
+import os
+import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from geodiag.errors import InputError
 from geodiag.io.sidecar import SemanticIds, token_string
+from geodiag.jsonio import read_document
 from gti.options import TEMPLATE_SYSTEM
 
-TEXT_TO_SID = (
-    "Which semantic ID identifies this item? {text}",
-    "Give the semantic ID of the following item: {text}",
-    "Item description: {text}\nReply with the item's semantic ID.",
-    "Map this item to its semantic ID tokens: {text}",
-    "Here is an item from the catalog: {text}\nWhat is its semantic ID?",
-)
-SID_TO_TEXT = (
-    "Describe the item with the semantic ID {sid}",
-    "What item does this semantic ID stand for? {sid}",
-    "Give the title and details of the item identified by {sid}",
-    "Tell me which item in the catalog has the semantic ID {sid}",
-    "Which item is {sid}",
-)
+# The shipped templates (one place: the TOML file, which documents them); a user's copy
+# is read by the same function (``gti init --templates FILE``).
+TEMPLATES_FILE = Path(__file__).parent / "presets" / "prompts" / "default.toml"
+PLACEHOLDERS = ("{text}", "{sid}")  # the one each direction's templates must hold
+
+
+def load_templates(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(text -> SID templates, SID -> text templates) of a templates TOML file."""
+    path = Path(path)
+    data = read_document(path, tomllib.loads, "TOML")
+    out = []
+    for key, hole in zip(("text_to_sid", "sid_to_text"), PLACEHOLDERS, strict=True):
+        templates = data.get(key)
+        if not isinstance(templates, list) or not templates:
+            raise InputError(path, f"'{key}' must be a non-empty list of strings")
+        for k, t in enumerate(templates):
+            if not isinstance(t, str) or hole not in t:
+                raise InputError(path, f"{key}[{k}] must be a string holding {hole}")
+            try:
+                t.format(text="", sid="")
+            except (KeyError, IndexError, ValueError) as e:
+                raise InputError(path, f"{key}[{k}]: only {hole} may be in braces ({e})") from None
+        out.append(tuple(templates))
+    return out[0], out[1]
+
+
+TEXT_TO_SID, SID_TO_TEXT = load_templates(TEMPLATES_FILE)
 DIRECTIONS = ("text->sid", "sid->text")
 TEMPLATES = (TEXT_TO_SID, SID_TO_TEXT)
+Templates = tuple[tuple[str, ...], tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -54,10 +73,12 @@ class Example:
     direction: int  # index into DIRECTIONS
 
 
-def instruction_and_answer(direction: int, template: int, text: str, sid: str) -> tuple[str, str]:
+def instruction_and_answer(
+    direction: int, template: int, text: str, sid: str, templates: Templates = TEMPLATES
+) -> tuple[str, str]:
     if direction == 0:
-        return TEXT_TO_SID[template].format(text=text), sid
-    return SID_TO_TEXT[template].format(sid=sid), text
+        return templates[0][template].format(text=text), sid
+    return templates[1][template].format(sid=sid), text
 
 
 NEXT_ITEM = (

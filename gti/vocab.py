@@ -48,7 +48,23 @@ def extend_vocabulary(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sids: SemanticIds
 ) -> VocabExtension:
     """Add the SID tokens to ``tokenizer`` and rows for them to ``model``, in place."""
-    tokens = sids.token_strings()
+    return add_new_tokens(model, tokenizer, sids.token_strings())
+
+
+def add_new_tokens(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    tokens: list[str],
+    *,
+    as_strings: bool = False,
+) -> VocabExtension:
+    """Add ``tokens`` (spelled as given) to ``tokenizer`` and rows for them to ``model``, in
+    place; ``new_token_ids`` follow the order of ``tokens``.
+
+    ``as_strings``: add them as ``tokenizer.add_tokens(["<a_1>", ...])`` does (transformers'
+    flags for a plain string), so that a framework's own ``add_tokens`` of the same strings
+    finds each one identical and adds 0; an ``AddedToken`` with other flags would be added
+    again (same id, but counted), which is what the drop-in route must avoid."""
     vocab = tokenizer.get_vocab()
     clash = [t for t in tokens if t in vocab]
     if clash:
@@ -61,7 +77,9 @@ def extend_vocabulary(
     base = min(len(tokenizer), n_rows)
     # normalized=False: match the raw text, whatever the tokenizer's normalizer does.
     added = tokenizer.add_tokens(
-        [AddedToken(t, normalized=False, special=False, single_word=False) for t in tokens]
+        list(tokens)
+        if as_strings
+        else [AddedToken(t, normalized=False, special=False, single_word=False) for t in tokens]
     )
     if added != len(tokens):
         raise RuntimeError(f"tokenizer added {added} of {len(tokens)} SID tokens")

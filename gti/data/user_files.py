@@ -34,13 +34,13 @@ from gti.data.catalog import (
 INTERACTION_COLUMNS = ("user_id", "item_id", "timestamp")
 
 
-def _field_text(value: object) -> str:
+def field_text(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, list):
-        return ", ".join(_field_text(v) for v in value if _field_text(v))
+        return ", ".join(field_text(v) for v in value if field_text(v))
     if isinstance(value, dict):
-        return "; ".join(f"{k}: {_field_text(v)}" for k, v in value.items() if _field_text(v))
+        return "; ".join(f"{k}: {field_text(v)}" for k, v in value.items() if field_text(v))
     return str(value).strip()
 
 
@@ -69,13 +69,13 @@ def load_catalog(path: str | Path) -> Catalog:
         raw_id = obj.get("item_id")
         if isinstance(raw_id, bool) or not isinstance(raw_id, str | int) or str(raw_id) == "":
             raise InputError(where, "missing or invalid 'item_id' (a string or integer)")
-        title = _field_text(obj.get("title"))
+        title = field_text(obj.get("title"))
         attributes = {
-            k: _field_text(v)
+            k: field_text(v)
             for k, v in obj.items()
-            if k not in ("item_id", "title", "text") and _field_text(v)
+            if k not in ("item_id", "title", "text") and field_text(v)
         }
-        text = _field_text(obj.get("text")) or render_text(title, attributes)
+        text = field_text(obj.get("text")) or render_text(title, attributes)
         items.append(Item(item_id=str(raw_id), title=title, text=text, attributes=attributes))
         lines.append(n)
     return build_catalog(items, str(path), lines=lines)

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from geodiag.settings import options_from
+from gti.dropin.files import CHECKS_TEXT_FILENAME
 from gti.errors import exits_on_bad_input
 from gti.init.config import (
     GroundingConfig,
@@ -66,4 +67,13 @@ def init(
     cfg.grounding = replace(grounding, **values, seed=cfg.seed)
     if cfg.strategy == "gti":
         log.info("grounding: preset %s, %s", preset, describe_preset(values))
-    typer.echo(str(run_init(cfg)))
+    if cfg.items is not None:  # a framework's own SID map and item texts: gti.dropin
+        from gti.dropin.run import run_dropin
+
+        out = run_dropin(cfg)
+    else:
+        out = run_init(cfg)
+    checks = out / CHECKS_TEXT_FILENAME  # the drop-in route's probe and geodiag check
+    if checks.is_file():
+        typer.echo(checks.read_text(), nl=False)
+    typer.echo(str(out))

@@ -154,7 +154,42 @@ class InitConfig:
         cli_default=REQUIRED,
     )
     sids: Path = setting(
-        Path("runs/ml100k/sids"), help="Folder written by `gti sids build`.", flags=("--sids",)
+        Path("runs/ml100k/sids"),
+        help="Folder written by `gti sids build`, or a framework's SID map file (with --items).",
+        flags=("--sids",),
+    )
+    # The drop-in route (gti.dropin): a framework's own SID map and item texts.
+    items: Path | None = setting(
+        None,
+        help="Item texts of a framework's SID map: LC-Rec {dataset}.item.json, OpenOneRec "
+        "pid2caption.parquet, semantic-ids-llm items parquet, or JSON lines {item, text}.",
+    )
+    text_fields: str | None = setting(
+        None,
+        help="Comma-separated fields of --items that make an item's text (default: per format).",
+    )
+    codebooks: Path | None = setting(
+        None, help="The framework's codebooks (with --items): RSA and `geodiag check` use them."
+    )
+    templates: Path | None = setting(
+        None,
+        help="With --items: grounding's prompt templates, a TOML file as the shipped "
+        "gti/presets/prompts/default.toml (the default).",
+    )
+    sid_offset: int | None = setting(
+        None,
+        help="With --items: what --sids' codes start from, when the data cannot tell (0 or 1).",
+    )
+    adapter: bool = setting(
+        False,
+        help="With --items: write a PEFT adapter (trainable_token_indices) instead of a model.",
+    )
+    # Items kept out of grounding for the held-out probe (text -> SID exact match); at
+    # most a tenth of the items with text.
+    holdout: int = setting(64, help="With --items: items held out for the grounding probe.", ge=0)
+    # More items without text than this share is bad input (exit 2); fewer are named.
+    max_missing_texts: float = setting(
+        0.05, help="With --items: the largest share of items without text that is accepted.", ge=0
     )
     strategy: str = setting("gti", help=f"New-row initialization: {' | '.join(STRATEGIES)}.")
     # Where GTI's grounding starts; the paper starts from the mean (Hewitt) init.

@@ -23,6 +23,9 @@ class InitContext:
     item_texts: dict[str, str] = field(default_factory=dict)
     # The extended tokenizer; only ids < base_vocab_size are used from item texts.
     tokenizer: PreTrainedTokenizerBase | None = None
+    # item id -> its new tokens as positions among the new rows; None: from ``sids``
+    # (level offset + code). The drop-in route (gti.dropin) gives it for a framework's index.
+    item_slots: dict[str, tuple[int, ...]] | None = None
     matrix: str = "input"  # "input" | "output": which matrix the rows are for
 
 

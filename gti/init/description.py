@@ -33,15 +33,29 @@ def item_vectors(old: torch.Tensor, token_ids: list[list[int]]) -> torch.Tensor:
     return sums / lengths[:, None]
 
 
+def token_means(vecs: torch.Tensor, slots: list[tuple[int, ...]], n_new: int) -> torch.Tensor:
+    """Row of each new token = the mean of the vectors (n_items, d) of the items that carry
+    it (``slots``: each item's new tokens as row positions); a token no item carries gets
+    the mean of all item vectors. (n_new, d) float64."""
+    import torch
+
+    flat = torch.tensor([s for item in slots for s in item], dtype=torch.long)  # (sum len,)
+    owner = torch.repeat_interleave(torch.arange(len(slots)), torch.tensor([len(s) for s in slots]))
+    counts = torch.bincount(flat, minlength=n_new).double()  # (n_new,)
+    sums = torch.zeros(n_new, vecs.shape[1], dtype=torch.float64).index_add_(0, flat, vecs[owner])
+    means = sums / counts.clamp(min=1)[:, None]
+    means[counts == 0] = vecs.mean(dim=0)
+    return means
+
+
 def description_mean_init(
     *, old: torch.Tensor, n_new: int, generator: torch.Generator, context: InitContext
 ) -> torch.Tensor:
-    import torch
-
-    sids, tok = context.sids, context.tokenizer
-    if sids is None or tok is None:
-        raise ValueError("description-mean needs context.sids and context.tokenizer")
-    items = [i for i in sids.items if i in context.item_texts]
+    tok = context.tokenizer
+    if tok is None or (context.sids is None and context.item_slots is None):
+        raise ValueError("description-mean needs context.tokenizer and context.sids or item_slots")
+    known = context.item_slots if context.item_slots is not None else context.sids.items  # type: ignore[union-attr]
+    items = [i for i in known if i in context.item_texts]
     if not items:
         raise InputError("--data", "no item of the semantic IDs has a text in the catalog")
     encoded = tok([context.item_texts[i] for i in items], add_special_tokens=False)["input_ids"]
@@ -51,17 +65,14 @@ def description_mean_init(
     if empty:
         raise InputError("--data", f"item {empty[0]!r} has a text with no tokens")
     vecs = item_vectors(old, token_ids)  # (n_items, d)
-    fallback = vecs.mean(dim=0)  # (d,)
-    codes = torch.tensor([sids.items[i] for i in items], dtype=torch.long)  # (n_items, L)
-    rows = []
-    for level_index, level in enumerate(sids.levels):
-        counts = torch.bincount(codes[:, level_index], minlength=level.size).double()  # (K,)
-        sums = torch.zeros(level.size, vecs.shape[1], dtype=torch.float64)
-        sums.index_add_(0, codes[:, level_index], vecs)  # (K, d)
-        means = sums / counts.clamp(min=1)[:, None]
-        means[counts == 0] = fallback
-        rows.append(means)
-    out = torch.cat(rows)  # (n_new, d), (level, code) order
-    if out.shape[0] != n_new:
-        raise ValueError(f"sids describe {out.shape[0]} tokens, n_new is {n_new}")
+    if context.item_slots is not None:
+        slots = [context.item_slots[i] for i in items]
+    else:
+        levels = context.sids.levels  # type: ignore[union-attr]
+        offsets = [sum(lv.size for lv in levels[:k]) for k in range(len(levels))]
+        slots = [
+            tuple(o + c for o, c in zip(offsets, context.sids.items[i], strict=True))  # type: ignore[union-attr]
+            for i in items
+        ]
+    out = token_means(vecs, slots, n_new)  # (n_new, d), (level, code) order for sids
     return out.to(old.dtype)

@@ -156,6 +156,23 @@ class FrozenPrefix:
         )
 
 
+# A position run with gradient costs about this many times one run without (forward,
+# then the backward of the activations: no weight of the frozen model takes a gradient).
+GRAD_COST = 3
+
+
+def prefix_pays(batch: Batch, split: torch.Tensor) -> bool:
+    """Whether splitting off the frozen prefix saves work on this batch. Rows are padded
+    to the widest prefix and then to the widest suffix: a batch mixing a row whose SID
+    comes early (SID -> text) with one whose prompt is long (text -> SID) can cost more
+    split (``width`` positions without gradient + ``S`` with, per row) than whole (``T - 1``
+    with gradient). Either way the loss and gradients are the same."""
+    width = int(split.max())
+    suffix = int((batch.lengths.to(split.device) - 1 - split).max())
+    whole = int(batch.lengths.max()) - 1
+    return width + GRAD_COST * suffix < GRAD_COST * whole
+
+
 def frozen_prefix(
     model: PreTrainedModel, batch: Batch, device: torch.device, shared: SharedPrefix | None
 ) -> FrozenPrefix:
@@ -166,7 +183,7 @@ def frozen_prefix(
     dim = model.get_input_embeddings().weight.shape[1]
     # A row whose first token is new has no prefix; then the whole batch runs without one.
     split = torch.minimum(batch.first_new.to(device), batch.answer_start.to(device))
-    if int(split.min()) == 0:
+    if int(split.min()) == 0 or not prefix_pays(batch, split):
         return FrozenPrefix.none(batch, dim, device)
     B, width = ids.shape[0], int(split.max())
     pos = torch.arange(width, device=device)

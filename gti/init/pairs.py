@@ -20,6 +20,7 @@ from gti.prompts import (
     Example,
     Padded,
     SeededStream,
+    Templates,
     instruction_and_answer,
     pad_right,
     render,
@@ -73,6 +74,7 @@ class PairStream(SeededStream):
         seed: int,
         max_text_chars: int = 400,
         repeats: tuple[int, int] = (1, 1),
+        templates: Templates = TEMPLATES,
     ) -> None:
         if len(texts) != len(sid_strings) or not texts:
             raise ValueError("need one SID string per item text, and at least one item")
@@ -95,6 +97,7 @@ class PairStream(SeededStream):
         self.sid_strings = sid_strings
         self.new_slot = new_slot
         self.batch_size = batch_size
+        self.templates = templates
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         return rng.integers(0, 1 << 30, size=self.n_pairs)  # a template per slot, reduced
@@ -103,14 +106,16 @@ class PairStream(SeededStream):
         """(item, direction, template) of example ``index`` of the stream."""
         slot, pos, template = self.slot(index)
         item, direction = (int(v) for v in self._pairs[slot])
-        return item, direction, int(template[pos]) % len(TEMPLATES[direction])
+        return item, direction, int(template[pos]) % len(self.templates[direction])
 
     def example(self, key: tuple[int, int, int]) -> Example:
         item, direction, template = key
         text, sid = self.texts[item], self.sid_strings[item]
 
         def make() -> Example:
-            instruction, answer = instruction_and_answer(direction, template, text, sid)
+            instruction, answer = instruction_and_answer(
+                direction, template, text, sid, self.templates
+            )
             return render(self.tokenizer, instruction, answer, direction)
 
         return self.rendered(key, make)
@@ -123,7 +128,7 @@ class PairStream(SeededStream):
             (item, d, t)
             for item in {0, min(1, len(self.texts) - 1)}
             for d in range(len(DIRECTIONS))
-            for t in range(len(TEMPLATES[d]))
+            for t in range(len(self.templates[d]))
         ]
         seqs = [self.example(k).input_ids for k in keys]
         n = 0

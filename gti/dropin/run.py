@@ -1,0 +1,253 @@
+"""``run_dropin``: ``gti init --sids FILE --items FILE``, GTI as a drop-in stage.
+
+A framework's SID map (``gti.dropin.index``) + its item texts (``gti.dropin.items``) + any
+local causal LM -> the index's own tokens added (spelled as the index spells them) -> row
+init (``gti.init.REGISTRY``) -> optional grounding (``gti``: text <-> SID, LM frozen, only
+the new rows train; resumable) -> the held-out probe before and after -> the output the
+framework's own SFT continues from, with ``geodiag check`` of it, written atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from geodiag.atomic import atomic_dir
+from geodiag.errors import InputError
+from geodiag.escape import terminal
+from gti.checkpoint_files import TRAIN_LOG_FILENAME, check_output_dir, partial_dir
+from gti.dropin.files import CHECKS_FILENAME, CHECKS_TEXT_FILENAME, SOURCE_FILENAME
+from gti.dropin.index import IndexTokens, read_index
+from gti.dropin.items import item_texts
+from gti.dropin.probe import ProbeResult, probe
+from gti.errors import Interrupted
+from gti.init import InitContext
+from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
+from gti.init.config import GroundingConfig, InitConfig
+from gti.init.grounding import NewRows, freeze
+from gti.init.pairs import PairStream
+from gti.init.run import apply_row_init
+from gti.init.trainer import train_grounding
+from gti.models.backbone import resolve_backbone
+from gti.options import fingerprinted
+from gti.prompts import TEMPLATES_FILE, Templates, load_templates
+from gti.training import resolve_device
+from gti.vocab import VocabExtension, add_new_tokens
+
+log = logging.getLogger(__name__)
+
+MISSING_LISTED = 10  # items without text named in a warning or an error
+
+
+def texts_of(index: IndexTokens, cfg: InitConfig) -> dict[str, str]:
+    """The text of every index item that has one; too many without text is bad input."""
+    fields = tuple(f.strip() for f in cfg.text_fields.split(",")) if cfg.text_fields else None
+    texts = item_texts(Path(cfg.items), fields)  # type: ignore[arg-type]
+    missing = [i for i in index.items if not texts.get(i)]
+    if missing:
+        named = ", ".join(terminal(i) for i in missing[:MISSING_LISTED])
+        more = f" and {len(missing) - MISSING_LISTED} more" if len(missing) > MISSING_LISTED else ""
+        share = len(missing) / len(index.items)
+        what = f"{len(missing)} of {len(index.items)} items of {index.path} have no text in {cfg.items}: {named}{more}"
+        if share > cfg.max_missing_texts:
+            raise InputError(
+                "--items",
+                f"{what} ({share:.1%} > --max-missing-texts {cfg.max_missing_texts:g}); "
+                "pass the item file of this index, or other --text-fields",
+            )
+        log.warning("%s; their tokens are initialized but not grounded", what)
+    return {i: texts[i] for i in index.items if texts.get(i)}
+
+
+def split_holdout(items: list[str], n: int, seed: int) -> tuple[list[str], list[str]]:
+    """(held out, grounded): a seeded sample of at most ``n`` items, a tenth at most."""
+    n = min(n, len(items) // 10)
+    chosen = set(np.random.default_rng(seed).choice(len(items), size=n, replace=False).tolist())
+    held = [i for k, i in enumerate(items) if k in chosen]
+    return held, [i for k, i in enumerate(items) if k not in chosen]
+
+
+def fingerprint(
+    run_config: dict[str, object], index: IndexTokens, items_file: Path, g: GroundingConfig
+) -> dict[str, object]:
+    """What a resumed run must share with the run that saved its state."""
+    return {
+        **{k: v for k, v in run_config.items() if k not in ("grounding", "sids", "items", "out")},
+        "index_sha256": index.sha256(),
+        "items_sha256": hashlib.sha256(items_file.read_bytes()).hexdigest(),
+        **{k: v for k, v in asdict(g).items() if k in fingerprinted(GroundingConfig)},
+    }
+
+
+def ground_index(
+    model,
+    tokenizer,
+    ext: VocabExtension,
+    index: IndexTokens,
+    items: list[str],
+    texts: dict[str, str],
+    cfg: InitConfig,
+    run_config: dict[str, object],
+    templates: Templates,
+    should_stop: Callable[[int], bool] | None,
+) -> list[dict[str, object]]:
+    """Train the new rows on text <-> SID pairs of ``items`` (the model frozen); resumes from
+    ``cfg.out``'s partial state. Raises Interrupted when it stopped early."""
+    g = cfg.grounding
+    freeze(model)
+    rows = NewRows(model, ext)
+    stream = PairStream(
+        tokenizer,
+        [texts[i] for i in items],
+        [index.sid_string(i) for i in items],
+        rows.slot.cpu(),
+        batch_size=g.batch_size,
+        seed=g.seed,
+        max_text_chars=g.max_text_chars,
+        repeats=(g.text_to_sid_repeats, g.sid_to_text_repeats),
+        templates=templates,
+    )
+    resume = GroundingState(
+        partial_dir(Path(cfg.out)),
+        fingerprint(run_config, index, Path(cfg.items), g),  # type: ignore[arg-type]
+    )
+    result = train_grounding(model, rows, stream, g, resume=resume, should_stop=should_stop)
+    if not result.completed:
+        raise Interrupted(result.step, str(resume.folder))
+    rows.write_back(model)
+    return result.log
+
+
+def run_dropin(
+    cfg: InitConfig,
+    *,
+    index: IndexTokens | None = None,
+    should_stop: Callable[[int], bool] | None = None,
+) -> Path:
+    """Write the framework-ready output to ``cfg.out`` and return its path. ``index``: the
+    SID map as a typed value (default: ``cfg.sids`` read by geodiag's readers)."""
+    cfg.validate()
+    out = Path(cfg.out)
+    check_output_dir(out, CONFIG_FILENAME)
+    if cfg.model is None:
+        raise InputError(
+            "--model", "the drop-in route (--items) needs --model: a local model folder"
+        )
+    index = index or read_index(Path(cfg.sids), cfg.codebooks, cfg.sid_offset)
+    templates = load_templates(cfg.templates or TEMPLATES_FILE)
+    texts = texts_of(index, cfg)
+    held_out, grounded = split_holdout(list(texts), cfg.holdout, cfg.seed)
+    train_texts = {i: texts[i] for i in grounded}
+
+    backbone = resolve_backbone(
+        cfg.model, cache_dir=cfg.cache_dir, allow_download=cfg.allow_download, seed=cfg.seed
+    )
+    model, tokenizer = backbone.load()
+    model.to(resolve_device(cfg.device))
+    ext = add_new_tokens(model, tokenizer, index.tokens, as_strings=True)
+    slots = dict(zip(index.items, index.slots(list(index.items)), strict=True))
+    context = InitContext(item_texts=train_texts, tokenizer=tokenizer, item_slots=slots)
+    row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
+    apply_row_init(model, ext, row_strategy, torch.Generator().manual_seed(cfg.seed), context)
+
+    run_config: dict[str, object] = {
+        "route": "drop-in",
+        "strategy": cfg.strategy,
+        "start_from": cfg.start_from if cfg.strategy == "gti" else None,
+        "model": backbone.name,
+        "model_identity": backbone.identity,
+        "sids": str(cfg.sids),
+        "items": str(cfg.items),
+        "text_fields": cfg.text_fields,
+        "holdout": len(held_out),
+        "seed": cfg.seed,
+        "adapter": cfg.adapter,
+        "templates": {"text_to_sid": list(templates[0]), "sid_to_text": list(templates[1])},
+        "grounding": asdict(cfg.grounding) if cfg.strategy == "gti" else None,
+    }
+    g = cfg.grounding
+    ask = templates[0][0]  # the probe's question: the first text -> SID template
+    before = probe(model, tokenizer, index, held_out, texts, g.max_text_chars, ask)
+    train_log = None
+    if cfg.strategy == "gti":
+        train_log = ground_index(
+            model,
+            tokenizer,
+            ext,
+            index,
+            grounded,
+            train_texts,
+            cfg,
+            run_config,
+            templates,
+            should_stop,
+        )
+    after = probe(model, tokenizer, index, held_out, texts, g.max_text_chars, ask)
+    write_output(out, model, tokenizer, ext, index, cfg, run_config, train_log, before, after)
+    if cfg.strategy == "gti":
+        GroundingState(partial_dir(out), {}).clear()
+    return out
+
+
+def source_description(index: IndexTokens, ext: VocabExtension, cfg: InitConfig) -> dict:
+    """Our sidecar: which index and codebooks the new tokens are, by path and digest."""
+    return {
+        "format": "gti.sid_source",
+        "format_version": 1,
+        "sids": str(Path(index.path).resolve()),
+        "codebooks": None if index.codebooks_path is None else str(index.codebooks_path.resolve()),
+        "items": str(Path(cfg.items).resolve()),  # type: ignore[arg-type]
+        "sha256": index.sha256(),
+        "framework": index.framework,
+        "detected": list(index.detected),
+        "base_vocab_size": ext.base_vocab_size,
+        "new_tokens": ext.n_new,
+        "first_new_token_id": min(ext.new_token_ids),
+    }
+
+
+def write_output(
+    out: Path,
+    model,
+    tokenizer,
+    ext: VocabExtension,
+    index: IndexTokens,
+    cfg: InitConfig,
+    run_config: dict[str, object],
+    train_log: list[dict[str, object]] | None,
+    before: ProbeResult,
+    after: ProbeResult,
+) -> None:
+    """The output folder, built in a staging folder and renamed into place."""
+    from gti.dropin.checks import gate_of
+
+    with atomic_dir(out) as tmp:
+        if cfg.adapter:
+            from gti.dropin.adapter import save_adapter
+
+            save_adapter(tmp, model, ext)
+        else:
+            model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / SOURCE_FILENAME).write_text(
+            json.dumps(source_description(index, ext, cfg), indent=1)
+        )
+        (tmp / CONFIG_FILENAME).write_text(json.dumps(run_config, indent=1, allow_nan=False))
+        if train_log is not None:
+            lines = (json.dumps(e, allow_nan=False) for e in train_log)
+            (tmp / TRAIN_LOG_FILENAME).write_text("".join(line + "\n" for line in lines))
+        checks = {"probe": {"before": asdict(before), "after": asdict(after)}}
+        summary = [f"probe before: {before.line()}", f"probe after:  {after.line()}"]
+        if not cfg.adapter:
+            text, gate = gate_of(tmp, out, index)
+            checks["geodiag_check"] = gate
+            summary.append(text)
+        (tmp / CHECKS_FILENAME).write_text(json.dumps(checks, indent=1, allow_nan=False))
+        (tmp / CHECKS_TEXT_FILENAME).write_text("\n".join(summary) + "\n")
