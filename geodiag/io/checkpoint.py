@@ -290,9 +290,7 @@ def open_checkpoint(
     notes = [*([hub_note] if hub_note else []), *(adapter.notes if adapter else [])]
     book_path = opts.codebooks or beside(sidecar_mod.CODEBOOKS_FILENAME)
     if declared is None and foreign is not None and foreign.codebooks_path is not None:
-        notes += foreign.notes + _notes(
-            tok, new, side, side_path, trainable, head, config
-        )
+        notes += foreign.notes + _notes(tok, new, side, side_path, trainable, head, config)
         book_path = foreign.codebooks_path
         books, book_note = codebook_rows(
             foreign.codebooks, new, book_path, book_path.name, exact=False
