@@ -12,7 +12,7 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io.sids import parquet
-from geodiag.io.sids.base import SPELLINGS, Dialect, SidMap, codes_matrix, head_of, register_map
+from geodiag.io.sids.base import SPELLINGS, Dialect, SidMap, head_of, register_map
 
 FRAMEWORK = "OpenOneRec"
 
@@ -41,20 +41,9 @@ def stream(path: Path) -> Iterator[tuple[list[str], np.ndarray]]:
 
 
 def read(path: Path) -> SidMap:
-    items: list[str] = []
-    chunks = []
-    for ids, codes in stream(path):
-        items += ids
-        chunks.append(codes)
-    sids = codes_matrix(
-        path,
-        np.concatenate(chunks),
-        dialect="openonerec.parquet",
-        framework=FRAMEWORK,
-        items_along_rows=True,
-        item_ids=items,
+    return parquet.read_streamed(
+        path, stream, "openonerec.parquet", FRAMEWORK, SPELLINGS["s_letter"]
     )
-    return SidMap(**{**sids.__dict__, "spelling": SPELLINGS["s_letter"]})
 
 
 DIALECT = register_map(

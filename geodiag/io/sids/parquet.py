@@ -4,10 +4,13 @@ read by row groups, so a 10-million-item table streams (``iter_columns``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
+
 from geodiag.errors import MissingExtra, require_extra
+from geodiag.io.sids.base import SidMap, Spelling, codes_matrix
 
 PARQUET_MAGIC = b"PAR1"
 INSTALL = "pip install 'geodiag[sids]'"
@@ -45,3 +48,28 @@ def text_ids(column) -> list[str]:  # noqa: ANN001  (a pyarrow array)
 
 
 __all__ = ["MissingExtra", "PARQUET_MAGIC", "columns", "iter_columns", "text_ids"]
+
+
+def read_streamed(
+    path: Path,
+    stream: Callable[[Path], Iterator[tuple[list[str], np.ndarray]]],
+    dialect: str,
+    framework: str,
+    spelling: Spelling,
+) -> SidMap:
+    """A whole table from its dialect's ``stream`` of (item ids, codes) batches: one
+    item per row, spelled as that framework spells its tokens."""
+    items: list[str] = []
+    chunks = []
+    for ids, codes in stream(path):
+        items += ids
+        chunks.append(codes)
+    sids = codes_matrix(
+        path,
+        np.concatenate(chunks),
+        dialect=dialect,
+        framework=framework,
+        items_along_rows=True,
+        item_ids=items,
+    )
+    return SidMap(**{**sids.__dict__, "spelling": spelling})

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.io.sids import parquet
-from geodiag.io.sids.base import SPELLINGS, Dialect, SidMap, codes_matrix, head_of, register_map
+from geodiag.io.sids.base import SPELLINGS, Dialect, SidMap, head_of, register_map
 
 FRAMEWORK = "semantic-ids-llm"
 _DIGIT = re.compile(r"^semantic_id_(\d+)$")
@@ -37,20 +37,9 @@ def stream(path: Path) -> Iterator[tuple[list[str], np.ndarray]]:
 
 
 def read(path: Path) -> SidMap:
-    items: list[str] = []
-    chunks = []
-    for ids, codes in stream(path):
-        items += ids
-        chunks.append(codes)
-    sids = codes_matrix(
-        path,
-        np.concatenate(chunks),
-        dialect="semantic-ids-llm.parquet",
-        framework=FRAMEWORK,
-        items_along_rows=True,
-        item_ids=items,
+    return parquet.read_streamed(
+        path, stream, "semantic-ids-llm.parquet", FRAMEWORK, SPELLINGS["flat"]
     )
-    return SidMap(**{**sids.__dict__, "spelling": SPELLINGS["flat"]})
 
 
 DIALECT = register_map(
