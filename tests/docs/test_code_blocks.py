@@ -104,8 +104,8 @@ def trajectory(path: Path) -> None:
             "step": step,
             "structure": {
                 CheckName.EFFECTIVE_RANK_RATIO.value: 0.1 + step / 100,
-                CheckName.SPREAD_RATIO.value: step / 50,
-                CheckName.MEAN_COSINE.value: 1 - step / 60,
+                CheckName.SPREAD_RELATIVE.value: step / 50,
+                CheckName.MEAN_PAIRWISE_COSINE.value: 1 - step / 60,
             },
         }
         for step in range(0, 50, 10)
@@ -143,10 +143,51 @@ def lora_run(root: Path) -> None:
     (out / "adapter_config.json").write_text(json.dumps(config))
 
 
+# docs/stacks.md's frameworks: the checkpoint, SID map and codebooks each block names,
+# written as the framework writes them (tests/geodiag/io/sids/sid_frameworks.py)
+STACKS = {
+    "lcrec": (
+        "runs/lcrec-sft",
+        "data/Games/Games.index.json",
+        "rqvae/Games/best_collision_model.pth",
+    ),
+    "minionerec": (
+        "runs/minionerec-sft",
+        "data/Amazon/index/Games.index.json",
+        "data/Amazon/index/Games.codebooks_constrained.npz",
+    ),
+    "grid": (
+        "runs/grid-sft",
+        "logs/inference/merged_predictions_tensor.pt",
+        "logs/train/checkpoints/last.ckpt",
+    ),
+    "etegrec": ("runs/etegrec-sft", "saved/12.code.json", "saved/12.pt.rqvae"),
+    "openonerec": ("runs/openonerec-sft", "emb_codes.parquet", "res_kmeans/model.pt"),
+    "semantic_ids_llm": (
+        "runs/semantic-ids-llm-sft",
+        "data/output/Video_Games_items_with_semantic_ids.parquet",
+        "models/final_rqvae_model.pth",
+    ),
+}
+
+
+def sid_stacks(root: Path) -> None:
+    from tests.geodiag.io.sids.sid_frameworks import FRAMEWORKS, write_model
+
+    for name, (ckpt, sids, books) in STACKS.items():
+        writer, spelling, extra = FRAMEWORKS[name]
+        files = writer(root / ".frameworks" / name)
+        write_model(root / ckpt, spelling, "structured", extra)
+        for key, to in (("sids", sids), ("codebooks", books)):
+            (root / to).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(files[key], root / to)
+    shutil.rmtree(root / ".frameworks")
+
+
 def build_world(root: Path) -> Path:
     """The checkpoints the blocks name, each the smallest of its kind."""
     from geodiag.io.safetensors import save_file
-    from tests.geodiag.geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
+    from tests.geodiag.geodiag_fixtures import DIM, base_rows, planted_new_rows, write_checkpoint
 
     base = base_rows()
     for name, kind in (("runs/init", "mean"), ("runs/final", "grounded")):
@@ -155,10 +196,30 @@ def build_world(root: Path) -> Path:
         rows = planted_new_rows("grounded", base, seed=3 + i)
         write_checkpoint(root / "runs/sft" / f"checkpoint-{step}", rows, with_sidecar=False)
     trajectory(root / "runs/sft/geodiag_trajectory.jsonl")
+    # docs/report.md's pairing examples: an init and the SFT whose sidecar names it, two
+    # arms, and a before the user pairs by hand
+    gti = {"init_strategy": "gti", "seed": 0}
+    write_checkpoint(
+        root / "runs/gti/init",
+        planted_new_rows("grounded", base),
+        base=base,
+        provenance={**gti, "stage": "init", "step": 0},
+    )
+    write_checkpoint(
+        root / "runs/gti/sft",
+        planted_new_rows("grounded", base) + np.random.default_rng(7).normal(size=(24, DIM)),
+        base=base,
+        provenance={**gti, "stage": "sft", "step": 800, "init_checkpoint": "../init"},
+    )
+    for name, kind in (("ckpt-mean", "mean"), ("ckpt-random", "random")):
+        write_checkpoint(root / name, planted_new_rows(kind, base), base=base)
+    write_checkpoint(root / "base-resized", planted_new_rows("mean", base), base=base)
+    write_checkpoint(root / "ckpt-sft", planted_new_rows("grounded", base), base=base)
     tiny_hf_model(root / "runs/ml100k/gti/init", seed=0)
     tiny_hf_model(root / "runs/ml100k/gti/sft", seed=1)
     trajectory(root / "runs/ml100k/gti/init/train_log.jsonl")
     lora_run(root)
+    sid_stacks(root)
     rng = np.random.default_rng(0)
     books = {lv: rng.normal(size=(8, 4)).astype(np.float32) for lv in "ab"}
     (root / "runs/sids").mkdir()
