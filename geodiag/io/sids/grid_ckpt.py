@@ -5,26 +5,9 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-from geodiag.io.sids.base import Dialect, SidCodebooks, register_codebooks
-from geodiag.io.sids.torch_books import books_from_state, matches
+from geodiag.io.sids.torch_books import register_state_books
 
 FRAMEWORK = "GRID"
-PATTERN = re.compile(r"^(?:.*\.)?quantization_layer_list\.(\d+)\.centroids$")
+PATTERN = r"^(?:.*\.)?quantization_layer_list\.(\d+)\.centroids$"
 
-
-def read(path: Path) -> SidCodebooks:
-    return books_from_state(path, PATTERN, dialect="grid.ckpt", framework=FRAMEWORK)
-
-
-DIALECT = register_codebooks(
-    Dialect(
-        "grid.ckpt",
-        FRAMEWORK,
-        lambda p, h: matches(p, h, PATTERN),
-        read,
-        usual_names=("*.ckpt",),
-    )
-)
+DIALECT = register_state_books("grid.ckpt", FRAMEWORK, PATTERN, usual_names=("*.ckpt",))

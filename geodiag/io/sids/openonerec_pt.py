@@ -4,26 +4,9 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-from geodiag.io.sids.base import Dialect, SidCodebooks, register_codebooks
-from geodiag.io.sids.torch_books import books_from_state, matches
+from geodiag.io.sids.torch_books import register_state_books
 
 FRAMEWORK = "OpenOneRec"
-PATTERN = re.compile(r"^centroids\.(\d+)$")
+PATTERN = r"^centroids\.(\d+)$"
 
-
-def read(path: Path) -> SidCodebooks:
-    return books_from_state(path, PATTERN, dialect="openonerec.pt", framework=FRAMEWORK)
-
-
-DIALECT = register_codebooks(
-    Dialect(
-        "openonerec.pt",
-        FRAMEWORK,
-        lambda p, h: matches(p, h, PATTERN),
-        read,
-        usual_names=("model.pt",),
-    )
-)
+DIALECT = register_state_books("openonerec.pt", FRAMEWORK, PATTERN, usual_names=("model.pt",))

@@ -5,26 +5,11 @@ mode): those are refused by name; saving ``{"model": model.state_dict()}`` alone
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-from geodiag.io.sids.base import Dialect, SidCodebooks, register_codebooks
-from geodiag.io.sids.torch_books import books_from_state, matches
+from geodiag.io.sids.torch_books import register_state_books
 
 FRAMEWORK = "RQ-VAE-Recommender"
-PATTERN = re.compile(r"^layers\.(\d+)\.embedding\.weight$")
+PATTERN = r"^layers\.(\d+)\.embedding\.weight$"
 
-
-def read(path: Path) -> SidCodebooks:
-    return books_from_state(path, PATTERN, dialect="rqvae-recommender.pt", framework=FRAMEWORK)
-
-
-DIALECT = register_codebooks(
-    Dialect(
-        "rqvae-recommender.pt",
-        FRAMEWORK,
-        lambda p, h: matches(p, h, PATTERN),
-        read,
-        usual_names=("checkpoint_*.pt",),
-    )
+DIALECT = register_state_books(
+    "rqvae-recommender.pt", FRAMEWORK, PATTERN, usual_names=("checkpoint_*.pt",)
 )

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pickle
 import re
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 from geodiag.errors import InputError
 from geodiag.io.byte_ranges import LocalFile
-from geodiag.io.sids.base import SidCodebooks
+from geodiag.io.sids.base import Dialect, SidCodebooks, register_codebooks
 from geodiag.io.torch_zip import (
     TENSOR_GLOBALS,
     Archive,
@@ -130,3 +130,20 @@ def books_from_state(
         books.append(archive.values(t, levels[level]).astype("float64"))
     detected = [f"codebooks: {len(books)} levels from '{pattern.pattern}'"]
     return SidCodebooks(path, dialect, framework, books, detected)
+
+
+def register_state_books(
+    name: str, framework: str, pattern: str, usual_names: tuple[str, ...]
+) -> Dialect:
+    """A codebook dialect kept in a torch.save state dict, registered: recognised by the
+    level-0 tensor ``pattern`` names (``(\\d+)``: the level), read by :func:`books_from_state`."""
+    levels = re.compile(pattern)
+    return register_codebooks(
+        Dialect(
+            name,
+            framework,
+            lambda p, h: matches(p, h, levels),
+            partial(books_from_state, pattern=levels, dialect=name, framework=framework),
+            usual_names=usual_names,
+        )
+    )
