@@ -380,3 +380,16 @@ def test_check_writes_safe_bytes_from_a_real_process(tmp_path):
         assert not [b for b in stream if b < 0x20 and b != 0x0A or b == 0x7F]
         stream.decode("utf-8")  # strict: a lone surrogate could not have been written
     assert len(runner_commands(res.stderr.decode("utf-8"))) == 4
+
+
+def test_scan_is_safe_in_text_and_json(hostile):
+    """`geodiag scan` prints the checkpoint's path and token names read from its files."""
+    _, ckpt = hostile
+    text = runner.invoke(app, ["scan", str(ckpt)], env={"GITHUB_ACTIONS": "true"})
+    assert text.exit_code == 0, text.output
+    assert_safe_streams(text)
+    assert "\\x1b" in text.stdout  # the path's escape, shown, not sent
+    res = runner.invoke(app, ["scan", str(ckpt), "--json"])
+    assert res.exit_code == 0, res.output
+    assert_safe_streams(res)
+    strict_json(res.stdout)
