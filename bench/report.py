@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT))
 from bench._synthetic import Spec, write_synthetic  # noqa: E402
 from geodiag.io.checkpoint import open_checkpoint  # noqa: E402
 from geodiag.metrics.cosine import cosine_matrix  # noqa: E402
-from geodiag.report import ReportOptions, build_report  # noqa: E402
-from geodiag.report.figures import FigureFormat  # noqa: E402
-from geodiag.report.html import render_html  # noqa: E402
+from geodiag.outputs.report import ReportOptions, build_report  # noqa: E402
+from geodiag.outputs.report.figures import FigureFormat  # noqa: E402
+from geodiag.outputs.report.html import render_html  # noqa: E402
 
 TARGET_MB, TARGET_S = 3.0, 30.0
 

@@ -21,7 +21,7 @@ from geodiag.errors import exits_2_on_any_error, print_unexpected
 from geodiag.escape import terminal
 from geodiag.gate.checks import GateConfig
 from geodiag.io.options import ReadOptions
-from geodiag.report.options import DEFAULT_OUTPUT, ReportOptions
+from geodiag.outputs.report.options import DEFAULT_OUTPUT, ReportOptions
 from geodiag.settings import MEASURING, OUTPUTS, THRESHOLDS, from_cli, options_from
 from geodiag.version import __version__
 
@@ -86,8 +86,8 @@ def _say(text: str, console=None) -> None:
     printing (none today) and GitHub annotations on stderr still happen.
 
     On a terminal the lines are wrapped to its width (``console``: a
-    :class:`geodiag.gate.console.Console`; default: wrapped, no colour); piped, whole."""
-    from geodiag.gate.console import Console
+    :class:`geodiag.outputs.console.Console`; default: wrapped, no colour); piped, whole."""
+    from geodiag.outputs.console import Console
 
     console = console or Console.of(sys.stdout, no_color=True)
     try:
@@ -126,8 +126,8 @@ def metrics(
 ) -> None:
     """Measure the geometry of the new tokens: a table, or JSON with --json."""
     from geodiag.analysis.checkpoint import analyze
-    from geodiag.gate.text import metrics_table
     from geodiag.jsonio import dumps
+    from geodiag.outputs.text import metrics_table
 
     report = analyze(ckpt, read, analysis)
     if not json_out:
@@ -211,9 +211,9 @@ def check(
     """Gate CI on the geometry: exit 0 pass, 1 a check failed, 2 bad input."""
     from geodiag.analysis.checkpoint import analyze
     from geodiag.gate.checks import resolve_config
-    from geodiag.gate.outputs import print_annotations, write_ci_pages
     from geodiag.gate.verdict import judge
     from geodiag.jsonio import dumps
+    from geodiag.outputs.ci import print_annotations, write_ci_pages
 
     cfg = resolve_config(config, thresholds)
     reports = [analyze(p, read, analysis) for p in ckpt]
@@ -222,8 +222,8 @@ def check(
     if json_out:
         _say(dumps({"config": cfg, "results": results, "passed": all(r.passed for r in results)}))
     else:
-        from geodiag.gate.console import Console
-        from geodiag.gate.outputs import check_text, summary_line
+        from geodiag.outputs.ci import check_text, summary_line
+        from geodiag.outputs.console import Console
 
         console = Console.of(sys.stdout, no_color=no_color)
         for rep, res in zip(reports, results, strict=True):
@@ -260,8 +260,8 @@ def drift(
 ) -> None:
     """How far each new token moved, and whether the init's structure survived."""
     from geodiag.analysis.drift import analyze_drift
-    from geodiag.gate.text import drift_table
     from geodiag.jsonio import dumps
+    from geodiag.outputs.text import drift_table
 
     reports = analyze_drift(before, after, read, analysis)
     _say(dumps(reports) if json_out else drift_table(reports))
@@ -317,7 +317,7 @@ def report(
     import shlex
 
     from geodiag.gate.checks import resolve_config
-    from geodiag.report import write_report
+    from geodiag.outputs.report import write_report
 
     opts = ReportOptions(
         **{**page, "pairs": tuple(page.get("pairs") or ())},
@@ -397,7 +397,7 @@ def export_projector(
     read: ReadOptions = READ,
 ) -> None:
     """TensorBoard Embedding Projector files of the new tokens (vectors, metadata, config)."""
-    from geodiag.report.projector import export_projector as export
+    from geodiag.outputs.report.projector import export_projector as export
 
     files = export(ckpt, output, read)
     _say(terminal("wrote " + ", ".join(str(f) for f in files)))

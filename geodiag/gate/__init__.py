@@ -1,9 +1,7 @@
-"""Judging: report dataclasses -> pass / warn / fail, and the words and pages for them.
+"""Judging: report dataclasses -> pass / warn / fail, and the cause and remedy in words.
 
 - ``checks``: the table of checks (``GateConfig`` fields), each check's reading, the gate;
-- ``verdict``: the cause and remedy in words;
-- ``text``: the terminal tables of ``metrics``, ``check`` and ``drift``;
-- ``outputs``: the CI pages: JUnit XML, the job summary (Markdown), workflow annotations.
+- ``verdict``: the cause and remedy in words.
 
-Imports ``analysis`` (its dataclasses), never ``report``.
+Imports ``analysis`` (its dataclasses), never ``outputs`` (which prints what it judges).
 """

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from geodiag.api import check
-from geodiag.gate.outputs import text_summary
 from geodiag.io.options import ReadOptions
 from geodiag.jsonio import to_jsonable
+from geodiag.outputs.ci import text_summary
 from gti.dropin.index import IndexTokens
 
 

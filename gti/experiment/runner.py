@@ -301,7 +301,7 @@ def report_is_current(report: Path, inputs: list[Path]) -> bool:
     from dataclasses import fields
 
     from geodiag.gate.checks import GateConfig
-    from geodiag.report.build import REPORT_FORMAT_VERSION
+    from geodiag.outputs.report.build import REPORT_FORMAT_VERSION
 
     data = json.loads(data_path.read_text())
     listed = [c["report"]["path"] for c in data.get("checkpoints", [])]
@@ -313,7 +313,7 @@ def report_is_current(report: Path, inputs: list[Path]) -> bool:
 
 
 def write_geodiag_report(cfg: ExperimentConfig, report: Path, inputs: list[Path]) -> None:
-    from geodiag.report import ReportOptions, write_report
+    from geodiag.outputs.report import ReportOptions, write_report
 
     opts = ReportOptions(
         title=cfg.report.title or f"{cfg.name}: init and SFT",

@@ -329,7 +329,7 @@ def report_run(
     """geodiag's HTML report of init vs final, for the first seed only and once."""
     report_html = rdir / Files.REPORT
     if cfg.report_html and seed == cfg.seeds[0] and not report_html.is_file():
-        from geodiag.report import ReportOptions, write_report
+        from geodiag.outputs.report import ReportOptions, write_report
 
         opts = ReportOptions(
             title=f"{cfg.name}: {run_name(arm, seed)}, init vs final SFT",

@@ -121,7 +121,7 @@ LAYERS = (
     ("geodiag.metrics",),
     ("geodiag.analysis",),
     ("geodiag.gate",),
-    ("geodiag.report",),
+    ("geodiag.outputs",),
     ("geodiag", "geodiag.cli", "geodiag.api", "geodiag.precommit", "geodiag.callback"),
 )
 

@@ -18,7 +18,7 @@ import geodiag
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.cli import app
 from geodiag.errors import InputError
-from geodiag.report.options import ReportOptions
+from geodiag.outputs.report.options import ReportOptions
 from geodiag.settings import UNSET, default_of, panel_of, spec_of
 
 COMMANDS = {  # command -> the option classes whose flags it shows
@@ -120,7 +120,7 @@ import typer, inspect
 import geodiag
 from geodiag.cli import app
 from gti.study.config import StudyConfig
-from geodiag.report.options import ReportOptions
+from geodiag.outputs.report.options import ReportOptions
 cmds = typer.main.get_command(app).commands
 out = {c: {p.opts[0]: p.default for p in cmds[c].params if p.opts} for c in ("metrics", "report")}
 sig = inspect.signature(geodiag.measure).parameters
@@ -188,7 +188,7 @@ def test_each_command_builds_its_options_with_its_fixed_values(monkeypatch, tmp_
     seen = _spy(monkeypatch, "geodiag.analysis.drift", "analyze_drift")
     assert runner.invoke(app, ["drift", str(tmp_path), str(tmp_path)]).exit_code == 0
     assert seen[-1][3] == AnalyzeOptions()
-    seen = _spy(monkeypatch, "geodiag.report.write", "write_report")
+    seen = _spy(monkeypatch, "geodiag.outputs.report.write", "write_report")
     args = ["report", str(tmp_path), "--title", "T", "--permutations", "9", "--seed", "1"]
     assert runner.invoke(app, args).exit_code == 0
     opts = seen[-1][3]

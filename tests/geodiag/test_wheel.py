@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
 
-from geodiag.report.write import REPORT_INSTALL, REPORT_MODULES
+from geodiag.outputs.report.write import REPORT_INSTALL, REPORT_MODULES
 from gti.cli import GTI_INSTALL, GTI_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +114,9 @@ def build_wheel(tmp_path_factory) -> Path:
 def test_wheel_ships_every_runtime_file_and_the_license(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     runtime = _runtime_files()
-    assert "geodiag/report/templates/report.html.j2" in runtime  # the scan sees the template
+    assert (
+        "geodiag/outputs/report/templates/report.html.j2" in runtime
+    )  # the scan sees the template
     assert [f for f in runtime if f not in names] == []
     dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
     assert f"{dist_info}/licenses/LICENSE" in names

@@ -158,7 +158,7 @@ def test_logs_jsonl_and_save_time_gate(tmp_path):
 
     # Each checkpoint describes itself (sidecar + codebooks): no flags needed afterwards.
     from geodiag.io import sidecar
-    from geodiag.report import ReportOptions, write_report
+    from geodiag.outputs.report import ReportOptions, write_report
 
     side = sidecar.load(out / "checkpoint-3")
     assert [(lv.name, lv.token_ids) for lv in side.levels] == list(LEVELS.items())

@@ -114,7 +114,7 @@ def test_api_keywords_override_the_config(make_ckpt):
 
 
 def test_report_threshold_lines_come_from_the_table():
-    from geodiag.report.figures import _trajectory_panels
+    from geodiag.outputs.report.figures import _trajectory_panels
 
     class Report:
         gate_config = GateConfig(max_mean_cosine=0.5)

@@ -125,7 +125,7 @@ def test_the_read_flag_reaches_the_reader_through_every_entry(f16_overflow):
 def test_every_reading_option_has_one_home():
     from dataclasses import fields
 
-    from geodiag.report import ReportOptions
+    from geodiag.outputs.report import ReportOptions
 
     read = {f.name for f in fields(ReadOptions)}
     for other in (AnalyzeOptions, ReportOptions):

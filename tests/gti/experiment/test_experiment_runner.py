@@ -192,7 +192,7 @@ def test_a_report_written_by_an_older_geodiag_is_rebuilt(tmp_path):
 
     from geodiag.gate.checks import GateConfig
     from geodiag.jsonio import dumps
-    from geodiag.report.build import REPORT_FORMAT_VERSION
+    from geodiag.outputs.report.build import REPORT_FORMAT_VERSION
     from gti.experiment.runner import report_is_current
 
     inputs = [tmp_path / "a", tmp_path / "b"]

@@ -1,5 +1,5 @@
 """The gate's pages where CI users read them: the terminal summary, JUnit XML, a SARIF log
-(:mod:`geodiag.gate.sarif`), GitHub's job summary (Markdown) and workflow annotations.
+(:mod:`geodiag.outputs.sarif`), GitHub's job summary (Markdown) and workflow annotations.
 Names from files pass through the sink's function of :mod:`geodiag.escape`."""
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from geodiag.gate.checks import (
     GateResult,
     format_value,
 )
-from geodiag.gate.sarif import sarif_text
-from geodiag.gate.text import dropped_lines, integrity_lines, sample_lines
+from geodiag.outputs.sarif import sarif_text
+from geodiag.outputs.text import dropped_lines, integrity_lines, sample_lines
 
 
 def text_summary(res: GateResult, *, quiet: bool = False) -> str:

@@ -36,8 +36,8 @@ from geodiag.io.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.cosine import cosine_matrix, level_cosine
 from geodiag.metrics.geometry import row_norms
-from geodiag.report.options import ReportOptions
-from geodiag.report.pairs import (
+from geodiag.outputs.report.options import ReportOptions
+from geodiag.outputs.report.pairs import (
     Found,
     Pair,
     find_pairs,
@@ -110,14 +110,14 @@ class Report:
     cosine_maps: list[CosineMap]
     drift: list[DriftPair]
     notes: list[str]
-    format: str = "geodiag.report"
+    format: str = "geodiag.outputs.report"
     # REPORT_FORMAT_VERSION: bumped when the report's contents change, so a run that
     # finds an older report beside its checkpoints writes it again.
     format_version: int = field(default_factory=lambda: REPORT_FORMAT_VERSION)
     # Metric-vs-step series: trajectory JSONL files given as inputs, and ordered
     # checkpoints of one run (checkpoint-N folders, or gti checkpoints with a step).
     trajectories: list[Trajectory] = field(default_factory=list)
-    # The before -> after pairs made (geodiag.report.pairs) and why; drift has one per pair
+    # The before -> after pairs made (geodiag.outputs.report.pairs) and why; drift has one per pair
     # whose drift could be measured.
     pairs: list[Pair] = field(default_factory=list)
 

@@ -12,7 +12,7 @@ from report_fixtures import write_set
 from geodiag.analysis.drift import analyze_drift
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.jsonio import dumps
-from geodiag.report import ReportOptions, build_report
+from geodiag.outputs.report import ReportOptions, build_report
 
 N_NEW = 24
 

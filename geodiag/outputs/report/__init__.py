@@ -16,19 +16,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from geodiag.report.build import Report, build_report
-    from geodiag.report.options import DEFAULT_OUTPUT, ReportOptions
-    from geodiag.report.projector import export_projector
-    from geodiag.report.write import ReportFiles, write_report
+    from geodiag.outputs.report.build import Report, build_report
+    from geodiag.outputs.report.options import DEFAULT_OUTPUT, ReportOptions
+    from geodiag.outputs.report.projector import export_projector
+    from geodiag.outputs.report.write import ReportFiles, write_report
 
 _HOME = {
-    "DEFAULT_OUTPUT": "geodiag.report.options",
-    "Report": "geodiag.report.build",
-    "ReportFiles": "geodiag.report.write",
-    "ReportOptions": "geodiag.report.options",
-    "build_report": "geodiag.report.build",
-    "export_projector": "geodiag.report.projector",
-    "write_report": "geodiag.report.write",
+    "DEFAULT_OUTPUT": "geodiag.outputs.report.options",
+    "Report": "geodiag.outputs.report.build",
+    "ReportFiles": "geodiag.outputs.report.write",
+    "ReportOptions": "geodiag.outputs.report.options",
+    "build_report": "geodiag.outputs.report.build",
+    "export_projector": "geodiag.outputs.report.projector",
+    "write_report": "geodiag.outputs.report.write",
 }
 __all__ = [
     "DEFAULT_OUTPUT",
@@ -43,5 +43,5 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name not in _HOME:
-        raise AttributeError(f"module 'geodiag.report' has no attribute {name!r}")
+        raise AttributeError(f"module 'geodiag.outputs.report' has no attribute {name!r}")
     return getattr(importlib.import_module(_HOME[name]), name)

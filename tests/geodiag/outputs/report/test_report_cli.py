@@ -204,7 +204,7 @@ def test_report_without_the_plotting_extra_exits_2_with_the_install_line(
     make_ckpt, tmp_path, monkeypatch
 ):
     """The fast, offline twin of tests/geodiag/test_wheel.py's light-install check."""
-    from geodiag.report.write import REPORT_INSTALL
+    from geodiag.outputs.report.write import REPORT_INSTALL
 
     a = make_ckpt("random")
     _hide_modules(monkeypatch, "matplotlib")

@@ -1,4 +1,4 @@
-"""Format a :class:`~geodiag.report.build.Report` as one self-contained HTML page.
+"""Format a :class:`~geodiag.outputs.report.build.Report` as one self-contained HTML page.
 
 Nothing is computed here. Every number printed in a table is a :class:`Cell` that
 carries the JSON pointer (RFC 6901) of its value in ``NAME.json`` as ``data-json``,
@@ -15,10 +15,10 @@ from pathlib import Path
 from geodiag.analysis.findings import FINDINGS
 from geodiag.analysis.values import CheckName
 from geodiag.escape import html_page
-from geodiag.gate.text import provenance_lines
 from geodiag.jsonio import to_jsonable
-from geodiag.report.build import Report
-from geodiag.report.figures import FigureFormat, render_all
+from geodiag.outputs.report.build import Report
+from geodiag.outputs.report.figures import FigureFormat, render_all
+from geodiag.outputs.text import provenance_lines
 
 TEMPLATES = Path(__file__).parent / "templates"
 # Belt and braces: even if something slipped into the page, the browser may load nothing

@@ -24,7 +24,7 @@ from geodiag_fixtures import HOSTILE_TOKENS, write_hostile_tokenizer_checkpoint
 from typer.testing import CliRunner
 
 from geodiag.cli import app
-from geodiag.gate import sarif
+from geodiag.outputs import sarif
 from geodiag.version import __version__
 
 runner = CliRunner()

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from geodiag.analysis.checkpoint import analyze
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.cli import app
-from geodiag.report import ReportOptions, write_report
-from geodiag.report.html import resolve
+from geodiag.outputs.report import ReportOptions, write_report
+from geodiag.outputs.report.html import resolve
 
 OPTS = ReportOptions(n_permutations=20, command_line="geodiag report (test)")
 

@@ -1,4 +1,4 @@
-"""Figures of a :class:`~geodiag.report.build.Report`, as ``data:`` URIs for ``<img src>``.
+"""Figures of a :class:`~geodiag.outputs.report.build.Report`, as ``data:`` URIs for ``<img src>``.
 
 Line plots are SVG (text as text, a few kB); cosine maps are PNG reduced to a 256-colour
 palette (a vector map of 1,000 tokens is a million rectangles: ~170 MB of SVG).
@@ -17,7 +17,7 @@ import numpy as np
 
 from geodiag.escape import figure_text
 from geodiag.gate.checks import CHECKS
-from geodiag.report.build import Report
+from geodiag.outputs.report.build import Report
 
 STYLE = {
     "font.size": 8,

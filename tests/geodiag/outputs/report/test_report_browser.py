@@ -18,7 +18,7 @@ from devtools import Browser
 from geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
 from report_fixtures import write_set
 
-from geodiag.report import ReportOptions, write_report
+from geodiag.outputs.report import ReportOptions, write_report
 
 CHROMIUM = next(
     (

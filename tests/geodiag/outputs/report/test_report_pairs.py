@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from geodiag.cli import app
 from geodiag.jsonio import dumps
-from geodiag.report import ReportOptions, build_report
+from geodiag.outputs.report import ReportOptions, build_report
 
 OPTS = ReportOptions(n_permutations=10, generated="-", command_line="-")
 

@@ -11,9 +11,9 @@ import pytest
 from report_fixtures import Page, strict_json, write_set
 
 from geodiag.metrics.cosine import cosine_matrix
-from geodiag.report import ReportOptions, write_report
-from geodiag.report.build import _block_index, checkpoint_labels
-from geodiag.report.html import resolve
+from geodiag.outputs.report import ReportOptions, write_report
+from geodiag.outputs.report.build import _block_index, checkpoint_labels
+from geodiag.outputs.report.html import resolve
 
 SECTIONS = ["verdict", "metrics", "spectra", "cosine", "rsa", "drift", "norms", "provenance"]
 
@@ -144,7 +144,7 @@ def test_centered_cosine_map_is_shown_and_says_so(built):
 def test_centered_map_removes_the_common_component():
     from types import SimpleNamespace
 
-    from geodiag.report.build import ReportOptions, cosine_map
+    from geodiag.outputs.report.build import ReportOptions, cosine_map
 
     rng = np.random.default_rng(0)
     own = rng.normal(size=(12, 8))

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from geodiag.cli import app
-from geodiag.gate.console import Console, paint, wrap
+from geodiag.outputs.console import Console, paint, wrap
 
 runner = CliRunner()
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

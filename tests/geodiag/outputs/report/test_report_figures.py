@@ -13,12 +13,12 @@ from geodiag_fixtures import LEVELS, base_rows, planted_new_rows, tokenizer_json
 from report_fixtures import write_set
 
 from geodiag.io import sidecar
-from geodiag.report import ReportOptions, build_report
+from geodiag.outputs.report import ReportOptions, build_report
 
 pytest.importorskip("matplotlib")
 from matplotlib.text import Text  # noqa: E402
 
-from geodiag.report import figures  # noqa: E402
+from geodiag.outputs.report import figures  # noqa: E402
 
 # Names a checkpoint's maker controls, each valid mathtext or a mathtext error if parsed.
 MATH_LEVELS = ("$\\frac{a}{b}$", "$$", "x\\$y$z$")

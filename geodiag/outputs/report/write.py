@@ -14,9 +14,9 @@ from geodiag.atomic import atomic_write_many, check_writable
 from geodiag.errors import InputError, require_extra
 from geodiag.io.options import ReadOptions
 from geodiag.jsonio import dumps
-from geodiag.report.build import Progress, Report, build_report
-from geodiag.report.figures import FigureFormat
-from geodiag.report.options import DEFAULT_OUTPUT, ReportOptions
+from geodiag.outputs.report.build import Progress, Report, build_report
+from geodiag.outputs.report.figures import FigureFormat
+from geodiag.outputs.report.options import DEFAULT_OUTPUT, ReportOptions
 
 # What the ``report`` extra of pyproject.toml installs, by import name -> distribution
 # (a test holds the two lists equal). The gate's install has none of them.
@@ -62,7 +62,7 @@ def write_report(
 ) -> ReportFiles:
     """Analyze ``paths`` and write NAME.html (self-contained) and NAME.json (every number shown)."""
     require_report_extra()
-    from geodiag.report.html import render_html
+    from geodiag.outputs.report.html import render_html
 
     html_path, json_path = output_paths(output)
     check_writable([html_path, json_path])  # before the analysis, not after it
