@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.analysis.checkpoint import analyze_checkpoint
-from geodiag.analysis.options import AnalyzeOptions
+from geodiag.analysis.options import NO_NEIGHBOURS, AnalyzeOptions
 from geodiag.analysis.reports import CheckpointReport
 from geodiag.errors import InputError
 from geodiag.gate.checks import (
@@ -289,7 +289,7 @@ def measure(
     if opts is None:  # the keywords' defaults are AnalyzeOptions' (geodiag.settings.default_of)
         opts = AnalyzeOptions(seed=seed, n_permutations=n_permutations, neighbors_k=neighbors)
         if not neighbors:
-            opts = dataclasses.replace(opts, neighbors_max=0)
+            opts = dataclasses.replace(opts, **NO_NEIGHBOURS)
     with gathered(source) if hasattr(source, "get_input_embeddings") else _nothing():
         ckpt = open_source(
             source,

@@ -6,12 +6,9 @@
 - ``integrity``: checkpoint-level findings (tied heads that differ, padding rows, scale);
 - ``audit``: the vocabulary audit, integrity findings too: tokenizer, config.json, embedding
   and head rows, a PEFT adapter's trained rows and a GGUF's token types against each other;
-- ``values``: the gate's check names (``CheckName``) and the value each reads off a matrix,
-  for the gate and the trajectory records alike;
 - ``rows``: the new rows, the reference sample, the padding rows, and ``MatrixRows``
   (what measuring a matrix read, for the callers that need the rows again);
 - ``vocabulary``: the one walk of the original rows, each block handed to every consumer;
-- ``trajectory``: the callback's ``geodiag_trajectory.jsonl`` and checkpoint series.
 
-Imports ``io`` and ``metrics``, never ``gate`` or ``report``.
+Imports ``io`` and ``metrics``, never ``gate`` or ``outputs``.
 """

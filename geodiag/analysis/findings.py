@@ -42,8 +42,12 @@ from geodiag.metrics.untrained import (
     zero_rows,
 )
 
-# How many tokens of a group, or of a finding, are named in reports (the count is exact).
+# How many tokens of a group, or of a finding, are named in reports and messages (the
+# count is exact). Every limit on the tokens shown lives here.
 SHOWN_TOKENS = 8
+# How many untrained tokens a training alarm names (geodiag.callback): more than a report's,
+# as the alarm's log line is the only place a run says them; the finding's count is exact.
+ALARM_TOKENS = 20
 SHOWN_GROUPS = 10
 # Flagged tokens listed one by one (the counts are exact); a mean-initialized block of
 # 100,000 tokens is one finding, not 100,000 lines of JSON.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geodiag.settings import MEASURING, check_bounds, setting
+from geodiag.settings import MEASURING, check_bounds, default_of, setting
 
 
 @dataclass(frozen=True)
@@ -60,3 +60,14 @@ class AnalyzeOptions:
 
     def __post_init__(self) -> None:
         check_bounds(self)
+
+
+# Nearest original tokens off: no check reads them, so the gate's measure (``geodiag
+# check``, the Trainer callback's save-time gate) and ``geodiag.measure(neighbors=0)``
+# skip their walk. The one spelling of "the gate needs no neighbours".
+NO_NEIGHBOURS = {"neighbors_max": 0}
+# The Trainer callback's snapshots run every N steps and must stay cheap: a tenth of a full
+# analysis's permutations (a p-value to 0.01), RSA on a sample of this many tokens a level
+# (a full analysis samples rsa_max_items).
+SNAPSHOT_PERMUTATIONS = default_of(AnalyzeOptions, "n_permutations") // 10
+SNAPSHOT_RSA_SAMPLE = 256

@@ -15,7 +15,7 @@ from pathlib import Path
 from transformers.utils import logging
 
 from geodiag.analysis.checkpoint import analyze_checkpoint
-from geodiag.analysis.options import AnalyzeOptions
+from geodiag.analysis.options import NO_NEIGHBOURS, AnalyzeOptions
 from geodiag.analysis.reports import CheckpointReport
 from geodiag.atomic import atomic_write
 from geodiag.callback.distributed import partitioned
@@ -75,7 +75,7 @@ def gate_saved(
     source: the keywords of :func:`geodiag.api.open_source` (new_ids, levels, ...)."""
     from geodiag.api import open_source
 
-    opts = AnalyzeOptions(seed=seed, neighbors_max=0)
+    opts = AnalyzeOptions(seed=seed, **NO_NEIGHBOURS)
     if not reads_memory(folder):
         try:
             report = analyze_checkpoint(open_source(folder, **source), opts)

@@ -15,14 +15,11 @@ import numpy as np
 
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.analysis.rows import reference_rows
-from geodiag.analysis.trajectory import structure_of_snapshot
-from geodiag.analysis.values import CheckName
 from geodiag.errors import InputError
-from geodiag.gate.checks import GateConfig, collapse_checks
+from geodiag.gate.checks import CheckName, GateConfig, collapse_checks
+from geodiag.gate.trajectory import structure_of_snapshot
 from geodiag.metrics.snapshot import snapshot
 from geodiag.metrics.untrained import TOLERANCE, TOLERANCE_RULE, vocabulary_stats
-
-SHOWN_TOKENS = 20  # untrained tokens an alarm names
 
 # The structure's numbers logged as geodiag/<key> (RSA per level besides).
 LOGGED = (

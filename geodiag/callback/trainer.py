@@ -13,7 +13,7 @@ identical rows; and the new rows' gradient norm at that optimizer step) and
   callbacks that the Trainer puts *before* yours; :meth:`GeodiagCallback.attach` moves
   this one in front of them so they record ``geodiag/*`` like the loss;
 - appends one line to ``<output_dir>/geodiag_trajectory.jsonl`` (schema in
-  :mod:`geodiag.analysis.trajectory`; ``geodiag report`` plots it);
+  :mod:`geodiag.gate.trajectory`; ``geodiag report`` plots it);
 - optionally warns, or stops training (``control.should_training_stop``), when the rows
   are still collapsed at or after ``collapse_after_steps``: they fail one of the gate's
   collapse checks that the snapshot records (:func:`geodiag.gate.checks.collapse_checks`: the
@@ -65,15 +65,8 @@ import numpy as np
 from transformers import TrainerCallback
 from transformers.utils import logging
 
-from geodiag.analysis.findings import counts_against
-from geodiag.analysis.trajectory import (
-    TRAJECTORY_FILENAME,
-    append_record,
-    record,
-    structure_of_report,
-    truncate_after,
-)
-from geodiag.analysis.values import CheckName
+from geodiag.analysis.findings import ALARM_TOKENS, counts_against
+from geodiag.analysis.options import SNAPSHOT_PERMUTATIONS, SNAPSHOT_RSA_SAMPLE, AnalyzeOptions
 from geodiag.callback.checkpoints import (
     describe_checkpoint,
     gate_saved,
@@ -82,7 +75,6 @@ from geodiag.callback.checkpoints import (
 )
 from geodiag.callback.distributed import join_gather, partitioned
 from geodiag.callback.snapshots import (
-    SHOWN_TOKENS,
     Collapse,
     DataUsage,
     FirstRows,
@@ -94,9 +86,17 @@ from geodiag.callback.snapshots import (
     untrained_why,
 )
 from geodiag.errors import InputError
-from geodiag.gate.checks import GateConfig
+from geodiag.gate.checks import CheckName, GateConfig
+from geodiag.gate.trajectory import (
+    TRAJECTORY_FILENAME,
+    append_record,
+    record,
+    structure_of_report,
+    truncate_after,
+)
 from geodiag.io.new_tokens import declare
 from geodiag.io.tokenizer import list_names
+from geodiag.settings import default_of
 
 logger = logging.get_logger(__name__)
 
@@ -144,10 +144,10 @@ class GeodiagCallback(TrainerCallback):
         codebooks=None,
         sids=None,
         rsa_levels: list[str] | None = None,
-        rsa_sample: int = 256,
-        rsa_permutations: int = 100,
+        rsa_sample: int = SNAPSHOT_RSA_SAMPLE,
+        rsa_permutations: int = SNAPSHOT_PERMUTATIONS,
         base_vocab_size: int | None = None,
-        seed: int = 0,
+        seed: int = default_of(AnalyzeOptions, "seed"),
         gate: GateConfig | None = None,
         gate_on_save: bool = True,
         describe_checkpoints: bool = True,
@@ -365,7 +365,7 @@ class GeodiagCallback(TrainerCallback):
             s["grad_norm"] = self._grads.get(role) if self._grad_step == step else None
         s, ids, names = measured["input"]
         self.last_structure = s
-        self.last_untrained = [names[int(i)] for i in ids[:SHOWN_TOKENS] if int(i) in names]
+        self.last_untrained = [names[int(i)] for i in ids[:ALARM_TOKENS] if int(i) in names]
         collapse = self._alarms(control, main, step, s, ids, names)
         if not main:
             return
@@ -401,7 +401,7 @@ class GeodiagCallback(TrainerCallback):
         return ids[counted][order], ids[~counted], counts[counted][order]
 
     def _named(self, ids: np.ndarray, counts: np.ndarray | None, names: dict[int, str]) -> str:
-        shown = [names.get(int(i), f"<id {int(i)}>") for i in ids[:SHOWN_TOKENS]]
+        shown = [names.get(int(i), f"<id {int(i)}>") for i in ids[:ALARM_TOKENS]]
         if counts is not None:
             shown = [
                 f"{n} ({int(c)}x in the training data)"

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from geodiag.metrics.geometry import as_matrix, row_norms
-from geodiag.metrics.rsa import RSAResult, rsa
+from geodiag.metrics.rsa import SIGNIFICANCE, RSAResult, rsa
 
 # A level "keeps the structure" when its RSA with the codebook drops by at most this
 # much: below the spread of RSA between seeds of one arm in the demo study (~0.05).
 MAX_RSA_DROP = 0.05
-MAX_P_VALUE = 0.05  # a level whose training RSA is not significant has no structure to keep
 N_EXAMPLES = 5  # token pairs / neighbour changes named in the findings
 _CHUNK = 1024  # rows of the cosine matrix computed at once: (1024, n) float64
 
@@ -85,7 +84,9 @@ def _verdict(
     dtype: str, before: dict[str, RSAResult], after: dict[str, RSAResult], structure, pairs, moved
 ) -> str:
     levels = [n for n in before if before[n].spearman is not None]
-    structured = [n for n in levels if (before[n].p_value or 1.0) <= MAX_P_VALUE]
+    structured = [
+        n for n in levels if (before[n].p_value or 1.0) <= SIGNIFICANCE
+    ]  # not significant: no structure to keep
     shown = ", ".join(f"{n} {before[n].spearman:.2f} -> {_s(after[n].spearman)}" for n in levels)
     if levels and not structured:
         head = f"{dtype}: the training rows carry no codebook structure to keep (RSA {shown})"

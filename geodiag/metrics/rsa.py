@@ -13,6 +13,10 @@ import numpy as np
 
 from geodiag.metrics.geometry import as_matrix, row_norms
 
+# The significance level of an RSA's permutation p-value: at or above it, a level carries no
+# trace of the codebook's structure (the gate warns, the report says so, quantization has no
+# structure to keep there).
+SIGNIFICANCE = 0.05
 # Dissimilarities whose spread is below this, relative to their size, are constant up to
 # floating-point noise (e.g. rows that are all equidistant, like a regular simplex).
 _CONSTANT_RTOL = 1e-10

@@ -97,7 +97,7 @@ def trajectory(path: Path) -> None:
     """A trajectory file as GeodiagCallback and gti's grounding write them."""
     import json
 
-    from geodiag.analysis.values import CheckName
+    from geodiag.gate.checks import CheckName
 
     lines = [
         {

@@ -21,15 +21,15 @@ from geodiag.analysis.drift import analyze_drift, deployed_read, drift_checkpoin
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.analysis.reports import CheckpointReport, DriftReport
 from geodiag.analysis.rows import MatrixRows, float32_at_scale
-from geodiag.analysis.trajectory import (
+from geodiag.errors import InputError
+from geodiag.gate.checks import GateConfig, GateResult
+from geodiag.gate.trajectory import (
     Trajectory,
     checkpoint_series,
     from_jsonl,
     series_order,
     split_inputs,
 )
-from geodiag.errors import InputError
-from geodiag.gate.checks import GateConfig, GateResult
 from geodiag.gate.verdict import Verdict, judge, verdict
 from geodiag.io.checkpoint import Checkpoint, open_checkpoint
 from geodiag.io.options import ReadOptions
@@ -110,7 +110,7 @@ class Report:
     cosine_maps: list[CosineMap]
     drift: list[DriftPair]
     notes: list[str]
-    format: str = "geodiag.outputs.report"
+    format: str = "geodiag.report"  # the JSON format's name, kept when the module moved
     # REPORT_FORMAT_VERSION: bumped when the report's contents change, so a run that
     # finds an older report beside its checkpoints writes it again.
     format_version: int = field(default_factory=lambda: REPORT_FORMAT_VERSION)

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geodiag.analysis.findings import FINDINGS
-from geodiag.analysis.values import CheckName
 from geodiag.escape import html_page
+from geodiag.gate.checks import CheckName
 from geodiag.jsonio import to_jsonable
+from geodiag.metrics.rsa import SIGNIFICANCE
 from geodiag.outputs.report.build import Report
 from geodiag.outputs.report.figures import FigureFormat, render_all
 from geodiag.outputs.text import provenance_lines
@@ -444,5 +445,6 @@ def render_html(report: Report, style: FigureFormat | None = None, neighbors_sho
         findings=findings_tables(report, p),
         finding_counts=finding_counts(report, p),
         codebook_rows=codebook_rows(report, p),
+        significance=f"{SIGNIFICANCE:g}",
     )
     return html_page(page)  # a lone surrogate in a token: autoescape leaves it, UTF-8 cannot

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from geodiag.analysis.trajectory import checkpoint_step
 from geodiag.errors import InputError
+from geodiag.gate.trajectory import checkpoint_step
 from geodiag.io.checkpoint import Checkpoint, open_checkpoint
 from geodiag.io.options import ReadOptions
 from geodiag.io.references import OFF_HINT, reference_of, same_vocab

@@ -9,7 +9,6 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from geodiag.analysis.values import CheckName  # noqa: E402
 from geodiag.callback.checkpoints import describe_checkpoint, reads_memory  # noqa: E402
 from geodiag.callback.snapshots import (  # noqa: E402
     FirstRows,
@@ -18,7 +17,10 @@ from geodiag.callback.snapshots import (  # noqa: E402
     logs_of,
     untrained_why,
 )
-from geodiag.gate.checks import GateConfig  # noqa: E402
+from geodiag.gate.checks import (
+    CheckName,  # noqa: E402
+    GateConfig,  # noqa: E402
+)
 from geodiag.io import sidecar  # noqa: E402
 from geodiag.io.safetensors import SafetensorsFile, save_file  # noqa: E402
 

@@ -23,9 +23,9 @@ transformers = pytest.importorskip("transformers")
 from trainer_distributed_run import BOOKS, DIM, LEVELS, VOCAB, mean_init_model  # noqa: E402
 
 import geodiag  # noqa: E402
-from geodiag.analysis.trajectory import read_records, truncate_after  # noqa: E402
 from geodiag.callback import GeodiagCallback  # noqa: E402
 from geodiag.gate.checks import GateConfig  # noqa: E402
+from geodiag.gate.trajectory import read_records, truncate_after  # noqa: E402
 
 NEW = [i for ids in LEVELS.values() for i in ids]
 

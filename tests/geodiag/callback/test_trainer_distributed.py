@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 import torch.distributed as dist  # noqa: E402
 import trainer_distributed_run as run  # noqa: E402
 
-from geodiag.analysis.trajectory import read_records  # noqa: E402
+from geodiag.gate.trajectory import read_records  # noqa: E402
 
 pytestmark = [
     pytest.mark.numerics,

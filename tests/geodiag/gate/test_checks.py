@@ -16,7 +16,6 @@ import pytest
 from geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
 
 import geodiag
-from geodiag.analysis.trajectory import METRICS, structure_of_report
 from geodiag.errors import InputError
 from geodiag.gate.checks import (
     CHECKS,
@@ -30,6 +29,7 @@ from geodiag.gate.checks import (
     run_gate,
     with_overrides,
 )
+from geodiag.gate.trajectory import METRICS, structure_of_report
 
 KINDS = ("mean", "mean-noise", "line", "random", "grounded")
 

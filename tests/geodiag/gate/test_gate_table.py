@@ -19,9 +19,9 @@ from geodiag.gate.checks import (
     SCOPES,
     SETTINGS,
     THRESHOLDS,
+    Check,
     GateConfig,
     Rule,
-    threshold,
 )
 from tools import gate_docs
 
@@ -95,11 +95,19 @@ def test_checks_are_listed_scope_by_scope():
     assert all((c.read_report is None) == (c.scope != "checkpoint") for c in CHECKS)
 
 
-def test_a_threshold_takes_the_reader_of_its_scope():
+def _unit(**kw) -> Check:
+    said = dict(sentence=lambda c, m: "", explain=lambda m, f, a: None, rank=0)
+    return Check(name="x", direction="min", default=0.1, help="x", **said, **kw)
+
+
+def test_a_check_unit_takes_the_reader_of_its_scope_and_a_directed_field():
     with pytest.raises(ValueError, match="takes read_levels"):
-        threshold(0.1, help="x", scope="level", read=lambda m: None)
+        _unit(scope="level", read=lambda m, cfg: None)
     with pytest.raises(ValueError, match="takes read"):
-        threshold(0.1, help="x")
+        _unit()
+    with pytest.raises(ValueError, match="starts with min_ or max_"):
+        _unit(read=lambda m, cfg: None, field="x_spread")
+    assert _unit(read=lambda m, cfg: None).field == "min_x"  # min_ or max_ + the name
 
 
 def test_api_keywords_override_the_config(make_ckpt):

@@ -1,5 +1,6 @@
-"""The check names (geodiag.analysis.values.CheckName) and the one map from a check to its
-value: the gate's readers and a trajectory's record of a full analysis read the same."""
+"""The registry of check units (geodiag.gate.checks): the names (CheckName) and the values
+built from the units; the gate's readers and a trajectory's record of a full analysis read
+the same value."""
 
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ import json
 import pytest
 
 import geodiag
-from geodiag.analysis.trajectory import structure_of_report
-from geodiag.analysis.values import VALUES, CheckName, rsa_by_level, shown_name
-from geodiag.gate.checks import CHECKS, CheckResult, GateConfig, check_matrix
+from geodiag.gate.checks import (
+    CHECKS,
+    VALUES,
+    CheckName,
+    CheckResult,
+    GateConfig,
+    check_matrix,
+    rsa_by_level,
+    shown_name,
+)
+from geodiag.gate.trajectory import structure_of_report
 from geodiag.jsonio import dumps
 
 

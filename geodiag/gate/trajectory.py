@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geodiag.analysis.reports import CheckpointReport
-from geodiag.analysis.values import VALUES, CheckName, rsa_by_level, rsa_p_by_level
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
+from geodiag.gate.checks import VALUES, CheckName, rsa_by_level, rsa_p_by_level
 from geodiag.io.remote import is_remote
 from geodiag.metrics.snapshot import Snapshot
 
@@ -83,7 +83,7 @@ def structure_of_snapshot(s: Snapshot) -> dict:
 
 def structure_of_report(report: CheckpointReport, matrix: int = 0) -> dict:
     """The record's ``structure`` from a full analysis (input matrix by default): the
-    values the gate's checks read (geodiag.analysis.values)."""
+    values the gate's checks read (their units' ``value``)."""
     m = report.matrices[matrix]
     blocks = (C.EFFECTIVE_RANK_RATIO, C.EFFECTIVE_RANK, C.SPREAD_RELATIVE, C.MEAN_PAIRWISE_COSINE)
     return {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from geodiag.analysis.trajectory import RENAMED, from_jsonl
+from geodiag.gate.trajectory import RENAMED, from_jsonl
 
 
 def _log(path, names: dict[str, str]) -> None:
