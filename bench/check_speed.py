@@ -172,7 +172,7 @@ def bench_spectra(repeats: int) -> dict:
         summarize(ref)
 
     out = {}
-    with threadpool_limits(1, user_api="blas"):  # as analyze() runs them
+    with threadpool_limits(1, user_api="blas"):  # as measure_checkpoint() runs them
         for name, f in (("summarize", ours), ("numpy_svd", naive)):
             times = []
             for _ in range(repeats):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag.analysis.checkpoint import analyze_checkpoint
+from geodiag.analysis.checkpoint import measure_checkpoint
 from geodiag.analysis.options import NO_NEIGHBOURS, AnalyzeOptions
 from geodiag.analysis.reports import CheckpointReport
 from geodiag.errors import InputError
@@ -302,7 +302,7 @@ def measure(
             reference=reference,
             sids=sids,
         )
-        return analyze_checkpoint(ckpt, opts)
+        return measure_checkpoint(ckpt, opts)
 
 
 def _nothing():

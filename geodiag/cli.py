@@ -125,11 +125,11 @@ def metrics(
     analysis: AnalyzeOptions = ANALYZE,
 ) -> None:
     """Measure the geometry of the new tokens: a table, or JSON with --json."""
-    from geodiag.analysis.checkpoint import analyze
+    from geodiag.analysis.checkpoint import measure_checkpoint
     from geodiag.jsonio import dumps
     from geodiag.outputs.text import metrics_table
 
-    report = analyze(ckpt, read, analysis)
+    report = measure_checkpoint(ckpt, analysis, read=read)
     if not json_out:
         _say(metrics_table(report))
         return
@@ -209,14 +209,14 @@ def check(
     analysis: AnalyzeOptions = ANALYZE,
 ) -> None:
     """Gate CI on the geometry: exit 0 pass, 1 a check failed, 2 bad input."""
-    from geodiag.analysis.checkpoint import analyze
+    from geodiag.analysis.checkpoint import measure_checkpoint
     from geodiag.gate.checks import resolve_config
     from geodiag.gate.verdict import judge
     from geodiag.jsonio import dumps
     from geodiag.outputs.ci import print_annotations, write_ci_pages
 
     cfg = resolve_config(config, thresholds)
-    reports = [analyze(p, read, analysis) for p in ckpt]
+    reports = [measure_checkpoint(p, analysis, read=read) for p in ckpt]
     results = [judge(rep, cfg) for rep in reports]
     write_ci_pages(reports, results, cfg, junit=junit, sarif=sarif)
     if json_out:
@@ -259,11 +259,11 @@ def drift(
     analysis: AnalyzeOptions = ANALYZE,
 ) -> None:
     """How far each new token moved, and whether the init's structure survived."""
-    from geodiag.analysis.drift import analyze_drift
+    from geodiag.analysis.drift import measure_drift
     from geodiag.jsonio import dumps
     from geodiag.outputs.text import drift_table
 
-    reports = analyze_drift(before, after, read, analysis)
+    reports = measure_drift(before, after, read, analysis)
     _say(dumps(reports) if json_out else drift_table(reports))
 
 

@@ -1,6 +1,6 @@
 """Measuring: one checkpoint (or a pair) -> report dataclasses.
 
-- ``checkpoint``: :func:`analyze_checkpoint` and :func:`analyze_drift`, the numbers of
+- ``checkpoint``: :func:`measure_checkpoint` (and ``drift``: :func:`measure_drift`), the numbers of
   every matrix (geometry, RSA, codebook health, neighbours) as ``CheckpointReport``;
 - ``findings``: the row-by-row findings (untrained tokens, groups of identical rows);
 - ``integrity``: checkpoint-level findings (tied heads that differ, padding rows, scale);

@@ -1,7 +1,7 @@
 """Measure one checkpoint (or a pair): read rows, call the metric functions, return dataclasses.
 
 Compute first, render second: the CLI table, the JSON, the gate and the HTML
-report all format what :func:`analyze` returns and compute nothing themselves.
+report all format what :func:`measure_checkpoint` returns and compute nothing themselves.
 """
 
 from __future__ import annotations
@@ -15,13 +15,9 @@ import numpy as np
 
 from geodiag.analysis.audit import audit
 from geodiag.analysis.fed import fed_rows
-from geodiag.analysis.findings import (  # noqa: F401  (TokenGroup, UntrainedRows: their old home)
+from geodiag.analysis.findings import (
     MIN_REFERENCE_ROWS,
-    SHOWN_GROUPS,
     SHOWN_TOKENS,
-    TokenFinding,
-    TokenGroup,
-    UntrainedRows,
     row_findings,
 )
 from geodiag.analysis.indicators import DIRECTION_ROWS
@@ -231,10 +227,6 @@ def _walk_vocabulary(
     )
 
 
-def analyze_matrix(ckpt: Checkpoint, matrix: Matrix, opts: AnalyzeOptions) -> MatrixReport:
-    return measure_matrix(ckpt, matrix, opts)[0]
-
-
 def measure_matrix(
     ckpt: Checkpoint,
     matrix: Matrix,
@@ -316,15 +308,6 @@ def measure_matrix(
     return report, held
 
 
-def analyze(
-    path: str | Path, read: ReadOptions | None = None, opts: AnalyzeOptions | None = None
-) -> CheckpointReport:
-    """All geometry metrics of one checkpoint's new tokens, per matrix and per level."""
-    return analyze_checkpoint(
-        open_checkpoint(path, read or ReadOptions()), opts or AnalyzeOptions()
-    )
-
-
 def _populations_note(ckpt: Checkpoint, m: MatrixReport) -> str | None:
     """Say so when the new rows look like two populations: trained ones beside untrained."""
     u = m.untrained
@@ -362,24 +345,26 @@ def _sample_note(m: MatrixReport, n_matrices: int) -> str:
     )
 
 
-def analyze_checkpoint(ckpt: Checkpoint, opts: AnalyzeOptions) -> CheckpointReport:
-    """:func:`analyze` on an opened checkpoint (a folder, or rows in memory)."""
-    return measure_checkpoint(ckpt, opts, keep_rows=False)[0]
-
-
 def measure_checkpoint(
-    ckpt: Checkpoint,
-    opts: AnalyzeOptions,
+    ckpt: Checkpoint | str | Path,
+    opts: AnalyzeOptions | None = None,
+    *,
+    read: ReadOptions | None = None,
     reference: list[MatrixRows] | None = None,
-    keep_rows: bool = True,
+    keep_rows: bool = False,
     each: Callable[[MatrixRows], None] | None = None,
-) -> tuple[CheckpointReport, list[MatrixRows]]:
-    """(:func:`analyze_checkpoint`'s report, the rows it read per matrix), each row read
-    once. ``reference``: what measuring ``ckpt.reference`` read, when the caller holds it
-    (the movement since it is then taken from those rows); ``each``: called with each
-    matrix's rows once measured, while they are held. Without ``keep_rows`` the new rows
-    and the sample are let go as soon as they are no longer needed (an untied head's rows
-    are not held beside the embedding's) and come back as None."""
+) -> CheckpointReport:
+    """All geometry metrics of one checkpoint's new tokens, per matrix and per level, each
+    row read once. ``ckpt``: an opened checkpoint (a folder, or rows in memory), or a path
+    opened with ``read``. ``reference``: what measuring ``ckpt.reference`` read, when the
+    caller holds it (the movement since it is then taken from those rows); ``each``: called
+    with each matrix's rows (:class:`MatrixRows`) once measured, while they are held: a
+    caller that needs the rows again keeps them there, with ``keep_rows``. Without it the
+    new rows and the sample are let go as soon as they are no longer needed (an untied
+    head's rows are not held beside the embedding's)."""
+    if not isinstance(ckpt, Checkpoint):
+        ckpt = open_checkpoint(ckpt, read or ReadOptions())
+    opts = opts or AnalyzeOptions()
     theirs = {h.matrix.role: h for h in reference or []}
     matrices, held = [], []
     usage = token_usage(ckpt)
@@ -401,7 +386,7 @@ def measure_checkpoint(
     if not keep_rows:
         for rows in held:
             rows.rows = None
-    return report, held
+    return report
 
 
 def _checkpoint_report(

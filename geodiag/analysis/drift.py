@@ -19,7 +19,7 @@ from geodiag.io.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
 
 
-def analyze_drift(
+def measure_drift(
     before: str | Path,
     after: str | Path,
     read: ReadOptions | None = None,
@@ -42,7 +42,7 @@ def drift_checkpoints(
     opts: AnalyzeOptions,
     held: tuple[list[MatrixRows], list[MatrixRows]] | None = None,
 ) -> list[DriftReport]:
-    """:func:`analyze_drift` on opened checkpoints; ``held``: the rows measuring each read
+    """:func:`measure_drift` on opened checkpoints; ``held``: the rows measuring each read
     (:func:`geodiag.analysis.checkpoint.measure_checkpoint`), used instead of reading them
     again where every new row was kept."""
     if a.new.tokens != b.new.tokens or not np.array_equal(a.new.ids, b.new.ids):

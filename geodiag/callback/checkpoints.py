@@ -14,7 +14,7 @@ from pathlib import Path
 
 from transformers.utils import logging
 
-from geodiag.analysis.checkpoint import analyze_checkpoint
+from geodiag.analysis.checkpoint import measure_checkpoint
 from geodiag.analysis.options import NO_NEIGHBOURS, AnalyzeOptions
 from geodiag.analysis.reports import CheckpointReport
 from geodiag.atomic import atomic_write
@@ -78,7 +78,7 @@ def gate_saved(
     opts = AnalyzeOptions(seed=seed, **NO_NEIGHBOURS)
     if not reads_memory(folder):
         try:
-            report = analyze_checkpoint(open_source(folder, **source), opts)
+            report = measure_checkpoint(open_source(folder, **source), opts)
             return judge(report, gate), report, str(folder)
         except InputError as e:
             # In memory instead, unless that needs a gather the other ranks won't join.
@@ -92,7 +92,7 @@ def gate_saved(
     from geodiag.io.memory import gathered
 
     with gathered(model):
-        report = analyze_checkpoint(open_source(model, **source), opts)
+        report = measure_checkpoint(open_source(model, **source), opts)
     return judge(report, gate), report, "model in memory"
 
 

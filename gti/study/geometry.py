@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.checkpoint import measure_checkpoint
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.io.options import ReadOptions
 
@@ -21,7 +21,9 @@ def measure(checkpoint: Path, *, permutations: int, seed: int) -> dict[str, obje
     """Strict-JSON dict of the figures the study plots, for the new rows of ``checkpoint``."""
     # The geometry alone: no movement, so no reference to open (the init is measured too).
     read = ReadOptions(auto_reference=False)
-    report = analyze(checkpoint, read, AnalyzeOptions(n_permutations=permutations, seed=seed))
+    report = measure_checkpoint(
+        checkpoint, AnalyzeOptions(n_permutations=permutations, seed=seed), read=read
+    )
     m = report.matrices[0]
     new = m.new
     levels = {}

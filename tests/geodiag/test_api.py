@@ -12,7 +12,7 @@ import pytest
 from geodiag_fixtures import BASE_VOCAB, LEVELS, base_rows, codebooks, planted_new_rows
 
 import geodiag
-from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.checkpoint import measure_checkpoint
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.errors import InputError
 from geodiag.gate.checks import GateConfig
@@ -64,7 +64,7 @@ def full(kind):
 @pytest.mark.parametrize("kind", ["mean", "random", "grounded"])
 def test_numpy_array_gives_the_file_paths_numbers(make_ckpt, kind):
     opts = AnalyzeOptions(n_permutations=200)
-    from_file = analyze(make_ckpt(kind), opts=opts)
+    from_file = measure_checkpoint(make_ckpt(kind), opts)
     in_memory = geodiag.measure(full(kind), levels=LEVEL_IDS, codebooks=codebooks(), options=opts)
     # Same float32 rows, same float64 arithmetic, same seeds: equal to the last bit.
     assert matrix_json(in_memory) == matrix_json(from_file)
@@ -123,7 +123,7 @@ def test_path_source_matches_the_cli_and_takes_overrides(make_ckpt):
     rep = geodiag.measure(path, levels=LEVEL_IDS, codebooks=codebooks(), n_permutations=100)
     assert [lv.name for lv in rep.matrices[0].levels] == ["a", "b", "c"]
     assert all(lv.rsa is not None and lv.rsa.spearman > 0.5 for lv in rep.matrices[0].levels)
-    same = analyze(make_ckpt("grounded", name="g2"), opts=AnalyzeOptions(n_permutations=100))
+    same = measure_checkpoint(make_ckpt("grounded", name="g2"), AnalyzeOptions(n_permutations=100))
     assert matrix_json(rep)["levels"] == matrix_json(same)["levels"]
 
 

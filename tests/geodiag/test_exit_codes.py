@@ -265,7 +265,7 @@ def _boom(*args, **kwargs):
 
 
 def test_unexpected_error_exits_2_with_one_line(make_ckpt, monkeypatch):
-    monkeypatch.setattr(geodiag.analysis.checkpoint, "analyze", _boom)
+    monkeypatch.setattr(geodiag.analysis.checkpoint, "measure_checkpoint", _boom)
     res = run("check", make_ckpt("random"), env={"GEODIAG_DEBUG": None})
     assert res.exit_code == 2, res.output
     assert res.stderr.strip().splitlines() == [
@@ -275,7 +275,7 @@ def test_unexpected_error_exits_2_with_one_line(make_ckpt, monkeypatch):
 
 
 def test_unexpected_error_with_debug_shows_the_traceback(make_ckpt, monkeypatch):
-    monkeypatch.setattr(geodiag.analysis.checkpoint, "analyze", _boom)
+    monkeypatch.setattr(geodiag.analysis.checkpoint, "measure_checkpoint", _boom)
     res = run("metrics", make_ckpt("random"), env={"GEODIAG_DEBUG": "1"})
     assert res.exit_code == 2
     assert "Traceback" in res.stderr and "_boom" in res.stderr

@@ -180,12 +180,12 @@ def _spy(monkeypatch, module: str, name: str) -> list:
 
 def test_each_command_builds_its_options_with_its_fixed_values(monkeypatch, tmp_path):
     runner = CliRunner()
-    seen = _spy(monkeypatch, "geodiag.analysis.checkpoint", "analyze")
+    seen = _spy(monkeypatch, "geodiag.analysis.checkpoint", "measure_checkpoint")
     assert runner.invoke(app, ["metrics", str(tmp_path), "--neighbors", "2"]).exit_code == 0
-    assert seen[-1][2] == AnalyzeOptions(neighbors_k=2)
+    assert seen[-1][1] == AnalyzeOptions(neighbors_k=2)
     assert runner.invoke(app, ["check", str(tmp_path), "--seed", "4"]).exit_code == 0
-    assert seen[-1][2] == AnalyzeOptions(seed=4, neighbors_max=0)  # no neighbours in the gate
-    seen = _spy(monkeypatch, "geodiag.analysis.drift", "analyze_drift")
+    assert seen[-1][1] == AnalyzeOptions(seed=4, neighbors_max=0)  # no neighbours in the gate
+    seen = _spy(monkeypatch, "geodiag.analysis.drift", "measure_drift")
     assert runner.invoke(app, ["drift", str(tmp_path), str(tmp_path)]).exit_code == 0
     assert seen[-1][3] == AnalyzeOptions()
     seen = _spy(monkeypatch, "geodiag.outputs.report.write", "write_report")

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.analysis.checkpoint import command_line, measure_checkpoint
-from geodiag.analysis.drift import analyze_drift, deployed_read, drift_checkpoints
+from geodiag.analysis.drift import deployed_read, drift_checkpoints, measure_drift
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.analysis.reports import CheckpointReport, DriftReport
 from geodiag.analysis.rows import MatrixRows, float32_at_scale
@@ -248,7 +248,7 @@ def _drift(
     analysis; a deployed file that ``geodiag drift`` reads with a's sidecar is opened as
     that command opens it."""
     if deployed_read(read, ckpts[a], Path(paths[b])) is not read:
-        return analyze_drift(paths[a], paths[b], read, aopts)
+        return measure_drift(paths[a], paths[b], read, aopts)
     rows = (held.get(a, []), held.get(b, []))
     return drift_checkpoints(ckpts[a], ckpts[b], paths[a], paths[b], aopts, rows)
 
@@ -281,7 +281,13 @@ def _measure_all(
         keep = i in paired and not _at_scale(ckpts[i])
         before = waiting.pop(i, None)
         theirs = held.get(before)
-        report, rows = measure_checkpoint(ckpts[i], aopts, theirs, keep_rows=keep, each=figures)
+        rows: list[MatrixRows] = []
+
+        def each(r: MatrixRows, figures: _FigureData = figures, rows: list = rows) -> None:
+            figures(r)
+            rows.append(r)  # held below when the checkpoint is in a pair
+
+        report = measure_checkpoint(ckpts[i], aopts, reference=theirs, keep_rows=keep, each=each)
         reports[i], norms[i], maps[i] = report, figures.norms, figures.cosine_map
         if theirs is not None and before not in waiting.values():
             for h in theirs:  # the sample served the movements; drift needs only the rows
@@ -380,7 +386,7 @@ def build_report(
     progress: Progress | None = None,
 ) -> Report:
     """Analyze every checkpoint, gate it, explain it, and pair checkpoints for drift."""
-    # Single-threaded BLAS for the cosine maps too, as in analyze(): see geodiag.metrics.blas.
+    # Single-threaded BLAS for the cosine maps too, as in measure_checkpoint(): see geodiag.metrics.blas.
     with blas_threads(1):
         return _build_report(paths, read, opts, progress)
 

@@ -102,10 +102,10 @@ def test_data_tokens_with_zero_rows_fail_with_their_count(tmp_path):
 
 def test_fed_rows_are_judged_by_the_hand_computed_rule(tmp_path):
     """The rows the gate calls untrained: exactly the zero rows among the fed ones."""
-    from geodiag.analysis.checkpoint import analyze
+    from geodiag.analysis.checkpoint import measure_checkpoint
 
     folder = _checkpoint(tmp_path / "ckpt", zero_headers=True)
-    rep = analyze(folder)
+    rep = measure_checkpoint(folder)
     fed = rep.matrices[0].fed
     assert (
         fed is not None
@@ -126,12 +126,12 @@ def test_blocks_and_the_identical_budget_give_the_same_rows(tmp_path, monkeypatc
     with blocks of 2 rows and room for 3 rows, the zero rows are the same three, and the
     one fed token past the budget is counted as left out."""
     from geodiag.analysis import fed as fed_mod
-    from geodiag.analysis.checkpoint import analyze
+    from geodiag.analysis.checkpoint import measure_checkpoint
 
     folder = _checkpoint(tmp_path / "ckpt", zero_headers=True)
     monkeypatch.setattr(fed_mod, "FED_BLOCK_ROWS", 2)
     monkeypatch.setattr(fed_mod, "FED_IDENTICAL_ELEMENTS", 3 * 16)  # 3 rows of width 16
-    fed = analyze(folder).matrices[0].fed
+    fed = measure_checkpoint(folder).matrices[0].fed
     assert sorted(t.token for t in fed.tokens) == sorted(HEADERS)
     assert fed.n_fed == 4 and fed.n_left_out == 1
 

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from geodiag.analysis import rows as analysis_rows
-from geodiag.analysis.checkpoint import analyze
-from geodiag.analysis.drift import analyze_drift
+from geodiag.analysis.checkpoint import measure_checkpoint
+from geodiag.analysis.drift import measure_drift
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.analysis.rows import new_rows
 from geodiag.io.checkpoint import open_checkpoint
@@ -186,9 +186,9 @@ def at_scale(monkeypatch):
 def _analyses(init, sft) -> dict:
     opts = AnalyzeOptions(n_permutations=50)
     return {
-        "init": _asdict(analyze(init, opts=opts)),
-        "sft": _asdict(analyze(sft, ReadOptions(reference=str(init)), opts)),
-        "drift": [_asdict(d) for d in analyze_drift(init, sft, opts=opts)],
+        "init": _asdict(measure_checkpoint(init, opts)),
+        "sft": _asdict(measure_checkpoint(sft, opts, read=ReadOptions(reference=str(init)))),
+        "drift": [_asdict(d) for d in measure_drift(init, sft, opts=opts)],
     }
 
 

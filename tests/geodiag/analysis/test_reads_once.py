@@ -3,7 +3,7 @@ rows by one walk that feeds every consumer, the new rows by the analysis, whose 
 report's figures, the movement since the init and the drift reuse.
 
 References: the bytes of the file itself (the digest of what was read, recomputed with
-hashlib from the file), and the route that reads everything again (``analyze_drift``
+hashlib from the file), and the route that reads everything again (``measure_drift``
 from paths, ``read_rows`` of the sample)."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from geodiag_fixtures import BASE_VOCAB, DIM, base_rows, planted_new_rows
 from read_counter import EMB, count_reads, rows_read
 
 from geodiag.analysis import rows as analysis_rows
-from geodiag.analysis.checkpoint import analyze, measure_checkpoint
-from geodiag.analysis.drift import analyze_drift, drift_checkpoints
+from geodiag.analysis.checkpoint import measure_checkpoint
+from geodiag.analysis.drift import drift_checkpoints, measure_drift
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.analysis.vocabulary import SampleRows, feed
 from geodiag.io.checkpoint import open_checkpoint
@@ -34,7 +34,7 @@ def reads(monkeypatch):
 
 
 def test_analysis_reads_every_row_once(make_ckpt, reads):
-    analyze(make_ckpt("random"))
+    measure_checkpoint(make_ckpt("random"))
     got = rows_read(reads, "random", EMB)
     assert set(got) == set(range(BASE_VOCAB + N_NEW))  # originals, sample and new rows
     assert set(got.values()) == {1}
@@ -42,7 +42,7 @@ def test_analysis_reads_every_row_once(make_ckpt, reads):
 
 def test_untied_head_reads_every_row_of_both_matrices_once(make_ckpt, reads):
     head = np.random.default_rng(5).normal(size=(BASE_VOCAB + N_NEW, DIM))
-    analyze(make_ckpt("random", untied_head=head))
+    measure_checkpoint(make_ckpt("random", untied_head=head))
     for tensor in (EMB, "lm_head.weight"):
         got = rows_read(reads, "random", tensor)
         assert set(got) == set(range(BASE_VOCAB + N_NEW)) and set(got.values()) == {1}, tensor
@@ -52,7 +52,7 @@ def test_the_digest_hashes_the_new_rows_then_the_vocabulary_once(make_ckpt):
     """sha256 over the header and every byte range read, in read order (safetensors.py):
     recomputed from the file, the new rows first, then rows 0..base once."""
     root = make_ckpt("random")
-    report = analyze(root)
+    report = measure_checkpoint(root)
     raw = (root / "model.safetensors").read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8 : 8 + n])
@@ -75,10 +75,12 @@ def test_drift_from_held_rows_equals_drift_from_the_paths(make_ckpt, monkeypatch
     b = make_ckpt(moved * 0.05, name="b")
     opts = AnalyzeOptions(n_permutations=20)
     ca, cb = open_checkpoint(a), open_checkpoint(b)
-    held = (measure_checkpoint(ca, opts)[1], measure_checkpoint(cb, opts)[1])
+    held: tuple[list, list] = ([], [])
+    measure_checkpoint(ca, opts, keep_rows=True, each=held[0].append)
+    measure_checkpoint(cb, opts, keep_rows=True, each=held[1].append)
     assert (held[0][0].rows.dtype == np.float32) is float32
     got = drift_checkpoints(ca, cb, a, b, opts, held)
-    assert dumps(got) == dumps(analyze_drift(a, b, opts=opts))
+    assert dumps(got) == dumps(measure_drift(a, b, opts=opts))
 
 
 def test_movement_from_held_reference_rows_equals_reading_them(make_ckpt):
@@ -86,13 +88,14 @@ def test_movement_from_held_reference_rows_equals_reading_them(make_ckpt):
     sft = make_ckpt(planted_new_rows("random", base_rows()) * 1.01, name="sft")
     opts = AnalyzeOptions(n_permutations=20)
     ref = open_checkpoint(init)
-    _, ref_held = measure_checkpoint(ref, opts)
+    ref_held: list = []
+    measure_checkpoint(ref, opts, keep_rows=True, each=ref_held.append)
     ckpt = open_checkpoint(sft)
     ckpt.reference = ref
-    got = measure_checkpoint(ckpt, opts, ref_held)[0]
+    got = measure_checkpoint(ckpt, opts, reference=ref_held)
     fresh = open_checkpoint(sft)
     fresh.reference = open_checkpoint(init)
-    want = measure_checkpoint(fresh, opts)[0]
+    want = measure_checkpoint(fresh, opts)
     assert got.matrices[0].untrained.movement is not None
     assert dumps(got.matrices) == dumps(want.matrices)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.checkpoint import measure_checkpoint
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.gate.checks import GateConfig, run_gate
 from geodiag.gate.verdict import GTI, verdict
@@ -13,7 +13,7 @@ OPTS = AnalyzeOptions(n_permutations=50, neighbors_max=0)
 
 
 def diagnose(path, cfg=GateConfig()):
-    report = analyze(path, opts=OPTS)
+    report = measure_checkpoint(path, OPTS)
     return verdict(report, run_gate(report, cfg))
 
 

@@ -15,7 +15,7 @@ import pytest
 from tiny_models import tiny_lm, word_tokenizer
 from typer.testing import CliRunner
 
-from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.checkpoint import measure_checkpoint
 from geodiag.cli import app
 from geodiag.io.options import ReadOptions
 
@@ -141,7 +141,7 @@ def test_mean_resized_block_beside_trained_added_tokens_fails_without_base(qwen)
     c = _checks(res)[("n_untrained", "input")]
     assert c["status"] == "fail" and c["value"] == 16
     assert "<a_0>" in c["message"] and "<tool_call>" not in c["message"]
-    rep = analyze(qwen["mean"], ReadOptions())
+    rep = measure_checkpoint(qwen["mean"], read=ReadOptions())
     assert rep.n_new_tokens == 24 and rep.new_token_source == "tokenizer"
     u = rep.matrices[0].untrained
     tok = transformers.AutoTokenizer.from_pretrained(qwen["mean"])
@@ -157,7 +157,7 @@ def test_mean_resized_block_beside_trained_added_tokens_fails_without_base(qwen)
 
 
 def test_base_makes_the_new_tokens_exactly_those_it_lacks(qwen):
-    rep = analyze(qwen["mean"], ReadOptions(base=qwen["tied"]))
+    rep = measure_checkpoint(qwen["mean"], read=ReadOptions(base=qwen["tied"]))
     absent = _absent_ids(qwen["mean"], qwen["tied"])
     assert rep.new_token_source == "base"
     assert rep.n_new_tokens == len(absent) >= 16
@@ -199,7 +199,7 @@ def test_new_ids_on_the_base_padding_rows_are_named(tmp_path):
     ids = _absent_ids(ckpt, base)
     n_base_rows = transformers.AutoConfig.from_pretrained(base).vocab_size
     assert max(ids) < n_base_rows  # the planted case: every new id inside the old matrix
-    rep = analyze(ckpt, ReadOptions(base=base))
+    rep = measure_checkpoint(ckpt, read=ReadOptions(base=base))
     u = rep.matrices[0].untrained
     assert u.unchanged_padding is not None and u.unchanged_padding.size == len(ids) >= 16
     assert u.unchanged_padding.ids == ids[:8]
@@ -215,13 +215,13 @@ def test_special_added_tokens_are_named_and_measured_with_base(qwen, tmp_path):
         mean_resizing=True,
         trained=True,
     )
-    rep = analyze(ckpt, ReadOptions())
+    rep = measure_checkpoint(ckpt, read=ReadOptions())
     assert rep.n_new_tokens == 24  # non-special only without a base: said in a note
     said = [f.message for f in rep.integrity if f.kind == "special_tokens_left_out"]
     assert (
         len(said) == 1 and "special token(s) not measured" in said[0] and "<sid_begin>" in said[0]
     )
-    rep = analyze(ckpt, ReadOptions(base=qwen["tied"]))
+    rep = measure_checkpoint(ckpt, read=ReadOptions(base=qwen["tied"]))
     absent = _absent_ids(ckpt, qwen["tied"])
     assert rep.n_new_tokens == len(absent) >= 18  # 16 SIDs and the 2 specials at least
     assert {"<sid_begin>", "<sid_end>"} <= {t for m in [rep] for t in _tokens(ckpt, absent)}

@@ -189,7 +189,7 @@ def test_tokenizer_merges_are_skipped_without_changing_anything(tmp_path):
 def test_vocabulary_scan_blocks_are_exact_float32(make_ckpt, dtype):
     """The neighbour scan reads float32 blocks (converted once from BF16/F16) that hold
     the stored values exactly, and its nearest tokens equal a float64 brute force."""
-    from geodiag.analysis.checkpoint import analyze
+    from geodiag.analysis.checkpoint import measure_checkpoint
     from geodiag.analysis.options import AnalyzeOptions
 
     path = make_ckpt("random", dtype=dtype)
@@ -201,7 +201,7 @@ def test_vocabulary_scan_blocks_are_exact_float32(make_ckpt, dtype):
     scanned = np.concatenate([r for _, r in blocks]).astype(np.float64)
     np.testing.assert_array_equal(ids, np.arange(ckpt.new.base_vocab_size))
     np.testing.assert_array_equal(scanned, ckpt.read_rows(m, ids))  # exact, not close
-    report = analyze(path, opts=AnalyzeOptions(n_permutations=10, neighbors_k=3))
+    report = measure_checkpoint(path, AnalyzeOptions(n_permutations=10, neighbors_k=3))
     new = ckpt.read_rows(m, ckpt.new.ids)
     unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
     cos = unit(new) @ unit(scanned).T  # (n, V) float64

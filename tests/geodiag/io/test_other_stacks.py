@@ -10,7 +10,7 @@ import pytest
 from geodiag_fixtures import BASE_VOCAB, DIM, base_rows, planted_new_rows, write_checkpoint
 from typer.testing import CliRunner
 
-from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.checkpoint import measure_checkpoint
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.cli import app
 from geodiag.gate.checks import GateConfig, run_gate
@@ -26,7 +26,7 @@ def run(*args):
 
 
 def diagnose(path, opts=OPTS):
-    report = analyze(path, opts=opts)
+    report = measure_checkpoint(path, opts)
     return report, verdict(report, run_gate(report, GateConfig()))
 
 

@@ -62,11 +62,11 @@ def _batch(i: int) -> torch.Tensor:
 
 
 def _untrained(path: Path, **read) -> tuple[dict, set[int]]:
-    from geodiag.analysis.checkpoint import analyze_checkpoint
+    from geodiag.analysis.checkpoint import measure_checkpoint
     from geodiag.analysis.options import AnalyzeOptions
 
     ckpt = open_checkpoint(path, ReadOptions(**read))
-    report = analyze_checkpoint(ckpt, AnalyzeOptions())
+    report = measure_checkpoint(ckpt, AnalyzeOptions())
     u = report.matrices[0].untrained
     return report, {t.id for t in u.tokens if "barely_moved" in t.findings}
 
@@ -307,10 +307,10 @@ def test_a_grounded_init_measures_movement_but_flags_no_row(trainer_run, tmp_pat
     assert ckpt.reference.path == init
     assert "whose new rows were trained (grounded)" in ckpt.reference_notes[-1]
     # Movement is measured from it; no row counts untrained for barely moving since.
-    from geodiag.analysis.checkpoint import analyze_checkpoint
+    from geodiag.analysis.checkpoint import measure_checkpoint
     from geodiag.analysis.options import AnalyzeOptions
 
-    u = analyze_checkpoint(ckpt, AnalyzeOptions(n_permutations=0)).matrices[0].untrained
+    u = measure_checkpoint(ckpt, AnalyzeOptions(n_permutations=0)).matrices[0].untrained
     assert u.movement_basis == "reference" and u.barely_moved is None
     # The same init, not grounded: the unused tokens barely moved since it.
     sidecar.write_description(init, _levels(init), None)

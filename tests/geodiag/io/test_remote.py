@@ -331,7 +331,7 @@ def _statuses(doc: dict) -> list[tuple[str, str, str]]:
 
 
 def test_a_remote_vocabulary_is_sampled_by_blocks_with_its_error(sampled_fixture, serve):
-    from geodiag.analysis.checkpoint import analyze
+    from geodiag.analysis.checkpoint import measure_checkpoint
     from geodiag.analysis.options import AnalyzeOptions
     from geodiag.analysis.rows import vocabulary_sample_size
 
@@ -355,7 +355,7 @@ def test_a_remote_vocabulary_is_sampled_by_blocks_with_its_error(sampled_fixture
     assert sent <= bound < 0.6 * embedding, (sent, bound, embedding)
     print(f"sampled: sent {sent} B of an embedding of {embedding} B ({sent / embedding:.1%})")
 
-    report = analyze(url)
+    report = measure_checkpoint(url)
     m = report.matrices[0]
     s = m.vocabulary_sample
     assert s.n_read == n_sample and len(s.blocks) == k and s.n_rows == N_SAMPLED_BASE

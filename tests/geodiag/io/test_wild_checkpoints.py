@@ -16,7 +16,7 @@ from geodiag_fixtures import one_line_exit_2
 from tiny_models import save, tiny_lm, word_tokenizer
 from typer.testing import CliRunner
 
-from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.checkpoint import measure_checkpoint
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.cli import app
 from geodiag.io.options import ReadOptions
@@ -111,7 +111,7 @@ def test_the_read_flag_reaches_the_reader_through_every_entry(f16_overflow):
     import geodiag
 
     read = ReadOptions(allow_nonfinite=True)
-    rep = analyze(f16_overflow, read, AnalyzeOptions(n_permutations=0))
+    rep = measure_checkpoint(f16_overflow, AnalyzeOptions(n_permutations=0), read=read)
     assert rep.matrices[0].nonfinite_original_rows_dropped == 2
     rep = geodiag.measure(f16_overflow, read=read, n_permutations=0)
     assert rep.matrices[0].nonfinite_original_rows_dropped == 2
@@ -162,7 +162,7 @@ def test_every_read_option_reaches_open_checkpoint(monkeypatch, f16_overflow):
             continue  # path options: covered by their own tests
         read = ReadOptions(**{"allow_nonfinite": True, f.name: values[f.name]})
         for call in (
-            lambda r: analyze(f16_overflow, r, AnalyzeOptions(n_permutations=0)),
+            lambda r: measure_checkpoint(f16_overflow, AnalyzeOptions(n_permutations=0), read=r),
             lambda r: geodiag.measure(f16_overflow, read=r, n_permutations=0),
             lambda r: geodiag.check(f16_overflow, read=r, n_permutations=0),
         ):
@@ -222,7 +222,11 @@ def test_new_tokens_left_on_padding_rows_fail_without_base(padded):
     c = next(c for c in result["checks"] if c["name"] == "n_untrained")
     assert c["status"] == "fail" and c["value"] == len(SIDS)
     assert "unused padding rows past the tokenizer" in c["message"] and "--base" in c["message"]
-    u = analyze(padded["untouched"], opts=AnalyzeOptions(n_permutations=0)).matrices[0].untrained
+    u = (
+        measure_checkpoint(padded["untouched"], AnalyzeOptions(n_permutations=0))
+        .matrices[0]
+        .untrained
+    )
     assert u.padding.n_padding == 192 - 121 - len(SIDS)
     assert u.padding.p_padding_vs_vocabulary < 0.01 <= u.padding.p_new_vs_padding
     # With --base the same rows are named one by one, as before.
@@ -310,7 +314,7 @@ def test_sentencepiece_folder_names_its_added_tokens(tmp_path):
     model.save_pretrained(ckpt)
     shutil.copy(str(prefix) + ".model", ckpt / "tokenizer.model")
     (ckpt / "added_tokens.json").write_text(json.dumps({t: n + i for i, t in enumerate(SIDS)}))
-    rep = analyze(ckpt, opts=AnalyzeOptions(n_permutations=0))
+    rep = measure_checkpoint(ckpt, AnalyzeOptions(n_permutations=0))
     assert rep.new_token_source == "tokenizer" and rep.n_new_tokens == len(SIDS)
     assert rep.level_names == ["a", "b"]  # from the names added_tokens.json gives
     res = run("check", ckpt, "--permutations", 0)
@@ -391,7 +395,7 @@ def test_hub_cache_root_is_read_through_refs_main(saved, tmp_path):
     ours, theirs = json.loads(res.stdout), json.loads(direct.stdout)
     strip = [{k: v for k, v in c.items()} for c in theirs["results"][0]["checks"]]
     assert ours["results"][0]["checks"] == strip
-    rep = analyze(root, opts=AnalyzeOptions(n_permutations=0))
+    rep = measure_checkpoint(root, AnalyzeOptions(n_permutations=0))
     assert any("refs/main" in n for n in rep.notes)
     (root / "refs" / "main").write_text("f" * 40)
     line = one_line_exit_2(run("check", root))

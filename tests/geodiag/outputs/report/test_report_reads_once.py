@@ -1,6 +1,6 @@
 """The report opens and reads each checkpoint once (issue 30): figures, the movement since
 the init and the drift come from the rows the analysis read. Reference for the drift:
-``analyze_drift`` from the paths, which opens and reads both checkpoints again."""
+``measure_drift`` from the paths, which opens and reads both checkpoints again."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from geodiag_fixtures import BASE_VOCAB
 from read_counter import EMB, count_reads, rows_read
 from report_fixtures import write_set
 
-from geodiag.analysis.drift import analyze_drift
+from geodiag.analysis.drift import measure_drift
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.jsonio import dumps
 from geodiag.outputs.report import ReportOptions, build_report
@@ -36,7 +36,7 @@ def test_report_opens_and_reads_each_checkpoint_once(tmp_path, reads):
 def test_report_drift_equals_drift_read_from_the_paths(tmp_path):
     paths = write_set(tmp_path)
     report = build_report(paths, opts=ReportOptions(n_permutations=20, generated="-"))
-    want = analyze_drift(paths[1], paths[2], opts=AnalyzeOptions(n_permutations=20))
+    want = measure_drift(paths[1], paths[2], opts=AnalyzeOptions(n_permutations=20))
     assert dumps(report.drift[0].reports) == dumps(want)
 
 
@@ -55,5 +55,5 @@ def test_at_scale_paired_rows_are_not_held_but_read_again(tmp_path, reads, monke
     # The analysis, the movement of gti-sft since it, then streamed_drift's pass and its
     # RSA samples (the whole matrix, the row's level: 24 rows are all sampled).
     assert {init[i] for i in new_ids} == {5}
-    want = analyze_drift(paths[1], paths[2], opts=AnalyzeOptions(n_permutations=20))
+    want = measure_drift(paths[1], paths[2], opts=AnalyzeOptions(n_permutations=20))
     assert dumps(report.drift[0].reports) == dumps(want)

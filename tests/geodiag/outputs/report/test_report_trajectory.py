@@ -12,7 +12,7 @@ from geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint
 from report_fixtures import Page, strict_json
 from typer.testing import CliRunner
 
-from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.checkpoint import measure_checkpoint
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.cli import app
 from geodiag.outputs.report import ReportOptions, write_report
@@ -58,8 +58,8 @@ def test_checkpoint_folders_form_a_series_ordered_by_step(tmp_path):
     (traj,) = data["trajectories"]
     assert traj["label"] == "run (checkpoints)" and traj["steps"] == [2, 5, 10]
     for i, step in enumerate((2, 5, 10)):
-        ref = analyze(
-            tmp_path / "run" / f"checkpoint-{step}", opts=AnalyzeOptions(n_permutations=20)
+        ref = measure_checkpoint(
+            tmp_path / "run" / f"checkpoint-{step}", AnalyzeOptions(n_permutations=20)
         )
         m = ref.matrices[0]
         assert traj["effective_rank_ratio"][i] == m.new.centered.effective_rank_ratio

@@ -1,9 +1,9 @@
-"""geodiag.analysis.checkpoint: one checkpoint -> a CheckpointReport (analyze, analyze_checkpoint,
-analyze_matrix), every figure against numpy/scipy on the rows the fixture planted.
+"""geodiag.analysis.checkpoint: one checkpoint -> a CheckpointReport (measure_checkpoint,
+measure_matrix), every figure against numpy/scipy on the rows the fixture planted.
 
 The fixture's rows are written as float32, so the reference is computed from the planted
 rows rounded to float32 and then summed in float64, as geodiag does. (Named
-test_analyze_checkpoint.py: tests/geodiag/io/test_checkpoint.py holds open_checkpoint's.)
+test_measure_checkpoint.py: tests/geodiag/io/test_checkpoint.py holds open_checkpoint's.)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from geodiag_fixtures import BASE_VOCAB, DIM, LEVELS, base_rows, codebooks, planted_new_rows
 from scipy.stats import spearmanr
 
-from geodiag.analysis.checkpoint import analyze, analyze_checkpoint, analyze_matrix
+from geodiag.analysis.checkpoint import measure_checkpoint, measure_matrix
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.options import ReadOptions
@@ -52,7 +52,7 @@ def upper(m: np.ndarray) -> np.ndarray:
 
 
 def test_new_rows_geometry_matches_numpy(make_ckpt):
-    rep = analyze(make_ckpt("grounded"), opts=FAST)
+    rep = measure_checkpoint(make_ckpt("grounded"), FAST)
     base, new = stored(base_rows()), stored(planted_new_rows("grounded", base_rows()))
     (m,) = rep.matrices
     assert (m.role, m.tensor, m.n_rows, m.dim, m.n_new) == (
@@ -86,7 +86,7 @@ def test_new_rows_geometry_matches_numpy(make_ckpt):
 
 
 def test_levels_rsa_and_level_cosine_match_scipy(make_ckpt):
-    rep = analyze(make_ckpt("grounded"), opts=FAST)
+    rep = measure_checkpoint(make_ckpt("grounded"), FAST)
     new = stored(planted_new_rows("grounded", base_rows()))
     books = codebooks()
     (m,) = rep.matrices
@@ -115,7 +115,7 @@ def test_levels_rsa_and_level_cosine_match_scipy(make_ckpt):
 
 def test_nearest_original_tokens_match_numpy(make_ckpt):
     opts = AnalyzeOptions(n_permutations=0, neighbors_k=3, neighbors_max=5)
-    rep = analyze(make_ckpt("random"), opts=opts)
+    rep = measure_checkpoint(make_ckpt("random"), opts)
     base, new = stored(base_rows()), stored(planted_new_rows("random", base_rows()))
     (m,) = rep.matrices
     # 5 of the 24 new tokens, a seeded sample, and the report says so.
@@ -132,7 +132,7 @@ def test_nearest_original_tokens_match_numpy(make_ckpt):
 def test_untied_head_is_its_own_matrix(make_ckpt):
     head = np.random.default_rng(5).normal(size=(BASE_VOCAB + N_NEW, DIM))
     path = make_ckpt("random", untied_head=head)
-    rep = analyze(path, opts=FAST)
+    rep = measure_checkpoint(path, FAST)
     assert not rep.tied and [m.role for m in rep.matrices] == ["input", "output"]
     out = rep.matrices[1]
     assert out.tensor == "lm_head.weight"
@@ -143,17 +143,17 @@ def test_untied_head_is_its_own_matrix(make_ckpt):
     assert out.norm_ratio == pytest.approx(
         np.linalg.norm(rows, axis=1).max() / np.linalg.norm(stored(head[:BASE_VOCAB]), axis=1).max()
     )
-    # analyze_matrix alone gives the matrix analyze_checkpoint put in the report.
+    # measure_matrix alone gives the matrix measure_checkpoint put in the report.
     ckpt = open_checkpoint(path)
-    assert to_jsonable(analyze_matrix(ckpt, ckpt.matrices[1], FAST)) == to_jsonable(out)
-    again = analyze_checkpoint(open_checkpoint(path), FAST)
+    assert to_jsonable(measure_matrix(ckpt, ckpt.matrices[1], FAST)[0]) == to_jsonable(out)
+    again = measure_checkpoint(open_checkpoint(path), FAST)
     assert to_jsonable(again.matrices) == to_jsonable(rep.matrices)
 
 
 def test_non_finite_new_rows_are_dropped_when_allowed(make_ckpt):
     rows = planted_new_rows("random", base_rows())
     rows[[3, 17]] = np.nan
-    rep = analyze(make_ckpt(rows), ReadOptions(allow_nonfinite=True), FAST)
+    rep = measure_checkpoint(make_ckpt(rows), FAST, read=ReadOptions(allow_nonfinite=True))
     (m,) = rep.matrices
     kept = stored(np.delete(rows, [3, 17], axis=0))
     assert (m.n_new, m.nonfinite_rows_dropped) == (N_NEW - 2, 2)
@@ -171,7 +171,7 @@ def test_non_finite_new_rows_are_dropped_when_allowed(make_ckpt):
 
 def test_a_vocabulary_smaller_than_the_new_rows_is_the_whole_reference(make_ckpt):
     base = base_rows()[:10]
-    rep = analyze(make_ckpt("random", base=base), opts=FAST)
+    rep = measure_checkpoint(make_ckpt("random", base=base), FAST)
     (m,) = rep.matrices
     new = stored(planted_new_rows("random", base))
     assert m.reference_size == 10
@@ -194,7 +194,9 @@ def test_spread_ratio_undefined_says_why(make_ckpt, n_base, n_new, reference_siz
         rows, base=base, with_sidecar=False, with_tokenizer=False, with_codebooks=False
     )
     read = ReadOptions(new_tokens=(n_base, n_base + n_new))
-    rep = analyze(path, read, AnalyzeOptions(n_permutations=0, reference_size=reference_size))
+    rep = measure_checkpoint(
+        path, AnalyzeOptions(n_permutations=0, reference_size=reference_size), read=read
+    )
     (m,) = rep.matrices
     assert m.reference is None and m.new.spread_relative is None
     assert m.reference_undefined_reason.startswith(reason)
@@ -202,7 +204,7 @@ def test_spread_ratio_undefined_says_why(make_ckpt, n_base, n_new, reference_siz
 
 
 def test_codebook_health_counts_the_sidecars_items(make_ckpt):
-    rep = analyze(make_ckpt("random"), opts=FAST)
+    rep = measure_checkpoint(make_ckpt("random"), FAST)
     # The fixture's items: 10, codes drawn by default_rng(3) level after level, item by item.
     rng = np.random.default_rng(3)
     codes = np.array([[rng.integers(k) for _, k in LEVELS] for _ in range(10)])
@@ -213,4 +215,4 @@ def test_codebook_health_counts_the_sidecars_items(make_ckpt):
         assert usage.n_dead == k - len(used) and usage.dead_codes == sorted(set(range(k)) - used)
     # Without a sidecar there are no items to count.
     bare = make_ckpt("random", name="bare", with_sidecar=False)
-    assert analyze(bare, opts=FAST).codebook is None
+    assert measure_checkpoint(bare, FAST).codebook is None
