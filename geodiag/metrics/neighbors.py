@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 
 from geodiag.metrics.geometry import as_matrix, row_norms
@@ -83,21 +81,6 @@ def _merge_hits(
     return all_ids[take], all_score[take]
 
 
-def nearest_rows(
-    queries: np.ndarray,
-    chunks: Iterable[tuple[np.ndarray, np.ndarray]],
-    *,
-    k: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The k rows of highest cosine to each query, over a stream of vocabulary blocks:
-    :class:`NearestRows` fed every (ids (m,), rows (m, d)) block of ``chunks``. Returns
-    (ids (q, k') int64, cosines (q, k') float64); see the class."""
-    scan = NearestRows(queries, k)
-    for chunk_ids, chunk_rows in chunks:
-        scan.add(chunk_ids, chunk_rows)
-    return scan.result()
-
-
 class NearestRows:
     """The k rows of highest cosine to each query, one vocabulary block at a time: a
     consumer of the single pass over the original rows (:mod:`geodiag.analysis.vocabulary`).
@@ -124,7 +107,7 @@ class NearestRows:
     the bound.
     """
 
-    def __init__(self, queries: np.ndarray, k: int = 5) -> None:
+    def __init__(self, queries: np.ndarray, k: int) -> None:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         queries = as_matrix(queries, "queries", min_rows=0)

@@ -335,11 +335,6 @@ def distances(x: np.ndarray, point: np.ndarray) -> np.ndarray:
     return out
 
 
-def near_point(x: np.ndarray, point: np.ndarray, tol: float) -> np.ndarray:
-    """(n,) bool: rows of x (n, d) within ``tol`` of ``point`` (d,)."""
-    return distances(x, point) <= tol
-
-
 # New rows are compared with the rows past the tokenizer that no token uses (a padded
 # vocabulary's never-trained rows, e.g. Qwen2.5's 271) by a two-sample Kolmogorov-Smirnov
 # test on row norms. New tokens that landed on such rows without an init (the tokenizer

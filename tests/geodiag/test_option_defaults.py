@@ -98,11 +98,11 @@ def test_metric_functions_have_no_defaults_of_their_own():
     """The settings come from the caller (AnalyzeOptions holds geodiag's): no second 1000."""
     from geodiag.analysis.findings import row_findings
     from geodiag.metrics.drift import drift, streamed_drift
-    from geodiag.metrics.neighbors import nearest_rows
+    from geodiag.metrics.neighbors import NearestRows
     from geodiag.metrics.quantization import quantization_findings
     from geodiag.metrics.rsa import rsa, rsa_sample
 
-    for fn in (rsa, drift, streamed_drift, quantization_findings, rsa_sample, nearest_rows):
+    for fn in (rsa, drift, streamed_drift, quantization_findings, rsa_sample, NearestRows):
         sig = inspect.signature(fn).parameters
         for name in ("n_permutations", "seed", "max_items", "k"):
             if name in sig:

@@ -1,13 +1,23 @@
-"""nearest_rows: streamed top-k against a brute-force sort over the whole vocabulary."""
+"""NearestRows: streamed top-k against a brute-force sort over the whole vocabulary."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pytest
 
-from geodiag.metrics.neighbors import nearest_rows
+from geodiag.metrics.neighbors import NearestRows
+
+
+def nearest_rows(
+    queries: np.ndarray, chunks: Iterable[tuple[np.ndarray, np.ndarray]], *, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """NearestRows fed every (ids, rows) block of ``chunks``, as the vocabulary walk feeds it."""
+    scan = NearestRows(queries, k)
+    for chunk_ids, chunk_rows in chunks:
+        scan.add(chunk_ids, chunk_rows)
+    return scan.result()
 
 
 def blocks(ids: np.ndarray, rows: np.ndarray, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:

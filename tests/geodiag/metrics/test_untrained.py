@@ -13,7 +13,7 @@ from scipy.spatial.distance import pdist, squareform
 from typer.testing import CliRunner
 
 from geodiag.cli import app
-from geodiag.metrics.untrained import identical_groups, near_point, vocabulary_stats
+from geodiag.metrics.untrained import distances, identical_groups, vocabulary_stats
 
 
 def run(*args):
@@ -71,7 +71,7 @@ def test_vocabulary_stats_equal_numpy_over_blocks():
     assert stats.spread == pytest.approx(spread, rel=1e-9)
     assert stats.max_norm == pytest.approx(np.linalg.norm(ok, axis=1).max(), rel=1e-15)
     assert vocabulary_stats([]) is None
-    assert near_point(ok[:3], ok[0], 0.0).tolist() == [True, False, False]
+    assert (distances(ok[:3], ok[0]) <= 0.0).tolist() == [True, False, False]
 
 
 # ---- the gate on the cases the block checks got wrong --------------------------------
@@ -189,7 +189,7 @@ def test_dead_codes_are_named_as_such(make_ckpt):
 
 
 def test_row_tests_by_blocks_match_the_whole_matrix(monkeypatch):
-    """zero_rows, near_point and identical_groups walk the rows in blocks (no (n, d)
+    """zero_rows, distances and identical_groups walk the rows in blocks (no (n, d)
     temporary at 100,000 rows): the same answers as in one block."""
     from geodiag.metrics import untrained
 
@@ -200,13 +200,13 @@ def test_row_tests_by_blocks_match_the_whole_matrix(monkeypatch):
     x[3] = 0.0
     whole = (
         untrained.zero_rows(x),
-        near_point(x, point, 1e-9),
+        distances(x, point) <= 1e-9,
         [g.tolist() for g in identical_groups(x, 1e-9)],
     )
     monkeypatch.setattr(untrained, "_BLOCK_ROWS", 4)
     blocks = (
         untrained.zero_rows(x),
-        near_point(x, point, 1e-9),
+        distances(x, point) <= 1e-9,
         [g.tolist() for g in identical_groups(x, 1e-9)],
     )
     np.testing.assert_array_equal(blocks[0], whole[0])
