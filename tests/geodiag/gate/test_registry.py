@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+from geodiag_fixtures import DIM
 
 import geodiag
 from geodiag.gate.checks import (
@@ -64,3 +66,37 @@ def test_a_level_result_carries_its_level_and_shows_the_old_name():
     assert dumps({CheckName.RSA: CheckName.MEAN_PAIRWISE_COSINE}) == dumps(
         {"rsa": "mean_pairwise_cosine"}
     )
+
+
+def test_every_unit_module_is_registered_once_and_holds_one_check():
+    """Adding a check is a module of geodiag/gate/checks/ and a line in UNITS: a module
+    left out of the registry, or a unit listed twice, fails here."""
+    import importlib
+    import pkgutil
+
+    import geodiag.gate.checks as registry
+
+    modules = sorted(m.name for m in pkgutil.iter_modules(registry.__path__) if m.name != "unit")
+    units = [importlib.import_module(f"geodiag.gate.checks.{m}").CHECK for m in modules]
+    assert sorted(u.name for u in units) == sorted(u.name for u in registry.UNITS)
+    assert len(set(registry.UNITS)) == len(registry.UNITS)
+    # and each unit's module is named after its check
+    assert [u.name for u in units] == modules
+
+
+def test_the_verdict_explains_by_the_units_ranks(make_ckpt):
+    """The most specific cause first: rows no init ran on (n_untrained's own rank) before a
+    point collapse (spread, cosine), before a thin subspace, before the rest; rows a mean
+    init wrote are a point collapse before they are untrained."""
+    by = {c.name: c for c in CHECKS}
+    zero = geodiag.measure(make_ckpt(np.zeros((24, DIM))), n_permutations=0, neighbors=0)
+    mean = geodiag.measure(make_ckpt("mean"), n_permutations=0, neighbors=0)
+    z, m = zero.matrices[0], mean.matrices[0]
+    assert by[CheckName.N_UNTRAINED].rank_of(z) < by[CheckName.SPREAD_RELATIVE].rank_of(z)
+    assert by[CheckName.N_UNTRAINED].rank_of(m) > by[CheckName.EFFECTIVE_RANK].rank_of(m)
+    order = ("spread_relative", "effective_rank", "norm_ratio", "vocabulary_disagreements", "rsa")
+    ranks = [by[CheckName(n)].rank_of(m) for n in order]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+    # and the verdicts say so: no init ran on the zero rows; the mean init is named
+    assert "all zero" in geodiag.check(zero.path).verdict
+    assert "mean initialization" in geodiag.check(mean.path).verdict
