@@ -24,6 +24,8 @@ import numpy as np
 
 from geodiag.errors import InputError, cannot_read
 from geodiag.io.layouts import check_not_lfs_pointer
+from geodiag.progress import AFTER_S as PROGRESS_AFTER_S
+from geodiag.progress import READING_EVERY_S as PROGRESS_EVERY_S
 from geodiag.progress import Progress
 
 CONNECT_TIMEOUT_S = 10.0  # per request; an unreachable host fails in seconds, not minutes
@@ -32,8 +34,6 @@ BACKOFF_S = 0.5  # wait before the second try, doubled for each try after it
 # Spans closer than this are read with one request and the bytes between them dropped:
 # a round trip costs more than 256 KB on any link a checkpoint is read over.
 COALESCE_GAP = 256 * 1024
-PROGRESS_AFTER_S = 3.0  # a progress line on stderr once a source has read this long
-PROGRESS_EVERY_S = 10.0
 T = TypeVar("T")
 
 

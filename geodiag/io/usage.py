@@ -41,6 +41,8 @@ import numpy as np
 
 from geodiag.errors import InputError, cannot_read, require_extra
 from geodiag.io.checkpoint import Checkpoint
+from geodiag.progress import AFTER_S as PROGRESS_AFTER
+from geodiag.progress import COUNTING_EVERY_S as PROGRESS_EVERY
 from geodiag.progress import Progress
 
 USAGE_INSTALL = "pip install 'geodiag[usage]'"
@@ -48,9 +50,6 @@ USAGE_INSTALL = "pip install 'geodiag[usage]'"
 # threads stay busy, small enough that memory is flat (a few MB of text in flight).
 BATCH_TEXTS = 4096
 BATCH_BYTES = 4 << 20
-# Progress is shown once counting has run this long, then every PROGRESS_EVERY seconds.
-PROGRESS_AFTER = 3.0
-PROGRESS_EVERY = 5.0
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 # The record fields that hold text, in the formats the module docstring lists.
 TEXT_FIELDS = ("text", "messages", "prompt", "completion", "chosen", "rejected")
