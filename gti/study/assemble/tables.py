@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from geodiag.metrics.rsa import SIGNIFICANCE as RSA_ALPHA
 from gti.study.assemble.collect import CURVE_METRICS
 
 # The metrics of the paired-differences table (final budget).
 PAIRED_METRICS = ("recall@10", "recall@20", "ndcg@10")
-# Seeds whose RSA permutation p is below this are counted as significant.
-RSA_ALPHA = 0.05
+# Seeds whose RSA permutation p is below RSA_ALPHA (geodiag's significance level) are
+# counted as significant.
 
 
 def _fmt(ci: dict) -> str:
