@@ -3,7 +3,10 @@
 The gate (:mod:`geodiag.gate.checks`) decides pass / warn / fail; this module only explains
 its decisions: one diagnosis per checkpoint, which carries the remedy once, and one
 finding per gate check, which states what was measured and no remedy (a card whose six
-check lines repeat one remedy reads as six problems). Remedies speak the language of the stack that wrote the checkpoint
+check lines repeat one remedy reads as six problems). Each check's unit says its finding
+and the diagnosis it gives a failed matrix; here the most specific failed check (the
+units' ranks) speaks, and a matrix that failed nothing is judged on its structure.
+Remedies speak the language of the stack that wrote the checkpoint
 (:mod:`geodiag.io.stack`): the option that produced a collapse and its alternative in
 transformers, Unsloth, LLaMA-Factory or PEFT, with gti as one option among them. A gti
 checkpoint's sidecar provenance (strategy, grounding steps) shapes the advice.
@@ -32,7 +35,6 @@ from geodiag.gate.checks import (
     run_gate,
 )
 
-__all__ = ["GTI", "Verdict", "fingerprint", "judge", "verdict"]
 _ORDER = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
 _BY_NAME = {c.name: c for c in CHECKS}
 
