@@ -203,6 +203,7 @@ def _usage_lines(u) -> list[str]:
 
 
 SHOWN_TOKEN_LINES = 10  # flagged tokens printed one per line (all are in --json)
+SHOWN_NEIGHBOUR_TOKENS = 5  # new tokens whose nearest originals the table prints (all: --json)
 
 
 def _token_lines(u) -> list[str]:
@@ -322,8 +323,8 @@ def _matrix_details(m: MatrixReport, said: set[str] = frozenset()) -> list[str]:
             f"between levels {_f(m.level_cosine.between_mean)}"
         )
     if m.neighbors:
-        lines.append("  nearest original tokens (first 5 new tokens):")
-        for tn in m.neighbors[:5]:
+        lines.append(f"  nearest original tokens (first {SHOWN_NEIGHBOUR_TOKENS} new tokens):")
+        for tn in m.neighbors[:SHOWN_NEIGHBOUR_TOKENS]:
             near = ", ".join(f"{n.token!r} {n.cosine:.2f}" for n in tn.nearest)
             lines.append(f"    {tn.token}: {near}")
     return lines
