@@ -7,7 +7,7 @@ from pathlib import Path
 
 from geodiag.api import check
 from geodiag.gate.outputs import text_summary
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 from geodiag.jsonio import to_jsonable
 from gti.dropin.index import IndexTokens
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from geodiag.analysis.checkpoint import analyze
 
 from geodiag.analysis.options import AnalyzeOptions
-from geodiag.io.options import ReadOptions  # noqa: E402
+from geodiag.io.sources.options import ReadOptions  # noqa: E402
 from gti.experiment.layout import experiment_paths  # noqa: E402
 
 FINDINGS = ("at_vocabulary_mean", "zero", "barely_moved", "dead_codes", "norm_small", "norm_large")

@@ -21,7 +21,7 @@ from geodiag.analysis.checkpoint import analyze_checkpoint
 from geodiag.analysis.drift import analyze_drift, deployed_read
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 from geodiag.jsonio import dumps
 from gti.deploy import QUANTIZER_TYPES, REQUANTIZED_TYPES, convert, requantize
 from gti.llama_cpp import locate_quantizer, quantize

@@ -1,0 +1,33 @@
+"""How a checkpoint's tensors are stored: one module per format, each a
+:class:`~geodiag.io.formats.tensor_store.TensorStore` over a file or folder, locally or
+through ``geodiag.io.sources``' byte ranges behind a URL.
+
+Bottom to top, each module importing only those above it in this list and
+``geodiag.io.sources`` (``tests/geodiag/test_import_graph.py`` keeps it true):
+
+- ``tensor_store``: :class:`~geodiag.io.formats.tensor_store.TensorStore`, the questions every
+  store answers, and the one check of the row ids asked for;
+- ``safetensors``: a validating safetensors reader that reads only the rows asked for,
+  and a small writer;
+- ``gguf``: a GGUF file's tensors (rows dequantized by llama.cpp's ``gguf`` package),
+  metadata and token strings, opened by ``store`` only for a ``.gguf``;
+- ``mlx_quantized``: the packed matrices of an MLX-quantized safetensors checkpoint
+  (``mlx_lm.convert -q``), dequantized as mlx does, wrapped around a safetensors store by ``store``;
+- ``torch_zip``: a ``torch.save`` archive without torch: its ``data.pkl`` unpickled with only
+  the globals a caller allows (inert stand-ins), each storage's values by byte range, from
+  any ``ByteSource`` (the archive's two ends read in one call);
+- ``dcp``: a torch.distributed.checkpoint folder (FSDP2's ``dcp.save``, a Trainer's
+  ``pytorch_model_fsdp_0/``): its ``.metadata`` unpickled with only DCP's own classes, the
+  rows asked for read by byte range from the ``.distcp`` shards that hold them, on disk or
+  behind a URL (a ``byte_ranges.Folder``);
+- ``zero``: a DeepSpeed ZeRO checkpoint (ZeRO-1/2/3 ``global_stepN/`` partitions, a universal
+  folder): the fp32 rows ``zero_to_fp32`` consolidates, read by byte range from the ranks
+  that hold them, its pickles unpickled with only DeepSpeed's own classes;
+- ``store``: those questions over one file, a sharded set, a torch pickle, a GGUF file, a
+  DCP folder or a DeepSpeed ZeRO folder (``open_store``: the one place that picks the
+  store for a path), and behind a URL (``open_remote``: safetensors, a GGUF file, a PEFT
+  adapter's, a DCP folder's shards, read by byte ranges);
+- ``memory``: the same questions over a numpy array, a torch tensor or a model;
+- ``tensor_names``: which tensor is the input embedding, which the output head;
+- ``peft_adapter``: a PEFT adapter folder over its base, rows as PEFT merges them;
+"""
