@@ -154,7 +154,7 @@ def one(model_type: str, cls_name: str, untie: bool) -> tuple[str, str]:
     import torch
     import transformers
 
-    from geodiag.io.formats.store import open_store
+    from geodiag.io.formats.registry import open_store
     from geodiag.io.formats.tensor_names import find_input_tensor, find_output_head
 
     cls = getattr(transformers, cls_name, None)

@@ -26,9 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError
+from geodiag.io.formats.dcp import dcp_folder
 from geodiag.io.formats.gguf import GGUFStore
 from geodiag.io.formats.peft_adapter import AdapterInfo, is_adapter, open_adapter
-from geodiag.io.formats.store import FLOAT_DTYPES, is_float, open_remote, open_store
+from geodiag.io.formats.registry import open_base as open_adapter_base
+from geodiag.io.formats.registry import open_remote, open_store
+from geodiag.io.formats.store import FLOAT_DTYPES, is_float
 from geodiag.io.formats.tensor_names import (
     Head,
     find_input_tensor,
@@ -36,7 +39,8 @@ from geodiag.io.formats.tensor_names import (
     stated_widths,
 )
 from geodiag.io.formats.tensor_store import TensorStore
-from geodiag.io.sources.layouts import FSDP_SUBFOLDERS, dcp_folder, resolve_hub_cache, zero_folder
+from geodiag.io.formats.zero import zero_folder
+from geodiag.io.sources.layouts import FSDP_SUBFOLDERS, resolve_hub_cache
 from geodiag.io.sources.options import ReadOptions
 from geodiag.io.sources.remote import is_remote
 from geodiag.io.stack import detect_stack
@@ -251,7 +255,7 @@ def open_checkpoint(
         path, hub_note, location = remote.folder, None, remote.where
         store, adapter, roots = remote.store, None, remote.roots
         if store is None:  # an adapter folder: read over its base, local or by URL
-            adapter, store = open_adapter(path, opts.base, remote)
+            adapter, store = open_adapter(path, opts.base, open_adapter_base, remote)
             roots.append(adapter.base_root)
     else:
         path, hub_note = resolve_hub_cache(Path(path))
@@ -340,7 +344,7 @@ def _open_weights(
 ) -> tuple[TensorStore, AdapterInfo | None, list[Path]]:
     """(store, the adapter when ``path`` is one, the folders to look beside: first wins)."""
     if is_adapter(path):
-        adapter, store = open_adapter(path, opts.base)
+        adapter, store = open_adapter(path, opts.base, open_adapter_base)
         # Files beside the weights: the adapter folder's own first, else the base's.
         return store, adapter, [path, adapter.base_root]
     roots = [path if path.is_dir() else path.parent]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from geodiag.errors import InputError
-from geodiag.io.formats.store import open_store
+from geodiag.io.formats.registry import open_store
 from geodiag.io.vocabulary.tokenizer import gguf_tokenizer
 
 gguf = pytest.importorskip("gguf")

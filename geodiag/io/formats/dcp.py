@@ -46,6 +46,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from geodiag.errors import InputError
+from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles
 from geodiag.io.formats.torch_zip import (
     ROW_DTYPES,
     TENSOR_GLOBALS,
@@ -58,6 +59,8 @@ from geodiag.io.formats.torch_zip import (
     torch_size,
 )
 from geodiag.io.sources.byte_ranges import ByteSource, Folder, LocalFolder, read_rows
+from geodiag.io.sources.layouts import FSDP_FIRST_SUBFOLDER, FSDP_SUBFOLDERS
+from geodiag.io.sources.remote import SMALL_FILES, WEIGHTS, fetch_small_files
 
 METADATA = ".metadata"
 WRITER = "torch.distributed.checkpoint"  # whose classes a pickle may name
@@ -320,3 +323,53 @@ class DCPStore(ReadsRows):
 
     def digests(self) -> dict[str, str]:
         return {where: d.hexdigest() for where, d in self._digests.items()}
+
+
+def dcp_folder(p: Path) -> bool:
+    """A torch.distributed.checkpoint folder: ``.metadata`` beside ``*.distcp`` shards."""
+    return (p / ".metadata").is_file() and any(p.glob("*.distcp"))
+
+
+def dcp_weights(p: Path) -> Path | None:
+    """The DCP folder holding ``p``'s weights: ``p`` itself, or the one FSDP subfolder
+    (``pytorch_model_fsdp_0/``, as the Trainer and accelerate's ``save_state`` write with
+    a sharded state dict) of a checkpoint folder; None when there is neither."""
+    if dcp_folder(p):
+        return p
+    fsdp = sorted(d for d in p.glob(FSDP_SUBFOLDERS) if d.is_dir() and dcp_folder(d))
+    if len(fsdp) > 1:
+        raise InputError(
+            p,
+            f"several FSDP sharded models ({', '.join(d.name for d in fsdp)}): pass the "
+            "folder of the one to read",
+        )
+    return fsdp[0] if fsdp else None
+
+
+def url(remote, name: str | None, small: SmallFiles) -> RemoteCheckpoint | None:
+    """A URL folder that is a DCP folder, or whose first FSDP subfolder is (the local
+    :func:`dcp_weights`, probed since a URL cannot be listed), read by the local reader
+    through ``remote``; None otherwise."""
+    if name is not None:
+        return None
+    folder = small.folder()
+    dcp = remote if remote.exists(METADATA) else remote.child(FSDP_FIRST_SUBFOLDER)
+    if dcp is not remote and not dcp.exists(METADATA):
+        remote.exists(WEIGHTS, required=True)  # S3 without ListBucket: the refusal named
+        return None
+    roots = [folder]
+    if dcp is remote and PurePosixPath(remote.where).match(FSDP_SUBFOLDERS):
+        # config and tokenizer sit above, where the local reader looks beside its parent
+        roots.append(fetch_small_files(remote.parent(), SMALL_FILES))
+    return RemoteCheckpoint(folder, DCPStore(dcp), remote.where, roots)
+
+
+FORMAT = Format(
+    name="torch.distributed.checkpoint",
+    what="a DCP folder (`.metadata` beside `*.distcp` shards; FSDP2's `dcp.save`, a Trainer's "
+    "`pytorch_model_fsdp_0/`), unpickled with DCP's classes only, rows by byte ranges",
+    find=lambda path: None if path.is_file() else dcp_weights(path),
+    open=lambda found, asked: DCPStore(found),
+    url=url,
+    files=(r"\.metadata", r"[^/]*\.distcp"),
+)

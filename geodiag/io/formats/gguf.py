@@ -31,8 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError
+from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles
 from geodiag.io.formats.tensor_store import checked_rows
 from geodiag.io.sources.byte_ranges import ByteSource, LocalFile, read_rows
+from geodiag.io.sources.remote import GGUF_SMALL_FILES, fetch_small_files
 
 INSTALL = "pip install 'geodiag[gguf]' (llama.cpp's gguf package)"
 MAGIC = b"GGUF"
@@ -443,3 +445,24 @@ def _dist_version() -> str:
         return importlib.metadata.version("gguf")
     except importlib.metadata.PackageNotFoundError:
         return "(unknown version)"
+
+
+def url(remote, name: str | None, small: SmallFiles) -> RemoteCheckpoint | None:
+    """A ``.gguf`` file's URL: its header and the rows asked for by ranges, the sidecar
+    and codebooks beside it fetched when present (it carries its config and tokenizer)."""
+    if name is None or not name.endswith(".gguf"):
+        return None
+    folder = fetch_small_files(remote, GGUF_SMALL_FILES)
+    store = GGUFStore(remote.shown(name), remote.file(name))
+    return RemoteCheckpoint(folder, store, remote.where, [folder])
+
+
+FORMAT = Format(
+    name="GGUF",
+    what="a `.gguf` file (llama.cpp's export), rows dequantized by llama.cpp's `gguf` package",
+    find=lambda path: path if path.is_file() and path.suffix == ".gguf" else None,
+    open=lambda found, asked: GGUFStore(found),
+    url=url,
+    files=(r"[^/]*\.gguf",),
+    url_suffixes=(".gguf",),
+)

@@ -39,16 +39,19 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from geodiag.errors import InputError
-from geodiag.io.formats.store import RemoteCheckpoint, open_remote, open_store
+from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles
+from geodiag.io.formats.store import SafetensorsStore, opened_by_ranges
 from geodiag.io.formats.tensor_names import ORIGINAL_SUFFIX, OUTPUT_HEAD_NAMES, PEFT_PREFIX
 from geodiag.io.formats.tensor_store import TensorStore
-from geodiag.io.sources.layouts import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from geodiag.io.formats.torch_pickle import TorchStore
+from geodiag.io.sources.layouts import ADAPTER_CONFIG, ADAPTER_WEIGHTS, check_not_lfs_pointer
 from geodiag.io.sources.remote import is_remote
 from geodiag.jsonio import read_json_object
 
@@ -136,16 +139,17 @@ def resolve_base(
     )
 
 
-def _open_base(base: Path | str, source: str) -> tuple[TensorStore, Path]:
-    """(the base's tensors, the folder of its config and tokenizer); not itself an adapter."""
-    if is_remote(base):
-        remote: RemoteCheckpoint = open_remote(str(base))
-        if remote.store is None:
-            raise InputError(source, f"{base} is itself an adapter; pass the base checkpoint")
-        return remote.store, remote.folder
-    if is_adapter(base):
-        raise InputError(source, f"{base} is itself an adapter; pass the base checkpoint")
-    return open_store(base), base if base.is_dir() else base.parent
+# The base's tensors and the folder of its config and tokenizer, from the base as
+# resolve_base names it and where it came from (geodiag.io.formats.registry.open_base).
+OpenBase = Callable[[Path | str, str], tuple[TensorStore, Path]]
+
+
+def _weights_file(weights: Path) -> TensorStore:
+    """The adapter's own weights file: ``adapter_model.safetensors``, else its ``.bin``."""
+    check_not_lfs_pointer(weights)
+    if weights.suffix == ".safetensors":
+        return SafetensorsStore.single(weights)
+    return TorchStore(weights)
 
 
 def _pattern_value(patterns: object, module: str, default):
@@ -195,10 +199,14 @@ def _parse_key(key: str) -> tuple[str, str] | None:
 
 
 def open_adapter(
-    path: Path, base: Path | str | None, remote: RemoteCheckpoint | None = None
+    path: Path,
+    base: Path | str | None,
+    open_base: OpenBase,
+    remote: RemoteCheckpoint | None = None,
 ) -> tuple[AdapterInfo, TensorStore]:
-    """Parse the adapter, open its base, and return the store of effective tensors.
-    ``remote``: the adapter read by URL (``path`` then holds its fetched config)."""
+    """Parse the adapter, open its base (``open_base``: the registry's opener), and return
+    the store of effective tensors. ``remote``: the adapter read by URL (``path`` then
+    holds its fetched config)."""
     config = read_json_object(path / CONFIG_FILENAME)
     if remote is not None:
         config_path: Path | str = remote.shown(CONFIG_FILENAME)
@@ -221,8 +229,8 @@ def open_adapter(
             "change embedding rows in a way geodiag rebuilds",
         )
     base_path, base_source = resolve_base(config_path, config, base, remote is not None)
-    base_store, base_root = _open_base(base_path, base_source)
-    adapter_store = adapter_store or open_store(weights)
+    base_store, base_root = open_base(base_path, base_source)
+    adapter_store = adapter_store or _weights_file(weights)
     base_names = set(base_store.names())
     saved = config.get("modules_to_save") or []
     saved = [saved] if isinstance(saved, str) else saved
@@ -521,3 +529,38 @@ def _original_key(p: ModulePatch, adapter: TensorStore) -> str | None:
     if key not in set(adapter.names()) or adapter.shape(key) != adapter.shape(p.full):
         return None
     return key
+
+
+def url(remote, name: str | None, small: SmallFiles) -> RemoteCheckpoint | None:
+    """A URL folder with ``adapter_config.json``: the config fetched, the adapter's
+    ``adapter_model.safetensors`` by ranges (its ``.bin`` is a pickle, read only
+    locally); its base is opened by :func:`open_adapter`."""
+    if name is not None:
+        return None
+    folder = small.folder()
+    if not remote.exists(ADAPTER_CONFIG):
+        return None
+    (folder / ADAPTER_CONFIG).write_bytes(remote.fetch(ADAPTER_CONFIG))
+    safetensors, pickle = ADAPTER_WEIGHTS
+    if not remote.exists(safetensors, required=True):
+        found = f"only {pickle}, a pickle read only locally" if remote.exists(pickle) else "none"
+        raise InputError(
+            remote.where,
+            f"a PEFT adapter folder ({ADAPTER_CONFIG}) without {safetensors} ({found}): "
+            "remotely adapters are read from safetensors; download the folder",
+        )
+    weights = SafetensorsStore.single(
+        remote.shown(safetensors), opened_by_ranges(remote), f"adapter {safetensors}"
+    )
+    return RemoteCheckpoint(folder, None, remote.where, [folder], weights)
+
+
+FORMAT = Format(
+    name="PEFT adapter",
+    what="a PEFT adapter folder (`adapter_config.json`, `adapter_model.safetensors` or "
+    "`.bin`): LoRA and trainable tokens, read over its base as PEFT merges them",
+    find=lambda path: path if is_adapter(path) else None,
+    over_base=True,
+    url=url,
+    files=(r"adapter_model\.safetensors", r"adapter_config\.json"),
+)

@@ -1,47 +1,25 @@
-"""Where a checkpoint's tensors live: one safetensors file, a sharded set, a torch pickle,
-a GGUF file (``geodiag.io.formats.gguf``, imported only when one is opened), a
-torch.distributed.checkpoint folder (``geodiag.io.formats.dcp``, likewise) or a DeepSpeed ZeRO
-folder (``geodiag.io.formats.zero``, likewise); MLX-quantized
-safetensors are read through ``geodiag.io.formats.mlx_quantized``.
-
-All stores answer the same questions (names, shape, dtype, read rows) so the
-checkpoint logic above them never cares about the layout. Safetensors stores
-read only the bytes asked for; the torch store must load the whole pickle (that is
-the format's cost) and is only used when no safetensors exist.
+"""Safetensors stores: one file, or the shards a ``model.safetensors.index.json`` names,
+on disk or behind a URL (each file's header, then only the rows asked for, by byte
+ranges), MLX's packed matrices dequantized (``geodiag.io.formats.mlx_quantized``); and
+the two formats they are (:data:`SINGLE`, :data:`SHARDED`), registered in
+``geodiag.io.formats.registry``, which picks the store for a path or a URL.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
 
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
+from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles, head, one_file
+from geodiag.io.formats.mlx_quantized import dequantizing
 from geodiag.io.formats.safetensors import FLOAT_DTYPES, SafetensorsFile
-from geodiag.io.formats.tensor_store import TensorStore, checked_rows
-from geodiag.io.sources.layouts import (
-    ADAPTER_CONFIG,
-    ADAPTER_WEIGHTS,
-    FSDP_FIRST_SUBFOLDER,
-    FSDP_SUBFOLDERS,
-    ZERO_LATEST,
-    check_not_lfs_pointer,
-    dcp_weights,
-    unread_layout,
-    zero_weights,
-)
-from geodiag.io.sources.remote import (
-    GGUF_SMALL_FILES,
-    INDEX,
-    SMALL_FILES,
-    WEIGHTS,
-    fetch_small_files,
-    parse,
-)
+from geodiag.io.sources.remote import INDEX, WEIGHTS
+
+CODEBOOKS = "codebooks.safetensors"  # beside the weights: the RQ-VAE's, not the model's
 
 
 class SafetensorsStore:
@@ -147,248 +125,93 @@ def sharded_description(shards: dict[str, str], index_name: str) -> str:
     return f"sharded safetensors ({len(set(shards.values()))} shards, {index_name})"
 
 
-class TorchStore:
-    """A ``.bin``/``.pt`` state dict, unpickled with ``weights_only=True`` and nothing else."""
-
-    def __init__(self, path: Path) -> None:
-        import hashlib
-
-        try:
-            import torch
-        except ImportError:
-            raise InputError(
-                path, "reading a PyTorch pickle needs torch; install it or convert to safetensors"
-            ) from None
-        self.path = path
-        self.description = f"torch state dict {path.name}"
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=False)
-        except Exception as e:  # UnpicklingError, EOFError, RuntimeError (zip), ...
-            msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-            if "weights_only" in str(e) or "Unsupported global" in str(e):
-                raise InputError(
-                    path,
-                    "refused: the pickle needs arbitrary code to load (not a plain state dict); "
-                    "only weights_only=True pickles are read",
-                ) from None
-            raise InputError(
-                path, f"cannot read torch file ({e.__class__.__name__}: {msg[:200]})"
-            ) from None
-        if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
-            obj = obj["state_dict"]
-        if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-            raise InputError(path, "not a state dict (expected a mapping of names to tensors)")
-        self._tensors = obj
-        self._digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        self._torch = torch
-
-    def names(self) -> list[str]:
-        return list(self._tensors)
-
-    def file_of(self, name: str) -> Path:
-        return self.path
-
-    def _get(self, name: str):
-        try:
-            return self._tensors[name]
-        except KeyError:
-            raise InputError(self.path, f"no tensor named '{name}'") from None
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._get(name).shape)
-
-    def dtype(self, name: str) -> str:
-        t = self._get(name)
-        return {
-            self._torch.float32: "F32",
-            self._torch.float16: "F16",
-            self._torch.bfloat16: "BF16",
-            self._torch.float64: "F64",
-            self._torch.float8_e4m3fn: "F8_E4M3",  # torch converts these itself
-            self._torch.float8_e5m2: "F8_E5M2",
-        }.get(t.dtype, str(t.dtype))
-
-    def read_rows(self, name: str, rows: np.ndarray, float32: bool = False) -> np.ndarray:
-        t = self._get(name)
-        rows = checked_rows(rows, t.shape[0], self.path, name)
-        exact32 = float32 and t.dtype != self._torch.float64
-        dtype = self._torch.float32 if exact32 else self._torch.float64
-        return t[self._torch.from_numpy(rows)].to(dtype).numpy()
-
-    def read_block(self, name: str, start: int, stop: int, float32: bool = False) -> np.ndarray:
-        t = self._get(name)[start:stop]
-        exact32 = float32 and t.dtype != self._torch.float64
-        return t.to(self._torch.float32 if exact32 else self._torch.float64).numpy()
-
-    def digests(self) -> dict[str, str]:
-        return {str(self.path): self._digest}
-
-
-def open_store(path: str | os.PathLike[str]) -> TensorStore:
-    """Open the tensors of a checkpoint folder or a lone weights file."""
-    store = _open_store(Path(path))
-    if isinstance(store, SafetensorsStore):
-        from geodiag.io.formats.mlx_quantized import dequantizing  # MLX's packed matrices, if any
-
-        return dequantizing(store, Path(path))
-    return store
-
-
-def _open_store(p: Path) -> TensorStore:
-    try:
-        p.stat()
-    except FileNotFoundError:
-        raise InputError(p, "no such file or folder") from None
-    except OSError as e:  # a symlink loop, a name too long, no permission
-        raise cannot_read(p, e) from None
-    if p.is_file():
-        check_not_lfs_pointer(p)
-        if p.suffix == ".safetensors":
-            return SafetensorsStore.single(p)
-        if p.suffix in (".bin", ".pt", ".pth"):
-            return TorchStore(p)
-        if p.suffix == ".gguf":
-            from geodiag.io.formats.gguf import GGUFStore  # llama.cpp's gguf package, only here
-
-            return GGUFStore(p)
-        raise InputError(
-            p, "unknown weights format (expected .safetensors, .bin, .pt, .gguf or a folder)"
-        )
-    for index in ("model.safetensors.index.json",):
-        if (p / index).is_file():
-            return SafetensorsStore.sharded(p / index)
-    if (p / "model.safetensors").is_file():
-        return SafetensorsStore.single(p / "model.safetensors")
-    singles = sorted(p.glob("*.safetensors"))
-    singles = [s for s in singles if s.name != "codebooks.safetensors"]
-    if len(singles) == 1:
-        return SafetensorsStore.single(singles[0])
-    if (p / "pytorch_model.bin").is_file():
-        check_not_lfs_pointer(p / "pytorch_model.bin")
-        return TorchStore(p / "pytorch_model.bin")
-    if (dcp := dcp_weights(p)) is not None:
-        from geodiag.io.formats.dcp import DCPStore
-
-        return DCPStore(dcp)
-    if (zero := zero_weights(p)) is not None:
-        from geodiag.io.formats.zero import ZeroStore
-
-        return ZeroStore(zero)
-    if (what := unread_layout(p)) is not None:
-        raise InputError(p, what)
-    raise InputError(
-        p, "no model weights found (model.safetensors, its index, or pytorch_model.bin)"
-    )
-
-
 def is_float(dtype: str) -> bool:
     return dtype in FLOAT_DTYPES
 
 
-@dataclass
-class RemoteCheckpoint:
-    folder: Path  # the small files, fetched: what the reader looks beside the weights in
-    store: (
-        TensorStore | None
-    )  # None for an adapter folder: geodiag.io.formats.peft_adapter builds it
-    where: str  # the URL as shown
-    roots: list[Path]  # the folders of fetched small files to look in, first wins
-    # An adapter folder's adapter_model.safetensors, by ranges (its config is in ``folder``).
-    adapter_weights: TensorStore | None = None
-
-    def shown(self, name: str) -> str:
-        return f"{self.where}/{name}"
+def find_sharded(path: Path) -> Path | None:
+    """A folder's ``model.safetensors.index.json``."""
+    return None if path.is_file() else one_file(path, (INDEX,))
 
 
-def open_remote(url: str) -> RemoteCheckpoint:
-    """Fetch the small files of the folder at ``url`` and open its weights by ranges (a PEFT
-    adapter folder's: the adapter's own, its base left to geodiag.io.formats.peft_adapter)."""
-    remote, weights = parse(url)
-    if weights is not None and weights.endswith(".gguf"):
-        return _open_gguf(remote, weights)
-    folder = fetch_small_files(remote, SMALL_FILES)
-    present = [p.name for p in folder.iterdir()]
+def find_single(path: Path) -> Path | None:
+    """A safetensors file (by its header: an 8-byte length, then a JSON object; or its
+    ``.safetensors`` name), or a folder's ``model.safetensors``, else its one
+    ``*.safetensors`` besides ``codebooks.safetensors``."""
+    if path.is_file():
+        return path if path.suffix == ".safetensors" or _safetensors_head(path) else None
+    if (path / WEIGHTS).is_file():
+        return path / WEIGHTS
+    singles = [s for s in sorted(path.glob("*.safetensors")) if s.name != CODEBOOKS]
+    return singles[0] if len(singles) == 1 else None
+
+
+def _safetensors_head(path: Path) -> bool:
+    """The file starts as safetensors does: a little-endian header length that fits the
+    file, then ``{"``."""
+    raw = head(path, 10)
+    if len(raw) < 10 or raw[8:10] != b'{"':
+        return False
+    n = int.from_bytes(raw[:8], "little")
+    try:
+        return 2 <= n <= path.stat().st_size - 8
+    except OSError:
+        return False
+
+
+def opened_by_ranges(remote) -> Callable[[str], SafetensorsFile]:
+    """A URL folder's safetensors file opened by ranges, from the name as shown."""
 
     def open_file(where: str) -> SafetensorsFile:
         return SafetensorsFile(where, remote.file(where.rsplit("/", 1)[1]))
 
-    if weights is None and remote.exists(ADAPTER_CONFIG):
-        (folder / ADAPTER_CONFIG).write_bytes(remote.fetch(ADAPTER_CONFIG))
-        adapter = _adapter_weights(remote, open_file)
-        return RemoteCheckpoint(folder, None, remote.where, [folder], adapter)
+    return open_file
 
-    if weights is None and INDEX in present:
-        shards = shard_names(folder / INDEX)
-        files = {name: remote.shown(shard) for name, shard in shards.items()}
-        store = SafetensorsStore(files, sharded_description(shards, INDEX), open_file)
-    elif weights is None and not remote.exists(WEIGHTS):  # a refusal too: S3 may hide 404s
-        return _open_dcp(remote, folder)
-    else:
-        if weights == WEIGHTS and not remote.exists(WEIGHTS, required=True):
-            raise _no_weights(remote)
-        weights = weights or WEIGHTS
-        store = SafetensorsStore.single(
-            remote.shown(weights), open_file, f"safetensors file {weights}"
-        )
-    from geodiag.io.formats.mlx_quantized import dequantizing  # MLX's packed matrices, if any
 
+def url_sharded(remote, name: str | None, small: SmallFiles) -> RemoteCheckpoint | None:
+    """A URL folder whose small files hold the shard index: each shard by ranges."""
+    if name is not None:
+        return None
+    folder = small.folder()
+    if not (folder / INDEX).is_file():
+        return None
+    shards = shard_names(folder / INDEX)
+    files = {n: remote.shown(shard) for n, shard in shards.items()}
+    store = SafetensorsStore(files, sharded_description(shards, INDEX), opened_by_ranges(remote))
     return RemoteCheckpoint(folder, dequantizing(store, folder), remote.where, [folder])
 
 
-def _open_gguf(remote, name: str) -> RemoteCheckpoint:
-    """A ``.gguf`` file's URL: its header and the rows asked for by ranges
-    (geodiag.io.formats.gguf), the sidecar and codebooks beside it fetched when present."""
-    from geodiag.io.formats.gguf import GGUFStore  # llama.cpp's gguf package, only here
-
-    folder = fetch_small_files(remote, GGUF_SMALL_FILES)
-    store = GGUFStore(remote.shown(name), remote.file(name))
-    return RemoteCheckpoint(folder, store, remote.where, [folder])
-
-
-def _open_dcp(remote, folder: Path) -> RemoteCheckpoint:
-    """A folder without safetensors: a DCP folder, read by the local reader through
-    ``remote`` (itself, or its first FSDP subfolder: the local ``layouts.dcp_weights``,
-    probed since a URL cannot be listed); an error naming what was looked for otherwise."""
-    from geodiag.io.formats.dcp import METADATA, DCPStore  # as locally: only for a DCP folder
-
-    dcp = remote if remote.exists(METADATA) else remote.child(FSDP_FIRST_SUBFOLDER)
-    if dcp is not remote and not dcp.exists(METADATA):
-        remote.exists(WEIGHTS, required=True)  # S3 without ListBucket: the refusal named
-        if remote.exists(ZERO_LATEST):  # its rank files are found by listing: on disk only
-            raise InputError(
-                remote.where,
-                "a DeepSpeed ZeRO checkpoint (it has 'latest'): read in place on disk only "
-                "(finding its rank files needs a listing a URL cannot give): download the "
-                "folder and check it, or consolidate it with its zero_to_fp32.py",
-            )
-        raise _no_weights(remote)
-    roots = [folder]
-    if dcp is remote and PurePosixPath(remote.where).match(FSDP_SUBFOLDERS):
-        # config and tokenizer sit above, where the local reader looks beside its parent
-        roots.append(fetch_small_files(remote.parent(), SMALL_FILES))
-    return RemoteCheckpoint(folder, DCPStore(dcp), remote.where, roots)
-
-
-def _no_weights(remote) -> InputError:
-    from geodiag.io.formats.dcp import METADATA
-
-    return InputError(
-        remote.where,
-        f"no model weights found ({WEIGHTS}, {INDEX}, {ADAPTER_CONFIG}, or a torch."
-        f"distributed.checkpoint {METADATA} here or in {FSDP_FIRST_SUBFOLDER}/; a GGUF "
-        "file is read by its own URL; remotely no .bin is read)",
+def url_single(remote, name: str | None, small: SmallFiles) -> RemoteCheckpoint | None:
+    """The safetensors file a URL names, or a URL folder's ``model.safetensors``."""
+    if name is not None and not name.endswith(".safetensors"):
+        return None
+    folder = small.folder()
+    if name is None and not remote.exists(WEIGHTS):  # a refusal too: S3 may hide 404s
+        return None
+    if name == WEIGHTS and not remote.exists(WEIGHTS, required=True):
+        return None
+    name = name or WEIGHTS
+    store = SafetensorsStore.single(
+        remote.shown(name), opened_by_ranges(remote), f"safetensors file {name}"
     )
+    return RemoteCheckpoint(folder, dequantizing(store, folder), remote.where, [folder])
 
 
-def _adapter_weights(remote, open_file) -> SafetensorsStore:
-    """An adapter folder's ``adapter_model.safetensors`` by ranges; its ``.bin`` is a pickle,
-    read only locally."""
-    safetensors, pickle = ADAPTER_WEIGHTS
-    if not remote.exists(safetensors, required=True):
-        found = f"only {pickle}, a pickle read only locally" if remote.exists(pickle) else "none"
-        raise InputError(
-            remote.where,
-            f"a PEFT adapter folder ({ADAPTER_CONFIG}) without {safetensors} ({found}): "
-            "remotely adapters are read from safetensors; download the folder",
-        )
-    return SafetensorsStore.single(remote.shown(safetensors), open_file, f"adapter {safetensors}")
+SHARDED = Format(
+    name="sharded safetensors",
+    what="safetensors shards and their `model.safetensors.index.json`, each read by byte ranges",
+    find=find_sharded,
+    open=lambda found, asked: dequantizing(SafetensorsStore.sharded(found), asked),
+    url=url_sharded,
+    files=(r"model-\d+-of-\d+\.safetensors", r"model\.safetensors\.index\.json"),
+)
+SINGLE = Format(
+    name="safetensors",
+    what="one safetensors file (`model.safetensors`, or a folder's one `*.safetensors`), "
+    "MLX's packed matrices dequantized",
+    find=find_single,
+    open=lambda found, asked: dequantizing(SafetensorsStore.single(found), asked),
+    url=url_single,
+    files=(r"model\.safetensors",),
+    url_suffixes=(".safetensors",),
+)

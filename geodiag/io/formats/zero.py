@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError
+from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles
 from geodiag.io.formats.torch_zip import (
     ROW_DTYPES,
     TENSOR_GLOBALS,
@@ -51,7 +52,7 @@ from geodiag.io.formats.torch_zip import (
     torch_size,
 )
 from geodiag.io.sources.byte_ranges import LocalFile
-from geodiag.io.sources.layouts import check_not_lfs_pointer, zero_to_fp32_advice
+from geodiag.io.sources.layouts import ZERO_LATEST, check_not_lfs_pointer
 
 WRITER = "DeepSpeed"  # whose classes a pickle may name
 _TENSOR = object()  # torch.Tensor, as _rebuild_from_type_v2's new_type
@@ -491,3 +492,77 @@ def _aliased(params: dict[str, _Param], state: dict, where: Path) -> dict[str, _
         if source in params:
             params[alias] = params[source]
     return params
+
+
+def zero_folder(p: Path) -> bool:
+    """A DeepSpeed ZeRO tag folder (``*model_states.pt`` beside ``*_optim_states.pt``) or a
+    universal one (``zero/`` beside, as ``ds_to_universal.py`` writes)."""
+    return any(p.glob("*model_states.pt")) and (
+        any(p.glob("*_optim_states.pt")) or (p / "zero").is_dir()
+    )
+
+
+def zero_weights(p: Path) -> Path | None:
+    """The DeepSpeed ZeRO folder holding ``p``'s weights: ``p`` itself, the tag its
+    ``latest`` names (what DeepSpeed loads), else its one ``global_step*/``; None when
+    there is none."""
+    if zero_folder(p):
+        return p
+    latest = p / ZERO_LATEST
+    if latest.is_file():
+        try:
+            tag = latest.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(latest, f"cannot read the tag it names ({e})") from None
+        if not tag or "/" in tag or not zero_folder(p / tag):
+            raise InputError(
+                latest,
+                f"names tag '{tag}', which is not a ZeRO checkpoint folder in {p}: pass the "
+                "global_step*/ folder to read",
+            )
+        return p / tag
+    steps = sorted(d for d in p.glob("global_step*") if d.is_dir() and zero_folder(d))
+    if len(steps) > 1:
+        raise InputError(
+            p,
+            f"several DeepSpeed tags ({', '.join(d.name for d in steps)}) and no 'latest': "
+            "pass the global_step*/ folder to read",
+        )
+    return steps[0] if steps else None
+
+
+def zero_to_fp32_advice(p: Path | None = None) -> str:
+    """How to consolidate a DeepSpeed checkpoint folder ``p`` geodiag does not read."""
+    here = p / "zero_to_fp32.py" if p is not None else None
+    script = here if here is not None and here.is_file() else "zero_to_fp32.py"
+    return (
+        f"consolidate it with `python {script} {p or 'CHECKPOINT'} OUT/ --safe_serialization` "
+        "(DeepSpeed saves the script beside the partitions), or save with "
+        "stage3_gather_16bit_weights_on_model_save"
+    )
+
+
+REMOTE = (
+    "a DeepSpeed ZeRO checkpoint (it has 'latest'): read in place on disk only "
+    "(finding its rank files needs a listing a URL cannot give): download the "
+    "folder and check it, or consolidate it with its zero_to_fp32.py"
+)
+
+
+def url(remote, name: str | None, small: SmallFiles) -> RemoteCheckpoint | None:
+    """A URL folder with DeepSpeed's ``latest``: named, not read (:data:`REMOTE`)."""
+    if name is None and remote.exists(ZERO_LATEST):
+        raise InputError(remote.where, REMOTE)
+    return None
+
+
+FORMAT = Format(
+    name="DeepSpeed ZeRO",
+    what="ZeRO-1/2/3 partitions (`global_stepN/`, named by `latest`) or a universal folder: "
+    "the fp32 rows `zero_to_fp32` consolidates, by byte ranges from the ranks that hold them",
+    find=lambda path: None if path.is_file() else zero_weights(path),
+    open=lambda found, asked: ZeroStore(found),
+    url=url,
+    remote=REMOTE,
+    files=(r"[^/]*model_states\.pt",),
+)

@@ -5,7 +5,7 @@ too), ``hf://ORG/NAME[@REVISION][/SUBFOLDER]``, ``s3://BUCKET/PREFIX`` or
 The small files beside the weights (:data:`SMALL_FILES`: config, tokenizer, sidecar,
 codebooks, a Trainer's state, the shard index) are fetched whole into a temporary folder that the rest of
 the reader treats as the checkpoint's folder, removed when the process exits. The
-weights are not (``geodiag.io.formats.store.open_remote`` opens them): of ``model.safetensors`` (or the shards its index names), of a ``.gguf``
+weights are not (``geodiag.io.formats.registry.open_remote`` opens them): of ``model.safetensors`` (or the shards its index names), of a ``.gguf``
 file's URL, or of a PEFT adapter folder's ``adapter_model.safetensors`` only the header
 and then the byte ranges of the rows asked for are read (``geodiag.io.sources.byte_ranges``). An
 adapter's base is opened by ``geodiag.io.formats.peft_adapter``, by URL or from a local folder.
@@ -46,9 +46,6 @@ SCHEMES = ("https://", "http://", "hf://", *object_store.SCHEMES)
 HF_ENDPOINT = "https://huggingface.co"  # unless the environment's HF_ENDPOINT says otherwise
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
-# A URL ending so names a weights file, read by ranges; any other URL is a folder's.
-WEIGHT_SUFFIXES = (".safetensors", ".gguf")
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth")  # read only from a local file: a pickle, whole
 # Fetched whole when present (each one HEAD, then a GET): every file the reader looks for
 # beside the weights (beside a GGUF, which carries its config and tokenizer, only the
 # sidecar and the codebooks: GGUF_SMALL_FILES).
@@ -106,23 +103,20 @@ class RemoteFolder:
         return RemoteFolder(base, where, self.headers, self.refusal)
 
 
-def parse(url: str) -> tuple[RemoteFolder | object_store.ObjectFolder, str | None]:
-    """(the folder, the weights file's name when ``url`` names one rather than a folder)."""
+def parse(
+    url: str, weight_suffixes: tuple[str, ...]
+) -> tuple[RemoteFolder | object_store.ObjectFolder, str | None]:
+    """(the folder, the weights file's name when ``url`` names one rather than a folder:
+    it ends in one of ``weight_suffixes``, the formats' read by URL)."""
     url = url.rstrip("/")
-    if url.endswith(PICKLE_SUFFIXES):
-        raise InputError(
-            url,
-            "a PyTorch pickle is not read remotely (it would be fetched whole and unpickled); "
-            "download it, or point at the folder's safetensors",
-        )
     if url.startswith(object_store.SCHEMES):
         name = None
-        if url.endswith(WEIGHT_SUFFIXES):
+        if url.endswith(weight_suffixes):
             url, _, name = url.rpartition("/")
         return object_store.open_folder(url), name
     if url.startswith("hf://"):
         name = None
-        if url.endswith(WEIGHT_SUFFIXES) and url.count("/") > 3:  # hf://ORG/NAME/FILE
+        if url.endswith(weight_suffixes) and url.count("/") > 3:  # hf://ORG/NAME/FILE
             url, _, name = url.rpartition("/")
         folder = _hf_folder(url)
     else:
@@ -132,7 +126,7 @@ def parse(url: str) -> tuple[RemoteFolder | object_store.ObjectFolder, str | Non
         netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
         shown = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
         name = None
-        if parts.path.endswith(WEIGHT_SUFFIXES):
+        if parts.path.endswith(weight_suffixes):
             head, _, name = parts.path.rpartition("/")
             parts = parts._replace(path=head)
             shown = shown.rsplit("/", 1)[0]

@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 
 from geodiag.cli import app
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.formats.store import open_store
+from geodiag.io.formats.registry import open_store
 from geodiag.io.formats.zero import ZeroStore
 from geodiag.io.sources.options import ReadOptions
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from geodiag.cli import app
 from geodiag.io.formats.dcp import DCPStore
-from geodiag.io.formats.store import open_store
+from geodiag.io.formats.registry import open_store
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -24,7 +24,7 @@ from geodiag_fixtures import one_line_exit_2
 from test_dcp import SIDS, _metrics, run
 
 from geodiag.io.formats.dcp import DCPStore
-from geodiag.io.formats.store import open_store
+from geodiag.io.formats.registry import open_store
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -110,7 +110,7 @@ def test_a_large_chunk_costs_its_archive_edges_and_the_rows(tmp_path, serve):
         warnings.simplefilter("ignore", UserWarning)
         dcp.save({"model.embed_tokens.weight": weight}, checkpoint_id=str(tmp_path / "one"))
     server = serve(tmp_path)
-    store = DCPStore(parse(f"{server.url}/one")[0])
+    store = DCPStore(parse(f"{server.url}/one", ())[0])
     rows = np.array([19_990, 5, 6, 7, 6])
     got = store.read_rows("model.embed_tokens.weight", rows, float32=True)
     np.testing.assert_array_equal(got, weight.numpy()[rows])

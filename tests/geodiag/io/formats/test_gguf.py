@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from geodiag.cli import app
 from geodiag.errors import InputError
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.formats.store import open_store
+from geodiag.io.formats.registry import open_store
 from geodiag.io.vocabulary.tokenizer import gguf_tokenizer
 
 gguf = pytest.importorskip("gguf")

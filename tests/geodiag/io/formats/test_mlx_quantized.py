@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 from geodiag.cli import app
 from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.formats.mlx_quantized import BITS, MLXQuantizedStore, dequantize, unpack
+from geodiag.io.formats.registry import open_store
 from geodiag.io.formats.safetensors import SafetensorsFile, save_file
-from geodiag.io.formats.store import SafetensorsStore, open_store
+from geodiag.io.formats.store import SafetensorsStore
 
 DATA = Path(__file__).resolve().parent / "mlx_data"
 EMBED = "model.embed_tokens.weight"

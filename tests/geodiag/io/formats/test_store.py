@@ -17,8 +17,8 @@ import torch
 
 from geodiag.errors import InputError
 from geodiag.io.checkpoint import open_checkpoint
+from geodiag.io.formats.registry import open_store
 from geodiag.io.formats.safetensors import save_file
-from geodiag.io.formats.store import open_store
 from geodiag.io.sources.options import ReadOptions
 
 EMB, LAYER = "model.embed_tokens.weight", "model.layers.0.mlp.weight"

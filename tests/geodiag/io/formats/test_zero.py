@@ -31,7 +31,7 @@ from geodiag_fixtures import one_line_exit_2
 from test_dcp import SIDS, _metrics, _Payload, run
 
 from geodiag.io.formats import zero
-from geodiag.io.formats.store import open_store
+from geodiag.io.formats.registry import open_store
 from geodiag.io.formats.zero import ZeroStore
 
 torch = pytest.importorskip("torch")
