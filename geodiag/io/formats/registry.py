@@ -16,7 +16,15 @@ import os
 from pathlib import Path
 
 from geodiag.errors import InputError, cannot_read
-from geodiag.io.formats import dcp, gguf, peft_adapter, store, torch_pickle, unread, zero
+from geodiag.io.formats import (  # each format's module, one a line
+    dcp,
+    gguf,
+    peft_adapter,
+    store,
+    torch_pickle,
+    unread,
+    zero,
+)
 from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles
 from geodiag.io.formats.tensor_store import TensorStore
 from geodiag.io.sources.layouts import ADAPTER_CONFIG, FSDP_FIRST_SUBFOLDER, check_not_lfs_pointer
