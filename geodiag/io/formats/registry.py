@@ -13,6 +13,7 @@ layout first (magic bytes, a folder's files), by its name second.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from geodiag.errors import InputError, cannot_read
@@ -113,8 +114,10 @@ def open_remote(url: str) -> RemoteCheckpoint:
     the first format whose URL opener takes it (a PEFT adapter folder's: the adapter's own,
     its base left to ``geodiag.io.formats.peft_adapter``)."""
     stripped = url.rstrip("/")
-    for fmt in FORMATS.values():
-        if fmt.url is None and fmt.url_suffixes and stripped.endswith(fmt.url_suffixes):
+    last = stripped.rsplit("/", 1)[-1]
+    for fmt in FORMATS.values():  # a URL that names a file of a format not read by URL
+        named = any(re.fullmatch(f, last) for f in fmt.files)
+        if fmt.url is None and (stripped.endswith(fmt.url_suffixes) or named):
             raise InputError(stripped, fmt.remote)
     remote, name = parse(url, url_suffixes())
     small = SmallFiles(remote)
