@@ -13,6 +13,7 @@ Bottom to top, each module importing only those above it in this list and
   and a small writer;
 - ``gguf``: a GGUF file's tensors (rows dequantized by llama.cpp's ``gguf`` package),
   metadata and token strings, on disk or behind a URL;
+- ``gguf_blob``: a GGUF file known by its magic whatever its name (a model store's blob);
 - ``mlx_quantized``: the packed matrices of an MLX-quantized safetensors checkpoint
   (``mlx_lm.convert -q``), dequantized as mlx does, wrapped around a safetensors store;
 - ``store``: safetensors stores, one file or the shards an index names, on disk or by URL

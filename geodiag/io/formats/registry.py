@@ -20,6 +20,7 @@ from geodiag.errors import InputError, cannot_read
 from geodiag.io.formats import (  # each format's module, one a line
     dcp,
     gguf,
+    gguf_blob,
     peft_adapter,
     store,
     torch_pickle,
@@ -45,6 +46,7 @@ def register_format(fmt: Format) -> Format:
 # The order a path is tried in: a folder's files as save_pretrained names them first,
 # then the training frameworks' layouts, then those recognised but not read.
 register_format(peft_adapter.FORMAT)
+register_format(gguf_blob.FORMAT)
 register_format(gguf.FORMAT)
 register_format(store.SHARDED)
 register_format(store.SINGLE)
