@@ -30,6 +30,8 @@ Bottom to top, each module importing only those above it in this list and
 - ``zero``: a DeepSpeed ZeRO checkpoint (ZeRO-1/2/3 ``global_stepN/`` partitions, a universal
   folder): the fp32 rows ``zero_to_fp32`` consolidates, read by byte range from the ranks
   that hold them, its pickles unpickled with only DeepSpeed's own classes;
+- ``torch_training``: a training run's ``torch.save`` dict whose ``model`` entry is the
+  state dict (nanoGPT's ``ckpt.pt``), read through ``torch_zip`` without torch;
 - ``unread``: the formats recognised but not read (other DeepSpeed layouts, sharded
   ``.bin``, TensorFlow, Flax, ONNX), each with the command that converts it;
 - ``memory``: the same questions over a numpy array, a torch tensor or a model;

@@ -24,6 +24,7 @@ from geodiag.io.formats import (  # each format's module, one a line
     peft_adapter,
     store,
     torch_pickle,
+    torch_training,
     unread,
     zero,
 )
@@ -50,6 +51,7 @@ register_format(gguf_blob.FORMAT)
 register_format(gguf.FORMAT)
 register_format(store.SHARDED)
 register_format(store.SINGLE)
+register_format(torch_training.FORMAT)
 register_format(torch_pickle.FORMAT)
 register_format(dcp.FORMAT)
 register_format(zero.FORMAT)
