@@ -14,8 +14,11 @@ from geodiag.io.formats.gguf import MAGIC, GGUFStore
 
 
 def find(path: Path) -> Path | None:
-    """``path`` itself when it is a file that starts with GGUF's magic."""
-    return path if path.is_file() and head(path, len(MAGIC)) == MAGIC else None
+    """``path`` itself when it is a file that starts with GGUF's magic (a ``.gguf`` name is
+    ``geodiag.io.formats.gguf``'s entry, whose reader checks the magic itself)."""
+    if not path.is_file() or path.suffix == ".gguf":
+        return None
+    return path if head(path, len(MAGIC)) == MAGIC else None
 
 
 FORMAT = Format(

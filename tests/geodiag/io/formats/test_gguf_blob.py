@@ -36,7 +36,8 @@ def _blob(tmp_path, kind: str):
 @pytest.mark.parametrize("kind", ["grounded", "mean"])
 def test_a_digest_named_blob_gets_the_gguf_files_verdict(tmp_path, kind):
     named, blob = _blob(tmp_path, kind)
-    assert recognise(blob) == (gguf_blob.FORMAT, blob)  # by its bytes, before any name
+    assert recognise(blob) == (gguf_blob.FORMAT, blob)  # by its bytes
+    assert recognise(named)[0] is not gguf_blob.FORMAT  # by its name: GGUF's own entry
     by_name = runner.invoke(app, ["check", str(named), "--json", "--permutations", "20"])
     by_bytes = runner.invoke(app, ["check", str(blob), "--json", "--permutations", "20"])
     assert by_bytes.exit_code == by_name.exit_code == (0 if kind == "grounded" else 1)
