@@ -30,6 +30,8 @@ Bottom to top, each module importing only those above it in this list and
 - ``zero``: a DeepSpeed ZeRO checkpoint (ZeRO-1/2/3 ``global_stepN/`` partitions, a universal
   folder): the fp32 rows ``zero_to_fp32`` consolidates, read by byte range from the ranks
   that hold them, its pickles unpickled with only DeepSpeed's own classes;
+- ``meta_llama``: Meta's own Llama layout (``params.json``, ``consolidated.00.pth``,
+  ``tok_embeddings.weight``), through ``torch_pickle``'s reader;
 - ``torch_training``: a training run's ``torch.save`` dict whose ``model`` entry is the
   state dict (nanoGPT's ``ckpt.pt``), read through ``torch_zip`` without torch;
 - ``unread``: the formats recognised but not read (other DeepSpeed layouts, sharded

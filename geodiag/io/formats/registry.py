@@ -21,6 +21,7 @@ from geodiag.io.formats import (  # each format's module, one a line
     dcp,
     gguf,
     gguf_blob,
+    meta_llama,
     peft_adapter,
     store,
     torch_pickle,
@@ -55,6 +56,8 @@ register_format(torch_training.FORMAT)
 register_format(torch_pickle.FORMAT)
 register_format(dcp.FORMAT)
 register_format(zero.FORMAT)
+register_format(meta_llama.FORMAT)
+register_format(meta_llama.SHARDED)
 register_format(unread.DEEPSPEED)
 register_format(unread.SHARDED_BIN)
 register_format(unread.TENSORFLOW)

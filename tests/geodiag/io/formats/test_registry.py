@@ -90,6 +90,21 @@ def _adapter(root: Path):
     return folder, None, merged.get_input_embeddings().weight.double().detach().numpy()
 
 
+def _meta(root: Path, ranks: int):
+    """Meta's layout: params.json beside consolidated.NN.pth, named Meta's way."""
+    (root / "ck").mkdir(parents=True)
+    emb = _emb()
+    (root / "ck" / "params.json").write_text(f'{{"dim": {emb.shape[1]}, "vocab_size": {len(emb)}}}')
+    state = {
+        "tok_embeddings.weight": torch.from_numpy(emb),
+        "layers.0.attention.wq.weight": torch.zeros(emb.shape[1], emb.shape[1]),
+        "output.weight": torch.from_numpy(emb[::-1].copy()),
+    }
+    for rank in range(ranks):
+        torch.save(state, root / "ck" / f"consolidated.{rank:02d}.pth")
+    return root / "ck", None, emb if ranks == 1 else None
+
+
 def _unread(file: str, inside: str = "") -> Callable[[Path], tuple]:
     def write(root: Path):
         (root / "ck" / inside).mkdir(parents=True)
@@ -111,6 +126,8 @@ CASES: dict[str, Callable[[Path], tuple]] = {
     "torch pickle": lambda root: _torch(root, wrapped=False),
     "torch.distributed.checkpoint": _dcp,
     "DeepSpeed ZeRO": _zero,
+    "Meta Llama": lambda root: _meta(root, ranks=1),
+    "Meta Llama, model-parallel": lambda root: _meta(root, ranks=2),
     "DeepSpeed, other layouts": _unread("mp_rank_00_model_states.pt", "global_step3"),
     "sharded .bin": _unread("pytorch_model.bin.index.json"),
     "TensorFlow": _unread("tf_model.h5"),
