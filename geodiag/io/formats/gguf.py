@@ -1,4 +1,4 @@
-"""A GGUF file (llama.cpp's format) as a :class:`~geodiag.io.formats.store.TensorStore`.
+"""A GGUF file (llama.cpp's format) as a :class:`~geodiag.io.formats.tensor_store.TensorStore`.
 
 Rows are dequantized by llama.cpp's own ``gguf`` package (``gguf.quants.dequantize``,
 numpy only; the ``gguf`` extra), so a row reads as llama.cpp computes it, for every

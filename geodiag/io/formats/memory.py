@@ -48,7 +48,7 @@ class MemoryMatrix:
 
 
 class MemoryStore:
-    """The :class:`~geodiag.io.formats.store.TensorStore` protocol over in-memory matrices."""
+    """The :class:`~geodiag.io.formats.tensor_store.TensorStore` protocol over in-memory matrices."""
 
     def __init__(self, matrices: list[MemoryMatrix], description: str) -> None:
         self._m = {m.name: m for m in matrices}

@@ -1,4 +1,4 @@
-"""MLX-quantized safetensors (``mlx_lm.convert -q``) as a :class:`~geodiag.io.formats.store.TensorStore`.
+"""MLX-quantized safetensors (``mlx_lm.convert -q``) as a :class:`~geodiag.io.formats.tensor_store.TensorStore`.
 
 mlx-lm stores a quantized matrix ``M`` as three tensors: ``M.weight``, U32 words packing
 each row's unsigned ``bits``-bit integers; ``M.scales`` and ``M.biases``, one value per

@@ -16,7 +16,7 @@ An adapter folder holds ``adapter_config.json`` and ``adapter_model.safetensors`
   order of the index list), copied over ``E`` on merge.
 
 Keys carry PEFT's ``base_model.model.`` prefix; the adapter name is already stripped
-on save. :class:`AdapterStore` answers the :class:`~geodiag.io.formats.store.TensorStore`
+on save. :class:`AdapterStore` answers the :class:`~geodiag.io.formats.tensor_store.TensorStore`
 questions for the *effective* matrices, reading only the rows asked for from the base
 and the adapter (the LoRA factor ``A`` is read whole: r x V values, ~1% of ``E`` at
 r = 8), so everything above it (new rows, vocabulary sample, neighbour scan) works

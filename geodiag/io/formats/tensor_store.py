@@ -1,8 +1,9 @@
 """The questions every store of tensors answers (:class:`TensorStore`): names, shape,
-dtype, the file that holds a tensor, rows by index or by block, digests. The stores
-themselves live in :mod:`geodiag.io.formats.store` (files), :mod:`geodiag.io.formats.memory` (arrays,
-tensors, models), :mod:`geodiag.io.formats.gguf`, :mod:`geodiag.io.formats.mlx_quantized` and
-:mod:`geodiag.io.formats.peft_adapter`; everything above them asks only these questions."""
+dtype, the file that holds a tensor, rows by index or by block, digests. The stores are
+the format modules' (``geodiag.io.formats``: safetensors in ``store``, ``gguf``,
+``torch_pickle``, ``torch_training``, ``dcp``, ``zero``, ``mlx_quantized``), the arrays,
+tensors and models of ``memory`` and the merged rows of ``peft_adapter``; everything
+above them asks only these questions."""
 
 from __future__ import annotations
 
