@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(MAKE) --no-print-directory deepspeed
 	touch $(STAMP)
 
-# tests/geodiag/io/test_zero.py writes real DeepSpeed ZeRO checkpoints. PyPI has only its
+# tests/geodiag/io/formats/test_zero.py writes real DeepSpeed ZeRO checkpoints. PyPI has only its
 # sdist, whose setup.py imports torch: built against the venv's torch (an isolated build
 # would pull a CUDA torch), no ops compiled (DS_BUILD_OPS=0); 19 s without pip's cache on
 # 2 cores. Not an extra for the same reason (pyproject.toml).

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag.io import sidecar
-from geodiag.io.safetensors import save_file
+from geodiag.io.formats.safetensors import save_file
+from geodiag.io.vocabulary import sidecar
 
 STRATEGIES = ("mean", "mean-noise", "line", "random", "gti")
 

@@ -78,7 +78,7 @@ def smollm_with_sids(sids: Path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from geodiag.io import sidecar
+    from geodiag.io.vocabulary import sidecar
 
     cache = Path(os.environ.get("GTI_CACHE", Path.home() / ".cache/gti"))
     torch.manual_seed(0)

@@ -4,14 +4,14 @@ checkpoint's size").
 
 The checkpoint: a 2-rank FSDP2 run (two spawned gloo processes, ``fully_shard`` per layer
 and on the whole model, ``dcp.save(model.state_dict())``, as
-tests/geodiag/io/dcp_fsdp2_run.py does) of a Llama-shaped model: an embedding of
+tests/geodiag/io/formats/dcp_fsdp2_run.py does) of a Llama-shaped model: an embedding of
 --vocab x --dim float32 whose last --new rows are the new tokens, and as many
 (4 dim, dim) layers as reach --size-mb. Written once per size into --workdir.
 
 Arms, each in a fresh process, interleaved, medians of --repeats:
 
 1. read (the issue's comparison, the same work as the naive arm): geodiag's store
-   (``geodiag.io.store.open_store``, the DCP reader) reads the new rows and a 1,000-row
+   (``geodiag.io.formats.registry.open_store``, the DCP reader) reads the new rows and a 1,000-row
    seeded sample of original rows; torch never imported.
 2. geodiag: ``geodiag metrics DCP --json --new-tokens A:B`` on the folder (the full
    analysis: the new rows, the pass over every original row for the vocabulary
@@ -144,7 +144,7 @@ def size_gb(folder: Path) -> float:
 
 READ = r"""
 import sys, numpy as np
-from geodiag.io.store import open_store
+from geodiag.io.formats.registry import open_store
 folder, name, start, end, n_sample = sys.argv[1:3] + [int(a) for a in sys.argv[3:6]]
 store = open_store(folder)
 rows = store.read_rows(name, np.arange(start, end))

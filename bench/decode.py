@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from geodiag.io.sidecar import load
+from geodiag.io.vocabulary.sidecar import load
 from gti.data.tasks import load_task_data
 from gti.evaluate.decode import beam_search_batch, left_pad
 from gti.evaluate.trie import SidTrie

@@ -17,7 +17,7 @@ import numpy as np
 
 from geodiag.analysis.fed import fed_rows
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 from geodiag.io.usage import TokenUsage, UsageSource
 from geodiag.metrics.untrained import vocabulary_stats
 

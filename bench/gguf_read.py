@@ -30,9 +30,9 @@ CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 if sys.argv[1].endswith(".gguf"):
-    import geodiag.io.gguf, gguf  # imports counted in the process time, not in the read
+    import geodiag.io.formats.gguf, gguf  # imports counted in the process time, not in the read
 t1 = time.perf_counter()
 ck = open_checkpoint(sys.argv[1], ReadOptions(sidecar=sys.argv[2]))
 rows = ck.read_rows(ck.matrices[0], ck.new.ids)

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from mfu import Shape, bf16_supported, matmul_peak
 
-from geodiag.io.sidecar import Level, SemanticIds, load
+from geodiag.io.vocabulary.sidecar import Level, SemanticIds, load
 from gti.data.sources import load_dataset
 from gti.init import InitContext
 from gti.init.config import GroundingConfig

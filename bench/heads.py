@@ -7,7 +7,7 @@ causal-LM, seq2seq-LM, image-text-to-text and vision-to-seq mappings: a tiny con
 (every size field it has shrunk; the vocabulary VOCAB rows, a number no other dimension
 takes), the model built, its ``get_input_embeddings()`` and ``get_output_embeddings()``
 filled with distinct values, ``save_pretrained``, then
-:func:`geodiag.io.tensor_names.find_input_tensor` / ``find_output_head`` on the saved
+:func:`geodiag.io.formats.tensor_names.find_input_tensor` / ``find_output_head`` on the saved
 files. The saved tensor that holds each matrix's values is the truth (transformers 5 may
 save under other names than the model's own); a tied head holds the embedding's.
 
@@ -154,8 +154,8 @@ def one(model_type: str, cls_name: str, untie: bool) -> tuple[str, str]:
     import torch
     import transformers
 
-    from geodiag.io.store import open_store
-    from geodiag.io.tensor_names import find_input_tensor, find_output_head
+    from geodiag.io.formats.registry import open_store
+    from geodiag.io.formats.tensor_names import find_input_tensor, find_output_head
 
     cls = getattr(transformers, cls_name, None)
     if cls is None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag.io.safetensors import save_file
+from geodiag.io.formats.safetensors import save_file
 
 N_ADDED = 192  # the case: SmolLM2-135M + 192 mean-resized tokens
 

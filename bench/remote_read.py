@@ -44,9 +44,9 @@ from read_path import run_child
 from usage_count import machine
 
 from geodiag.analysis.options import AnalyzeOptions
-from geodiag.io import sidecar
-from geodiag.io.remote import SMALL_FILES
-from geodiag.io.safetensors import save_file
+from geodiag.io.formats.safetensors import save_file
+from geodiag.io.sources.remote import SMALL_FILES
+from geodiag.io.vocabulary import sidecar
 from tests.geodiag.geodiag_fixtures import tokenizer_json
 from tests.geodiag.io.range_server import read_log
 

@@ -10,9 +10,9 @@ and an OpenOneRec-style ``{N}_codes.parquet`` (``pid`` string, ``codes`` list<in
 Arms, each in a fresh process (time from opening the file to the last item, imports
 excluded; peak RSS is the child's ``ru_maxrss``, imports included):
 
-1. ``stream``: ``geodiag.io.sids.stream_sid_map``, per-level code counts accumulated block
+1. ``stream``: ``geodiag.io.vocabulary.sids.stream_sid_map``, per-level code counts accumulated block
    by block, nothing kept (what codebook usage needs): memory flat in the item count;
-2. ``read``: ``geodiag.io.sids.read_sid_map``, the typed result (item ids and an (N, 3)
+2. ``read``: ``geodiag.io.vocabulary.sids.read_sid_map``, the typed result (item ids and an (N, 3)
    int64 array) held;
 3. the baseline: ``json.load`` of the index / ``pandas.read_parquet`` of the table.
 
@@ -40,7 +40,7 @@ CHILD = r"""
 import json, resource, sys, time
 arm, path = sys.argv[1:3]
 import numpy as np
-from geodiag.io.sids import read_sid_map, stream_sid_map
+from geodiag.io.vocabulary.sids import read_sid_map, stream_sid_map
 if arm == "pandas":
     import pandas
 t0 = time.perf_counter()

@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 from geodiag.metrics.indicators import ISOTROPY_DIRECTIONS, draw_kind, principal_directions
 
 KINDS = ("initializer", "noise", "isotropic", None, "too few rows")

@@ -19,7 +19,7 @@ import argparse
 
 import numpy as np
 
-from geodiag.io.safetensors import SafetensorsFile
+from geodiag.io.formats.safetensors import SafetensorsFile
 from geodiag.metrics.untrained import VocabularyAccumulator
 from geodiag.metrics.vocabulary_sample import BlockFigures, sample_blocks
 

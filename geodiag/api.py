@@ -6,7 +6,7 @@ One entry for every kind of source, each returning the objects the CLI renders:
   ``geodiag metrics``; ``new_ids`` / ``levels`` / ``codebooks`` override what it finds;
 - a (vocab, dim) numpy array or torch tensor, e.g. ``model.get_input_embeddings().weight``;
 - a transformers (or PEFT) model: its input embedding and, when untied, its output head
-  as a second matrix; PEFT wrappers give their effective rows (see :mod:`geodiag.io.memory`).
+  as a second matrix; PEFT wrappers give their effective rows (see :mod:`geodiag.io.formats.memory`).
 
 Nothing is written to disk. torch is imported only when the source is a torch object.
 """
@@ -33,13 +33,13 @@ from geodiag.gate.checks import (
     with_overrides,
 )
 from geodiag.gate.verdict import judge
-from geodiag.io import sidecar as sidecar_mod
 from geodiag.io.checkpoint import Checkpoint, open_checkpoint
-from geodiag.io.memory import MemoryStore, array_matrix, gathered, is_torch, model_matrices
-from geodiag.io.new_tokens import Levels, NewTokens, Sources, declare, resolve_new_tokens
-from geodiag.io.options import ReadOptions
-from geodiag.io.sid_index import is_ours, read_foreign
-from geodiag.io.tokenizer import tokenizer_in_memory
+from geodiag.io.formats.memory import MemoryStore, array_matrix, gathered, is_torch, model_matrices
+from geodiag.io.sources.options import ReadOptions
+from geodiag.io.vocabulary import sidecar as sidecar_mod
+from geodiag.io.vocabulary.new_tokens import Levels, NewTokens, Sources, declare, resolve_new_tokens
+from geodiag.io.vocabulary.sid_index import is_ours, read_foreign
+from geodiag.io.vocabulary.tokenizer import tokenizer_in_memory
 from geodiag.settings import default_of
 
 Codebooks = Mapping[str, object] | str | os.PathLike[str]
@@ -49,15 +49,15 @@ def _codebooks(codebooks: Codebooks, new: NewTokens) -> tuple[dict[str, np.ndarr
     """Per level, the codebook vector of each new token's code, in token order: from a
     file or {level: array or tensor}, checked as the file readers check theirs (each
     level's codebook has exactly one code per token of the level)."""
-    from geodiag.io.codebooks import codebook_rows
+    from geodiag.io.vocabulary.codebooks import codebook_rows
 
     if isinstance(codebooks, str | os.PathLike) and not is_ours(Path(codebooks)):
-        from geodiag.io.sids import read_codebooks  # a framework's: its levels in order
+        from geodiag.io.vocabulary.sids import read_codebooks  # a framework's: its levels in order
 
         where, read = str(codebooks), read_codebooks(codebooks).books
         given = {name: read[i] for i, name in enumerate(new.level_names) if i < len(read)}
     elif isinstance(codebooks, str | os.PathLike):
-        from geodiag.io.safetensors import SafetensorsFile
+        from geodiag.io.formats.safetensors import SafetensorsFile
 
         f = SafetensorsFile(Path(codebooks))
         where = str(codebooks)
@@ -140,7 +140,7 @@ def open_source(
     levels, codebooks, read = with_sids(source, sids, levels, codebooks, read, tokenizer)
     ckpt = _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, tokenizer)
     if reference is not None:
-        from geodiag.io.references import same_vocab
+        from geodiag.io.vocabulary.references import same_vocab
 
         ref = _open_source(reference, new_ids, base_vocab_size, levels, codebooks, read, tokenizer)
         same_vocab(ref, ckpt, "reference", "reference")
@@ -168,7 +168,7 @@ def with_sids(source, sids, levels, codebooks, read, tokenizer):
 
 
 def _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, tokenizer):
-    """The rows are new as :mod:`geodiag.io.new_tokens` resolves them: ``new_ids`` /
+    """The rows are new as :mod:`geodiag.io.vocabulary.new_tokens` resolves them: ``new_ids`` /
     ``levels`` first, for a file as for rows in memory; then (files only) its flags and files."""
     declared = declare(new_ids, levels, base_vocab_size)
     if isinstance(source, str | os.PathLike):
@@ -203,7 +203,7 @@ def _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, toke
             root=ckpt.path,
             opts=ReadOptions(),
             n_rows=ckpt.matrices[0].n_rows,
-            tokenizer=found or ckpt.tokenizer,  # the CLI's rule: geodiag.io.new_tokens
+            tokenizer=found or ckpt.tokenizer,  # the CLI's rule: geodiag.io.vocabulary.new_tokens
             sidecar=None,
             sidecar_path=None,
             declared=declared,
@@ -263,7 +263,7 @@ def measure(
     ``codebooks.safetensors`` is used when ``codebooks`` is not given). codebooks:
     ``{name: (codes, code_dim) array}`` or a ``.safetensors`` file. base_vocab_size:
     original rows are ``[0, N)`` (default: the levels' sidecar's, else the smallest new id;
-    :mod:`geodiag.io.new_tokens` resolves the rows, for a path as in memory). tokenizer: a
+    :mod:`geodiag.io.vocabulary.new_tokens` resolves the rows, for a path as in memory). tokenizer: a
     transformers tokenizer for rows in memory: it names them (neighbour tables) and, without
     new_ids / levels, says which are new (its added non-special tokens, as the CLI reads a
     folder's tokenizer). reference: an earlier state

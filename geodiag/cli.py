@@ -20,7 +20,7 @@ from geodiag.command_line import App
 from geodiag.errors import exits_2_on_any_error, print_unexpected
 from geodiag.escape import terminal
 from geodiag.gate.checks import GateConfig
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 from geodiag.outputs.report.options import DEFAULT_OUTPUT, ReportOptions
 from geodiag.settings import MEASURING, OUTPUTS, THRESHOLDS, from_cli, options_from
 from geodiag.version import __version__

@@ -13,7 +13,7 @@ from geodiag.escape import terminal
 # When the progress lines of geodiag's long tasks are due, all in one place: the first once
 # a task has run AFTER_S seconds (a shorter task prints nothing), then one every
 # COUNTING_EVERY_S while counting --data (geodiag.io.usage), every READING_EVERY_S while
-# reading a remote checkpoint (geodiag.io.byte_ranges).
+# reading a remote checkpoint (geodiag.io.sources.byte_ranges).
 AFTER_S = 3.0
 COUNTING_EVERY_S = 5.0
 READING_EVERY_S = 10.0

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from geodiag.atomic import atomic_dir
 from geodiag.errors import InputError
-from geodiag.io.sidecar import SemanticIds, write_description
+from geodiag.io.vocabulary.sidecar import SemanticIds, write_description
 
 if TYPE_CHECKING:  # the output-folder rule is read by gti sids build, without transformers
     from transformers import PreTrainedTokenizerBase

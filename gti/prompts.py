@@ -28,7 +28,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from geodiag.errors import InputError
-from geodiag.io.sidecar import SemanticIds, token_string
+from geodiag.io.vocabulary.sidecar import SemanticIds, token_string
 from geodiag.jsonio import read_document
 from gti.options import TEMPLATE_SYSTEM
 

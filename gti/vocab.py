@@ -1,6 +1,6 @@
 """Vocabulary extension: one new token per (level, code) of the semantic IDs.
 
-Tokens are named ``<a_0> .. <a_255>, <b_0> ..`` (``geodiag.io.sidecar.token_string``),
+Tokens are named ``<a_0> .. <a_255>, <b_0> ..`` (``geodiag.io.vocabulary.sidecar.token_string``),
 added to the tokenizer as plain (non-special) added tokens so they survive
 decoding, and given rows in the model by ``resize_token_embeddings``. The rows are
 left for an init strategy to fill (``mean_resizing=False``: transformers' own mean
@@ -18,7 +18,7 @@ from tokenizers import AddedToken
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from geodiag.errors import InputError
-from geodiag.io.sidecar import SemanticIds
+from geodiag.io.vocabulary.sidecar import SemanticIds
 
 
 @dataclass(frozen=True)

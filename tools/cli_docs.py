@@ -2,7 +2,7 @@
 
 Every table of that page comes from the click objects typer builds for ``geodiag`` and
 ``gti``: each command's docstring, its arguments and options with their types, defaults
-and help texts (the reading options from :class:`geodiag.io.options.ReadOptions`, the
+and help texts (the reading options from :class:`geodiag.io.sources.options.ReadOptions`, the
 gate's thresholds from :data:`geodiag.gate.checks.CHECKS` through :mod:`tools.gate_docs`).
 ``tests/tools/test_cli_docs.py`` fails when the committed page is stale. After
 changing a command, an option or a help text::
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from geodiag.gate.checks import THRESHOLDS
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 from tools import gate_docs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,7 +155,7 @@ def _read_options(group: Any) -> list[str]:
     return [
         "### Reading options",
         "",
-        "Shared by every command that reads a checkpoint (`geodiag.io.options.ReadOptions`;",
+        "Shared by every command that reads a checkpoint (`geodiag.io.sources.options.ReadOptions`;",
         "which rows are new and how they are found: [stacks.md](stacks.md#which-rows-are-new)).",
         "",
         *_table(params),

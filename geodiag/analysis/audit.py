@@ -41,10 +41,10 @@ import numpy as np
 from geodiag.analysis.findings import token_group
 from geodiag.analysis.integrity import IntegrityFinding
 from geodiag.io.checkpoint import Checkpoint, Matrix
-from geodiag.io.gguf import CONTROL, GGUFStore
-from geodiag.io.new_tokens import absent_from
-from geodiag.io.peft_adapter import AdapterStore, ModulePatch
-from geodiag.io.tokenizer import load_tokenizer_in
+from geodiag.io.formats.gguf import CONTROL, GGUFStore
+from geodiag.io.formats.peft_adapter import AdapterStore, ModulePatch
+from geodiag.io.vocabulary.new_tokens import absent_from
+from geodiag.io.vocabulary.tokenizer import load_tokenizer_in
 
 RESIZE = "model.resize_token_embeddings(len(tokenizer))"
 # Where the new tokens came from, in the words of a message (NewTokens.source).

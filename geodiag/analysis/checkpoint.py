@@ -49,7 +49,7 @@ from geodiag.io.checkpoint import (
     check_original_rows,
     open_checkpoint,
 )
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 from geodiag.io.usage import TokenUsage, token_usage
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.codebook import codebook_health

@@ -15,7 +15,7 @@ from geodiag.analysis.reports import DriftReport
 from geodiag.analysis.rows import MatrixRows, float32_at_scale, new_rows, selected_rows
 from geodiag.errors import InputError
 from geodiag.io.checkpoint import Checkpoint, Matrix, open_checkpoint
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
 
 
@@ -81,7 +81,7 @@ def deployed_read(read: ReadOptions, a: Checkpoint, after: Path) -> ReadOptions:
     it is read with ``a``'s (levels, codes), checked against its token list."""
     from dataclasses import replace
 
-    from geodiag.io.sidecar import FILENAME
+    from geodiag.io.vocabulary.sidecar import FILENAME
 
     own = after.parent / FILENAME
     theirs = (a.path if a.path.is_dir() else a.path.parent) / FILENAME

@@ -22,9 +22,9 @@ import numpy as np
 from geodiag.analysis.indicators import DrawFinding, UnderTrained, draw_finding, under_trained
 from geodiag.analysis.rows import MatrixRows, PaddingRows, read_padding
 from geodiag.io.checkpoint import Checkpoint, Matrix
-from geodiag.io.references import trained_init
-from geodiag.io.tokenizer import list_names
 from geodiag.io.usage import TokenUsage
+from geodiag.io.vocabulary.references import trained_init
+from geodiag.io.vocabulary.tokenizer import list_names
 from geodiag.metrics.geometry import ROW_BLOCK, row_norms, spread
 from geodiag.metrics.untrained import (
     NORM_RULE,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from geodiag.io.checkpoint import Checkpoint, Matrix
-from geodiag.io.gguf import CONTROL, UNUSED
+from geodiag.io.formats.gguf import CONTROL, UNUSED
 from geodiag.metrics.indicators import (
     ISOTROPY_DIRECTIONS,
     MAX_VOCABULARY_ABOVE,

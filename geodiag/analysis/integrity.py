@@ -40,7 +40,7 @@ import numpy as np
 from geodiag.analysis.findings import TokenGroup, UntrainedRows, token_group
 from geodiag.analysis.rows import MatrixRows, read_padding
 from geodiag.io.checkpoint import MAX_PADDING_ROWS, Checkpoint
-from geodiag.io.tokenizer import list_names
+from geodiag.io.vocabulary.tokenizer import list_names
 from geodiag.metrics.geometry import ROW_BLOCK
 from geodiag.metrics.untrained import MIN_PADDING_ROWS, PADDING_ALPHA, quantile
 

@@ -1,7 +1,7 @@
 """What the callback does to each checkpoint the Trainer saves: describe it, gate it.
 
 The description is the contract's (DESIGN.md): ``semantic_ids.json`` and
-``codebooks.safetensors``, written by :func:`geodiag.io.sidecar.write_description`, as gti
+``codebooks.safetensors``, written by :func:`geodiag.io.vocabulary.sidecar.write_description`, as gti
 writes them, so that ``geodiag check|report run/checkpoint-*`` need no flags. The gate is
 ``geodiag check``'s, on the folder, or on the model in memory where the folder is no
 full model (a PEFT adapter).
@@ -22,8 +22,8 @@ from geodiag.callback.distributed import partitioned
 from geodiag.errors import InputError
 from geodiag.gate.checks import GateConfig, GateResult
 from geodiag.gate.verdict import judge
-from geodiag.io import sidecar
-from geodiag.io.new_tokens import declare
+from geodiag.io.vocabulary import sidecar
+from geodiag.io.vocabulary.new_tokens import declare
 
 logger = logging.get_logger(__name__)
 CHECK_FILENAME = "geodiag_check.json"
@@ -89,7 +89,7 @@ def gate_saved(
             )
     if model is None:
         raise InputError(folder, "no model to measure")
-    from geodiag.io.memory import gathered
+    from geodiag.io.formats.memory import gathered
 
     with gathered(model):
         report = measure_checkpoint(open_source(model, **source), opts)

@@ -39,7 +39,7 @@ gate then measures the model in memory (the rows just saved).
 
 Models: a plain ``PreTrainedModel`` or a PEFT model. Rows are read through the modules,
 so trainable tokens, ``modules_to_save`` and LoRA on the embedding give their effective
-rows (:mod:`geodiag.io.memory`). An untied output head is measured as its own matrix
+rows (:mod:`geodiag.io.formats.memory`). An untied output head is measured as its own matrix
 (``geodiag/output/<metric>``).
 
 Distributed: under DDP only the main process (``state.is_world_process_zero``) measures,
@@ -94,8 +94,8 @@ from geodiag.gate.trajectory import (
     structure_of_report,
     truncate_after,
 )
-from geodiag.io.new_tokens import declare
-from geodiag.io.tokenizer import list_names
+from geodiag.io.vocabulary.new_tokens import declare
+from geodiag.io.vocabulary.tokenizer import list_names
 from geodiag.settings import default_of
 
 logger = logging.get_logger(__name__)
@@ -119,7 +119,7 @@ class GeodiagCallback(TrainerCallback):
         rsa_levels: levels whose RSA the snapshot computes (default: the first, coarsest).
         rsa_sample, rsa_permutations: tokens per level and permutations for that RSA.
         base_vocab_size: original rows are ``[0, N)`` (default: the levels' sidecar's,
-            else the smallest new id; :func:`geodiag.io.new_tokens.declare`).
+            else the smallest new id; :func:`geodiag.io.vocabulary.new_tokens.declare`).
         seed: seed of the reference sample and of the RSA sample/permutations.
         gate: thresholds, for the collapse test and the save-time gate.
         gate_on_save: run the full gate on each saved checkpoint.
@@ -232,7 +232,7 @@ class GeodiagCallback(TrainerCallback):
             return
         if self._tokenizer is None:
             raise InputError("sids", "needs the Trainer's tokenizer (processing_class)")
-        from geodiag.io.sid_index import read_foreign
+        from geodiag.io.vocabulary.sid_index import read_foreign
 
         books = self.codebooks if isinstance(self.codebooks, str | Path) else None
         found = read_foreign(self.sids, books, self._tokenizer)
@@ -267,7 +267,7 @@ class GeodiagCallback(TrainerCallback):
     def _measure(self, model) -> dict[str, tuple[dict, np.ndarray, dict[int, str]]]:
         """{role: (structure, untrained ids, their names)}: measure_matrices'."""
         from geodiag.api import open_source
-        from geodiag.io.memory import gathered
+        from geodiag.io.formats.memory import gathered
 
         with gathered(model):
             ckpt = open_source(model, **self._source(), tokenizer=self._tokenizer)
@@ -322,7 +322,7 @@ class GeodiagCallback(TrainerCallback):
         step = state.global_step + 1
         if model is None or not self._due(state, step):
             return control
-        from geodiag.io.memory import gradient_norms
+        from geodiag.io.formats.memory import gradient_norms
 
         try:
             self._grads = gradient_norms(model, self._new_ids())

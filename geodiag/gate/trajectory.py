@@ -42,7 +42,7 @@ from pathlib import Path
 from geodiag.analysis.reports import CheckpointReport
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
 from geodiag.gate.checks import VALUES, CheckName, rsa_by_level, rsa_p_by_level
-from geodiag.io.remote import is_remote
+from geodiag.io.sources.remote import is_remote
 from geodiag.metrics.snapshot import Snapshot
 
 TRAJECTORY_FILENAME = "geodiag_trajectory.jsonl"

@@ -1,20 +1,20 @@
 """Open a checkpoint and find its new-token rows, without instantiating the model.
 
 Resolution order (DESIGN.md, checkpoint contract):
-- weights: a PEFT adapter folder over its base (``geodiag.io.peft_adapter``), else a
-  safetensors file, a sharded set, a torch state dict or a GGUF file (``geodiag.io.store``;
+- weights: a PEFT adapter folder over its base (``geodiag.io.formats.peft_adapter``), else a
+  safetensors file, a sharded set, a torch state dict or a GGUF file (``geodiag.io.formats.store``;
   a GGUF's metadata and token list stand for config.json and tokenizer.json); files
   beside them (config, tokenizer, sidecar, codebooks) from the adapter's folder first,
   else its base's;
 - tensors: ``--tensor`` override, else the 2-D tensor named like a token table whose
   rows are a vocabulary size config.json states; the output head (the other such
-  tensor of the LM) is analyzed on its own when it is not tied (``geodiag.io.tensor_names``);
-- new rows: one resolver per source, in the order ``geodiag.io.new_tokens`` states
+  tensor of the LM) is analyzed on its own when it is not tied (``geodiag.io.formats.tensor_names``);
+- new rows: one resolver per source, in the order ``geodiag.io.vocabulary.new_tokens`` states
   (arguments, flags, sidecar, all rows, adapter, ``--base``, tokenizer);
 - levels: the sidecar, else token names matching ``--level-pattern``, else none;
 - codebooks: ``--codebooks FILE``, else ``codebooks.safetensors`` beside the weights;
 - the reference the movement is measured from: ``--reference``, else a before the files
-  carry (``geodiag.io.references``).
+  carry (``geodiag.io.vocabulary.references``).
 """
 
 from __future__ import annotations
@@ -26,31 +26,36 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError
-from geodiag.io import sidecar as sidecar_mod
-from geodiag.io.codebooks import codebook_rows, codebooks_of, file_digest
-from geodiag.io.layouts import FSDP_SUBFOLDERS, dcp_folder, resolve_hub_cache, zero_folder
-from geodiag.io.new_tokens import (
+from geodiag.io.formats.dcp import dcp_folder
+from geodiag.io.formats.gguf import GGUFStore
+from geodiag.io.formats.peft_adapter import AdapterInfo, is_adapter, open_adapter
+from geodiag.io.formats.registry import open_base as open_adapter_base
+from geodiag.io.formats.registry import open_remote, open_store
+from geodiag.io.formats.store import FLOAT_DTYPES, is_float
+from geodiag.io.formats.tensor_names import (
+    Head,
+    find_input_tensor,
+    find_output_head,
+    stated_widths,
+)
+from geodiag.io.formats.tensor_store import TensorStore
+from geodiag.io.formats.zero import zero_folder
+from geodiag.io.sources.layouts import FSDP_SUBFOLDERS, resolve_hub_cache
+from geodiag.io.sources.options import ReadOptions
+from geodiag.io.sources.remote import is_remote
+from geodiag.io.stack import detect_stack
+from geodiag.io.vocabulary import sidecar as sidecar_mod
+from geodiag.io.vocabulary.codebooks import codebook_rows, codebooks_of, file_digest
+from geodiag.io.vocabulary.new_tokens import (
     Declared,
     NewTokens,
     Sources,
     absent_from,
     resolve_new_tokens,
 )
-from geodiag.io.options import ReadOptions
-from geodiag.io.peft_adapter import AdapterInfo, is_adapter, open_adapter
-from geodiag.io.references import reference_of
-from geodiag.io.remote import is_remote, open_remote
-from geodiag.io.sid_index import open_foreign
-from geodiag.io.stack import detect_stack
-from geodiag.io.store import FLOAT_DTYPES, is_float, open_store
-from geodiag.io.tensor_names import (
-    Head,
-    find_input_tensor,
-    find_output_head,
-    stated_widths,
-)
-from geodiag.io.tensor_store import TensorStore
-from geodiag.io.tokenizer import TokenizerInfo, load_tokenizer_in
+from geodiag.io.vocabulary.references import reference_of
+from geodiag.io.vocabulary.sid_index import open_foreign
+from geodiag.io.vocabulary.tokenizer import TokenizerInfo, gguf_tokenizer, load_tokenizer_in
 from geodiag.jsonio import read_json_object
 
 # Unused padding rows read at most (their integrity finding, the padding comparison of the
@@ -128,10 +133,10 @@ class Checkpoint:
     # head_rows finding, geodiag.analysis.audit)
     head_left_out: Matrix | None = None
     # The output head as the files say it: stored where, tied or not, and why
-    # (geodiag.io.tensor_names.find_output_head); None for rows given in memory.
+    # (geodiag.io.formats.tensor_names.find_output_head); None for rows given in memory.
     head: Head | None = None
     # What the new rows' movement is measured from: --reference, else a before the files
-    # carry (geodiag.io.references); and which one and why, or why none, for the report.
+    # carry (geodiag.io.vocabulary.references); and which one and why, or why none, for the report.
     reference: Checkpoint | None = None
     reference_notes: list[str] = field(default_factory=list)
     # The options it was read with: the one home of every reading flag (allow_nonfinite
@@ -140,7 +145,7 @@ class Checkpoint:
     # The folders its files are looked up in, first match wins (the weights', then a
     # PEFT adapter's base): where the tokenizer's config and chat template sit.
     roots: list[Path] = field(default_factory=list)
-    # The checkpoint as shown in reports: the path, or the URL as given (geodiag.io.remote;
+    # The checkpoint as shown in reports: the path, or the URL as given (geodiag.io.sources.remote;
     # ``path`` is then the folder its small files were fetched into).
     location: str = ""
     remote: bool = False  # read over HTTP: each row read costs its bytes
@@ -250,7 +255,7 @@ def open_checkpoint(
         path, hub_note, location = remote.folder, None, remote.where
         store, adapter, roots = remote.store, None, remote.roots
         if store is None:  # an adapter folder: read over its base, local or by URL
-            adapter, store = open_adapter(path, opts.base, remote)
+            adapter, store = open_adapter(path, opts.base, open_adapter_base, remote)
             roots.append(adapter.base_root)
     else:
         path, hub_note = resolve_hub_cache(Path(path))
@@ -339,7 +344,7 @@ def _open_weights(
 ) -> tuple[TensorStore, AdapterInfo | None, list[Path]]:
     """(store, the adapter when ``path`` is one, the folders to look beside: first wins)."""
     if is_adapter(path):
-        adapter, store = open_adapter(path, opts.base)
+        adapter, store = open_adapter(path, opts.base, open_adapter_base)
         # Files beside the weights: the adapter folder's own first, else the base's.
         return store, adapter, [path, adapter.base_root]
     roots = [path if path.is_dir() else path.parent]
@@ -355,8 +360,8 @@ def _config_and_tokenizer(
 ) -> tuple[dict, TokenizerInfo | None]:
     """config.json and tokenizer.json beside the weights; a GGUF file carries its own
     (its metadata and token list), which win over files that happen to sit beside it."""
-    if hasattr(store, "tokenizer_info"):
-        return store.config(), store.tokenizer_info()
+    if isinstance(store, GGUFStore):
+        return store.config(), gguf_tokenizer(store)
     config = read_json_object(beside("config.json")) if beside("config.json").is_file() else {}
     return config, load_tokenizer_in(beside)
 

@@ -4,7 +4,7 @@ Over HTTP every original row costs its bytes, so a remote checkpoint's vocabular
 figures (mean, spread, norms, non-finite rows) come from a sample (the analysis decides
 when: ``geodiag.analysis.checkpoint``). The sample is blocks of consecutive rows, not
 scattered rows: ranges closer than 256 KB are fetched as one request
-(``geodiag.io.byte_ranges``), so rows scattered across the vocabulary would read all of it.
+(``geodiag.io.sources.byte_ranges``), so rows scattered across the vocabulary would read all of it.
 One block sits at a seeded offset in each of K equal strata of ``[0, n_rows)``, so a
 vocabulary whose rows drift with their id (tokens learned in frequency order) is covered
 end to end.

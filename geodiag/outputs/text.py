@@ -10,7 +10,7 @@ from __future__ import annotations
 from geodiag.analysis.findings import ITEM_IDS
 from geodiag.analysis.reports import CheckpointReport, DriftReport, MatrixReport
 from geodiag.escape import terminal_lines
-from geodiag.io.tokenizer import list_names
+from geodiag.io.vocabulary.tokenizer import list_names
 
 
 def _f(x: float | None, digits: int = 4) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geodiag.errors import InputError
-from geodiag.io.sidecar import SemanticIds
+from geodiag.io.vocabulary.sidecar import SemanticIds
 from gti.data.sequences import Example, Splits, k_core, leave_one_out
 from gti.data.sources import load_dataset
 from gti.prompts import item_token_ids, sid_strings

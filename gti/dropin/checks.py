@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from geodiag.api import check
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 from geodiag.jsonio import to_jsonable
 from geodiag.outputs.ci import text_summary
 from gti.dropin.index import IndexTokens

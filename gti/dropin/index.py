@@ -1,6 +1,6 @@
 """The seam between a framework's SID files and the drop-in grounding: one typed value,
 :class:`IndexTokens`, built by :func:`read_index` from geodiag's readers of the frameworks'
-SID maps and codebooks (``geodiag.io.sids``: one parser per format, in one place; gti never
+SID maps and codebooks (``geodiag.io.vocabulary.sids``: one parser per format, in one place; gti never
 parses a SID map itself).
 
 An index is what the framework's own training script sees: item -> the item's token strings
@@ -81,13 +81,13 @@ def _name(level: int) -> str:
 
 
 def read_index(path: Path, codebooks: Path | None = None, offset: int | None = None) -> IndexTokens:
-    """An index file (and its codebooks) through geodiag's SID readers (``geodiag.io.sids``,
-    matched by ``geodiag.io.sid_index.match_sids``): each item's tokens as the framework
+    """An index file (and its codebooks) through geodiag's SID readers (``geodiag.io.vocabulary.sids``,
+    matched by ``geodiag.io.vocabulary.sid_index.match_sids``): each item's tokens as the framework
     spells them, the de-duplication token last where the item has one (MiniOneRec's
     ``<d_k>``). ``offset``: what the codes start from, when the data cannot tell."""
     from geodiag.errors import InputError
-    from geodiag.io.sid_index import match_sids
-    from geodiag.io.sids import read_codebooks, read_sid_map
+    from geodiag.io.vocabulary.sid_index import match_sids
+    from geodiag.io.vocabulary.sids import read_codebooks, read_sid_map
 
     m = read_sid_map(path)
     books = read_codebooks(codebooks) if codebooks is not None else None

@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from geodiag.atomic import atomic_write
 from geodiag.errors import InputError
-from geodiag.io.sidecar import load
+from geodiag.io.vocabulary.sidecar import load
 from geodiag.jsonio import dumps
 from gti.checkpoint_files import SFT_CONFIG_FILENAME
 from gti.data.tasks import dataset_of, load_task_data, of_users, sample_users

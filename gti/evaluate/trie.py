@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from geodiag.io.sidecar import SemanticIds
+from geodiag.io.vocabulary.sidecar import SemanticIds
 
 
 @dataclass

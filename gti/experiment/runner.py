@@ -29,7 +29,7 @@ from pathlib import Path
 
 from geodiag.atomic import atomic_write, atomic_write_many
 from geodiag.errors import InputError
-from geodiag.io.sidecar import FILENAME as SIDECAR_FILENAME
+from geodiag.io.vocabulary.sidecar import FILENAME as SIDECAR_FILENAME
 from geodiag.jsonio import dumps
 from geodiag.settings import tagged
 from gti.evaluate.run import load_result

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
 
-    from geodiag.io.sidecar import SemanticIds
+    from geodiag.io.vocabulary.sidecar import SemanticIds
 
 
 @dataclass

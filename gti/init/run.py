@@ -17,8 +17,8 @@ import torch
 from transformers import PreTrainedModel
 
 from geodiag.errors import InputError
-from geodiag.io.safetensors import SafetensorsFile
-from geodiag.io.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
+from geodiag.io.formats.safetensors import SafetensorsFile
+from geodiag.io.vocabulary.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
 from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
 from gti.data.sources import load_dataset
 from gti.errors import Interrupted

@@ -25,7 +25,7 @@ import numpy as np
 
 from geodiag.atomic import atomic_dir
 from geodiag.errors import InputError
-from geodiag.io.sidecar import CODEBOOKS_FILENAME, Level, SemanticIds, level_name, save
+from geodiag.io.vocabulary.sidecar import CODEBOOKS_FILENAME, Level, SemanticIds, level_name, save
 from gti.checkpoint_files import check_output_dir
 from gti.data.sources import load_dataset
 from gti.models.backbone import Backbone, resolve_backbone

@@ -19,8 +19,8 @@ from accelerate.utils import set_seed
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from geodiag.errors import InputError
-from geodiag.io.sidecar import CODEBOOKS_FILENAME, SemanticIds, load, with_init
-from geodiag.io.sidecar import FILENAME as SIDECAR_FILENAME
+from geodiag.io.vocabulary.sidecar import CODEBOOKS_FILENAME, SemanticIds, load, with_init
+from geodiag.io.vocabulary.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
 from gti.data.tasks import dataset_of, load_task_data
 from gti.errors import Interrupted

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from geodiag.analysis.checkpoint import measure_checkpoint
 from geodiag.analysis.options import AnalyzeOptions
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 
 
 def measure(checkpoint: Path, *, permutations: int, seed: int) -> dict[str, object]:

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from geodiag.errors import InputError
-from geodiag.io.sidecar import load
+from geodiag.io.vocabulary.sidecar import load
 from gti.data.sequences import Example
 from gti.data.tasks import TaskData
 from gti.evaluate.decode import rank_items

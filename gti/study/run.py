@@ -41,7 +41,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from geodiag.atomic import atomic_write
-from geodiag.io.sidecar import FILENAME as SIDECAR_FILENAME
+from geodiag.io.vocabulary.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.experiment.arms import ARMS
 from gti.experiment.layout import (
     Files,
@@ -210,7 +210,7 @@ def sft_until(sft_cfg, step: int, snap: Path, stages: Stages) -> Path:
 
 def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None) -> Path:
     """Run (or finish) one (arm, seed); returns its report folder."""
-    from geodiag.io.sidecar import load
+    from geodiag.io.vocabulary.sidecar import load
     from gti.data.tasks import dataset_of, load_task_data, sample_users
     from gti.init.run import run_init
 

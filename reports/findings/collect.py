@@ -19,10 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from geodiag.analysis.checkpoint import analyze
+from geodiag.analysis.checkpoint import measure_checkpoint  # noqa: E402
 
 from geodiag.analysis.options import AnalyzeOptions
-from geodiag.io.options import ReadOptions  # noqa: E402
+from geodiag.io.sources.options import ReadOptions  # noqa: E402
 from gti.experiment.layout import experiment_paths  # noqa: E402
 
 FINDINGS = ("at_vocabulary_mean", "zero", "barely_moved", "dead_codes", "norm_small", "norm_large")
@@ -34,7 +34,7 @@ def _size(group) -> int:
 
 def summary(path: Path, reference: Path | None) -> dict:
     read = ReadOptions(reference=str(reference)) if reference else ReadOptions()
-    rep = analyze(path, read, AnalyzeOptions(n_permutations=0))
+    rep = measure_checkpoint(path, AnalyzeOptions(n_permutations=0), read=read)
     m = rep.matrices[0]
     u = m.untrained
     out = {

@@ -3,7 +3,7 @@
 For each arm: llama.cpp's converter writes F32 and Q8_0 GGUF files (``gti.deploy``);
 gguf-py requantizes the F32 file to Q4_0, Q4_1, Q5_0 and Q5_1, and llama.cpp's
 ``llama-quantize`` (built once by ``gti.llama_cpp``) to Q4_K_M, Q5_K_M, Q6_K and Q2_K;
-``geodiag drift CKPT FILE.gguf`` (``analyze_drift``) compares the new rows, and the
+``geodiag drift CKPT FILE.gguf`` (``measure_drift``) compares the new rows, and the
 per-token findings (``geodiag check``'s untrained rows) run on the checkpoint and on
 each file. Prints the markdown table of README.md and writes table.json beside this
 script.
@@ -17,11 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from geodiag.analysis.checkpoint import analyze_checkpoint
-from geodiag.analysis.drift import analyze_drift, deployed_read
+from geodiag.analysis.checkpoint import measure_checkpoint
+from geodiag.analysis.drift import measure_drift, deployed_read
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 from geodiag.jsonio import dumps
 from gti.deploy import QUANTIZER_TYPES, REQUANTIZED_TYPES, convert, requantize
 from gti.llama_cpp import locate_quantizer, quantize
@@ -31,7 +31,7 @@ ARMS = ("mean", "random", "gti-from-description")
 
 def _findings(path: Path, read: ReadOptions, opts: AnalyzeOptions) -> tuple[int, int]:
     """(untrained tokens, tokens with any finding) of the embedding: the gate's count."""
-    report = analyze_checkpoint(open_checkpoint(path, read), opts)
+    report = measure_checkpoint(open_checkpoint(path, read), opts)
     u = report.matrices[0].untrained
     return u.n_untrained, u.n_flagged
 
@@ -78,7 +78,7 @@ def main(runs: Path) -> None:
             before = _findings(ckpt, ReadOptions(), opts)
             files = _files(ckpt, Path(tmp), quantizer)
             for qtype, path in files.items():
-                (report,) = analyze_drift(ckpt, path, opts=opts)
+                (report,) = measure_drift(ckpt, path, opts=opts)
                 after = _findings(path, deployed_read(ReadOptions(), a, path), opts)
                 found = tuple(zip(before, after, strict=True))
                 rows.append(_row(arm, qtype, path.stat().st_size, report, found))

@@ -144,7 +144,7 @@ def lora_run(root: Path) -> None:
 
 
 # docs/stacks.md's frameworks: the checkpoint, SID map and codebooks each block names,
-# written as the framework writes them (tests/geodiag/io/sids/sid_frameworks.py)
+# written as the framework writes them (tests/geodiag/io/vocabulary/sids/sid_frameworks.py)
 STACKS = {
     "lcrec": (
         "runs/lcrec-sft",
@@ -172,7 +172,7 @@ STACKS = {
 
 
 def sid_stacks(root: Path) -> None:
-    from tests.geodiag.io.sids.sid_frameworks import FRAMEWORKS, write_model
+    from tests.geodiag.io.vocabulary.sids.sid_frameworks import FRAMEWORKS, write_model
 
     for name, (ckpt, sids, books) in STACKS.items():
         writer, spelling, extra = FRAMEWORKS[name]
@@ -186,7 +186,7 @@ def sid_stacks(root: Path) -> None:
 
 def build_world(root: Path) -> Path:
     """The checkpoints the blocks name, each the smallest of its kind."""
-    from geodiag.io.safetensors import save_file
+    from geodiag.io.formats.safetensors import save_file
     from tests.geodiag.geodiag_fixtures import DIM, base_rows, planted_new_rows, write_checkpoint
 
     base = base_rows()

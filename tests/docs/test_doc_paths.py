@@ -24,8 +24,8 @@ def named_paths(text: str) -> list[str]:
 
 
 def test_the_pattern_finds_paths_and_skips_placeholders():
-    text = "see `geodiag/io/store.py`, gti/presets/NAME.toml and (tests/docs/x.py)."
-    assert named_paths(text) == ["geodiag/io/store.py", "tests/docs/x.py"]
+    text = "see `geodiag/io/formats/store.py`, gti/presets/NAME.toml and (tests/docs/x.py)."
+    assert named_paths(text) == ["geodiag/io/formats/store.py", "tests/docs/x.py"]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)

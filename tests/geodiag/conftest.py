@@ -49,7 +49,7 @@ def wheel(tmp_path_factory) -> Path:
 @pytest.fixture(autouse=True)
 def no_hub_login(tmp_path, monkeypatch):
     """No test reads this machine's Hub login: hf:// sends the token of `hf auth login`
-    (geodiag.io.hub_auth), so its home is an empty folder unless a test writes one."""
+    (geodiag.io.sources.hub_auth), so its home is an empty folder unless a test writes one."""
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     for name in (
         "HF_TOKEN",

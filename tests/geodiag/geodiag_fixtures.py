@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag.io import sidecar
-from geodiag.io.safetensors import save_file
+from geodiag.io.formats.safetensors import save_file
+from geodiag.io.vocabulary import sidecar
 
 BASE_VOCAB = 300
 DIM = 32

@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 
-from geodiag.io.safetensors import SafetensorsFile
+from geodiag.io.formats.safetensors import SafetensorsFile
 
 EMB = "model.embed_tokens.weight"
 

@@ -130,7 +130,7 @@ def test_peft_tied_expectations():
 
 def test_a_model_and_its_tokenizer_say_which_rows_are_new(tmp_path):
     """tokenizer=: its added non-special tokens are the new rows, the CLI's rule for a
-    folder (geodiag.io.new_tokens.from_tokenizer); the same rows as the saved folder's."""
+    folder (geodiag.io.vocabulary.new_tokens.from_tokenizer); the same rows as the saved folder's."""
     from tiny_models import save, word_tokenizer
 
     tok = word_tokenizer(100)

@@ -100,7 +100,7 @@ def test_no_import_cycles_in_geodiag_or_gti():
     modules = _modules()
     assert "geodiag.io.checkpoint" in modules and "gti.cli" in modules  # scanned the tree
     graph = {name: _imported(name, path, modules) for name, path in modules.items()}
-    assert "geodiag.io.peft_adapter" in graph["geodiag.io.checkpoint"]  # edges are found
+    assert "geodiag.io.formats.peft_adapter" in graph["geodiag.io.checkpoint"]  # edges are found
     assert _cycles(graph) == []
 
 
@@ -117,6 +117,9 @@ LAYERS = (
         "geodiag.settings",
         "geodiag.progress",
     ),
+    ("geodiag.io.sources",),
+    ("geodiag.io.formats",),
+    ("geodiag.io.vocabulary",),
     ("geodiag.io",),
     ("geodiag.metrics",),
     ("geodiag.analysis",),
@@ -150,10 +153,10 @@ def _upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
 
 def test_the_floor_check_finds_an_upward_import():
     graph = {
-        "geodiag.io.store": {"geodiag.gate.checks", "geodiag.errors"},
+        "geodiag.io.formats.store": {"geodiag.gate.checks", "geodiag.errors"},
         "geodiag.gate.checks": set(),
     }
-    assert _upward(graph) == [("geodiag.io.store", "geodiag.gate.checks")]
+    assert _upward(graph) == [("geodiag.io.formats.store", "geodiag.gate.checks")]
 
 
 def test_geodiag_never_imports_gti_nor_a_floor_above():
@@ -170,26 +173,45 @@ def test_geodiag_never_imports_gti_nor_a_floor_above():
     assert _upward(graph) == []
 
 
-def test_io_modules_import_only_those_listed_above_them():
-    """geodiag/io/__init__.py lists its modules bottom to top; each imports only earlier ones."""
+def io_order() -> tuple[list[str], set[str]]:
+    """(io/'s modules bottom to top, its floors' subpackages): geodiag/io/__init__.py lists
+    its floors, a subpackage's ``__init__`` lists its own modules in order (a subpackage of
+    a floor, as ``vocabulary/sids/``, counts as one)."""
+    import importlib
     import re
 
-    import geodiag.io
+    def listed(package: str) -> list[str]:
+        doc = importlib.import_module(package).__doc__
+        return [f"{package}.{m}" for m in re.findall(r"^- ``(\w+)``", doc, re.M)]
 
-    order = [f"geodiag.io.{m}" for m in re.findall(r"^- ``(\w+)``", geodiag.io.__doc__, re.M)]
+    order, floors = [], {"geodiag.io"}
+    for name in listed("geodiag.io"):
+        if (ROOT / Path(*name.split(".")) / "__init__.py").is_file():
+            order += listed(name)
+            floors.add(name)
+        else:
+            order.append(name)
+    return order, floors
+
+
+def test_io_modules_import_only_those_listed_above_them():
+    """geodiag/io's floors and each floor's modules are listed bottom to top; each module
+    imports only earlier ones."""
+    order, floors = io_order()
     modules = _modules()
 
-    def unit(m: str) -> str:  # a subpackage of io/ (sids/) is listed as one
-        return ".".join(m.split(".")[:3])
+    def unit(m: str) -> str:  # a floor's subpackage (vocabulary/sids/) is listed as one
+        parts = m.split(".")
+        return ".".join(parts[:4] if ".".join(parts[:3]) in floors else parts[:3])
 
-    listed = {unit(m) for m in modules if m.startswith("geodiag.io.")}
-    assert set(order) == listed  # every module of io/ is listed, once
+    inside = [m for m in modules if m.startswith("geodiag.io.") and m not in floors]
+    listed = {unit(m) for m in inside}
+    assert set(order) == listed and len(order) == len(listed)  # every module listed, once
     pos = {m: i for i, m in enumerate(order)}
     upward = [
         (a, b)
-        for a in modules
-        if a.startswith("geodiag.io.")
+        for a in inside
         for b in _imported(a, modules[a], modules)
-        if pos.get(unit(b), -1) > pos[unit(a)]
+        if b not in floors and pos.get(unit(b), -1) > pos[unit(a)]
     ]
     assert upward == []

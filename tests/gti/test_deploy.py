@@ -1,7 +1,7 @@
 """gti.deploy: requantizing a GGUF with gguf-py's writer keeps every key and tensor, and
 quantizes the 2-D weights exactly as gguf.quants.quantize does; the type list; every
 check (modules, build tools) before any download. The converter and the built
-llama-quantize themselves run in tests/geodiag/io/test_gguf_llama_cpp.py, when cached."""
+llama-quantize themselves run in tests/geodiag/io/formats/test_gguf_llama_cpp.py, when cached."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from geodiag.errors import InputError
-from geodiag.io.store import open_store
+from geodiag.io.formats.registry import open_store
+from geodiag.io.vocabulary.tokenizer import gguf_tokenizer
 
 gguf = pytest.importorskip("gguf")
 
@@ -43,7 +44,7 @@ def test_requantize_matches_gguf_quants(tmp_path, qtype):
     expected = gguf.quants.dequantize(gguf.quants.quantize(emb, t), t)
     np.testing.assert_array_equal(store.read_rows("token_embd.weight", np.arange(40)), expected)
     assert store.tensors["output_norm.weight"].type_name == "F32"  # 1-D stays F32
-    tok = store.tokenizer_info()
+    tok = gguf_tokenizer(store)
     assert [a.id for a in tok.added_non_special()] == [38, 39]
     assert gguf.GGUFReader(dst).get_field("general.file_type").contents() == getattr(
         gguf.LlamaFileType, f"MOSTLY_{qtype}"

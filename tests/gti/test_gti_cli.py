@@ -15,7 +15,7 @@ from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
 from geodiag.command_line import leaf_commands, summary
-from geodiag.io import sidecar
+from geodiag.io.vocabulary import sidecar
 from gti.cli import FETCHABLE, GTI_INSTALL, app
 
 runner = CliRunner()

@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from geodiag.io import sidecar
+from geodiag.io.vocabulary import sidecar
 from gti.cli import app
 from gti.data import movielens
 from gti.data.sequences import k_core, leave_one_out

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from geodiag.io.sidecar import Level, SemanticIds, save
+from geodiag.io.vocabulary.sidecar import Level, SemanticIds, save
 
 TEXTS = [
     "Toy Story (1995). Genres: Animation, Children's, Comedy.",

@@ -228,7 +228,7 @@ def check_matrix(m: MatrixReport, cfg: GateConfig) -> list[CheckResult]:
 
 
 def collapse_checks(structure: Mapping[str, object], cfg: GateConfig) -> list[CheckResult]:
-    """The failed collapse checks of a snapshot's ``structure`` (geodiag.analysis.trajectory: a
+    """The failed collapse checks of a snapshot's ``structure`` (geodiag.gate.trajectory: a
     value per check name); the checks it does not record are not tested."""
     out = []
     for c in CHECKS:

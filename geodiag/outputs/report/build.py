@@ -32,7 +32,7 @@ from geodiag.gate.trajectory import (
 )
 from geodiag.gate.verdict import Verdict, judge, verdict
 from geodiag.io.checkpoint import Checkpoint, open_checkpoint
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.cosine import cosine_matrix, level_cosine
 from geodiag.metrics.geometry import row_norms

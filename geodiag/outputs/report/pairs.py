@@ -7,7 +7,7 @@ order they were given in pairs nothing. A checkpoint's before, first that applie
    else an error);
 2. the before its files carry, when it is one of the checkpoints given: the init
    checkpoint its sidecar names, the run's earliest ``checkpoint-N`` (as
-   :mod:`geodiag.io.references` finds it for ``check``);
+   :mod:`geodiag.io.vocabulary.references` finds it for ``check``);
 3. the base model a PEFT adapter's ``adapter_config.json`` names, when it is given;
 4. the earliest checkpoint given of the same run (Trainer ``checkpoint-N`` folders, or gti
    checkpoints of one strategy and stage with a step, as the trajectory groups them), when
@@ -26,9 +26,9 @@ from pathlib import Path
 from geodiag.errors import InputError
 from geodiag.gate.trajectory import checkpoint_step
 from geodiag.io.checkpoint import Checkpoint, open_checkpoint
-from geodiag.io.options import ReadOptions
-from geodiag.io.references import OFF_HINT, reference_of, same_vocab
-from geodiag.io.remote import is_remote
+from geodiag.io.sources.options import ReadOptions
+from geodiag.io.sources.remote import is_remote
+from geodiag.io.vocabulary.references import OFF_HINT, reference_of, same_vocab
 
 PAIR_FLAG = "--pair"
 HOW_TO_PAIR = f"pair two yourself with {PAIR_FLAG} BEFORE=AFTER (e.g. the init and its SFT)"

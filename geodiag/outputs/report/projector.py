@@ -19,7 +19,7 @@ from geodiag.analysis.rows import new_rows
 from geodiag.atomic import atomic_write_many
 from geodiag.escape import tsv_field
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 
 CONFIG_FILENAME = "projector_config.pbtxt"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from geodiag.atomic import atomic_write_many, check_writable
 from geodiag.errors import InputError, require_extra
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 from geodiag.jsonio import dumps
 from geodiag.outputs.report.build import Progress, Report, build_report
 from geodiag.outputs.report.figures import FigureFormat

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from geodiag.io.safetensors import SafetensorsFile
-from geodiag.io.sidecar import CODEBOOKS_FILENAME, load
+from geodiag.io.formats.safetensors import SafetensorsFile
+from geodiag.io.vocabulary.sidecar import CODEBOOKS_FILENAME, load
 from gti.data.sources import load_dataset
 from gti.init import InitContext
 from gti.init.grounding import NewRows, SharedPrefix, fast_loss, freeze

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from geodiag.io.safetensors import SafetensorsFile
+from geodiag.io.formats.safetensors import SafetensorsFile
 from geodiag.metrics.rsa import rsa
-from geodiag.io.sidecar import load
+from geodiag.io.vocabulary.sidecar import load
 
 torch.manual_seed(0)
 cache = Path("runs/probe/sim_h.pt")

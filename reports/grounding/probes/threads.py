@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from geodiag.io.sidecar import load
+from geodiag.io.vocabulary.sidecar import load
 from gti.data.sources import load_dataset
 from gti.init import InitContext
 from gti.init.grounding import NewRows, SharedPrefix, fast_loss, freeze

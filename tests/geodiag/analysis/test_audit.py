@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from geodiag.analysis.audit import audit
 from geodiag.cli import app
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 torch = pytest.importorskip("torch")

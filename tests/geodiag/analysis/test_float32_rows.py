@@ -28,8 +28,8 @@ from geodiag.analysis.drift import measure_drift
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.analysis.rows import new_rows
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.options import ReadOptions
-from geodiag.io.safetensors import SafetensorsFile, save_file
+from geodiag.io.formats.safetensors import SafetensorsFile, save_file
+from geodiag.io.sources.options import ReadOptions
 from geodiag.jsonio import dumps
 from geodiag.metrics.cosine import level_cosine
 from geodiag.metrics.drift import drift, streamed_drift

@@ -16,7 +16,7 @@ from tiny_models import tiny_lm
 from typer.testing import CliRunner
 
 from geodiag.cli import app
-from geodiag.io.safetensors import SafetensorsFile, save_file
+from geodiag.io.formats.safetensors import SafetensorsFile, save_file
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 torch = pytest.importorskip("torch")

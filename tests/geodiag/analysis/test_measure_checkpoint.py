@@ -16,7 +16,7 @@ from scipy.stats import spearmanr
 from geodiag.analysis.checkpoint import measure_checkpoint, measure_matrix
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 from geodiag.jsonio import to_jsonable
 
 N_NEW = sum(k for _, k in LEVELS)

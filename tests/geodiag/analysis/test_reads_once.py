@@ -140,7 +140,7 @@ def test_no_padding_rows_found_without_decoding_the_vocabulary(make_ckpt, monkey
     """An added token on the last row: len(tokenizer) >= rows, so no padding rows; the
     vocabulary is not decoded to learn it (SmolLM2's costs ~25 ms). Reference: the
     length itself, decoded."""
-    from geodiag.io.tokenizer import TokenizerInfo
+    from geodiag.io.vocabulary.tokenizer import TokenizerInfo
 
     ckpt = open_checkpoint(make_ckpt("random"))
     assert max(t.id for t in ckpt.tokenizer.added) == ckpt.matrices[0].n_rows - 1

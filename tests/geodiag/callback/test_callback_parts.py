@@ -21,8 +21,8 @@ from geodiag.gate.checks import (
     CheckName,  # noqa: E402
     GateConfig,  # noqa: E402
 )
-from geodiag.io import sidecar  # noqa: E402
-from geodiag.io.safetensors import SafetensorsFile, save_file  # noqa: E402
+from geodiag.io.formats.safetensors import SafetensorsFile, save_file  # noqa: E402
+from geodiag.io.vocabulary import sidecar  # noqa: E402
 
 LEVELS = {"a": [10, 11], "b": [12, 13, 14]}
 
@@ -55,7 +55,7 @@ def test_collapse_of_says_the_gate_messages_of_the_failed_collapse_checks():
 
 
 def test_new_token_ids_given_or_from_the_levels(tmp_path):
-    from geodiag.io.new_tokens import declare
+    from geodiag.io.vocabulary.new_tokens import declare
 
     assert declare([3, 1], None).ids.tolist() == [3, 1]
     assert declare(None, LEVELS).ids.tolist() == [10, 11, 12, 13, 14]

@@ -157,7 +157,7 @@ def test_logs_jsonl_and_save_time_gate(tmp_path):
     assert geodiag.check(out / "checkpoint-6", levels=LEVELS, codebooks=BOOKS).passed
 
     # Each checkpoint describes itself (sidecar + codebooks): no flags needed afterwards.
-    from geodiag.io import sidecar
+    from geodiag.io.vocabulary import sidecar
     from geodiag.outputs.report import ReportOptions, write_report
 
     side = sidecar.load(out / "checkpoint-3")

@@ -114,7 +114,7 @@ def train(out: Path, *, rank: int = 0, world: int = 1, mode: str = "single", on_
         opt.zero_grad()
         state.global_step += 1
         control = cb.on_step_end(args, state, control, **kw) or control
-    from geodiag.io.memory import gathered
+    from geodiag.io.formats.memory import gathered
 
     with gathered(model):  # the final rows, whole (FSDP2: a collective)
         w = model.get_input_embeddings().weight.detach()

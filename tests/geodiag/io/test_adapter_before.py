@@ -1,4 +1,4 @@
-"""A PEFT adapter folder's before (geodiag.io.peft_adapter.before) as the reference of its
+"""A PEFT adapter folder's before (geodiag.io.formats.peft_adapter.before) as the reference of its
 new rows, on adapters PEFT writes through a fine-tuning framework's LoRA path.
 
 The path, as LLaMA-Factory and axolotl take it: the base saved without the new tokens;

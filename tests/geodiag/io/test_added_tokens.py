@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from geodiag.analysis.checkpoint import measure_checkpoint
 from geodiag.cli import app
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 
 pytestmark = pytest.mark.filterwarnings("ignore")  # transformers' own advice
 

@@ -6,9 +6,9 @@ from geodiag_fixtures import BASE_VOCAB, DIM, LEVELS, base_rows, planted_new_row
 
 from geodiag.errors import InputError
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.options import ReadOptions
-from geodiag.io.safetensors import save_file
-from geodiag.io.tokenizer import load_tokenizer
+from geodiag.io.formats.safetensors import save_file
+from geodiag.io.sources.options import ReadOptions
+from geodiag.io.vocabulary.tokenizer import load_tokenizer
 
 N_NEW = sum(k for _, k in LEVELS)
 
@@ -163,7 +163,7 @@ def test_codebooks_pair_by_code_for_a_partial_range(make_ckpt):
 def test_tokenizer_merges_are_skipped_without_changing_anything(tmp_path):
     import json as _json
 
-    from geodiag.io.tokenizer import _without_merges
+    from geodiag.io.vocabulary.tokenizer import _without_merges
 
     tok = {
         "added_tokens": [{"id": 4, "content": "<a_0>", "special": False}],

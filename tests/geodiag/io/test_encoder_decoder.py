@@ -184,7 +184,7 @@ def test_bart_shared_embedding(tmp_path):
 
 
 def test_no_token_table_says_what_is_looked_for(tmp_path):
-    from geodiag.io.safetensors import save_file
+    from geodiag.io.formats.safetensors import save_file
 
     save_file({"encoder.tok.weight": np.ones((4, 2), np.float32)}, tmp_path / "model.safetensors")
     res = run("metrics", tmp_path, "--new-tokens", "2:4")

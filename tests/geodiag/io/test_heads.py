@@ -1,5 +1,5 @@
 """The input embedding and the output head of every kind of model transformers saves,
-found from the files (geodiag.io.tensor_names), not from a list of architectures.
+found from the files (geodiag.io.formats.tensor_names), not from a list of architectures.
 
 Each model is built by transformers from a tiny config, its vocabulary extended with
 ``resize_token_embeddings`` (whose new rows start at the vocabulary mean), its new input
@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from geodiag.cli import app
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

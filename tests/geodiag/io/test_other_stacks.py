@@ -15,7 +15,7 @@ from geodiag.analysis.options import AnalyzeOptions
 from geodiag.cli import app
 from geodiag.gate.checks import GateConfig, run_gate
 from geodiag.gate.verdict import GTI, fingerprint, verdict
-from geodiag.io.safetensors import save_file
+from geodiag.io.formats.safetensors import save_file
 
 N_NEW = 24
 OPTS = AnalyzeOptions(n_permutations=20, neighbors_max=0)

@@ -31,9 +31,9 @@ from typer.testing import CliRunner
 
 from geodiag.cli import app
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.options import ReadOptions
-from geodiag.io.store import open_store
-from geodiag.io.zero import ZeroStore
+from geodiag.io.formats.registry import open_store
+from geodiag.io.formats.zero import ZeroStore
+from geodiag.io.sources.options import ReadOptions
 
 load_file = pytest.importorskip("safetensors.numpy").load_file
 

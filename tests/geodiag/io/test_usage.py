@@ -21,7 +21,7 @@ import geodiag  # noqa: E402
 from geodiag.errors import InputError  # noqa: E402
 from geodiag.gate.checks import GateConfig, run_gate  # noqa: E402
 from geodiag.io.checkpoint import open_checkpoint  # noqa: E402
-from geodiag.io.options import ReadOptions  # noqa: E402
+from geodiag.io.sources.options import ReadOptions  # noqa: E402
 from geodiag.io.usage import count_file, record_texts, render_template, token_usage  # noqa: E402
 
 N_WORDS = 120

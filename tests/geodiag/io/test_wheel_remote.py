@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from test_dcp import saved  # noqa: F401  (the fixture: a real FSDP2 run's DCP folders)
+from test_object_store_s3 import moto, needs_s3, s3, upload  # noqa: F401  (moto's server)
 from test_remote import SERVER, _comparable
-from test_remote_s3 import moto, needs_s3, s3, upload  # noqa: F401  (moto's server)
 from test_wheel import PIP, _clean_env
 
 from tests.geodiag.geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint

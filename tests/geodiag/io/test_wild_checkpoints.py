@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from geodiag.analysis.checkpoint import measure_checkpoint
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.cli import app
-from geodiag.io.options import ReadOptions
+from geodiag.io.sources.options import ReadOptions
 
 pytestmark = pytest.mark.filterwarnings("ignore")  # transformers' own advice
 
@@ -319,7 +319,7 @@ def test_sentencepiece_folder_names_its_added_tokens(tmp_path):
     assert rep.level_names == ["a", "b"]  # from the names added_tokens.json gives
     res = run("check", ckpt, "--permutations", 0)
     assert res.exit_code == 1 and "<id " not in res.stdout and "<a_0>, <a_1>" in res.stdout
-    from geodiag.io.tokenizer import sentencepiece_pieces
+    from geodiag.io.vocabulary.tokenizer import sentencepiece_pieces
 
     pieces = sentencepiece_pieces(ckpt / "tokenizer.model")  # against the library's own
     assert [pieces[i] for i in range(n)] == [sp.id_to_piece(i) for i in range(n)]
@@ -339,7 +339,7 @@ def saved(tmp_path_factory):
 def test_one_process_dcp_folders_are_read_as_their_source(saved, tmp_path):
     """torch.distributed.checkpoint without a process group (one chunk per tensor), bare
     and as the Trainer's pytorch_model_fsdp_0/: the figures of the safetensors it holds
-    (the 2-rank FSDP2 layouts: tests/geodiag/io/test_dcp.py)."""
+    (the 2-rank FSDP2 layouts: tests/geodiag/io/formats/test_dcp.py)."""
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import load_file
 
@@ -370,7 +370,7 @@ def test_deepspeed_zero_folder_names_zero_to_fp32(saved, tmp_path):
     (ckpt / "zero_to_fp32.py").write_text("# DeepSpeed's script\n")
     shutil.copy(saved / "config.json", ckpt / "config.json")
     line = one_line_exit_2(run("check", ckpt))
-    # geodiag.io.zero reads real ZeRO files (test_zero.py); these hold no partitions
+    # geodiag.io.formats.zero reads real ZeRO files (test_zero.py); these hold no partitions
     assert "zero_pp_rank_0_mp_rank_00_optim_states.pt" in line and "optimizer_state_dict" in line
     assert str(ckpt / "zero_to_fp32.py") in line and "--safe_serialization" in line
 

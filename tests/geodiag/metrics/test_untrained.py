@@ -156,7 +156,7 @@ def test_dead_codes_are_named_as_such(make_ckpt):
     The fixture's sidecar (10 items over 8 codes per level) leaves some codes unused."""
     from geodiag_fixtures import LEVELS, planted_new_rows
 
-    from geodiag.io import sidecar as sidecar_mod
+    from geodiag.io.vocabulary import sidecar as sidecar_mod
 
     rows = planted_new_rows("grounded", base_rows())
     ckpt = make_ckpt(rows, name="probe")

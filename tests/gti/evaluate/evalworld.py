@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from geodiag.io.sidecar import Level, SemanticIds
+from geodiag.io.vocabulary.sidecar import Level, SemanticIds
 from gti.models.tiny import build_tiny_model, build_tiny_tokenizer
 from gti.vocab import extend_vocabulary, with_token_ids
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from evalworld import CODES, LEVELS
 
-from geodiag.io.sidecar import Level, SemanticIds
+from geodiag.io.vocabulary.sidecar import Level, SemanticIds
 from gti.evaluate.trie import SidTrie
 
 

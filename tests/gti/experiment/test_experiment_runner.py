@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from geodiag.io import sidecar
+from geodiag.io.vocabulary import sidecar
 from gti.experiment.cli import experiment
 from gti.experiment.config import load_config
 from gti.experiment.runner import resolved

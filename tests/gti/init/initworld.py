@@ -10,7 +10,7 @@ import torch
 from tinyworld import TEXTS, make_sids, write_catalog, write_sids_dir
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from geodiag.io.sidecar import SemanticIds
+from geodiag.io.vocabulary.sidecar import SemanticIds
 from gti.init.structure import HELD_OUT_TEXT_TO_SID
 from gti.models.tiny import build_tiny_tokenizer, tiny_config
 from gti.prompts import SID_TO_TEXT, TEXT_TO_SID

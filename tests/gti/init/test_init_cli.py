@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
 from geodiag.cli import app as geodiag_app
-from geodiag.io import sidecar
+from geodiag.io.vocabulary import sidecar
 from gti.init.cli import init
 
 runner = CliRunner()

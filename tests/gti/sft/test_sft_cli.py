@@ -9,8 +9,8 @@ import typer
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
-from geodiag.io import sidecar
 from geodiag.io.checkpoint import open_checkpoint
+from geodiag.io.vocabulary import sidecar
 from gti.sft.cli import sft
 
 runner = CliRunner()

@@ -9,7 +9,7 @@ import pytest
 from sftworld import ORDERS
 from transformers import AutoTokenizer
 
-from geodiag.io.sidecar import load
+from geodiag.io.vocabulary.sidecar import load
 from gti.data.tasks import load_task_data
 from gti.prompts import TASK_NEXT_ITEM, TEMPLATE_SYSTEM, next_item_instruction, prompt_ids
 from gti.sft.config import SFTConfig

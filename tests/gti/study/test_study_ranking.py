@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from geodiag.io.sidecar import load
+from geodiag.io.vocabulary.sidecar import load
 from gti.data.tasks import load_task_data
 from gti.evaluate.decode import rank_items
 from gti.evaluate.rankings import load_rankings

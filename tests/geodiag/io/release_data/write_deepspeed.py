@@ -4,7 +4,7 @@ Run by ``make_fixtures.sh`` in a venv holding that release (and torch, safetenso
 
     DS_ACCELERATOR=cpu python write_deepspeed.py OUT
 
-A 2-rank gloo run on CPU, as tests/geodiag/io/zero_deepspeed_run.py, of a model small
+A 2-rank gloo run on CPU, as tests/geodiag/io/formats/zero_deepspeed_run.py, of a model small
 enough to commit: ``model.embed_tokens`` (VOCAB x DIM, the last N_NEW rows new),
 ``model.layers.0.mlp.proj`` (DIM x DIM) and an untied ``lm_head`` kept frozen (so
 ``frozen_param_fragments`` hold it). bf16 with fp32 master weights, torch's Adam as the

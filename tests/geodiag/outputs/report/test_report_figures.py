@@ -12,7 +12,7 @@ import pytest
 from geodiag_fixtures import LEVELS, base_rows, planted_new_rows, tokenizer_json, write_checkpoint
 from report_fixtures import write_set
 
-from geodiag.io import sidecar
+from geodiag.io.vocabulary import sidecar
 from geodiag.outputs.report import ReportOptions, build_report
 
 pytest.importorskip("matplotlib")

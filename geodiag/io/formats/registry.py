@@ -1,0 +1,169 @@
+"""The format registry: every format geodiag recognises, in the order a path is tried
+(PEFT's ``register_peft_method`` is the model: each format is one module exporting its
+:class:`~geodiag.io.formats.format.Format`, and one ``register_format`` line here).
+
+From :data:`FORMATS` come the local opener (:func:`open_store`), the URL opener
+(:func:`open_remote`), the messages for formats recognised but not read, the pre-commit
+hook's file pattern (:func:`file_pattern`; ``.pre-commit-hooks.yaml`` is rendered from it
+by ``python -m tools.precommit_hooks``) and the table of formats in docs/stacks.md
+(:func:`formats_table`, rendered by the same tool). A path is recognised by its bytes and
+layout first (magic bytes, a folder's files), by its name second.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from geodiag.errors import InputError, cannot_read
+from geodiag.io.formats import (  # each format's module, one a line
+    dcp,
+    gguf,
+    gguf_blob,
+    meta_llama,
+    peft_adapter,
+    store,
+    torch_pickle,
+    torch_training,
+    unread,
+    zero,
+)
+from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles
+from geodiag.io.formats.tensor_store import TensorStore
+from geodiag.io.sources.layouts import ADAPTER_CONFIG, FSDP_FIRST_SUBFOLDER, check_not_lfs_pointer
+from geodiag.io.sources.remote import INDEX, WEIGHTS, is_remote, parse
+
+FORMATS: dict[str, Format] = {}
+
+
+def register_format(fmt: Format) -> Format:
+    """Add ``fmt`` to :data:`FORMATS`, after those registered before it (tried first)."""
+    if fmt.name in FORMATS:
+        raise ValueError(f"format {fmt.name!r} is registered twice")
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+# The order a path is tried in: a folder's files as save_pretrained names them first,
+# then the training frameworks' layouts, then those recognised but not read.
+register_format(peft_adapter.FORMAT)
+register_format(gguf_blob.FORMAT)
+register_format(gguf.FORMAT)
+register_format(store.SHARDED)
+register_format(store.SINGLE)
+register_format(torch_training.FORMAT)
+register_format(torch_pickle.FORMAT)
+register_format(dcp.FORMAT)
+register_format(zero.FORMAT)
+register_format(meta_llama.FORMAT)
+register_format(meta_llama.SHARDED)
+register_format(unread.DEEPSPEED)
+register_format(unread.SHARDED_BIN)
+register_format(unread.TENSORFLOW)
+register_format(unread.FLAX)
+register_format(unread.ONNX)
+
+UNKNOWN_FILE = "unknown weights format (expected .safetensors, .bin, .pt, .gguf or a folder)"
+NO_WEIGHTS = "no model weights found (model.safetensors, its index, or pytorch_model.bin)"
+
+
+def recognise(path: Path) -> tuple[Format, Path] | None:
+    """(the first format that holds ``path``, the file or folder holding it), or None."""
+    for fmt in FORMATS.values():
+        if (found := fmt.find(path)) is not None:
+            return fmt, found
+    return None
+
+
+def open_store(path: str | os.PathLike[str]) -> TensorStore:
+    """Open the tensors of a checkpoint folder or a lone weights file: the first format
+    that recognises it (a PEFT adapter is read over its base by ``open_checkpoint``, not
+    here); a format recognised but not read is an exit-2 message naming it."""
+    p = Path(path)
+    try:
+        p.stat()
+    except FileNotFoundError:
+        raise InputError(p, "no such file or folder") from None
+    except OSError as e:  # a symlink loop, a name too long, no permission
+        raise cannot_read(p, e) from None
+    if p.is_file():
+        check_not_lfs_pointer(p)
+    for fmt in FORMATS.values():
+        if fmt.over_base or (found := fmt.find(p)) is None:
+            continue
+        if fmt.open is None:
+            raise InputError(p, fmt.way_out(found))
+        return fmt.open(found, p)
+    raise InputError(p, UNKNOWN_FILE if p.is_file() else NO_WEIGHTS)
+
+
+def open_base(base: Path | str, source: str) -> tuple[TensorStore, Path]:
+    """A PEFT adapter's base (``source``: where it was named): its tensors and the folder
+    of its config and tokenizer; not itself an adapter."""
+    if is_remote(base):
+        remote = open_remote(str(base))
+        if remote.store is None:
+            raise InputError(source, f"{base} is itself an adapter; pass the base checkpoint")
+        return remote.store, remote.folder
+    if peft_adapter.is_adapter(base):
+        raise InputError(source, f"{base} is itself an adapter; pass the base checkpoint")
+    return open_store(base), base if base.is_dir() else base.parent
+
+
+def url_suffixes() -> tuple[str, ...]:
+    """The endings by which a URL names one weights file read by ranges."""
+    return tuple(s for f in FORMATS.values() if f.url is not None for s in f.url_suffixes)
+
+
+def open_remote(url: str) -> RemoteCheckpoint:
+    """The checkpoint at ``url``: its small files fetched, its weights opened by ranges by
+    the first format whose URL opener takes it (a PEFT adapter folder's: the adapter's own,
+    its base left to ``geodiag.io.formats.peft_adapter``)."""
+    stripped = url.rstrip("/")
+    last = stripped.rsplit("/", 1)[-1]
+    for fmt in FORMATS.values():  # a URL that names a file of a format not read by URL
+        named = any(re.fullmatch(f, last) for f in fmt.files)
+        if fmt.url is None and (stripped.endswith(fmt.url_suffixes) or named):
+            raise InputError(stripped, fmt.remote)
+    remote, name = parse(url, url_suffixes())
+    small = SmallFiles(remote)
+    for fmt in FORMATS.values():
+        if fmt.url is not None and (found := fmt.url(remote, name, small)) is not None:
+            return found
+    raise InputError(
+        remote.where,
+        f"no model weights found ({WEIGHTS}, {INDEX}, {ADAPTER_CONFIG}, or a torch."
+        f"distributed.checkpoint {dcp.METADATA} here or in {FSDP_FIRST_SUBFOLDER}/; a GGUF "
+        "file is read by its own URL; remotely no .bin is read)",
+    )
+
+
+def file_pattern(beside: tuple[str, ...] = ()) -> str:
+    """The regex of a changed file that belongs to a checkpoint: every format's files,
+    then ``beside`` (regexes of the files read beside the weights), as pre-commit's
+    ``files:`` takes it."""
+    names = [f for fmt in FORMATS.values() for f in fmt.files] + list(beside)
+    return "(^|/)(" + "|".join(names) + ")$"
+
+
+def formats_table() -> str:
+    """docs/stacks.md's table of formats: each one, how it is read on disk and by URL."""
+    lines = [
+        "| format | what | on disk | by URL |",
+        "| --- | --- | --- | --- |",
+    ]
+    for fmt in FORMATS.values():
+        if fmt.over_base:
+            local = "read over its base"
+        elif fmt.open is not None:
+            local = "read"
+        else:
+            local = "recognised, not read: exit 2 with the command that converts it"
+        by_url = (
+            "read by byte ranges"
+            if fmt.url is not None and not fmt.remote
+            else "no: " + (fmt.remote)
+        )
+        lines.append(f"| {fmt.name} | {fmt.what} | {local} | {by_url} |")
+    return "\n".join(lines) + "\n"

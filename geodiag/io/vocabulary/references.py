@@ -1,0 +1,243 @@
+"""The before a checkpoint's new rows are measured from: ``--reference``, else each one
+the files carry.
+
+"Untrained" needs a before: a new row that barely moved since it never trained
+(:func:`geodiag.metrics.untrained.barely_moved`). The first that applies wins:
+
+1. ``--reference CKPT``: the user's; a missing or mismatched one is an error (exit 2);
+2. the init checkpoint the sidecar names (provenance ``init_checkpoint``, written by
+   ``gti sft``, relative to the checkpoint's folder), when it is there;
+3. PEFT's ``original_module`` beside a ``modules_to_save`` copy, in a PEFT model's full
+   state dict (``model.state_dict()`` saved, or accelerate's ``save_model``): the module
+   before training, in the same file. An adapter folder's before
+   (:func:`geodiag.io.formats.peft_adapter.before`): the ``original_module`` its
+   ``save_pretrained`` stores beside the copy when the embedding was resized (PEFT 0.17
+   and later), else the base's tensor; under trainable tokens or LoRA, the rows without
+   them;
+4. the earliest sibling of a Trainer ``checkpoint-N`` folder (``checkpoint-M``, M < N,
+   in the same output folder): after M steps, not the initialization.
+
+Each automatic one must have the same new tokens (ids and strings); one that is missing,
+unreadable or mismatched is a note and the next is tried, never an error.
+``--no-auto-reference`` keeps to ``--reference`` alone. Opening one reads headers only:
+the movement reads its new rows and the vocabulary sample
+(:mod:`geodiag.analysis.findings`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from geodiag.errors import InputError
+from geodiag.io.formats.peft_adapter import AdapterStore, before
+from geodiag.io.formats.tensor_names import original_of
+from geodiag.io.sources import remote
+from geodiag.io.sources.options import ReadOptions
+from geodiag.io.sources.remote import is_remote
+from geodiag.io.vocabulary import sidecar as sidecar_mod
+from geodiag.io.vocabulary.new_tokens import Declared
+
+# transformers' Trainer saves checkpoint-{global_step} (PREFIX_CHECKPOINT_DIR)
+TRAINER_CHECKPOINT = re.compile(r"^checkpoint-(?P<step>\d+)$")
+OFF_HINT = "--no-auto-reference to measure without it"
+
+
+@dataclass
+class Found:
+    """What one source found: the reference and why it is one, or a note on why not."""
+
+    reference: object | None  # a Checkpoint (untyped: geodiag.io.checkpoint imports this module)
+    note: str
+
+
+Opener = Callable[..., object]  # geodiag.io.checkpoint.open_checkpoint(path, opts, declared)
+
+
+def reference_of(ckpt, opts: ReadOptions, declared: Declared | None, opener: Opener):
+    """(the reference of ``ckpt``, a :class:`~geodiag.io.checkpoint.Checkpoint` opened
+    with ``opts``, or None; the notes: which reference and why, the automatic sources
+    passed over and why). ``opener``: ``open_checkpoint``, whose last step this is."""
+    ask = _Ask(opts, declared, opener)
+    if opts.reference is not None:
+        where = opts.reference if is_remote(opts.reference) else Path(opts.reference)
+        ref = _open(ckpt, where, ask, "--reference")
+        return ref, [f"reference: {opts.reference} (--reference)"]
+    notes = []
+    for source in AUTOMATIC if opts.auto_reference else ():
+        found = source(ckpt, ask)
+        if found is not None and found.reference is not None:
+            return found.reference, [*notes, f"{found.note} ({OFF_HINT})"]
+        notes += [found.note] if found is not None else []
+    return None, notes
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """How ``ckpt`` was opened: a reference is opened the same way, without one of its own."""
+
+    opts: ReadOptions
+    declared: Declared | None
+    opener: Opener
+
+
+def same_vocab(a, b, where: object, what: str) -> None:
+    """Raise unless checkpoints ``a`` and ``b`` have the same new tokens (ids and strings)."""
+    if a.new.tokens != b.new.tokens or not np.array_equal(a.new.ids, b.new.ids):
+        raise InputError(
+            where,
+            f"{what}: new tokens differ ({len(a.new.ids)} here, {len(b.new.ids)} in the "
+            "checkpoint measured): the movement of a row needs the same row in both",
+        )
+
+
+def _open(ckpt, path: Path | str, ask: _Ask, what: str):
+    """``path`` (a URL: a str) opened as a reference of ``ckpt`` (itself without one): the
+    same new tokens."""
+    if not is_remote(path) and not path.exists():
+        raise InputError(what, f"{path}: no such file or folder")
+    opts = replace(ask.opts, reference=None, auto_reference=False)
+    ref = ask.opener(path, opts, ask.declared)
+    same_vocab(ref, ckpt, path, what)
+    return ref
+
+
+def _try_open(ckpt, path: Path | str, ask: _Ask, what: str) -> tuple[object | None, str]:
+    """(the reference, "") or (None, why it is none) for an automatic source."""
+    try:
+        return _open(ckpt, path, ask, what), ""
+    except InputError as e:
+        return None, f"{what} {path} not used as the reference: {e.problem}"
+
+
+def _sidecar_init(ckpt, ask: _Ask) -> Found | None:
+    side = ckpt.sidecar
+    what = f"the init checkpoint {sidecar_mod.FILENAME} names"
+    if is_remote(ckpt.location):  # named from the checkpoint's URL, as from its folder
+        rel = side.provenance.get(sidecar_mod.INIT_CHECKPOINT) if side is not None else None
+        if not isinstance(rel, str) or not rel:
+            return None
+        init = remote.beside(ckpt.location, rel)
+        if init is None:
+            return Found(
+                None,
+                f"{what}, {rel}, is not reachable from {ckpt.location}: no reference from it "
+                "(--reference URL gives one)",
+            )
+    else:
+        folder = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
+        init = sidecar_mod.init_checkpoint(side, folder) if side is not None else None
+        if init is None:
+            return None
+        if not init.exists():
+            return Found(None, f"{what}, {init}, is not there: no reference from it")
+    ref, why_not = _try_open(ckpt, init, ask, what)
+    if ref is None:
+        return Found(None, why_not)
+    strategy = trained_init(ref)
+    if strategy is not None:
+        return Found(
+            ref,
+            f"reference: {init}, {what}; a `gti init --strategy {strategy}` checkpoint, whose "
+            "new rows were trained (grounded): movement is measured from it, but a row that "
+            "barely moved since is not counted untrained",
+        )
+    return Found(ref, f"reference: {init}, {what}")
+
+
+# gti init strategies that train the new rows (the others only set them).
+TRAINING_INITS = ("gti",)
+
+
+def trained_init(ref) -> str | None:
+    """The strategy of a reference whose new rows were trained (a grounded gti init), per
+    its sidecar; None for any other. A row that barely moved since such a reference is
+    trained: grounding moved it."""
+    side = getattr(ref, "sidecar", None)
+    strategy = (side.provenance if side is not None else {}).get("init_strategy")
+    return strategy if strategy in TRAINING_INITS else None
+
+
+def _peft_original(ckpt, ask: _Ask) -> Found | None:
+    if isinstance(ckpt.store, AdapterStore):
+        return _adapter_before(ckpt)
+    names = set(ckpt.store.names())
+    matrices = []
+    for m in ckpt.matrices:
+        original = original_of(m.tensor)
+        if original is None or original not in names:
+            continue
+        if tuple(ckpt.store.shape(original)) != (m.n_rows, m.dim):
+            return Found(
+                None,
+                f"'{original}' is {list(ckpt.store.shape(original))}, not [{m.n_rows}, {m.dim}] "
+                f"as '{m.tensor}': not used as the reference",
+            )
+        matrices.append(replace(m, tensor=original, dtype=ckpt.store.dtype(original)))
+    if not matrices:
+        return None
+    where = ckpt.store.file_of(matrices[0].tensor)  # a URL (str) for a remote checkpoint
+    name = str(where).rsplit("/", 1)[-1]
+    path = ckpt.path if is_remote(str(where)) else where
+    ref = replace(ckpt, path=path, matrices=matrices, reference=None, reference_notes=[])
+    return Found(
+        ref,
+        f"reference: the original_module rows beside the modules_to_save copy in {name} "
+        "(PEFT's copy of the module before training)",
+    )
+
+
+def _adapter_before(ckpt) -> Found | None:
+    """The adapter's before, for the matrices it changes and carries one of."""
+    store, what = before(ckpt.store)
+    matrices = [replace(m, dtype=store.dtype(m.tensor)) for m in ckpt.matrices if m.tensor in what]
+    if not matrices:
+        return None
+    weights = str(ckpt.store.info.weights_path)
+    kinds = list(dict.fromkeys(what[m.tensor][0] for m in matrices))
+    ref = replace(
+        ckpt,
+        store=store,
+        matrices=matrices,
+        reference=None,
+        reference_notes=[],
+        location=" and ".join(kinds),
+    )
+    shown = "; ".join(f"for '{m.tensor}' {what[m.tensor][1]}" for m in matrices)
+    name = weights.rsplit("/", 1)[-1]
+    return Found(ref, f"reference: the adapter's before, read from {name} and its base: {shown}")
+
+
+def _earliest_sibling(ckpt, ask: _Ask) -> Found | None:
+    folder = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
+    this = TRAINER_CHECKPOINT.match(folder.name)
+    if this is None:
+        return None
+    earlier = []
+    for p in folder.parent.iterdir():
+        m = TRAINER_CHECKPOINT.match(p.name)
+        if m is not None and p.is_dir() and int(m["step"]) < int(this["step"]):
+            earlier.append((int(m["step"]), p))
+    if not earlier:
+        return None
+    step, sibling = min(earlier)
+    ref, why_not = _try_open(ckpt, sibling, ask, "the run's earliest checkpoint")
+    if ref is None:
+        return Found(None, why_not)
+    return Found(
+        ref,
+        f"reference: {sibling.name}, the run's earliest saved checkpoint: after {step} steps, not "
+        f"the initialization, so a row that moved only before step {step} is not caught",
+    )
+
+
+# The automatic sources, in precedence order.
+AUTOMATIC: tuple[Callable[..., Found | None], ...] = (
+    _sidecar_init,
+    _peft_original,
+    _earliest_sibling,
+)
