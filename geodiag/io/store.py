@@ -22,7 +22,7 @@ import numpy as np
 from geodiag.errors import InputError, cannot_read, nested_too_deeply
 from geodiag.io.layouts import check_not_lfs_pointer, dcp_weights, unread_layout, zero_weights
 from geodiag.io.safetensors import FLOAT_DTYPES, SafetensorsFile
-from geodiag.io.tensor_store import TensorStore, checked_rows
+from geodiag.io.tensor_store import TensorStore, checked_rows, digest_text, new_digest
 
 
 class SafetensorsStore:
@@ -103,7 +103,7 @@ class SafetensorsStore:
         return self._file(name).read_words(name, rows)
 
     def digests(self) -> dict[str, str]:
-        return {str(p): f.digest.hexdigest() for p, f in self._open.items()}
+        return {str(p): digest_text(f.digest) for p, f in self._open.items()}
 
 
 def shard_names(index_path: Path) -> dict[str, str]:
@@ -132,8 +132,6 @@ class TorchStore:
     """A ``.bin``/``.pt`` state dict, unpickled with ``weights_only=True`` and nothing else."""
 
     def __init__(self, path: Path) -> None:
-        import hashlib
-
         try:
             import torch
         except ImportError:
@@ -160,7 +158,7 @@ class TorchStore:
         if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
             raise InputError(path, "not a state dict (expected a mapping of names to tensors)")
         self._tensors = obj
-        self._digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        self._digest = digest_text(new_digest(path.read_bytes()))
         self._torch = torch
 
     def names(self) -> list[str]:
