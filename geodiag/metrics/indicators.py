@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geodiag.metrics.geometry import _SVD_MAX_ELEMENTS
+
 # The isotropy test: directions, level, and the fewest rows it judges (two rows: 3.3% of
 # SmolLM2's trained pairs pass as draws; four or more: none of 3,000 groups, both models).
 ISOTROPY_DIRECTIONS = 16
@@ -78,12 +80,35 @@ def principal_directions(rows: np.ndarray, k: int) -> np.ndarray:
     c = x - x.mean(axis=0)
     n, d = c.shape
     if n <= d:
+        if n * d > _SVD_MAX_ELEMENTS:
+            v = _directions_by_row_gram(c, k)
+            if v is not None:
+                return v
         _, _, vt = np.linalg.svd(c, full_matrices=False)
         return vt[:k].T
     # More rows than columns: the (d, d) scatter's eigenvectors, a tenth of the SVD's time
     # (4,096 x 576: 0.1 s against 0.6 s); the same directions up to sign.
     _, vecs = np.linalg.eigh(c.T @ c)  # ascending eigenvalues
     return vecs[:, ::-1][:, :k]
+
+
+def _directions_by_row_gram(c: np.ndarray, k: int) -> np.ndarray | None:
+    """(d, min(k, n)) the top-k right singular vectors of ``c`` (n, d), n <= d, from the
+    eigenvectors u of its (n, n) Gram matrix c c^T: v = c^T u / sqrt(lambda). Above
+    _SVD_MAX_ELEMENTS (the gate's 1,000 fitted sample rows at 1,024 dims: a Gram product
+    and eigh take half the thin SVD's CPU time, 0.22 s against 0.42 s, one BLAS thread,
+    AMD EPYC, 2 cores at load 4.5). The same
+    directions up to sign, to ~eps lambda_max / (the eigenvalue gap) (the Gram matrix's
+    rounding): the directions feed an energy share, invariant to the basis of their span.
+    None when one of the k eigenvalues is within the Gram matrix's rounding of 0 (rank
+    below k): the SVD then completes the basis."""
+    n = c.shape[0]
+    w, u = np.linalg.eigh(c @ c.T)  # ascending
+    w, u = w[::-1][:k], u[:, ::-1][:, :k]
+    if not w[-1] > w[0] * n * np.finfo(np.float64).eps:
+        return None
+    v = c.T @ (u / np.sqrt(w))  # (d, k)
+    return v / np.linalg.norm(v, axis=0)
 
 
 @dataclass(frozen=True)
