@@ -161,11 +161,11 @@ def test_principal_directions_are_the_svds(n):
 
 @pytest.mark.parametrize("rank", [None, 3])
 def test_principal_directions_of_a_wide_matrix_are_the_svds(rank):
-    """Above the SVD's size limit, fewer rows than dims: the directions come from the rows'
-    Gram matrix (the gate's 1,000 fitted sample rows x 1,024), the SVD's up to sign; with
-    rank below k the SVD completes the basis as before."""
+    """Fewer rows than dims, more than a few dozen: the directions come from the rows' Gram
+    matrix (the gate fits 512 sampled rows x 1,024), the SVD's up to sign; with rank
+    below k the SVD completes the basis as before."""
     rng = np.random.default_rng(3)
-    n, d = 1000, 1024
+    n, d = 200, 256
     x = rng.normal(size=(n, d)) * np.geomspace(1.0, 0.05, d) + 0.3
     if rank is not None:  # the centered rows span only `rank` directions
         x = rng.normal(size=(n, rank)) @ rng.normal(size=(rank, d)) + 0.3
