@@ -161,10 +161,12 @@ def _spectra_via_gram(x: np.ndarray, m: np.ndarray) -> tuple[SpectrumStats, Spec
     """
     n, d = x.shape
     if d <= n:
-        c_scale = max((_gram_scale(b) for b in _centered_blocks(x, m)), default=1.0)
+        # One block (the gate's 2,000 rows): centered once for the scale and the product.
+        one = [x - m] if n <= _GRAM_BLOCK_ROWS else None
+        c_scale = max((_gram_scale(b) for b in one or _centered_blocks(x, m)), default=1.0)
         scale = max(c_scale, _gram_scale(m[None, :]))
         g_c, s, sq = np.zeros((d, d)), np.zeros(d), 0.0
-        for b in _centered_blocks(x, m):
+        for b in one or _centered_blocks(x, m):
             sq += float(np.einsum("ij,ij->", b, b))
             b = b / scale if scale != 1.0 else b
             g_c += _gram(b.T)  # (d, d)
