@@ -14,7 +14,8 @@ route, in one run; prints ratios (issue 23).
    (bench/_synthetic.py: sidecar, codebooks, an init -> SFT drift pair): the levels' RSA,
    the movement since INIT and the drift, this tree against the baseline.
 
-CPU model and load are printed before and after: the machine may be shared.
+CPU model and load are printed before and after: the machine may be shared. Both
+trees' bytecode is written first (read_path.compile_bytecode), as an installed package has it.
 
 Usage: .venv/bin/python bench/check_speed.py [--workdir runs/bench] [--repeats 5]
        [--baseline HEAD~1] [--report-sizes 500,2000,8000] [--report-scale] [--report-pair]
@@ -35,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from read_path import write_synthetic  # noqa: E402
+from read_path import compile_bytecode, write_synthetic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 N_BASE, N_NEW, DIM = 150_000, 2_000, 1_024
@@ -278,6 +279,8 @@ def main() -> None:
     args = ap.parse_args()
     workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="geodiag-bench-"))).resolve()
     baseline = baseline_tree(args.baseline, workdir)
+    for tree in (ROOT, baseline):
+        compile_bytecode(tree)
     results = {"machine_before": cpu_model(), "baseline": args.baseline}
     print(results["machine_before"])
     if not args.skip_check:

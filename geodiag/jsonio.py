@@ -16,15 +16,16 @@ JSON_SKIP = "geodiag.jsonio.skip"
 
 def to_jsonable(obj: object) -> object:
     """Dataclasses -> dicts, numpy -> Python; a non-finite float is a bug, so it raises."""
+    kind = type(obj)
+    if kind is str or kind is int or kind is bool or obj is None:  # most of a report
+        return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {
-            f.name: to_jsonable(getattr(obj, f.name))
-            for f in dataclasses.fields(obj)
-            if not f.name.startswith("_") and not f.metadata.get(JSON_SKIP)
-        }
+        return {name: to_jsonable(getattr(obj, name)) for name in _json_fields(kind)}
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
+        if all(type(v) is int or (type(v) is float and math.isfinite(v)) for v in obj):
+            return list(obj)  # spectra, id lists: one pass, not a call per element
         return [to_jsonable(v) for v in obj]
     if isinstance(obj, np.ndarray):
         return [to_jsonable(v) for v in obj.tolist()]
@@ -35,6 +36,22 @@ def to_jsonable(obj: object) -> object:
     if isinstance(obj, Path):
         return str(obj)
     return obj
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _json_fields(kind: type) -> tuple[str, ...]:
+    """The fields of dataclass ``kind`` the JSON writes, in order (once per class: a
+    metrics report holds thousands of small dataclasses, neighbours and token rows)."""
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(
+            f.name
+            for f in dataclasses.fields(kind)
+            if not f.name.startswith("_") and not f.metadata.get(JSON_SKIP)
+        )
+    return names
 
 
 def read_document(path: Path, parse, kind: str = "JSON", *, missing: str = "file not found"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +56,9 @@ from geodiag.metrics.blas import blas_threads
 from geodiag.metrics.codebook import codebook_health
 from geodiag.metrics.cosine import level_cosine
 from geodiag.metrics.geometry import (
+    GeometrySummary,
+    keeps_one_thread,
+    relative_to,
     row_norms,
     summarize,
 )
@@ -237,8 +241,33 @@ def measure_matrix(
     """(the report of ``matrix``, the rows it read). ``reference``: the rows measuring
     ``ckpt.reference``'s matrix of the same role read, when held (the report's pairs);
     ``usage``: the checkpoint's (:func:`geodiag.io.usage.token_usage`), counted once."""
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        return _measure_matrix(ckpt, matrix, opts, reference, usage, beside)
+
+
+def _beside(pool: ThreadPoolExecutor, x: np.ndarray | None) -> Callable[[], GeometrySummary | None]:
+    """``summarize(x)`` started in ``pool`` when it runs on one BLAS thread
+    (keeps_one_thread): its spectra (LAPACK, the GIL released) then take the other core
+    while this thread walks the vocabulary or scores the findings, with the same bits;
+    else taken here when asked. Returns what gives the summary (None for no ``x``)."""
+    if x is None:
+        return lambda: None
+    if keeps_one_thread(x.shape):
+        return pool.submit(summarize, x).result
+    return lambda: summarize(x)
+
+
+def _measure_matrix(
+    ckpt: Checkpoint,
+    matrix: Matrix,
+    opts: AnalyzeOptions,
+    reference: MatrixRows | None,
+    usage: TokenUsage | None,
+    beside: ThreadPoolExecutor,
+) -> tuple[MatrixReport, MatrixRows]:
     rows, keep = new_rows(ckpt, matrix)
     ids = ckpt.new.ids[keep]
+    new_figures = _beside(beside, rows)  # during the walk
     walk = _walk_vocabulary(ckpt, matrix, rows, ids, opts) if ckpt.has_vocabulary else None
     vocab = walk.stats if walk is not None else None
     bad_original = np.zeros(0, np.int64) if vocab is None else vocab.nonfinite_rows
@@ -264,7 +293,21 @@ def measure_matrix(
         None if walk is None else walk.direction_rows,
     )
     levels, lcos = _levels(ckpt, rows, keep, ref_rows, opts)
-    new = summarize(rows, ref_rows)
+    new = relative_to(new_figures(), ref_rows)  # = summarize(rows, ref_rows)
+    ref_figures = _beside(beside, ref_rows)  # during the findings
+    untrained = row_findings(
+        ckpt,
+        matrix,
+        rows,
+        ids,
+        vocab,
+        held.sample_ids,
+        seed=opts.seed,
+        reference_norms=reference_norms,
+        held=held,
+        reference_held=reference,
+        usage=usage,
+    )
     norm_ratio = (  # the longest new row, from the summary's norms (not a second pass)
         new.row_norms.max / vocab.max_norm if vocab is not None and vocab.max_norm > 0 else None
     )
@@ -278,26 +321,14 @@ def measure_matrix(
         n_new=len(rows),
         nonfinite_rows_dropped=int((~keep).sum()),
         new=new,
-        reference=None if ref_rows is None else summarize(ref_rows),
+        reference=ref_figures(),
         reference_size=0 if ref_rows is None else len(ref_rows),
         levels=levels,
         level_cosine=lcos,
         neighbors=[] if walk is None else walk.neighbors,
         neighbors_sampled=walk is not None and walk.neighbors_sampled,
         reference_undefined_reason=None if ref_rows is not None else undefined,
-        untrained=row_findings(
-            ckpt,
-            matrix,
-            rows,
-            ids,
-            vocab,
-            held.sample_ids,
-            seed=opts.seed,
-            reference_norms=reference_norms,
-            held=held,
-            reference_held=reference,
-            usage=usage,
-        ),
+        untrained=untrained,
         norm_ratio=norm_ratio,
         vocabulary_norms=None if vocab is None else vocab.norm_percentiles,
         nonfinite_original_rows_dropped=len(bad_original),

@@ -125,7 +125,8 @@ def fed_rows(
         del rows
     untrained = np.logical_or.reduce(list(masks.values()))
     names = [s.name for s in usage.sources]
-    special = {t.id for t in (ckpt.tokenizer.added if ckpt.tokenizer else []) if t.special}
+    added = ckpt.tokenizer.added if ckpt.tokenizer is not None else []  # no len(): no vocab read
+    special = {t.id for t in added if t.special}
     order = np.flatnonzero(untrained)
     order = order[np.argsort(-total[order], kind="stable")]
     tokens = [

@@ -255,7 +255,7 @@ def count_template(
     # no tokenizer loaded: the gate stays light. A new token that is no added token is not
     # counted here (the template is no complete source: a zero says nothing).
     method = "literal match of added tokens"
-    emitted = added_tokens_in(rendered, ckpt.tokenizer.added if ckpt.tokenizer else [])
+    emitted = added_tokens_in(rendered, ckpt.tokenizer.added if ckpt.tokenizer is not None else [])
     counts = np.array([emitted.get(int(t), 0) for t in ckpt.new.ids], np.int64)
     name = f"the chat template ({where})"
     source = UsageSource(

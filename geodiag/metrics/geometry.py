@@ -6,7 +6,7 @@ results serialize to strict JSON. Undefined values are ``None`` with a reason, n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -161,10 +161,12 @@ def _spectra_via_gram(x: np.ndarray, m: np.ndarray) -> tuple[SpectrumStats, Spec
     """
     n, d = x.shape
     if d <= n:
-        c_scale = max((_gram_scale(b) for b in _centered_blocks(x, m)), default=1.0)
+        # One block (the gate's 2,000 rows): centered once for the scale and the product.
+        one = [x - m] if n <= _GRAM_BLOCK_ROWS else None
+        c_scale = max((_gram_scale(b) for b in one or _centered_blocks(x, m)), default=1.0)
         scale = max(c_scale, _gram_scale(m[None, :]))
         g_c, s, sq = np.zeros((d, d)), np.zeros(d), 0.0
-        for b in _centered_blocks(x, m):
+        for b in one or _centered_blocks(x, m):
             sq += float(np.einsum("ij,ij->", b, b))
             b = b / scale if scale != 1.0 else b
             g_c += _gram(b.T)  # (d, d)
@@ -366,15 +368,8 @@ def summarize(x: np.ndarray, reference: np.ndarray | None = None) -> GeometrySum
         c = x - m  # (n, d) copy, shared by the centered spectrum and the spread
         s = _spread_of_centered(c)
         uncentered, centered_ = _spectrum(x), _spectrum(c)
-    relative = None
-    if reference is not None:
-        ref = as_matrix(reference, "reference", keep_float32=True)
-        if ref.shape[1] != x.shape[1]:
-            raise ValueError(f"reference has shape {ref.shape}, x has {x.shape}: dims must match")
-        ref_spread = spread(ref)
-        relative = s / ref_spread if ref_spread > 0 else None
     r = row_norms(x)
-    return GeometrySummary(
+    summary = GeometrySummary(
         n_tokens=int(x.shape[0]),
         dim=int(x.shape[1]),
         uncentered=uncentered,
@@ -382,5 +377,29 @@ def summarize(x: np.ndarray, reference: np.ndarray | None = None) -> GeometrySum
         mean_pairwise_cosine=_mean_pairwise_cosine(x, r),
         row_norms=_norm_stats(r),
         spread=s,
-        spread_relative=relative,
+        spread_relative=None,
     )
+    return summary if reference is None else relative_to(summary, reference)
+
+
+def relative_to(summary: GeometrySummary, reference: np.ndarray | None) -> GeometrySummary:
+    """``summary`` (of x, from :func:`summarize` without a reference) with its spread
+    relative to ``reference`` (m, d): what ``summarize(x, reference)`` returns, for a
+    caller that took x's figures before the reference was read."""
+    if reference is None:
+        return summary
+    ref = as_matrix(reference, "reference", keep_float32=True)
+    if ref.shape[1] != summary.dim:
+        shape = (summary.n_tokens, summary.dim)
+        raise ValueError(f"reference has shape {ref.shape}, x has {shape}: dims must match")
+    ref_spread = spread(ref)
+    relative = summary.spread / ref_spread if ref_spread > 0 else None
+    return replace(summary, spread_relative=relative)
+
+
+def keeps_one_thread(shape: tuple[int, int]) -> bool:
+    """Whether :func:`summarize` of an (n, d) matrix keeps the caller's BLAS thread limit
+    (no Gram product large enough to ask for every core, _THREADS_MIN_ELEMENTS): it may
+    then run in a thread beside other single-threaded work, and its results (and theirs)
+    do not depend on it, as no thread count changes under them."""
+    return shape[0] * shape[1] <= _THREADS_MIN_ELEMENTS

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geodiag.metrics.geometry import _SVD_SMALL_SIDE
+
 # The isotropy test: directions, level, and the fewest rows it judges (two rows: 3.3% of
 # SmolLM2's trained pairs pass as draws; four or more: none of 3,000 groups, both models).
 ISOTROPY_DIRECTIONS = 16
@@ -78,12 +80,36 @@ def principal_directions(rows: np.ndarray, k: int) -> np.ndarray:
     c = x - x.mean(axis=0)
     n, d = c.shape
     if n <= d:
+        if n > _SVD_SMALL_SIDE:
+            v = _directions_by_row_gram(c, k)
+            if v is not None:
+                return v
         _, _, vt = np.linalg.svd(c, full_matrices=False)
         return vt[:k].T
     # More rows than columns: the (d, d) scatter's eigenvectors, a tenth of the SVD's time
     # (4,096 x 576: 0.1 s against 0.6 s); the same directions up to sign.
     _, vecs = np.linalg.eigh(c.T @ c)  # ascending eigenvalues
     return vecs[:, ::-1][:, :k]
+
+
+def _directions_by_row_gram(c: np.ndarray, k: int) -> np.ndarray | None:
+    """(d, min(k, n)) the top-k right singular vectors of ``c`` (n, d), n <= d, from the
+    eigenvectors u of its (n, n) Gram matrix c c^T: v = c^T u / sqrt(lambda), for n above
+    _SVD_SMALL_SIDE (below it the SVD is as cheap). The thin SVD computes all n vectors for
+    the k wanted: on the gate's 512 fitted rows x 1,024 dims (DIRECTION_ROWS / 2) a Gram
+    product and eigh take 48 ms against its 163 ms, 40 against 94 ms at SmolLM2's 576 dims
+    (one BLAS thread, AMD EPYC, 2 cores, load 6). The same directions up to sign, to
+    ~eps lambda_max / (the eigenvalue gap) (the Gram matrix's rounding), as the scatter's
+    eigenvectors below are; their users are sign-blind (an energy share in their span, a
+    component removed). None when one of the k eigenvalues is within the Gram matrix's rounding of 0 (rank
+    below k): the SVD then completes the basis."""
+    n = c.shape[0]
+    w, u = np.linalg.eigh(c @ c.T)  # ascending
+    w, u = w[::-1][:k], u[:, ::-1][:, :k]
+    if not w[-1] > w[0] * n * np.finfo(np.float64).eps:
+        return None
+    v = c.T @ (u / np.sqrt(w))  # (d, k)
+    return v / np.linalg.norm(v, axis=0)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ model's folder beside it.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import pickle
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles
+from geodiag.io.formats.tensor_store import digest_text, new_digest
 from geodiag.io.formats.torch_zip import (
     ROW_DTYPES,
     TENSOR_GLOBALS,
@@ -234,7 +234,7 @@ class DCPStore(ReadsRows):
     """The tensors of a DCP folder (on disk, or a :class:`~geodiag.io.sources.byte_ranges.Folder`
     behind a URL); chunks are located lazily, rows read by byte range.
 
-    ``digests``: sha256 of ``.metadata`` and, per ``.distcp`` file, of every byte range
+    ``digests``: the digest (``new_digest``) of ``.metadata`` and, per ``.distcp`` file, of every byte range
     read from it, in read order.
     """
 
@@ -242,7 +242,7 @@ class DCPStore(ReadsRows):
         self._files = LocalFolder(folder) if isinstance(folder, Path) else folder
         self.folder = folder if isinstance(folder, Path) else folder.where
         self._entries, raw = _parse_metadata(self._files)
-        self._digests = {self._files.shown(METADATA): hashlib.sha256(raw)}
+        self._digests = {self._files.shown(METADATA): new_digest(raw)}
         self._located: dict[_Chunk, _Located] = {}
         self._sources: dict[str, ByteSource] = {}
         files = sorted({c.name for t in self._entries.values() for c in t.chunks})
@@ -314,7 +314,7 @@ class DCPStore(ReadsRows):
             at = self._locate(t, c)
             raw = read_rows(self._source(c), at.data_begin, nc * dt.itemsize, rows[lo:hi] - r0)
             # rows are sorted and unique: raw is the runs' bytes in read order
-            self._digests.setdefault(self._files.shown(c.name), hashlib.sha256()).update(raw)
+            self._digests.setdefault(self._files.shown(c.name), new_digest()).update(raw)
             out[lo:hi, c0 : c0 + nc] = raw.view(dt)
             filled[lo:hi] += nc
         if np.any(filled != t.shape[1]):
@@ -322,7 +322,7 @@ class DCPStore(ReadsRows):
         return t, out
 
     def digests(self) -> dict[str, str]:
-        return {where: d.hexdigest() for where, d in self._digests.items()}
+        return {where: digest_text(d) for where, d in self._digests.items()}
 
 
 def dcp_folder(p: Path) -> bool:

@@ -23,7 +23,6 @@ whole blocks, tensor data past the end) is an :class:`InputError` naming the fil
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles
-from geodiag.io.formats.tensor_store import checked_rows
+from geodiag.io.formats.tensor_store import checked_rows, digest_text, new_digest
 from geodiag.io.sources.byte_ranges import ByteSource, LocalFile, read_rows
 from geodiag.io.sources.remote import GGUF_SMALL_FILES, fetch_small_files
 
@@ -239,7 +238,7 @@ class GGUFStore:
         self.data_offset = self._parse(header)
         header.grow(self.data_offset)  # the alignment padding, hashed with the header
         self._head = header.buf  # metadata values (the token list) are read from here
-        self.digest = hashlib.sha256(self._head[: self.data_offset])
+        self.digest = new_digest(self._head[: self.data_offset])
         arch = self.metadata.get("general.architecture", "?")
         self.description = f"GGUF file {str(self.path).rsplit('/', 1)[-1]} ({arch})"
         self._check_token_list()
@@ -374,7 +373,7 @@ class GGUFStore:
         return out if float32 else out.astype(np.float64)
 
     def digests(self) -> dict[str, str]:
-        return {str(self.path): self.digest.hexdigest()}
+        return {str(self.path): digest_text(self.digest)}
 
     # -- what a checkpoint folder keeps beside the weights ------------------------
 

@@ -18,7 +18,6 @@ is read, so one FP8 or U32 layer elsewhere in a checkpoint does not reject it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -30,7 +29,7 @@ import numpy as np
 
 from geodiag.atomic import atomic_path
 from geodiag.errors import InputError, nested_too_deeply
-from geodiag.io.formats.tensor_store import checked_rows
+from geodiag.io.formats.tensor_store import checked_rows, new_digest
 from geodiag.io.sources.byte_ranges import ByteSource, LocalFile, read_rows
 from geodiag.io.sources.layouts import check_not_lfs_pointer
 
@@ -111,8 +110,8 @@ def float32_to_bf16(x: np.ndarray) -> np.ndarray:
 class SafetensorsFile:
     """One ``.safetensors`` file, header validated at open; reads rows on demand.
 
-    ``digest`` accumulates sha256 over the header and every byte range read, in
-    read order: provenance for "which bytes did this report look at".
+    ``digest`` accumulates the digest (``new_digest``) over the header and every byte range
+    read, in read order: provenance for "which bytes did this report look at".
     """
 
     def __init__(self, path: str | os.PathLike[str], source: ByteSource | None = None) -> None:
@@ -133,7 +132,7 @@ class SafetensorsFile:
                 f"corrupt or truncated: header claims {n} bytes but the file has {size - 8} after the length field",
             )
         raw_header = self.source.read([(8, n)])[0]
-        self.digest = hashlib.sha256(raw_header)
+        self.digest = new_digest(raw_header)
         try:
             header = json.loads(raw_header.decode("utf-8"), object_pairs_hook=_unique_keys)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -17,6 +17,7 @@ from geodiag.errors import InputError, cannot_read, nested_too_deeply
 from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles, head, one_file
 from geodiag.io.formats.mlx_quantized import dequantizing
 from geodiag.io.formats.safetensors import FLOAT_DTYPES, SafetensorsFile
+from geodiag.io.formats.tensor_store import digest_text
 from geodiag.io.sources.remote import INDEX, WEIGHTS
 
 CODEBOOKS = "codebooks.safetensors"  # beside the weights: the RQ-VAE's, not the model's
@@ -100,7 +101,7 @@ class SafetensorsStore:
         return self._file(name).read_words(name, rows)
 
     def digests(self) -> dict[str, str]:
-        return {str(p): f.digest.hexdigest() for p, f in self._open.items()}
+        return {str(p): digest_text(f.digest) for p, f in self._open.items()}
 
 
 def shard_names(index_path: Path) -> dict[str, str]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io.formats.format import Format, one_file
-from geodiag.io.formats.tensor_store import checked_rows
+from geodiag.io.formats.tensor_store import checked_rows, digest_text, new_digest
 from geodiag.io.sources.layouts import check_not_lfs_pointer
 
 SUFFIXES = (".bin", ".pt", ".pth")
@@ -22,8 +22,6 @@ class TorchStore:
     """A ``.bin``/``.pt`` state dict, unpickled with ``weights_only=True`` and nothing else."""
 
     def __init__(self, path: Path) -> None:
-        import hashlib
-
         try:
             import torch
         except ImportError:
@@ -50,7 +48,7 @@ class TorchStore:
         if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
             raise InputError(path, "not a state dict (expected a mapping of names to tensors)")
         self._tensors = obj
-        self._digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        self._digest = digest_text(new_digest(path.read_bytes()))
         self._torch = torch
 
     def names(self) -> list[str]:

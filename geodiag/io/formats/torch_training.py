@@ -11,7 +11,6 @@ entry that is a state dict (any file name; in a folder, nanoGPT's ``ckpt.pt``).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io.formats.format import Format, head, one_file
+from geodiag.io.formats.tensor_store import digest_text, new_digest
 from geodiag.io.formats.torch_zip import (
     ROW_DTYPES,
     TENSOR_GLOBALS,
@@ -85,7 +85,7 @@ class TrainingCheckpointStore(ReadsRows):
         self.path = self.folder = path
         self._archive = archive
         self._entries = {k: _Entry(t) for k, t in _state_dict(archive).items()}
-        self._digest = hashlib.sha256(archive.pickled)
+        self._digest = new_digest(archive.pickled)
         self.description = f"training checkpoint {path.name} (its '{KEY}' state dict)"
 
     def file_of(self, name: str) -> Path:
@@ -107,7 +107,7 @@ class TrainingCheckpointStore(ReadsRows):
         return e, raw.view(dt).reshape(len(rows), t.size[1])
 
     def digests(self) -> dict[str, str]:
-        return {str(self.path): self._digest.hexdigest()}
+        return {str(self.path): digest_text(self._digest)}
 
 
 FORMAT = Format(

@@ -30,7 +30,6 @@ Not read (the ``zero_to_fp32.py`` message instead): tensor or pipeline parallel
 
 from __future__ import annotations
 
-import hashlib
 import math
 import pickle
 import re
@@ -41,6 +40,7 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles
+from geodiag.io.formats.tensor_store import digest_text, new_digest
 from geodiag.io.formats.torch_zip import (
     ROW_DTYPES,
     TENSOR_GLOBALS,
@@ -141,7 +141,7 @@ class _Files:
 
     def __init__(self) -> None:
         self._open: dict[Path, Archive] = {}
-        self.digests: dict[Path, hashlib._Hash] = {}
+        self.digests: dict[Path, object] = {}  # new_digest()s
 
     def __call__(self, path: Path) -> Archive:
         if path not in self._open:
@@ -149,7 +149,7 @@ class _Files:
                 raise InputError(path.parent, f"'{path.name}' is missing")
             check_not_lfs_pointer(path)
             self._open[path] = open_archive(LocalFile(path), _GLOBALS, WRITER)
-            self.digests[path] = hashlib.sha256(self._open[path].pickled)
+            self.digests[path] = new_digest(self._open[path].pickled)
         return self._open[path]
 
     def piece(self, path: Path, t: StoredTensor, start: int, what: str) -> _Piece:
@@ -177,7 +177,7 @@ class ZeroStore(ReadsRows):
     """The fp32 weights of a DeepSpeed ZeRO tag folder (or its universal conversion), as
     ``zero_to_fp32`` consolidates them; rows read by byte range from the ranks holding them.
 
-    ``digests``: sha256, per file, of its ``data.pkl`` and then every byte range read from it.
+    ``digests``: the digest (``new_digest``), per file, of its ``data.pkl`` and then every byte range read from it.
     """
 
     def __init__(self, folder: Path) -> None:
@@ -431,7 +431,7 @@ class ZeroStore(ReadsRows):
                 spans.append((pc.begin + (a - pc.start) * dt.itemsize, (e - a) * dt.itemsize, at))
                 at, a, i = at + e - a, e, i + 1
         for path, spans in by_file.items():
-            digest = self._files.digests.setdefault(path, hashlib.sha256())
+            digest = self._files.digests.setdefault(path, new_digest())
             data = LocalFile(path).read([(s[0], s[1]) for s in spans])
             for (_, _, at), chunk in zip(spans, data, strict=True):
                 digest.update(chunk)
@@ -440,7 +440,7 @@ class ZeroStore(ReadsRows):
         return p, out.reshape(len(rows), d)
 
     def digests(self) -> dict[str, str]:
-        return {str(p): d.hexdigest() for p, d in self._files.digests.items()}
+        return {str(p): digest_text(d) for p, d in self._files.digests.items()}
 
 
 class _RankGroups:

@@ -11,6 +11,7 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io.formats.safetensors import SafetensorsFile
+from geodiag.io.formats.tensor_store import digest_text, new_digest
 from geodiag.io.sources.options import ReadOptions
 from geodiag.io.vocabulary.new_tokens import NewTokens
 from geodiag.io.vocabulary.sid_index import is_ours
@@ -49,18 +50,16 @@ def load_codebooks(path: Path, new: NewTokens) -> tuple[dict[str, np.ndarray], s
     f = SafetensorsFile(path)
     books = {name: f.read(name) for name in new.level_names if name in f.tensors}
     rows, note = codebook_rows(books, new, path, path.name, exact=new.levels_source == "sidecar")
-    return rows, note, f.digest.hexdigest()
+    return rows, note, digest_text(f.digest)
 
 
 def file_digest(path: Path) -> str:
-    """sha256 of a whole (small) codebook file."""
-    import hashlib
-
-    h = hashlib.sha256()
+    """The digest (``new_digest``) of a whole (small) codebook file, as reported."""
+    h = new_digest()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
-    return h.hexdigest()
+    return digest_text(h)
 
 
 def codebook_rows(

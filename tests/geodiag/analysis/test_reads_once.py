@@ -3,17 +3,17 @@ rows by one walk that feeds every consumer, the new rows by the analysis, whose 
 report's figures, the movement since the init and the drift reuse.
 
 References: the bytes of the file itself (the digest of what was read, recomputed with
-hashlib from the file), and the route that reads everything again (``measure_drift``
+xxhash from the file), and the route that reads everything again (``measure_drift``
 from paths, ``read_rows`` of the sample)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 
 import numpy as np
 import pytest
+import xxhash
 from geodiag_fixtures import BASE_VOCAB, DIM, base_rows, planted_new_rows
 from read_counter import EMB, count_reads, rows_read
 
@@ -49,8 +49,9 @@ def test_untied_head_reads_every_row_of_both_matrices_once(make_ckpt, reads):
 
 
 def test_the_digest_hashes_the_new_rows_then_the_vocabulary_once(make_ckpt):
-    """sha256 over the header and every byte range read, in read order (safetensors.py):
-    recomputed from the file, the new rows first, then rows 0..base once."""
+    """xxh3-128 over the header and every byte range read, in read order (safetensors.py),
+    reported as "xxh3_128:<hex>": recomputed from the file by xxhash itself, the new rows
+    first, then rows 0..base once."""
     root = make_ckpt("random")
     report = measure_checkpoint(root)
     raw = (root / "model.safetensors").read_bytes()
@@ -59,10 +60,10 @@ def test_the_digest_hashes_the_new_rows_then_the_vocabulary_once(make_ckpt):
     begin, _ = header[EMB]["data_offsets"]
     row = DIM * 4  # F32
     data = raw[8 + n + begin :]
-    want = hashlib.sha256(raw[8 : 8 + n])
+    want = xxhash.xxh3_128(raw[8 : 8 + n])
     want.update(data[BASE_VOCAB * row : (BASE_VOCAB + N_NEW) * row])
     want.update(data[: BASE_VOCAB * row])
-    assert report.digests[str(root / "model.safetensors")] == want.hexdigest()
+    assert report.digests[str(root / "model.safetensors")] == "xxh3_128:" + want.hexdigest()
 
 
 @pytest.mark.parametrize("float32", [False, True])

@@ -157,3 +157,20 @@ def test_principal_directions_are_the_svds(n):
     vt = np.linalg.svd(x - x.mean(0), full_matrices=False)[2]
     v = principal_directions(x, 5)
     np.testing.assert_allclose(np.abs(np.sum(v * vt[:5].T, axis=0)), 1.0, atol=1e-8)
+
+
+@pytest.mark.parametrize("rank", [None, 3])
+def test_principal_directions_of_a_wide_matrix_are_the_svds(rank):
+    """Fewer rows than dims, more than a few dozen: the directions come from the rows' Gram
+    matrix (the gate fits 512 sampled rows x 1,024), the SVD's up to sign; with rank
+    below k the SVD completes the basis as before."""
+    rng = np.random.default_rng(3)
+    n, d = 200, 256
+    x = rng.normal(size=(n, d)) * np.geomspace(1.0, 0.05, d) + 0.3
+    if rank is not None:  # the centered rows span only `rank` directions
+        x = rng.normal(size=(n, rank)) @ rng.normal(size=(rank, d)) + 0.3
+    vt = np.linalg.svd(x - x.mean(0), full_matrices=False)[2]
+    v = principal_directions(x, 5)
+    np.testing.assert_allclose(v.T @ v, np.eye(5), atol=1e-10)
+    top = 5 if rank is None else rank  # beyond the rank the basis is arbitrary
+    np.testing.assert_allclose(np.abs(np.sum(v[:, :top] * vt[:top].T, axis=0)), 1.0, atol=1e-8)

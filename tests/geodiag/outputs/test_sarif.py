@@ -13,7 +13,7 @@ import email.message
 import hashlib
 import json
 import os
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
@@ -240,7 +240,7 @@ def test_an_unwritable_sarif_leaves_the_junit_unwritten_too(make_ckpt, tmp_path,
 
 def test_information_uri_is_the_distributions_homepage(monkeypatch):
     meta = email.message.Message()
-    monkeypatch.setattr(sarif.metadata, "metadata", lambda name: meta)
+    monkeypatch.setattr(metadata, "metadata", lambda name: meta)  # imported when asked
     assert sarif.homepage() is None  # none declared: no made-up address
     meta["Project-URL"] = "Source, https://example.org/src"
     meta["Project-URL"] = "Homepage, https://example.org/geodiag"
