@@ -389,10 +389,12 @@ def main() -> None:
                 f"fast / {slow}: {seconds[slow] / seconds[fastest]:.2f}x examples/s (best runs), "
                 f"{cpu[slow] / cpu[fastest]:.2f}x in CPU seconds per step"
             )
-    if routes == list(ROUTES):
-        print("contribution of each part (examples/s ratio to the route before it):")
+    if all(r in seconds for r in ROUTES):
+        print("contribution of each part (ratio to the route before it: examples/s, CPU s):")
         for prev, route in zip(ROUTES, ROUTES[1:], strict=False):
-            print(f"  {route:15s} x{seconds[prev] / seconds[route]:.2f}")
+            print(
+                f"  {route:15s} x{seconds[prev] / seconds[route]:.2f}, x{cpu[prev] / cpu[route]:.2f}"
+            )
     if args.json:
         result = {
             "examples_per_s": {r: args.batch_size / s for r, s in seconds.items()},
