@@ -13,11 +13,18 @@ trainable tensors are ``NewRows.inp`` (n_new, d) and, for an untied head,
 2. Answer-only logits: hidden states come from the decoder (no LM head); only the
    answer positions are projected, onto the frozen head with the new rows swapped in.
 3. Optimizer state for the new rows only (AdamW on (n_new, d), not (V, d)).
+4. Row groups: a batch mixing the two directions (text -> SID: the new tokens come last,
+   the prefix is nearly the whole row; SID -> text: they come early) pads every row to
+   the widest prefix and the widest suffix, which can cost more than no split at all.
+   ``row_groups`` cuts the batch in two by split position when that is cheaper, and each
+   group runs parts 1-3 at its own widths; the loss is the mean over all answer tokens
+   either way.
 
 Each part is a named function (``frozen_prefix``, ``suffix_hidden``, ``answer_tokens``
-+ ``NewRows.project``); ``fast_loss`` chains them. ``bench/grounding.py`` chains them
-differently to measure what each part buys. ``naive.py`` is the reference route
-these are checked against (same gradients).
++ ``NewRows.project``, ``row_groups``); ``batch_loss`` chains parts 1-3 over one group,
+``fast_loss`` over each group. ``bench/grounding.py`` chains them differently to measure
+what each part buys; its ``_naive_grounding.py`` is the reference route these are checked
+against (same gradients, ``tests/gti/init``).
 """
 
 from __future__ import annotations
@@ -173,6 +180,45 @@ def prefix_pays(batch: Batch, split: torch.Tensor) -> bool:
     return width + GRAD_COST * suffix < GRAD_COST * whole
 
 
+def row_splits(batch: Batch) -> torch.Tensor:
+    """(B,) each row's frozen-prefix length: up to its first new token or its answer."""
+    return torch.minimum(batch.first_new, batch.answer_start)
+
+
+def padded_cost(lengths: torch.Tensor, split: torch.Tensor) -> int:
+    """The work of running rows (``lengths``, ``split``) as one batch, in positions run
+    without gradient (a position with gradient counts ``GRAD_COST``), padding included:
+    the cheaper of split and whole, as ``frozen_prefix`` chooses."""
+    whole = GRAD_COST * (int(lengths.max()) - 1)
+    if int(split.min()) == 0:
+        return len(lengths) * whole
+    cut = int(split.max()) + GRAD_COST * int((lengths - 1 - split).max())
+    return len(lengths) * min(whole, cut)
+
+
+# A second group runs every layer a second time on fewer rows; it is used only when it
+# saves at least this share of the one-group work (a tiny model's step is per-call
+# overhead more than positions).
+GROUP_GAIN = 0.1
+
+
+def row_groups(batch: Batch) -> list[torch.Tensor]:
+    """Part 4: the batch's rows in one group, or in two cut at a split position (rows
+    sorted by split) when the two groups' padded work is ``GROUP_GAIN`` below the one's."""
+    lengths, split = batch.lengths, row_splits(batch)
+    one = padded_cost(lengths, split)
+    order = torch.argsort(split, stable=True)
+    best, cut = one * (1 - GROUP_GAIN), 0
+    for k in range(1, len(order)):
+        lo, hi = order[:k], order[k:]
+        cost = padded_cost(lengths[lo], split[lo]) + padded_cost(lengths[hi], split[hi])
+        if cost < best:
+            best, cut = cost, k
+    if cut == 0:
+        return [torch.arange(len(order))]
+    return [order[:cut], order[cut:]]
+
+
 def frozen_prefix(
     model: PreTrainedModel, batch: Batch, device: torch.device, shared: SharedPrefix | None
 ) -> FrozenPrefix:
@@ -182,7 +228,7 @@ def frozen_prefix(
     ids = batch.input_ids.to(device)
     dim = model.get_input_embeddings().weight.shape[1]
     # A row whose first token is new has no prefix; then the whole batch runs without one.
-    split = torch.minimum(batch.first_new.to(device), batch.answer_start.to(device))
+    split = row_splits(batch).to(device)
     if int(split.min()) == 0 or not prefix_pays(batch, split):
         return FrozenPrefix.none(batch, dim, device)
     B, width = ids.shape[0], int(split.max())
@@ -264,10 +310,11 @@ def answer_loss(logits: torch.Tensor, answers: AnswerTokens) -> StepLoss:
     return StepLoss(token_losses.mean(), token_losses.detach(), answers.direction)
 
 
-def fast_loss(
+def batch_loss(
     model: PreTrainedModel, rows: NewRows, batch: Batch, *, shared: SharedPrefix | None = None
 ) -> StepLoss:
-    """Mean cross-entropy over the answer tokens; gradient flows into ``rows`` only.
+    """Parts 1-3 over the whole batch as one group: mean cross-entropy over its answer
+    tokens, gradient into ``rows`` only.
 
     frozen prefix (no grad, once) -> suffix hidden states -> answer logits only (part
     3: the frozen head with the new rows swapped in, at the answer positions alone).
@@ -277,3 +324,22 @@ def fast_loss(
     answers = answer_tokens(batch, prefix)
     logits = rows.project(model, hidden[answers.row, answers.col])  # (N, V)
     return answer_loss(logits, answers)
+
+
+def fast_loss(
+    model: PreTrainedModel, rows: NewRows, batch: Batch, *, shared: SharedPrefix | None = None
+) -> StepLoss:
+    """Mean cross-entropy over the batch's answer tokens, gradient into ``rows`` only:
+    ``batch_loss`` over each of ``row_groups`` (part 4), weighted by its answer tokens.
+    Token losses come group by group (their directions alongside)."""
+    groups = row_groups(batch)
+    if len(groups) == 1:
+        return batch_loss(model, rows, batch, shared=shared)
+    parts = [batch_loss(model, rows, batch.select(g), shared=shared) for g in groups]
+    counts = [len(p.token_losses) for p in parts]
+    loss = sum(p.loss * n for p, n in zip(parts, counts, strict=True)) / sum(counts)
+    return StepLoss(
+        loss,  # type: ignore[arg-type]
+        torch.cat([p.token_losses for p in parts]),
+        torch.cat([p.token_direction for p in parts]),
+    )

@@ -43,6 +43,19 @@ class Batch:
         """(B, T) bool: the positions whose tokens are in the loss."""
         return Padded(self.input_ids, self.lengths, self.answer_start).answer_mask
 
+    def select(self, rows: torch.Tensor) -> Batch:
+        """The batch of ``rows`` (k,) alone, its padding cut to their longest row."""
+        rows = rows.to(self.lengths.device)
+        T = int(self.lengths[rows].max())
+        return Batch(
+            input_ids=self.input_ids[rows, :T],
+            attention_mask=self.attention_mask[rows, :T],
+            lengths=self.lengths[rows],
+            answer_start=self.answer_start[rows],
+            first_new=self.first_new[rows],
+            direction=self.direction[rows],
+        )
+
 
 def collate(examples: list[Example], pad_id: int, new_slot: torch.Tensor) -> Batch:
     """Pad ``examples`` on the right. ``new_slot`` (V,) is >= 0 exactly at new token ids."""

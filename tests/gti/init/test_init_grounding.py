@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,14 +21,19 @@ from gti.init.grounding import (
     fast_loss,
     freeze,
     frozen_prefix,
+    padded_cost,
+    row_groups,
+    row_splits,
     suffix_hidden,
 )
-from gti.init.naive import make_naive_trainable, naive_loss
 from gti.init.pairs import PairStream
 from gti.init.run import apply_row_init
 from gti.init.trainer import train_grounding
 from gti.prompts import SID_TO_TEXT, TEXT_TO_SID, sid_strings
 from gti.vocab import extend_vocabulary
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+from _naive_grounding import make_naive_trainable, naive_loss  # noqa: E402  (not in the wheel)
 
 # The fast route's gradient is checked against the naive one in float64, where the two
 # differ only by summation order: an element of the loss or of the gradient is a sum of
@@ -87,6 +94,7 @@ def test_fast_gradient_equals_naive(tied, chat):
     assert batch.lengths.unique().numel() > 1  # padding in the batch
     assert set(batch.direction.tolist()) == {0, 1}  # both directions
     assert (batch.first_new > 0).all()  # a frozen prefix exists in every row
+    assert len(row_groups(batch)) == 2  # fast_loss runs two row groups (part 4)
 
     naive = copy.deepcopy(model)
     params = make_naive_trainable(naive, ext)
@@ -174,3 +182,20 @@ def test_bf16_autocast_stays_within_its_rounding_bound():
     assert l16 != l32  # autocast really ran in bfloat16
     assert abs(float(l16 - l32)) <= 2 * n * u * max_logit
     assert float((g16 - g32).norm() / g32.norm()) <= 4 * n * u
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_row_groups_partition_the_batch_and_never_cost_more(chat):
+    *_, stream = setup(True, chat, batch_size=16)
+    for step in range(6):
+        batch = stream.batch(step)
+        groups = row_groups(batch)
+        rows = torch.cat(groups)
+        assert sorted(rows.tolist()) == list(range(16))  # every row exactly once
+        split = row_splits(batch)
+        cost = sum(padded_cost(batch.lengths[g], split[g]) for g in groups)
+        assert cost <= padded_cost(batch.lengths, split)
+        for g in groups:  # a group's batch is cut to its own longest row
+            sub = batch.select(g)
+            assert sub.input_ids.shape[1] == int(batch.lengths[g].max())
+            assert torch.equal(sub.input_ids, batch.input_ids[g, : sub.input_ids.shape[1]])

@@ -1,4 +1,6 @@
-"""The naive grounding route, kept as the reference the fast route is checked against.
+"""The naive grounding route: the reference the fast route (gti.init.grounding) is
+checked against in tests/gti/init and timed against in bench/grounding.py. Not shipped:
+it lives beside the bench, the tests put bench/ on their path.
 
 The whole embedding matrix (and an untied head) is a trainable parameter; a
 gradient hook zeroes the original rows' gradients, so only the new rows move.
