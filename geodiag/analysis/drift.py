@@ -76,6 +76,19 @@ class _Pair(NamedTuple):
     after: object
 
 
+def _is_gguf(after: Path) -> bool:
+    """Whether ``after`` is a GGUF file: on disk as the format registry recognises it, by
+    its bytes (a store's digest-named blob) or its name; a URL by its ``.gguf`` name, the
+    only one under which a GGUF is read by URL."""
+    if not after.is_file():
+        return after.suffix == ".gguf"
+    from geodiag.io.formats import gguf, gguf_blob
+    from geodiag.io.formats.registry import recognise
+
+    found = recognise(after)
+    return found is not None and found[0] in (gguf.FORMAT, gguf_blob.FORMAT)
+
+
 def deployed_read(read: ReadOptions, a: Checkpoint, after: Path) -> ReadOptions:
     """A GGUF file converted from ``a`` keeps its token ids: without a sidecar of its own
     it is read with ``a``'s (levels, codes), checked against its token list."""
@@ -85,7 +98,7 @@ def deployed_read(read: ReadOptions, a: Checkpoint, after: Path) -> ReadOptions:
 
     own = after.parent / FILENAME
     theirs = (a.path if a.path.is_dir() else a.path.parent) / FILENAME
-    if after.suffix != ".gguf" or read.sidecar or own.is_file() or not theirs.is_file():
+    if read.sidecar or own.is_file() or not theirs.is_file() or not _is_gguf(after):
         return read
     return replace(read, sidecar=theirs)
 

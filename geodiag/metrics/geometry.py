@@ -236,11 +236,6 @@ def spectrum_from_singular_values(s: np.ndarray, n: int, d: int) -> SpectrumStat
     )
 
 
-def spectrum_stats(x: np.ndarray) -> SpectrumStats:
-    """Singular spectrum and rank figures of x (n, d) as given (no centering)."""
-    return _spectrum(as_matrix(x))
-
-
 def _spectrum(x: np.ndarray) -> SpectrumStats:
     n, d = x.shape
     if x.max() == 0.0 and x.min() == 0.0:  # exact zero matrix; np.any would allocate (n, d)
@@ -274,11 +269,6 @@ class NormStats:
     min: float
     median: float
     max: float
-
-
-def row_norm_stats(x: np.ndarray) -> NormStats:
-    """Summary of the L2 norms of the rows of x (n, d), in embedding units."""
-    return _norm_stats(row_norms(as_matrix(x)))
 
 
 def _median(r: np.ndarray) -> float:

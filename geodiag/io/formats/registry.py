@@ -64,8 +64,22 @@ register_format(unread.TENSORFLOW)
 register_format(unread.FLAX)
 register_format(unread.ONNX)
 
-UNKNOWN_FILE = "unknown weights format (expected .safetensors, .bin, .pt, .gguf or a folder)"
-NO_WEIGHTS = "no model weights found (model.safetensors, its index, or pytorch_model.bin)"
+
+def read_formats(by_url: bool = False) -> str:
+    """The formats geodiag reads on their own (by URL: those read by byte ranges), named
+    as the docs table names them, for the messages of a path that holds none of them."""
+    names = [
+        f.name
+        for f in FORMATS.values()
+        if not f.over_base and (f.url is not None and not f.remote if by_url else f.open)
+    ]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def no_weights(path: Path) -> str:
+    """The exit-2 message of a local path that holds no format geodiag recognises."""
+    what = "unknown weights format" if path.is_file() else "no model weights found"
+    return f"{what}: geodiag reads {read_formats()} (docs/stacks.md, 'Checkpoint formats')"
 
 
 def recognise(path: Path) -> tuple[Format, Path] | None:
@@ -95,7 +109,7 @@ def open_store(path: str | os.PathLike[str]) -> TensorStore:
         if fmt.open is None:
             raise InputError(p, fmt.way_out(found))
         return fmt.open(found, p)
-    raise InputError(p, UNKNOWN_FILE if p.is_file() else NO_WEIGHTS)
+    raise InputError(p, no_weights(p))
 
 
 def open_base(base: Path | str, source: str) -> tuple[TensorStore, Path]:
@@ -133,9 +147,10 @@ def open_remote(url: str) -> RemoteCheckpoint:
             return found
     raise InputError(
         remote.where,
-        f"no model weights found ({WEIGHTS}, {INDEX}, {ADAPTER_CONFIG}, or a torch."
-        f"distributed.checkpoint {dcp.METADATA} here or in {FSDP_FIRST_SUBFOLDER}/; a GGUF "
-        "file is read by its own URL; remotely no .bin is read)",
+        f"no model weights found: by URL geodiag reads {read_formats(by_url=True)} "
+        f"({WEIGHTS}, {INDEX}, {ADAPTER_CONFIG}, or a torch.distributed.checkpoint "
+        f"{dcp.METADATA} here or in {FSDP_FIRST_SUBFOLDER}/; a file ending "
+        f"{' or '.join(url_suffixes())} by its own URL)",
     )
 
 

@@ -16,8 +16,6 @@ from geodiag.metrics.cosine import cosine_matrix, level_cosine
 from geodiag.metrics.geometry import (
     centered,
     mean_pairwise_cosine,
-    row_norm_stats,
-    spectrum_stats,
     spread,
     summarize,
 )
@@ -40,7 +38,7 @@ def orthonormal(n: int, k: int, seed: int) -> np.ndarray:
 @pytest.mark.parametrize("shape", [(40, 12), (12, 40), (1, 5), (5, 1)])
 def test_spectrum_matches_explicit_svd_and_entropy(shape):
     x = np.random.default_rng(0).normal(size=shape) + 0.3
-    st = spectrum_stats(x)
+    st = summarize(x).uncentered
     s = np.linalg.svd(x, compute_uv=False)
     np.testing.assert_allclose(st.singular_values, s, rtol=1e-12)
     assert len(st.singular_values) == min(shape)
@@ -54,7 +52,7 @@ def test_spectrum_matches_explicit_svd_and_entropy(shape):
 
 def test_spectrum_hand_computed_2x2():
     # s = (4, 3): p = (4/7, 3/7); stable rank 25/16; participation ratio 625/337.
-    st = spectrum_stats(np.array([[3.0, 0.0], [0.0, 4.0]]))
+    st = summarize(np.array([[3.0, 0.0], [0.0, 4.0]])).uncentered
     assert st.singular_values == pytest.approx([4.0, 3.0], abs=1e-15)
     h = -(4 / 7) * math.log(4 / 7) - (3 / 7) * math.log(3 / 7)
     assert st.effective_rank == pytest.approx(math.exp(h), rel=1e-14)
@@ -68,7 +66,7 @@ def test_spectrum_hand_computed_2x2():
 @pytest.mark.parametrize("k", [1, 3, 5])
 def test_rank_k_equal_directions_give_rank_exactly_k(k):
     x = 2.5 * orthonormal(30, k, seed=1) @ orthonormal(20, k, seed=2).T  # (30, 20), rank k
-    st = spectrum_stats(x)
+    st = summarize(x).uncentered
     s = np.array(st.singular_values)
     assert np.all(s[:k] > 1.0)
     assert np.all(s[k:] < 1e-12 * s[0])
@@ -81,7 +79,7 @@ def test_rank_k_equal_directions_give_rank_exactly_k(k):
 def test_rank_k_unequal_scales_has_exactly_k_nonzero_values():
     scales = np.array([5.0, 2.0, 0.5])
     x = orthonormal(50, 3, seed=3) * scales @ orthonormal(16, 3, seed=4).T
-    s = np.array(spectrum_stats(x).singular_values)
+    s = np.array(summarize(x).uncentered.singular_values)
     np.testing.assert_allclose(s[:3], scales, rtol=1e-12)
     assert np.all(s[3:] < 1e-12)
 
@@ -101,11 +99,11 @@ def test_svd_and_gram_routes_agree():
 
 def test_gram_route_is_used_for_large_matrices(monkeypatch):
     x = np.random.default_rng(6).normal(size=(200, 100))
-    exact = spectrum_stats(x)
+    exact = summarize(x).uncentered
     monkeypatch.setattr(geometry, "_SVD_MAX_ELEMENTS", 1000)
     monkeypatch.setattr(geometry, "_SVD_SMALL_SIDE", 4)
     monkeypatch.setattr(geometry, "_singular_values_svd", None)  # fails if called
-    via_gram = spectrum_stats(x)
+    via_gram = summarize(x).uncentered
     assert via_gram.effective_rank == pytest.approx(exact.effective_rank, rel=1e-10)
     assert via_gram.stable_rank == pytest.approx(exact.stable_rank, rel=1e-10)
 
@@ -126,7 +124,7 @@ def test_identical_rows_center_to_rank_zero():
     assert np.any(x - x.mean(axis=0))  # the plain float mean misses the point by an ulp
     c = centered(x)
     assert not np.any(c)
-    st = spectrum_stats(c)
+    st = summarize(c).uncentered
     assert st.undefined_reason is not None and "rank 0" in st.undefined_reason
     assert st.singular_values == [0.0] * 7
     assert (st.effective_rank, st.effective_rank_ratio, st.stable_rank, st.participation_ratio) == (
@@ -175,7 +173,7 @@ def test_centered_spread_and_norms_match_explicit():
     d = np.linalg.norm(x - x.mean(axis=0), axis=1)
     assert spread(x) == pytest.approx(np.sqrt(np.mean(d**2)), rel=1e-13)
     norms = np.linalg.norm(x, axis=1)
-    ns = row_norm_stats(x)
+    ns = summarize(x).row_norms
     assert (ns.mean, ns.std, ns.min, ns.median, ns.max) == pytest.approx(
         (norms.mean(), norms.std(), norms.min(), np.median(norms), norms.max()), rel=1e-13
     )
@@ -309,7 +307,7 @@ def test_summarize_fields_and_reference():
 
 def test_invalid_input_is_named():
     with pytest.raises(ValueError, match="2-D"):
-        spectrum_stats(np.ones(4))
+        summarize(np.ones(4))
     with pytest.raises(ValueError, match="NaN or Inf"):
         summarize(np.array([[1.0, np.nan], [0.0, 1.0]]))
     with pytest.raises(ValueError, match="at least 1 row"):

@@ -215,10 +215,17 @@ def test_a_missing_path_and_an_unknown_format(tmp_path):
     with pytest.raises(InputError, match="no such file or folder"):
         open_store(tmp_path / "absent")
     (tmp_path / "model.npz").write_bytes(b"PK")
-    with pytest.raises(InputError, match=r"unknown weights format \(expected .safetensors"):
+    with pytest.raises(InputError, match=r"unknown weights format: geodiag reads ") as file:
         open_store(tmp_path / "model.npz")
-    with pytest.raises(InputError, match="no model weights found"):
+    with pytest.raises(InputError, match="no model weights found: geodiag reads ") as folder:
         open_store(tmp_path)  # a folder with nothing geodiag reads
+    for message in (str(file.value), str(folder.value)):
+        listed = message.split("geodiag reads ", 1)[1]
+        # the formats read are listed (from the registry), those only recognised are not
+        for read in ("safetensors", "sharded safetensors", "GGUF", "torch pickle", "Meta Llama"):
+            assert f" {read}," in f" {listed}" or f" {read} " in f" {listed}", (read, message)
+        for unread in ("ONNX", "TensorFlow", "Flax", "sharded .bin", "PEFT adapter"):
+            assert unread not in listed, (unread, message)
 
 
 @pytest.mark.parametrize(

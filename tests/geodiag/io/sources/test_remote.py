@@ -215,6 +215,10 @@ def test_missing_folder_is_exit_2_naming_the_url(tmp_path, serve):
     res = runner.invoke(app, ["check", f"{server.url}/nothing-here"])
     assert res.exit_code == 2
     assert f"{server.url}/nothing-here" in res.output and "no model weights" in res.output
+    out = " ".join(res.output.split())  # unwrapped
+    # by URL: the formats read by byte ranges, not those fetched whole or recognised only
+    assert "by URL geodiag reads GGUF, sharded safetensors, safetensors" in out, out
+    assert "torch pickle" not in out and ".gguf or .safetensors by its own URL" in out, out
 
 
 def test_server_errors_are_retried(tmp_path, serve, monkeypatch):
