@@ -17,6 +17,7 @@ from pathlib import Path
 
 from geodiag.io.formats.registry import formats_table
 from geodiag.precommit import HOOK_FILES
+from tools.generated import rewrite
 
 ROOT = Path(__file__).resolve().parents[1]
 REGENERATE = "python -m tools.format_docs"
@@ -59,14 +60,7 @@ RENDERS = {HOOKS: render_hooks, TABLE: render_table}
 
 def main(root: Path = ROOT) -> int:
     """Rewrite the derived parts in place; prints the files it changed."""
-    for filename, render in RENDERS.items():
-        path = root / filename
-        old = path.read_text(encoding="utf-8")
-        new = render(old)
-        if new != old:
-            path.write_text(new, encoding="utf-8")
-            print(f"rewrote {path}")
-    return 0
+    return rewrite(root, RENDERS)
 
 
 if __name__ == "__main__":

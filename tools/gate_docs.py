@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from geodiag.gate.checks import SETTINGS, Setting
+from tools.generated import rewrite
 
 ROOT = Path(__file__).resolve().parents[1]
 REGENERATE = "python -m tools.gate_docs"
@@ -101,14 +102,8 @@ def render(text: str, filename: str) -> str:
 
 def main(root: Path = ROOT) -> int:
     """Rewrite the generated blocks in place; prints the files it changed."""
-    for filename in sorted({block[0] for block in BLOCKS.values()}):
-        path = root / filename
-        old = path.read_text(encoding="utf-8")
-        new = render(old, filename)
-        if new != old:
-            path.write_text(new, encoding="utf-8")
-            print(f"rewrote {path}")
-    return 0
+    files = sorted({block[0] for block in BLOCKS.values()})
+    return rewrite(root, {f: lambda old, f=f: render(old, f) for f in files})
 
 
 if __name__ == "__main__":

@@ -71,27 +71,21 @@ SHARDED_BIN = Format(
     url=_asked("pytorch_model.bin.index.json", _sharded_bin),
     remote=NOT_BY_URL,
 )
-TENSORFLOW = Format(
-    name="TensorFlow",
-    what="a TensorFlow/Keras checkpoint (`tf_model.h5`)",
-    find=_named("tf_model.h5"),
-    way_out=_save_pretrained("a TensorFlow/Keras checkpoint"),
-    url=_asked("tf_model.h5", _save_pretrained("a TensorFlow/Keras checkpoint")),
-    remote=NOT_BY_URL,
-)
-FLAX = Format(
-    name="Flax",
-    what="a Flax checkpoint (`flax_model.msgpack`)",
-    find=_named("flax_model.msgpack"),
-    way_out=_save_pretrained("a Flax checkpoint"),
-    url=_asked("flax_model.msgpack", _save_pretrained("a Flax checkpoint")),
-    remote=NOT_BY_URL,
-)
-ONNX = Format(
-    name="ONNX",
-    what="an ONNX export (`model.onnx`)",
-    find=_named("model.onnx"),
-    way_out=_save_pretrained("an ONNX export"),
-    url=_asked("model.onnx", _save_pretrained("an ONNX export")),
-    remote=NOT_BY_URL,
-)
+
+
+def _other_framework(name: str, kind: str, file: str) -> Format:
+    """Another framework's weights, one file: recognised, never read, on disk or by URL;
+    the way out is transformers' save_pretrained."""
+    return Format(
+        name=name,
+        what=f"{kind} (`{file}`)",
+        find=_named(file),
+        way_out=_save_pretrained(kind),
+        url=_asked(file, _save_pretrained(kind)),
+        remote=NOT_BY_URL,
+    )
+
+
+TENSORFLOW = _other_framework("TensorFlow", "a TensorFlow/Keras checkpoint", "tf_model.h5")
+FLAX = _other_framework("Flax", "a Flax checkpoint", "flax_model.msgpack")
+ONNX = _other_framework("ONNX", "an ONNX export", "model.onnx")
