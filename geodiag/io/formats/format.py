@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from geodiag.errors import InputError
 from geodiag.io.formats.tensor_store import TensorStore
 from geodiag.io.sources.remote import SMALL_FILES, fetch_small_files
 
@@ -90,3 +91,15 @@ def one_file(path: Path, names: tuple[str, ...]) -> Path | None:
     if path.is_file():
         return path if path.name in names else None
     return next((path / n for n in names if (path / n).is_file()), None)
+
+
+def on_disk_only(marker: str, message: str) -> Callable[..., RemoteCheckpoint | None]:
+    """A :class:`Format`'s ``url`` for a format read on disk only: a URL folder holding
+    ``marker`` is named, not read (exit 2 with ``message``); None for any other URL."""
+
+    def url(remote, name: str | None, small: SmallFiles) -> RemoteCheckpoint | None:
+        if name is None and remote.exists(marker):
+            raise InputError(remote.where, message)
+        return None
+
+    return url

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from geodiag.errors import InputError
-from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles
+from geodiag.io.formats.format import Format, on_disk_only
 from geodiag.io.formats.torch_pickle import TorchStore
 from geodiag.io.sources.layouts import check_not_lfs_pointer
 
@@ -45,11 +44,7 @@ def _open(found: Path, asked: Path) -> TorchStore:
 REMOTE = "Meta's consolidated.*.pth is a pickle, read from a local folder only: download it"
 
 
-def url(remote, name: str | None, small: SmallFiles) -> RemoteCheckpoint | None:
-    """A URL folder with ``params.json``: named, not read (:data:`REMOTE`)."""
-    if name is None and remote.exists(PARAMS):
-        raise InputError(remote.where, REMOTE)
-    return None
+url = on_disk_only(PARAMS, REMOTE)  # a URL folder with ``params.json``: named, not read
 
 
 FORMAT = Format(

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError
-from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles
+from geodiag.io.formats.format import Format, on_disk_only
 from geodiag.io.formats.tensor_store import digest_text, new_digest
 from geodiag.io.formats.torch_zip import (
     ROW_DTYPES,
@@ -549,11 +549,7 @@ REMOTE = (
 )
 
 
-def url(remote, name: str | None, small: SmallFiles) -> RemoteCheckpoint | None:
-    """A URL folder with DeepSpeed's ``latest``: named, not read (:data:`REMOTE`)."""
-    if name is None and remote.exists(ZERO_LATEST):
-        raise InputError(remote.where, REMOTE)
-    return None
+url = on_disk_only(ZERO_LATEST, REMOTE)  # a URL folder with DeepSpeed's ``latest``: named, not read
 
 
 FORMAT = Format(
