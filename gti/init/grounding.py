@@ -168,16 +168,24 @@ class FrozenPrefix:
 GRAD_COST = 3
 
 
+def split_costs(lengths: torch.Tensor, split: torch.Tensor) -> tuple[int, int]:
+    """(split, whole): a row's work, padding included, in positions run without gradient
+    (one with gradient counts ``GRAD_COST``), when rows of ``lengths`` run with their
+    frozen prefixes (``split``) split off (the widest prefix, then the widest suffix with
+    gradient) and when they run whole (``T - 1`` positions with gradient)."""
+    whole = GRAD_COST * (int(lengths.max()) - 1)
+    cut = int(split.max()) + GRAD_COST * int((lengths - 1 - split).max())
+    return cut, whole
+
+
 def prefix_pays(batch: Batch, split: torch.Tensor) -> bool:
     """Whether splitting off the frozen prefix saves work on this batch. Rows are padded
     to the widest prefix and then to the widest suffix: a batch mixing a row whose SID
     comes early (SID -> text) with one whose prompt is long (text -> SID) can cost more
     split (``width`` positions without gradient + ``S`` with, per row) than whole (``T - 1``
     with gradient). Either way the loss and gradients are the same."""
-    width = int(split.max())
-    suffix = int((batch.lengths.to(split.device) - 1 - split).max())
-    whole = int(batch.lengths.max()) - 1
-    return width + GRAD_COST * suffix < GRAD_COST * whole
+    cut, whole = split_costs(batch.lengths.to(split.device), split)
+    return cut < whole
 
 
 def row_splits(batch: Batch) -> torch.Tensor:
@@ -189,10 +197,9 @@ def padded_cost(lengths: torch.Tensor, split: torch.Tensor) -> int:
     """The work of running rows (``lengths``, ``split``) as one batch, in positions run
     without gradient (a position with gradient counts ``GRAD_COST``), padding included:
     the cheaper of split and whole, as ``frozen_prefix`` chooses."""
-    whole = GRAD_COST * (int(lengths.max()) - 1)
+    cut, whole = split_costs(lengths, split)
     if int(split.min()) == 0:
         return len(lengths) * whole
-    cut = int(split.max()) + GRAD_COST * int((lengths - 1 - split).max())
     return len(lengths) * min(whole, cut)
 
 
