@@ -21,9 +21,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gti.dropin.index import read_index
-from gti.dropin.items import item_texts
 from gti.dropin.probe import probe
-from gti.dropin.run import split_holdout
+from gti.dropin.run import split_holdout, texts_of
+from gti.init.config import InitConfig
 
 HERE = Path(__file__).resolve().parent
 
@@ -33,9 +33,7 @@ def reprobe(out: Path) -> dict[str, object]:
     source = json.loads((out / "gti_sid_source.json").read_text())
     codebooks = Path(source["codebooks"]) if source.get("codebooks") else None
     index = read_index(Path(cfg["sids"]), codebooks, None)
-    fields = tuple(f.strip() for f in cfg["text_fields"].split(",")) if cfg["text_fields"] else None
-    texts = item_texts(Path(cfg["items"]), fields)
-    texts = {i: texts[i] for i in index.items if texts.get(i)}
+    texts = texts_of(index, InitConfig(items=Path(cfg["items"]), text_fields=cfg["text_fields"]))
     held_out, _ = split_holdout(list(texts), cfg["holdout"], cfg["seed"])
     max_chars = (cfg.get("grounding") or {}).get("max_text_chars", 400)
     ask = cfg["templates"]["text_to_sid"][0]
