@@ -68,10 +68,15 @@ class VocabularyAccumulator:
     does not cancel a small spread: sum ||x - p||^2 and sum (x - p) are accumulated in
     float64, then mean = p + s / n and n * spread^2 = sum ||x - p||^2 - n ||mean - p||^2
     (the pivot is within ~spread / sqrt(block) of the mean, so the subtraction loses
-    nothing). Work stays in the blocks' dtype (float32 blocks: no float64 copy), each
-    row's squares summed at that precision (relative error ~d * 2^-24). Non-finite rows
-    are counted, their ids kept, and left out. ``result()`` is None when no finite row
-    was seen.
+    nothing). Work stays in the blocks' dtype (float32 blocks: no float64 copy): each
+    row's squares are summed at that precision (relative error ~d * 2^-24), and each
+    block's column sums of x - p by one BLAS product (ones @ (x - p); a float64
+    reduction of the block took 8x as long, the most of this pass on a Qwen-sized
+    vocabulary): for a block of b rows an error of at most b * 2^-24 sum_i |x_ij - p_j|,
+    so the mean stays within b * 2^-24 (6e-5 at 1,024 rows) of each dimension's spread,
+    over 10 times below :data:`TOLERANCE` (1e-3 x the spread over all d dimensions).
+    Non-finite rows are counted, their ids kept, and left out. ``result()`` is None when
+    no finite row was seen.
     """
 
     def __init__(self) -> None:
@@ -100,7 +105,7 @@ class VocabularyAccumulator:
             self._pivot = b.mean(axis=0, dtype=np.float64).astype(b.dtype)  # (d,)
             self._total = np.zeros(b.shape[1])
         c = b - self._pivot  # (b, d), block dtype
-        self._total += c.sum(axis=0, dtype=np.float64)
+        self._total += np.ones(len(c), c.dtype) @ c  # the block's column sums (docstring)
         self._sq += float(np.einsum("ij,ij->i", c, c).sum(dtype=np.float64))
         self.n += len(b)
 

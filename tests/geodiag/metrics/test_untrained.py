@@ -13,7 +13,7 @@ from scipy.spatial.distance import pdist, squareform
 from typer.testing import CliRunner
 
 from geodiag.cli import app
-from geodiag.metrics.untrained import distances, identical_groups, vocabulary_stats
+from geodiag.metrics.untrained import TOLERANCE, distances, identical_groups, vocabulary_stats
 
 
 def run(*args):
@@ -72,6 +72,27 @@ def test_vocabulary_stats_equal_numpy_over_blocks():
     assert stats.max_norm == pytest.approx(np.linalg.norm(ok, axis=1).max(), rel=1e-15)
     assert vocabulary_stats([]) is None
     assert (distances(ok[:3], ok[0]) <= 0.0).tolist() == [True, False, False]
+
+
+def test_vocabulary_stats_of_float32_blocks_within_their_stated_error():
+    """Float32 blocks stay float32 (VocabularyAccumulator): each block's column sums by one
+    BLAS product, each row's squares in float32. The bounds the docstring derives: the mean
+    within b * 2^-24 of each dimension's mean absolute deviation from the pivot (b rows a
+    block), the spread within d * 2^-24; both far below TOLERANCE. Reference: numpy in
+    float64 on the same float32 values."""
+    rng = np.random.default_rng(2)
+    b, d = 128, 48
+    v = (rng.normal(size=(1000, d)) * np.linspace(0.02, 0.001, d) + 50.0).astype(np.float32)
+    stats = vocabulary_stats([v[i : i + b] for i in range(0, 1000, b)])
+    x = v.astype(np.float64)
+    want = x.mean(axis=0)
+    pivot = x[:b].mean(axis=0)  # the first block's mean (held as float32: within 2^-24 x 50)
+    deviation = np.abs(x - pivot).mean(axis=0) + 50.0 * 2**-24
+    assert np.all(np.abs(stats.mean - want) <= b * 2**-24 * deviation)
+    spread = np.sqrt(((x - want) ** 2).sum(axis=1).mean())
+    assert stats.spread == pytest.approx(spread, rel=d * 2**-24)
+    # Against the rows' own scale: the mean's error is no part of the untrained tolerance.
+    assert np.abs(stats.mean - want).max() < 1e-3 * TOLERANCE * spread
 
 
 # ---- the gate on the cases the block checks got wrong --------------------------------
