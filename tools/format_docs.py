@@ -1,4 +1,4 @@
-"""The files derived from the format registry (``geodiag.io.formats.registry.FORMATS``):
+"""The files derived from the format registry (``geodiag.io.formats.registry.formats``):
 ``.pre-commit-hooks.yaml``'s ``files:`` patterns (from ``geodiag.precommit.HOOK_FILES``:
 every format's files and those read beside them) and docs/stacks.md's table of formats
 (:func:`~geodiag.io.formats.registry.formats_table`, between marker lines).

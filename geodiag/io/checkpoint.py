@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError
-from geodiag.io.formats.dcp import dcp_folder
 from geodiag.io.formats.gguf import GGUFStore
 from geodiag.io.formats.peft_adapter import AdapterInfo, is_adapter, open_adapter
 from geodiag.io.formats.registry import open_base as open_adapter_base
@@ -39,8 +38,7 @@ from geodiag.io.formats.tensor_names import (
     stated_widths,
 )
 from geodiag.io.formats.tensor_store import TensorStore
-from geodiag.io.formats.zero import zero_folder
-from geodiag.io.sources.layouts import FSDP_SUBFOLDERS, resolve_hub_cache
+from geodiag.io.sources.layouts import FSDP_SUBFOLDERS, dcp_folder, resolve_hub_cache, zero_folder
 from geodiag.io.sources.options import ReadOptions
 from geodiag.io.sources.remote import is_remote
 from geodiag.io.stack import detect_stack

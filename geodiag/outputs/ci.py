@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from geodiag.analysis.reports import CheckpointReport
@@ -29,7 +28,6 @@ from geodiag.gate.checks import (
     GateResult,
     format_value,
 )
-from geodiag.outputs.sarif import sarif_text
 from geodiag.outputs.text import dropped_lines, integrity_lines, sample_lines
 
 
@@ -122,6 +120,8 @@ def junit_xml(results: list[GateResult]) -> bytes:
     """JUnit XML, one testcase per check, so CI systems list each threshold. Paths, level
     names and messages (which name tokens) pass through :func:`~geodiag.escape.xml_text`:
     ElementTree writes a control character as it is, and the file would not parse."""
+    import xml.etree.ElementTree as ET  # only for --junit
+
     suites = ET.Element("testsuites", name="geodiag")
     for res in results:
         suite = ET.SubElement(suites, "testsuite", name=xml_text(f"geodiag check {res.path}"))
@@ -196,6 +196,8 @@ def write_ci_pages(
     if junit is not None:
         files[junit] = junit_xml(results)
     if sarif is not None:
+        from geodiag.outputs.sarif import sarif_text  # only for --sarif
+
         files[sarif] = sarif_text(reports, results, cfg)
     atomic_write_many(files)
     if summary := os.environ.get("GITHUB_STEP_SUMMARY"):

@@ -8,7 +8,7 @@ import re
 
 import yaml
 
-from geodiag.io.formats.registry import FORMATS
+from geodiag.io.formats.registry import formats
 from geodiag.precommit import HOOK_FILES
 from tools import format_docs
 
@@ -32,7 +32,7 @@ def test_a_stale_pattern_is_rewritten():
 
 def test_every_format_table_row_and_hook_file():
     table = format_docs.render_table(f"{format_docs.BEGIN}\n{format_docs.END}\n")
-    for fmt in FORMATS.values():
+    for fmt in formats():
         assert f"| {fmt.name} | {fmt.what} |" in table
     # the hook takes a file named by each format's patterns, in any folder
     hook = re.compile(HOOK_FILES["geodiag-check"])
@@ -43,5 +43,5 @@ def test_every_format_table_row_and_hook_file():
         "sharded safetensors": "ck/model-00001-of-00002.safetensors",
     }
     for name, path in examples.items():
-        assert name in FORMATS and hook.search(path), name
+        assert name in {fmt.name for fmt in formats()} and hook.search(path), name
     assert not hook.search("src/model.py") and not hook.search("notmodel.safetensors.bak")

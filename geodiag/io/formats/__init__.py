@@ -39,8 +39,8 @@ Bottom to top, each module importing only those above it in this list and
 - ``memory``: the same questions over a numpy array, a torch tensor or a model;
 - ``tensor_names``: which tensor is the input embedding, which the output head;
 - ``peft_adapter``: a PEFT adapter folder over its base, rows as PEFT merges them;
-- ``registry``: :data:`~geodiag.io.formats.registry.FORMATS`, filled by one
-  ``register_format`` line per format in the order a path is tried, and what derives from
-  it: ``open_store`` (a path), ``open_remote`` (a URL), the pre-commit hook's file pattern,
+- ``registry``: :func:`~geodiag.io.formats.registry.formats`, one ``register_format``
+  line per format in the order a path is tried (each module imported when a path reaches
+  it), and what derives from it: ``open_store`` (a path), ``open_remote`` (a URL), the pre-commit hook's file pattern,
   the docs' table of formats.
 """

@@ -59,7 +59,7 @@ from geodiag.io.formats.torch_zip import (
     torch_size,
 )
 from geodiag.io.sources.byte_ranges import ByteSource, Folder, LocalFolder, read_rows
-from geodiag.io.sources.layouts import FSDP_FIRST_SUBFOLDER, FSDP_SUBFOLDERS
+from geodiag.io.sources.layouts import FSDP_FIRST_SUBFOLDER, FSDP_SUBFOLDERS, dcp_folder
 from geodiag.io.sources.remote import SMALL_FILES, WEIGHTS, fetch_small_files
 
 METADATA = ".metadata"
@@ -323,11 +323,6 @@ class DCPStore(ReadsRows):
 
     def digests(self) -> dict[str, str]:
         return {where: digest_text(d) for where, d in self._digests.items()}
-
-
-def dcp_folder(p: Path) -> bool:
-    """A torch.distributed.checkpoint folder: ``.metadata`` beside ``*.distcp`` shards."""
-    return (p / ".metadata").is_file() and any(p.glob("*.distcp"))
 
 
 def dcp_weights(p: Path) -> Path | None:

@@ -2,7 +2,7 @@
 (PEFT's ``register_peft_method`` is the model: each format is one module exporting its
 :class:`~geodiag.io.formats.format.Format`, and one ``register_format`` line here).
 
-From :data:`FORMATS` come the local opener (:func:`open_store`), the URL opener
+From :func:`formats` come the local opener (:func:`open_store`), the URL opener
 (:func:`open_remote`), the messages for formats recognised but not read, the pre-commit
 hook's file pattern (:func:`file_pattern`; ``.pre-commit-hooks.yaml`` is rendered from it
 by ``python -m tools.precommit_hooks``) and the table of formats in docs/stacks.md
@@ -12,57 +12,56 @@ layout first (magic bytes, a folder's files), by its name second.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from geodiag.errors import InputError, cannot_read
-from geodiag.io.formats import (  # each format's module, one a line
-    dcp,
-    gguf,
-    gguf_blob,
-    meta_llama,
-    peft_adapter,
-    store,
-    torch_pickle,
-    torch_training,
-    unread,
-    zero,
-)
 from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles
 from geodiag.io.formats.tensor_store import TensorStore
 from geodiag.io.sources.layouts import ADAPTER_CONFIG, FSDP_FIRST_SUBFOLDER, check_not_lfs_pointer
 from geodiag.io.sources.remote import INDEX, WEIGHTS, is_remote, parse
 
-FORMATS: dict[str, Format] = {}
+# (module of geodiag.io.formats, the name of its Format there), in the order tried.
+_REGISTERED: list[tuple[str, str]] = []
 
 
-def register_format(fmt: Format) -> Format:
-    """Add ``fmt`` to :data:`FORMATS`, after those registered before it (tried first)."""
-    if fmt.name in FORMATS:
-        raise ValueError(f"format {fmt.name!r} is registered twice")
-    FORMATS[fmt.name] = fmt
-    return fmt
+def register_format(module: str, name: str = "FORMAT") -> None:
+    """Add the format ``name`` of ``geodiag.io.formats.<module>``, after those registered
+    before it (tried first). Its module is imported when a path first reaches it: a gate
+    on a safetensors folder never imports the readers of the formats tried after it."""
+    if (module, name) in _REGISTERED:
+        raise ValueError(f"format {module}.{name} is registered twice")
+    _REGISTERED.append((module, name))
+
+
+def formats() -> Iterator[Format]:
+    """Every registered format, in the order a path is tried (each module imported as the
+    walk reaches it)."""
+    for module, name in _REGISTERED:
+        yield getattr(importlib.import_module(f"geodiag.io.formats.{module}"), name)
 
 
 # The order a path is tried in: a folder's files as save_pretrained names them first,
 # then the training frameworks' layouts, then those recognised but not read.
-register_format(peft_adapter.FORMAT)
-register_format(gguf_blob.FORMAT)
-register_format(gguf.FORMAT)
-register_format(store.SHARDED)
-register_format(store.SINGLE)
-register_format(torch_training.FORMAT)
-register_format(torch_pickle.FORMAT)
-register_format(dcp.FORMAT)
-register_format(zero.FORMAT)
-register_format(meta_llama.FORMAT)
-register_format(meta_llama.SHARDED)
-register_format(unread.DEEPSPEED)
-register_format(unread.SHARDED_BIN)
-register_format(unread.TENSORFLOW)
-register_format(unread.FLAX)
-register_format(unread.ONNX)
+register_format("peft_adapter")
+register_format("gguf_blob")
+register_format("gguf")
+register_format("store", "SHARDED")
+register_format("store", "SINGLE")
+register_format("torch_training")
+register_format("torch_pickle")
+register_format("dcp")
+register_format("zero")
+register_format("meta_llama")
+register_format("meta_llama", "SHARDED")
+register_format("unread", "DEEPSPEED")
+register_format("unread", "SHARDED_BIN")
+register_format("unread", "TENSORFLOW")
+register_format("unread", "FLAX")
+register_format("unread", "ONNX")
 
 
 def read_formats(by_url: bool = False) -> str:
@@ -70,7 +69,7 @@ def read_formats(by_url: bool = False) -> str:
     as the docs table names them, for the messages of a path that holds none of them."""
     names = [
         f.name
-        for f in FORMATS.values()
+        for f in formats()
         if not f.over_base and (f.url is not None and not f.remote if by_url else f.open)
     ]
     return ", ".join(names[:-1]) + " or " + names[-1]
@@ -84,7 +83,7 @@ def no_weights(path: Path) -> str:
 
 def recognise(path: Path) -> tuple[Format, Path] | None:
     """(the first format that holds ``path``, the file or folder holding it), or None."""
-    for fmt in FORMATS.values():
+    for fmt in formats():
         if (found := fmt.find(path)) is not None:
             return fmt, found
     return None
@@ -103,7 +102,7 @@ def open_store(path: str | os.PathLike[str]) -> TensorStore:
         raise cannot_read(p, e) from None
     if p.is_file():
         check_not_lfs_pointer(p)
-    for fmt in FORMATS.values():
+    for fmt in formats():
         if fmt.over_base or (found := fmt.find(p)) is None:
             continue
         if fmt.open is None:
@@ -120,6 +119,8 @@ def open_base(base: Path | str, source: str) -> tuple[TensorStore, Path]:
         if remote.store is None:
             raise InputError(source, f"{base} is itself an adapter; pass the base checkpoint")
         return remote.store, remote.folder
+    from geodiag.io.formats import peft_adapter
+
     if peft_adapter.is_adapter(base):
         raise InputError(source, f"{base} is itself an adapter; pass the base checkpoint")
     return open_store(base), base if base.is_dir() else base.parent
@@ -127,7 +128,7 @@ def open_base(base: Path | str, source: str) -> tuple[TensorStore, Path]:
 
 def url_suffixes() -> tuple[str, ...]:
     """The endings by which a URL names one weights file read by ranges."""
-    return tuple(s for f in FORMATS.values() if f.url is not None for s in f.url_suffixes)
+    return tuple(s for f in formats() if f.url is not None for s in f.url_suffixes)
 
 
 def open_remote(url: str) -> RemoteCheckpoint:
@@ -136,15 +137,17 @@ def open_remote(url: str) -> RemoteCheckpoint:
     its base left to ``geodiag.io.formats.peft_adapter``)."""
     stripped = url.rstrip("/")
     last = stripped.rsplit("/", 1)[-1]
-    for fmt in FORMATS.values():  # a URL that names a file of a format not read by URL
+    for fmt in formats():  # a URL that names a file of a format not read by URL
         named = any(re.fullmatch(f, last) for f in fmt.files)
         if fmt.url is None and (stripped.endswith(fmt.url_suffixes) or named):
             raise InputError(stripped, fmt.remote)
     remote, name = parse(url, url_suffixes())
     small = SmallFiles(remote)
-    for fmt in FORMATS.values():
+    for fmt in formats():
         if fmt.url is not None and (found := fmt.url(remote, name, small)) is not None:
             return found
+    from geodiag.io.formats import dcp
+
     raise InputError(
         remote.where,
         f"no model weights found: by URL geodiag reads {read_formats(by_url=True)} "
@@ -158,7 +161,7 @@ def file_pattern(beside: tuple[str, ...] = ()) -> str:
     """The regex of a changed file that belongs to a checkpoint: every format's files,
     then ``beside`` (regexes of the files read beside the weights), as pre-commit's
     ``files:`` takes it."""
-    names = [f for fmt in FORMATS.values() for f in fmt.files] + list(beside)
+    names = [f for fmt in formats() for f in fmt.files] + list(beside)
     return "(^|/)(" + "|".join(names) + ")$"
 
 
@@ -168,7 +171,7 @@ def formats_table() -> str:
         "| format | what | on disk | by URL |",
         "| --- | --- | --- | --- |",
     ]
-    for fmt in FORMATS.values():
+    for fmt in formats():
         if fmt.over_base:
             local = "read over its base"
         elif fmt.open is not None:

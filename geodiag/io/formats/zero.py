@@ -52,7 +52,7 @@ from geodiag.io.formats.torch_zip import (
     torch_size,
 )
 from geodiag.io.sources.byte_ranges import LocalFile
-from geodiag.io.sources.layouts import ZERO_LATEST, check_not_lfs_pointer
+from geodiag.io.sources.layouts import ZERO_LATEST, check_not_lfs_pointer, zero_folder
 
 WRITER = "DeepSpeed"  # whose classes a pickle may name
 _TENSOR = object()  # torch.Tensor, as _rebuild_from_type_v2's new_type
@@ -492,14 +492,6 @@ def _aliased(params: dict[str, _Param], state: dict, where: Path) -> dict[str, _
         if source in params:
             params[alias] = params[source]
     return params
-
-
-def zero_folder(p: Path) -> bool:
-    """A DeepSpeed ZeRO tag folder (``*model_states.pt`` beside ``*_optim_states.pt``) or a
-    universal one (``zero/`` beside, as ``ds_to_universal.py`` writes)."""
-    return any(p.glob("*model_states.pt")) and (
-        any(p.glob("*_optim_states.pt")) or (p / "zero").is_dir()
-    )
 
 
 def zero_weights(p: Path) -> Path | None:

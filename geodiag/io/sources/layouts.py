@@ -82,3 +82,16 @@ def check_not_lfs_pointer(path: Path) -> None:
     """Raise :func:`lfs_pointer_problem`'s error, if any."""
     if (problem := lfs_pointer_problem(path)) is not None:
         raise problem
+
+
+def dcp_folder(p: Path) -> bool:
+    """A torch.distributed.checkpoint folder: ``.metadata`` beside ``*.distcp`` shards."""
+    return (p / ".metadata").is_file() and any(p.glob("*.distcp"))
+
+
+def zero_folder(p: Path) -> bool:
+    """A DeepSpeed ZeRO tag folder (``*model_states.pt`` beside ``*_optim_states.pt``) or a
+    universal one (``zero/`` beside, as ``ds_to_universal.py`` writes)."""
+    return any(p.glob("*model_states.pt")) and (
+        any(p.glob("*_optim_states.pt")) or (p / "zero").is_dir()
+    )

@@ -33,7 +33,6 @@ import atexit
 import os
 import posixpath
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -176,6 +175,8 @@ def fetch_small_files(remote, names: tuple[str, ...]) -> Path:
 def _cache_folder(remote: RemoteFolder | object_store.ObjectFolder) -> Path:
     """A fresh folder for the fetched files, alone in its own temporary parent (so nothing
     looks beside it for sibling checkpoints), removed at exit."""
+    import tempfile  # a URL's small files only
+
     parent = Path(tempfile.mkdtemp(prefix="geodiag-remote-"))
     atexit.register(shutil.rmtree, parent, ignore_errors=True)
     name = remote.where.rstrip("/").rsplit("/", 1)[-1] or "checkpoint"

@@ -1,4 +1,4 @@
-"""Every registered format (geodiag.io.formats.registry.FORMATS) is recognised by what
+"""Every registered format (geodiag.io.formats.registry.formats) is recognised by what
 the path holds and read on disk and behind a URL (range_server.py, a real server
 process), or prints the reason its entry gives: one case per format, and a format
 registered without a case fails here.
@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from geodiag.cli import app
 from geodiag.errors import InputError
 from geodiag.io.checkpoint import open_checkpoint
-from geodiag.io.formats.registry import FORMATS, recognise
+from geodiag.io.formats.registry import formats, recognise
 from geodiag.io.formats.safetensors import SafetensorsFile
 from geodiag.io.sources.options import ReadOptions
 from tests.geodiag.geodiag_fixtures import base_rows, planted_new_rows, write_checkpoint, write_gguf
@@ -136,8 +136,11 @@ CASES: dict[str, Callable[[Path], tuple]] = {
 }
 
 
-def test_every_registered_format_has_a_case():
-    assert list(CASES) == list(FORMATS)
+FORMATS = {fmt.name: fmt for fmt in formats()}
+
+
+def test_every_registered_format_has_a_case_and_a_name_of_its_own():
+    assert list(CASES) == list(FORMATS) == [fmt.name for fmt in formats()]
 
 
 def _input_rows(target: str | Path, ids: np.ndarray, n_rows: int, **kw) -> np.ndarray:
