@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.analysis.checkpoint import measure_checkpoint
-from geodiag.analysis.options import NO_NEIGHBOURS, AnalyzeOptions
+from geodiag.analysis.options import GATE_MEASURE, NO_NEIGHBOURS, AnalyzeOptions
 from geodiag.analysis.reports import CheckpointReport
 from geodiag.errors import InputError
 from geodiag.gate.checks import (
@@ -324,7 +324,9 @@ def check(
     Thresholds: ``config`` (a :class:`GateConfig`, or a TOML file as for ``--config``;
     default: the documented defaults, ``./pyproject.toml`` is not read), then one keyword
     per :class:`GateConfig` field (``min_spread_ratio=0.1``; None: not given). Other
-    keywords go to :func:`measure` (the neighbour scan is off, as in ``geodiag check``).
+    keywords go to :func:`measure`, which takes only what the checks read, as ``geodiag
+    check`` does (:data:`geodiag.analysis.options.GATE_MEASURE`: no neighbour scan, no
+    uncentered or reference spectra; ``neighbors`` is ignored).
     """
     if config is None:
         cfg = GateConfig()
@@ -333,8 +335,12 @@ def check(
     else:
         cfg = dataclasses.replace(GateConfig(), **load_config(Path(config)))
     cfg = with_overrides(cfg, {k: kwargs.pop(k) for k in THRESHOLDS if k in kwargs})
-    kwargs.setdefault("neighbors", 0)
-    return judge(measure(source, **kwargs), cfg)
+    opts = kwargs.pop("options", None) or AnalyzeOptions(
+        seed=kwargs.pop("seed", default_of(AnalyzeOptions, "seed")),
+        n_permutations=kwargs.pop("n_permutations", default_of(AnalyzeOptions, "n_permutations")),
+    )
+    kwargs.pop("neighbors", None)
+    return judge(measure(source, options=dataclasses.replace(opts, **GATE_MEASURE), **kwargs), cfg)
 
 
 def _with_threshold_keywords(fn):

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from geodiag.analysis.options import NO_NEIGHBOURS, AnalyzeOptions
+from geodiag.analysis.options import GATE_MEASURE, AnalyzeOptions
 from geodiag.command_line import App
 from geodiag.errors import exits_2_on_any_error, print_unexpected
 from geodiag.escape import terminal
@@ -150,7 +150,7 @@ def metrics(
 @exits_2_on_any_error
 @reads_checkpoints()
 @options_from("thresholds", GateConfig, build=dict)
-@measures(without=("neighbors_k",), **NO_NEIGHBOURS)
+@measures(without=("neighbors_k",), **GATE_MEASURE)
 def check(
     ckpt: Annotated[
         list[str],

@@ -245,16 +245,19 @@ def measure_matrix(
         return _measure_matrix(ckpt, matrix, opts, reference, usage, beside)
 
 
-def _beside(pool: ThreadPoolExecutor, x: np.ndarray | None) -> Callable[[], GeometrySummary | None]:
-    """``summarize(x)`` started in ``pool`` when it runs on one BLAS thread
-    (keeps_one_thread): its spectra (LAPACK, the GIL released) then take the other core
-    while this thread walks the vocabulary or scores the findings, with the same bits;
-    else taken here when asked. Returns what gives the summary (None for no ``x``)."""
+def _beside(
+    pool: ThreadPoolExecutor, x: np.ndarray | None, uncentered: bool = True
+) -> Callable[[], GeometrySummary | None]:
+    """``summarize(x, uncentered=uncentered)`` started in ``pool`` when it runs on one
+    BLAS thread (keeps_one_thread): its spectra (LAPACK, the GIL released) then take the
+    other core while this thread walks the vocabulary or scores the findings, with the
+    same bits; else taken here when asked. Returns what gives the summary (None for no
+    ``x``)."""
     if x is None:
         return lambda: None
     if keeps_one_thread(x.shape):
-        return pool.submit(summarize, x).result
-    return lambda: summarize(x)
+        return pool.submit(summarize, x, uncentered=uncentered).result
+    return lambda: summarize(x, uncentered=uncentered)
 
 
 def _measure_matrix(
@@ -267,7 +270,7 @@ def _measure_matrix(
 ) -> tuple[MatrixReport, MatrixRows]:
     rows, keep = new_rows(ckpt, matrix)
     ids = ckpt.new.ids[keep]
-    new_figures = _beside(beside, rows)  # during the walk
+    new_figures = _beside(beside, rows, uncentered=not opts.gate_only)  # during the walk
     walk = _walk_vocabulary(ckpt, matrix, rows, ids, opts) if ckpt.has_vocabulary else None
     vocab = walk.stats if walk is not None else None
     bad_original = np.zeros(0, np.int64) if vocab is None else vocab.nonfinite_rows
@@ -294,7 +297,8 @@ def _measure_matrix(
     )
     levels, lcos = _levels(ckpt, rows, keep, ref_rows, opts)
     new = relative_to(new_figures(), ref_rows)  # = summarize(rows, ref_rows)
-    ref_figures = _beside(beside, ref_rows)  # during the findings
+    # During the findings; the gate reads only the reference's spread (relative_to above).
+    ref_figures = _beside(beside, None if opts.gate_only else ref_rows)
     untrained = row_findings(
         ckpt,
         matrix,
@@ -435,7 +439,7 @@ def _checkpoint_report(
         notes.append(
             f"RSA computed on a seeded sample of {opts.rsa_max_items} tokens per level where larger"
         )
-    if m0.reference is None:
+    if m0.reference_undefined_reason is not None:
         what = "spread ratio" if ckpt.has_vocabulary else "spread ratio and nearest original tokens"
         notes.append(
             f"{what} undefined: {m0.reference_undefined_reason}; the gate skips the "

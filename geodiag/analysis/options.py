@@ -57,6 +57,10 @@ class AnalyzeOptions:
     vocabulary_sample_rows: int = setting(20_000, ge=2)
     vocabulary_sample_blocks: int = setting(20, ge=2)
     vocabulary_block_min_rows: int = setting(10, ge=1)
+    # Only the figures a gate check reads (GATE_MEASURE): the new rows' uncentered spectrum
+    # and the reference sample's summary (both read by ``metrics`` and the report, by no
+    # check) are not taken; the reference's spread, hence the spread ratio, still is.
+    gate_only: bool = setting(False)
 
     def __post_init__(self) -> None:
         check_bounds(self)
@@ -66,6 +70,11 @@ class AnalyzeOptions:
 # check``, the Trainer callback's save-time gate) and ``geodiag.measure(neighbors=0)``
 # skip their walk. The one spelling of "the gate needs no neighbours".
 NO_NEIGHBOURS = {"neighbors_max": 0}
+# The gate's measure (``geodiag check``, ``geodiag.check``, the Trainer callback's
+# save-time gate): no neighbours, and only the figures its checks read: of the two Gram
+# products and four eigensolves a full analysis takes on the new rows and the reference
+# sample, one of each (the new rows' centered spectrum) (bench/check_speed.py).
+GATE_MEASURE = {**NO_NEIGHBOURS, "gate_only": True}
 # The Trainer callback's snapshots run every N steps and must stay cheap: a tenth of a full
 # analysis's permutations (a p-value to 0.01), RSA on a sample of this many tokens a level
 # (a full analysis samples rsa_max_items).

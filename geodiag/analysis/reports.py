@@ -57,7 +57,9 @@ class MatrixReport:
     n_new: int  # rows measured (after dropping non-finite ones, if allowed)
     nonfinite_rows_dropped: int
     new: GeometrySummary
-    reference: GeometrySummary | None  # None: no original vocabulary (--all-rows-new)
+    # None: undefined (reference_undefined_reason says why: no original vocabulary, too few
+    # rows), or not taken (a gate's measure reads only its spread: AnalyzeOptions.gate_only)
+    reference: GeometrySummary | None
     reference_size: int
     levels: list[LevelMetrics]
     level_cosine: LevelCosine | None

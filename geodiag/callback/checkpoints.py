@@ -15,7 +15,7 @@ from pathlib import Path
 from transformers.utils import logging
 
 from geodiag.analysis.checkpoint import measure_checkpoint
-from geodiag.analysis.options import NO_NEIGHBOURS, AnalyzeOptions
+from geodiag.analysis.options import GATE_MEASURE, AnalyzeOptions
 from geodiag.analysis.reports import CheckpointReport
 from geodiag.atomic import atomic_write
 from geodiag.callback.distributed import partitioned
@@ -75,7 +75,7 @@ def gate_saved(
     source: the keywords of :func:`geodiag.api.open_source` (new_ids, levels, ...)."""
     from geodiag.api import open_source
 
-    opts = AnalyzeOptions(seed=seed, **NO_NEIGHBOURS)
+    opts = AnalyzeOptions(seed=seed, **GATE_MEASURE)
     if not reads_memory(folder):
         try:
             report = measure_checkpoint(open_source(folder, **source), opts)

@@ -206,7 +206,7 @@ def _structure(report: CheckpointReport, m: MatrixReport, checks: list[CheckResu
     g = m.new
     spread = (
         f"spread {_g(g.spread_relative, 2)}x the vocabulary's"
-        if m.reference is not None
+        if m.reference_undefined_reason is None
         else "spread relative to the vocabulary undefined without one"
     )
     healthy = f"not collapsed (effective rank {_g(g.centered.effective_rank)}, {spread})"

@@ -151,8 +151,11 @@ def _centered_blocks(x: np.ndarray, m: np.ndarray):
         yield x[start : start + _GRAM_BLOCK_ROWS] - m
 
 
-def _spectra_via_gram(x: np.ndarray, m: np.ndarray) -> tuple[SpectrumStats, SpectrumStats, float]:
-    """(uncentered, centered, sum of squares of c) for x = c + m, from ONE Gram product of c.
+def _spectra_via_gram(
+    x: np.ndarray, m: np.ndarray, uncentered: bool = True
+) -> tuple[SpectrumStats | None, SpectrumStats, float]:
+    """(uncentered, centered, sum of squares of c) for x = c + m, from ONE Gram product of c
+    (``uncentered`` False: None for the first, whose eigensolve is not taken).
 
     x^T x = c^T c + s m^T + m s^T + n m m^T with s = c^T 1: every term is added, none
     cancels, so the uncentered spectrum keeps full precision (deriving the centered one
@@ -172,7 +175,8 @@ def _spectra_via_gram(x: np.ndarray, m: np.ndarray) -> tuple[SpectrumStats, Spec
             g_c += _gram(b.T)  # (d, d)
             s += b.sum(axis=0)  # ~0 by construction
         m = m / scale if scale != 1.0 else m
-        g_x = g_c + np.outer(s, m) + np.outer(m, s) + n * np.outer(m, m)
+        if uncentered:
+            g_x = g_c + np.outer(s, m) + np.outer(m, s) + n * np.outer(m, m)
     else:
         c = x - m  # (n, d), n < d: the (n, n) Gram matrix needs every row at once
         sq = float(np.einsum("ij,ij->", c, c))
@@ -180,12 +184,15 @@ def _spectra_via_gram(x: np.ndarray, m: np.ndarray) -> tuple[SpectrumStats, Spec
         if scale != 1.0:
             c, m = c / scale, m / scale
         g_c = _gram(c)  # (n, n)
-        cm = c @ m  # (n,)
-        g_x = g_c + cm[:, None] + cm[None, :] + float(m @ m)
+        if uncentered:
+            cm = c @ m  # (n,)
+            g_x = g_c + cm[:, None] + cm[None, :] + float(m @ m)
     sv_c = np.zeros(min(n, d)) if not g_c.any() else _sv_from_gram(g_c) * scale
+    centered_ = spectrum_from_singular_values(sv_c, n, d)
+    if not uncentered:
+        return None, centered_, sq
     sv_x = np.zeros(min(n, d)) if not g_x.any() else _sv_from_gram(g_x) * scale
-    uncentered = spectrum_from_singular_values(sv_x, n, d)
-    return uncentered, spectrum_from_singular_values(sv_c, n, d), sq
+    return spectrum_from_singular_values(sv_x, n, d), centered_, sq
 
 
 def singular_values(x: np.ndarray) -> np.ndarray:
@@ -331,7 +338,9 @@ def spread(x: np.ndarray) -> float:
 class GeometrySummary:
     n_tokens: int
     dim: int
-    uncentered: SpectrumStats
+    # None: not taken (summarize(uncentered=False): the gate's measure, which reads none
+    # of its figures; geodiag.analysis.options.GATE_MEASURE)
+    uncentered: SpectrumStats | None
     centered: SpectrumStats
     mean_pairwise_cosine: float | None
     row_norms: NormStats
@@ -339,8 +348,11 @@ class GeometrySummary:
     spread_relative: float | None  # spread / reference spread; None without a usable reference
 
 
-def summarize(x: np.ndarray, reference: np.ndarray | None = None) -> GeometrySummary:
-    """All single-matrix figures of x (n, d), with spread relative to ``reference`` (m, d).
+def summarize(
+    x: np.ndarray, reference: np.ndarray | None = None, *, uncentered: bool = True
+) -> GeometrySummary:
+    """All single-matrix figures of x (n, d), with spread relative to ``reference`` (m, d);
+    ``uncentered`` False leaves out the uncentered spectrum (None: one eigensolve fewer).
 
     Shape and scale together: mean + 1e-6 noise has a high centered effective rank, but
     a tiny spread_relative and a mean cosine of ~1. Float32 rows (the new rows at scale)
@@ -352,17 +364,17 @@ def summarize(x: np.ndarray, reference: np.ndarray | None = None) -> GeometrySum
     n = x.shape[0]
     m = _centering_offset(x)  # (d,)
     if _use_gram(x.shape):  # centered rows a block at a time: no (n, d) copy
-        uncentered, centered_, sq = _spectra_via_gram(x, m)
+        plain, centered_, sq = _spectra_via_gram(x, m, uncentered)
         s = float(np.sqrt(sq / n))
     else:
         c = x - m  # (n, d) copy, shared by the centered spectrum and the spread
         s = _spread_of_centered(c)
-        uncentered, centered_ = _spectrum(x), _spectrum(c)
+        plain, centered_ = _spectrum(x) if uncentered else None, _spectrum(c)
     r = row_norms(x)
     summary = GeometrySummary(
         n_tokens=int(x.shape[0]),
         dim=int(x.shape[1]),
-        uncentered=uncentered,
+        uncentered=plain,
         centered=centered_,
         mean_pairwise_cosine=_mean_pairwise_cosine(x, r),
         row_norms=_norm_stats(r),

@@ -184,7 +184,8 @@ def test_each_command_builds_its_options_with_its_fixed_values(monkeypatch, tmp_
     assert runner.invoke(app, ["metrics", str(tmp_path), "--neighbors", "2"]).exit_code == 0
     assert seen[-1][1] == AnalyzeOptions(neighbors_k=2)
     assert runner.invoke(app, ["check", str(tmp_path), "--seed", "4"]).exit_code == 0
-    assert seen[-1][1] == AnalyzeOptions(seed=4, neighbors_max=0)  # no neighbours in the gate
+    # No neighbours in the gate, and only the figures its checks read (GATE_MEASURE).
+    assert seen[-1][1] == AnalyzeOptions(seed=4, neighbors_max=0, gate_only=True)
     seen = _spy(monkeypatch, "geodiag.analysis.drift", "measure_drift")
     assert runner.invoke(app, ["drift", str(tmp_path), str(tmp_path)]).exit_code == 0
     assert seen[-1][3] == AnalyzeOptions()

@@ -41,8 +41,8 @@ def _value(m: MatrixReport) -> float | None:
 
 
 def _read(m: MatrixReport, cfg: object) -> Reading:
-    if m.reference is None:
-        return Reading(None, str(m.reference_undefined_reason), measurable=False)
+    if m.reference_undefined_reason is not None:
+        return Reading(None, m.reference_undefined_reason, measurable=False)
     return Reading(
         _value(m),
         f"the {m.n_new} new rows sit within a tiny ball compared with the original "

@@ -216,3 +216,35 @@ def test_codebook_health_counts_the_sidecars_items(make_ckpt):
     # Without a sidecar there are no items to count.
     bare = make_ckpt("random", name="bare", with_sidecar=False)
     assert measure_checkpoint(bare, FAST).codebook is None
+
+
+@pytest.mark.parametrize("kind", ["mean", "mean-noise", "random", "grounded", "all rows new"])
+def test_the_gates_measure_judges_as_the_full_analysis(make_ckpt, kind):
+    """GATE_MEASURE (``geodiag check``, ``geodiag.check``, the callback's save-time gate)
+    leaves out the uncentered spectrum and the reference sample's figures, which no check
+    reads: the same verdict, checks and notes, and every other figure the same bits."""
+    from dataclasses import replace
+
+    from geodiag.analysis.options import GATE_MEASURE, NO_NEIGHBOURS
+    from geodiag.gate.checks import GateConfig
+    from geodiag.gate.verdict import judge
+    from geodiag.jsonio import dumps
+
+    read = ReadOptions(all_rows_new=True) if kind == "all rows new" else ReadOptions()
+    root = make_ckpt("random" if kind == "all rows new" else kind)
+    full = measure_checkpoint(
+        open_checkpoint(root, read), AnalyzeOptions(n_permutations=50, **NO_NEIGHBOURS)
+    )
+    gate = measure_checkpoint(
+        open_checkpoint(root, read), AnalyzeOptions(n_permutations=50, **GATE_MEASURE)
+    )
+    (m,) = full.matrices
+    (g,) = gate.matrices
+    assert g.reference is None and g.new.uncentered is None
+    assert m.new.uncentered is not None
+    assert (m.reference is None) == (kind == "all rows new")
+    assert g.reference_undefined_reason == m.reference_undefined_reason
+    assert dumps(g) == dumps(replace(m, reference=None, new=replace(m.new, uncentered=None)))
+    assert gate.notes == full.notes
+    cfg = GateConfig()
+    assert dumps(judge(gate, cfg)) == dumps(judge(full, cfg))

@@ -305,6 +305,33 @@ def test_summarize_fields_and_reference():
     strict_json(g)
 
 
+@pytest.mark.parametrize("route", ["svd", "gram, d <= n", "gram, n < d"])
+def test_summarize_without_the_uncentered_spectrum_keeps_every_other_figure(monkeypatch, route):
+    """uncentered=False (the gate's measure): one eigensolve fewer on the Gram route, no
+    uncentered SVD on the small one, and every other figure the same bits."""
+    rng = np.random.default_rng(19)
+    x = rng.normal(size=(120, 30)) * np.linspace(2.0, 0.1, 30) + 5.0  # a large common mean
+    if route == "gram, n < d":
+        x = x.T.copy()
+    reference = rng.normal(size=(50, x.shape[1]))
+    if route != "svd":
+        monkeypatch.setattr(geometry, "_SVD_MAX_ELEMENTS", 100)
+        monkeypatch.setattr(geometry, "_SVD_SMALL_SIDE", 4)
+    solves = []
+    for name in ("_sv_from_gram", "_singular_values_svd"):
+        real = getattr(geometry, name)
+        monkeypatch.setattr(
+            geometry, name, lambda a, real=real, name=name: solves.append(name) or real(a)
+        )
+    full = summarize(x, reference)
+    n_full = len(solves)
+    part = summarize(x, reference, uncentered=False)
+    assert (n_full, len(solves) - n_full) == (2, 1)
+    assert part.uncentered is None and full.uncentered is not None
+    assert part == dataclasses.replace(full, uncentered=None)  # exact equality, every field
+    strict_json(part)
+
+
 def test_invalid_input_is_named():
     with pytest.raises(ValueError, match="2-D"):
         summarize(np.ones(4))
