@@ -21,7 +21,7 @@ from geodiag.analysis.findings import (
     SHOWN_TOKENS,
     row_findings,
 )
-from geodiag.analysis.indicators import DIRECTION_ROWS
+from geodiag.analysis.indicators import DIRECTION_ROWS, draw_finding
 from geodiag.analysis.integrity import integrity
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.analysis.reports import (
@@ -166,7 +166,9 @@ class _Vocabulary:
     sample_ids: np.ndarray  # (m,) the reference sample
     sample_rows: np.ndarray  # (m, d) as read
     reference: np.ndarray  # its usable rows
-    neighbors: list[TokenNeighbors]
+    # the nearest original rows, named when asked (the names are read from the tokenizer:
+    # asked once the draw test runs beside, they take no time of their own)
+    neighbors: Callable[[], list[TokenNeighbors]]
     neighbors_sampled: bool
     vocabulary_sample: VocabularySample | None  # None: every original row was read
     # (k, d) a seeded sample of original rows for the vocabulary's principal directions
@@ -222,9 +224,10 @@ def _walk_vocabulary(
         directions.rows if directions.complete else ckpt.read_rows(matrix, direction_ids, True)
     )
     reference = usable_reference(ckpt, matrix, sample_ids, sample_rows)
-    neighbors, sampled = [], False
+    neighbors, sampled = (lambda: []), False
     if queries is not None:
-        neighbors, sampled = _neighbor_list(ckpt, ids, queries[0], scan.result()), queries[1]
+        near = scan.result()
+        neighbors, sampled = (lambda: _neighbor_list(ckpt, ids, queries[0], near)), queries[1]
     measured = None if blocks is None else blocks.result(ckpt.new.base_vocab_size, opts.seed)
     return _Vocabulary(
         vocab, sample_ids, sample_rows, reference, neighbors, sampled, measured, direction_rows
@@ -241,8 +244,31 @@ def measure_matrix(
     """(the report of ``matrix``, the rows it read). ``reference``: the rows measuring
     ``ckpt.reference``'s matrix of the same role read, when held (the report's pairs);
     ``usage``: the checkpoint's (:func:`geodiag.io.usage.token_usage`), counted once."""
+    return _measure_matrix_with(ckpt, matrix, opts, reference, lambda: usage)
+
+
+def _measure_matrix_with(
+    ckpt: Checkpoint,
+    matrix: Matrix,
+    opts: AnalyzeOptions,
+    reference: MatrixRows | None,
+    usage: Callable[[], TokenUsage | None],
+) -> tuple[MatrixReport, MatrixRows]:
+    """:func:`measure_matrix`, the usage given by what counts it (when first asked)."""
     with ThreadPoolExecutor(max_workers=1) as beside:
         return _measure_matrix(ckpt, matrix, opts, reference, usage, beside)
+
+
+class _Once:
+    """``fn(*args)``, called on the first ask and kept."""
+
+    def __init__(self, fn: Callable, *args) -> None:
+        self._fn, self._args, self._done, self._value = fn, args, False, None
+
+    def __call__(self):
+        if not self._done:
+            self._value, self._done = self._fn(*self._args), True
+        return self._value
 
 
 def _beside(
@@ -255,9 +281,15 @@ def _beside(
     ``x``)."""
     if x is None:
         return lambda: None
-    if keeps_one_thread(x.shape):
-        return pool.submit(summarize, x, uncentered=uncentered).result
-    return lambda: summarize(x, uncentered=uncentered)
+    return _soon(pool, keeps_one_thread(x.shape), summarize, x, uncentered=uncentered)
+
+
+def _soon(pool: ThreadPoolExecutor, in_pool: bool, fn: Callable, *args, **kwargs) -> Callable:
+    """``fn(*args, **kwargs)`` started in ``pool`` when ``in_pool``, else taken when asked;
+    returns what gives its result."""
+    if in_pool:
+        return pool.submit(fn, *args, **kwargs).result
+    return lambda: fn(*args, **kwargs)
 
 
 def _measure_matrix(
@@ -265,7 +297,7 @@ def _measure_matrix(
     matrix: Matrix,
     opts: AnalyzeOptions,
     reference: MatrixRows | None,
-    usage: TokenUsage | None,
+    usage_of: Callable[[], TokenUsage | None],
     beside: ThreadPoolExecutor,
 ) -> tuple[MatrixReport, MatrixRows]:
     rows, keep = new_rows(ckpt, matrix)
@@ -295,6 +327,21 @@ def _measure_matrix(
         read_padding(ckpt, matrix),
         None if walk is None else walk.direction_rows,
     )
+    drawn = None  # the initializer's-draw test (its eigensolves), beside RSA and the findings
+    if vocab is not None:
+        drawn = _soon(
+            beside,
+            keeps_one_thread(rows.shape),
+            draw_finding,
+            ckpt,
+            rows,
+            held.direction_rows,
+            vocab.mean,
+            vocab.spread,
+        )
+    # Beside the draw test: the chat template's rendering and the neighbours' names.
+    usage = usage_of()
+    neighbors = [] if walk is None else walk.neighbors()
     levels, lcos = _levels(ckpt, rows, keep, ref_rows, opts)
     new = relative_to(new_figures(), ref_rows)  # = summarize(rows, ref_rows)
     # During the findings; the gate reads only the reference's spread (relative_to above).
@@ -311,6 +358,7 @@ def _measure_matrix(
         held=held,
         reference_held=reference,
         usage=usage,
+        drawn=drawn,
     )
     norm_ratio = (  # the longest new row, from the summary's norms (not a second pass)
         new.row_norms.max / vocab.max_norm if vocab is not None and vocab.max_norm > 0 else None
@@ -329,7 +377,7 @@ def _measure_matrix(
         reference_size=0 if ref_rows is None else len(ref_rows),
         levels=levels,
         level_cosine=lcos,
-        neighbors=[] if walk is None else walk.neighbors,
+        neighbors=neighbors,
         neighbors_sampled=walk is not None and walk.neighbors_sampled,
         reference_undefined_reason=None if ref_rows is not None else undefined,
         untrained=untrained,
@@ -402,10 +450,16 @@ def measure_checkpoint(
     opts = opts or AnalyzeOptions()
     theirs = {h.matrix.role: h for h in reference or []}
     matrices, held = [], []
-    usage = token_usage(ckpt)
+    # --data is counted first (a bad file is exit 2 before any row is read); a checkpoint
+    # whose one source is its chat template (jinja2's import and rendering: ~65 ms of a
+    # 0.6 s `metrics` on SmolLM2) has it rendered after the first walk, while the draw
+    # test's eigensolves take the other core. The template's problems are notes, not errors.
+    usage_of = _Once(token_usage, ckpt)
+    if ckpt.read.data:
+        usage_of()
     with blas_threads(1):
         for m in ckpt.matrices:
-            report, rows = measure_matrix(ckpt, m, opts, theirs.get(m.role), usage)
+            report, rows = _measure_matrix_with(ckpt, m, opts, theirs.get(m.role), usage_of)
             if not keep_rows:  # the sample served the movement (20,000 x d at most)
                 rows.sample_rows = None
             if each is not None:
@@ -415,6 +469,7 @@ def measure_checkpoint(
             matrices.append(report)
             held.append(rows)
     report = _checkpoint_report(ckpt, opts, matrices, held)  # integrity: a tied head's check
+    usage = usage_of()
     if usage is not None:
         report.usage, report.usage_notes = usage.sources, list(usage.notes)
         report.notes += usage.notes

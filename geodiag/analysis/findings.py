@@ -15,6 +15,7 @@ since the reference with ``--reference``, else from the vocabulary mean.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -342,6 +343,7 @@ def row_findings(
     held: MatrixRows | None = None,
     reference_held: MatrixRows | None = None,
     usage: TokenUsage | None = None,
+    drawn: Callable[[], DrawFinding | None] | None = None,
 ) -> UntrainedRows:
     """Every per-token finding of the measured ``rows`` (n, d) of ``ids`` (n,).
 
@@ -349,7 +351,9 @@ def row_findings(
     movement since ``--reference`` sets the barely-moved cut); ``reference_norms``: those
     rows' norms (the padding comparison's yardstick). ``held``: what measuring this matrix
     read (the sample's rows, the padding rows), ``reference_held`` the same of the
-    reference's matrix: rows found there are not read again."""
+    reference's matrix: rows found there are not read again. ``drawn``: what gives
+    :func:`~geodiag.analysis.indicators.draw_finding` of ``rows``, when the caller started
+    it beside these findings; else it is taken here."""
     n = len(rows)
     scale = vocab.spread if vocab is not None and vocab.n_rows >= MIN_REFERENCE_ROWS else 0.0
     rule = TOLERANCE_RULE
@@ -392,8 +396,8 @@ def row_findings(
     indicator = under_trained(ckpt, matrix, rows, seed)
     if indicator is not None and indicator._flagged is not None:
         masks["under_trained"] = indicator._flagged
-    draw = None
-    if vocab is not None:
+    draw = None if drawn is None else drawn()
+    if drawn is None and vocab is not None:
         pool = None if held is None else held.direction_rows
         draw = draw_finding(ckpt, rows, pool, vocab.mean, vocab.spread)
     if draw is not None and draw.kind in COUNTED_DRAWS and ckpt.reference is None:
