@@ -335,10 +335,8 @@ def check(
     else:
         cfg = dataclasses.replace(GateConfig(), **load_config(Path(config)))
     cfg = with_overrides(cfg, {k: kwargs.pop(k) for k in THRESHOLDS if k in kwargs})
-    opts = kwargs.pop("options", None) or AnalyzeOptions(
-        seed=kwargs.pop("seed", default_of(AnalyzeOptions, "seed")),
-        n_permutations=kwargs.pop("n_permutations", default_of(AnalyzeOptions, "n_permutations")),
-    )
+    given = {k: kwargs.pop(k) for k in ("seed", "n_permutations") if k in kwargs}
+    opts = kwargs.pop("options", None) or AnalyzeOptions(**given)  # its defaults otherwise
     kwargs.pop("neighbors", None)
     return judge(measure(source, options=dataclasses.replace(opts, **GATE_MEASURE), **kwargs), cfg)
 

@@ -6,6 +6,7 @@ report all format what :func:`measure_checkpoint` returns and compute nothing th
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -244,31 +245,8 @@ def measure_matrix(
     """(the report of ``matrix``, the rows it read). ``reference``: the rows measuring
     ``ckpt.reference``'s matrix of the same role read, when held (the report's pairs);
     ``usage``: the checkpoint's (:func:`geodiag.io.usage.token_usage`), counted once."""
-    return _measure_matrix_with(ckpt, matrix, opts, reference, lambda: usage)
-
-
-def _measure_matrix_with(
-    ckpt: Checkpoint,
-    matrix: Matrix,
-    opts: AnalyzeOptions,
-    reference: MatrixRows | None,
-    usage: Callable[[], TokenUsage | None],
-) -> tuple[MatrixReport, MatrixRows]:
-    """:func:`measure_matrix`, the usage given by what counts it (when first asked)."""
     with ThreadPoolExecutor(max_workers=1) as beside:
-        return _measure_matrix(ckpt, matrix, opts, reference, usage, beside)
-
-
-class _Once:
-    """``fn(*args)``, called on the first ask and kept."""
-
-    def __init__(self, fn: Callable, *args) -> None:
-        self._fn, self._args, self._done, self._value = fn, args, False, None
-
-    def __call__(self):
-        if not self._done:
-            self._value, self._done = self._fn(*self._args), True
-        return self._value
+        return _measure_matrix(ckpt, matrix, opts, reference, lambda: usage, beside)
 
 
 def _beside(
@@ -454,12 +432,12 @@ def measure_checkpoint(
     # whose one source is its chat template (jinja2's import and rendering: ~65 ms of a
     # 0.6 s `metrics` on SmolLM2) has it rendered after the first walk, while the draw
     # test's eigensolves take the other core. The template's problems are notes, not errors.
-    usage_of = _Once(token_usage, ckpt)
+    usage_of = functools.cache(functools.partial(token_usage, ckpt))
     if ckpt.read.data:
         usage_of()
-    with blas_threads(1):
+    with blas_threads(1), ThreadPoolExecutor(max_workers=1) as beside:
         for m in ckpt.matrices:
-            report, rows = _measure_matrix_with(ckpt, m, opts, theirs.get(m.role), usage_of)
+            report, rows = _measure_matrix(ckpt, m, opts, theirs.get(m.role), usage_of, beside)
             if not keep_rows:  # the sample served the movement (20,000 x d at most)
                 rows.sample_rows = None
             if each is not None:

@@ -41,6 +41,6 @@ Bottom to top, each module importing only those above it in this list and
 - ``peft_adapter``: a PEFT adapter folder over its base, rows as PEFT merges them;
 - ``registry``: :func:`~geodiag.io.formats.registry.formats`, one ``register_format``
   line per format in the order a path is tried (each module imported when a path reaches
-  it), and what derives from it: ``open_store`` (a path), ``open_remote`` (a URL), the pre-commit hook's file pattern,
-  the docs' table of formats.
+  it), and what derives from it: ``open_store`` (a path), ``open_remote`` (a URL), the
+  pre-commit hook's file pattern, the docs' table of formats.
 """
