@@ -33,11 +33,12 @@ from geodiag.gate.checks import (
     with_overrides,
 )
 from geodiag.gate.verdict import judge
-from geodiag.io.checkpoint import Checkpoint, open_checkpoint
-from geodiag.io.formats.memory import MemoryStore, array_matrix, gathered, is_torch, model_matrices
+from geodiag.io.assembly import assemble
+from geodiag.io.checkpoint import Checkpoint, checkpoint_of, open_checkpoint, with_reference
+from geodiag.io.formats.memory import gathered, is_torch
+from geodiag.io.in_memory import TokenNames, open_in_memory
 from geodiag.io.sources.options import ReadOptions
-from geodiag.io.vocabulary import sidecar as sidecar_mod
-from geodiag.io.vocabulary.new_tokens import Levels, NewTokens, Sources, declare, resolve_new_tokens
+from geodiag.io.vocabulary.new_tokens import Levels, NewTokens, declare
 from geodiag.io.vocabulary.sid_index import is_ours, read_foreign
 from geodiag.io.vocabulary.tokenizer import tokenizer_in_memory
 from geodiag.settings import default_of
@@ -71,57 +72,6 @@ def _codebooks(codebooks: Codebooks, new: NewTokens) -> tuple[dict[str, np.ndarr
     return codebook_rows(books, new, where, where, exact=True)
 
 
-class _Names:
-    """Token names for rows in memory: a transformers tokenizer's, else the levels'."""
-
-    def __init__(self, names: dict[int, str], tokenizer=None) -> None:
-        self.names, self.tokenizer = names, tokenizer
-
-    @property
-    def added(self) -> list:
-        """The tokenizer's added tokens, as a folder's TokenizerInfo holds them (the
-        integrity notes read which special ones the new-token rule left out)."""
-        if self.tokenizer is None or not hasattr(self.tokenizer, "added_tokens_decoder"):
-            return []
-        return tokenizer_in_memory(self.tokenizer).added
-
-    def token(self, token_id: int) -> str | None:
-        if self.tokenizer is not None:
-            name = self.tokenizer.convert_ids_to_tokens(int(token_id))
-            if isinstance(name, str):
-                return name
-        return self.names.get(int(token_id))
-
-
-def _memory_checkpoint(source, tokenizer=None, probe_ids=None) -> Checkpoint:
-    if hasattr(source, "get_input_embeddings"):
-        matrices, tied = model_matrices(source, probe_ids)
-        description = f"model {type(source).__name__}"
-    else:
-        matrices, tied = [array_matrix("embedding", source)], True
-        description = "torch tensor" if is_torch(source) else "numpy array"
-    from geodiag.io.checkpoint import Matrix
-
-    store = MemoryStore(matrices, f"in-memory {description}")
-    roles = ("input", "output")
-    return Checkpoint(
-        path=Path(f"<{description}>"),
-        store=store,
-        config={},
-        tokenizer=None if tokenizer is None else _Names({}, tokenizer),  # type: ignore[arg-type]
-        sidecar=None,
-        new=NewTokens(np.zeros(0, np.int64), [], "argument", 0),
-        matrices=[
-            Matrix(r, m.name, m.dtype, m.shape[0], m.shape[1])
-            for r, m in zip(roles, matrices, strict=False)
-        ],
-        tied=tied,
-        codebooks={},
-        codebooks_path=None,
-        codebooks_note=None,
-    )
-
-
 def open_source(
     source,
     *,
@@ -133,16 +83,20 @@ def open_source(
     tokenizer=None,
     reference=None,
     sids=None,
+    folder=None,
 ) -> Checkpoint:
     """A :class:`Checkpoint` over a path, an array, a tensor or a model, with overrides;
     ``reference`` (any such source, read with the same overrides) is set as its reference.
-    ``sids``: a framework's SID map (``--sids``; :func:`with_sids`)."""
+    ``sids``: a framework's SID map (``--sids``; :func:`with_sids`). ``folder``: for rows in
+    memory, the folder whose files describe them (default: the one the model or tokenizer
+    was loaded from; False: none; :mod:`geodiag.io.in_memory`)."""
     levels, codebooks, read = with_sids(source, sids, levels, codebooks, read, tokenizer)
-    ckpt = _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, tokenizer)
+    opened = (new_ids, base_vocab_size, levels, codebooks, read, tokenizer)
+    ckpt = _open_source(source, *opened, folder)
     if reference is not None:
         from geodiag.io.vocabulary.references import same_vocab
 
-        ref = _open_source(reference, new_ids, base_vocab_size, levels, codebooks, read, tokenizer)
+        ref = _open_source(reference, *opened, None)
         same_vocab(ref, ckpt, "reference", "reference")
         ckpt.use_reference(ref, "reference=")
     return ckpt
@@ -167,74 +121,59 @@ def with_sids(source, sids, levels, codebooks, read, tokenizer):
     return found.sids, (found.codebooks or codebooks) or None, read
 
 
-def _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, tokenizer):
-    """The rows are new as :mod:`geodiag.io.vocabulary.new_tokens` resolves them: ``new_ids`` /
-    ``levels`` first, for a file as for rows in memory; then (files only) its flags and files."""
+def _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, tokenizer, folder):
+    """The rows are new as :mod:`geodiag.io.vocabulary.new_tokens` resolves them: ``new_ids``
+    / ``levels`` first, then the flags and files, for a path as for rows in memory (whose
+    files are those of the folder they were loaded from: :mod:`geodiag.io.in_memory`). Both
+    go through the one assembly (:mod:`geodiag.io.assembly`)."""
     declared = declare(new_ids, levels, base_vocab_size)
+    if declared is None and base_vocab_size is not None:
+        raise InputError("base_vocab_size", "give it with new_ids or levels")
     if isinstance(source, str | os.PathLike):
+        if folder is not None:
+            raise InputError("folder", "applies to rows in memory; a path is its own folder")
         ckpt = open_checkpoint(source, read or ReadOptions(), declared)
-        if declared is None:
-            if base_vocab_size is not None:
-                raise InputError("base_vocab_size", "give it with new_ids or levels")
-            if codebooks is not None and ckpt.new.level_names:
-                ckpt.codebooks, ckpt.codebooks_note = _codebooks(codebooks, ckpt.new)
-            return ckpt
     else:
-        if read is not None:
+        if read is not None and read != ReadOptions():
             raise InputError("read", "ReadOptions apply to files; give new_ids / levels instead")
-        found = None  # the tokenizer's added tokens, when it says which rows are new
-        if declared is None and tokenizer is not None:
-            found = tokenizer_in_memory(tokenizer)
-            if not found.added_non_special():
-                raise InputError(
-                    "tokenizer",
-                    f"{found.path.name} has no added non-special tokens, so it does not say "
-                    "which rows are new: pass new_ids=[...] (or levels={name: ids})",
-                )
-        elif declared is None:
-            raise InputError(
-                "new_ids",
-                "which rows are new? pass tokenizer= (its added tokens are the new rows, as "
-                "the CLI reads them from a folder), new_ids=[...] or levels={name: ids}",
-            )
-        probe = declared.ids if declared is not None else [t.id for t in found.added_non_special()]
-        ckpt = _memory_checkpoint(source, tokenizer, probe_ids=np.sort(probe))
-        sources = Sources(
-            root=ckpt.path,
-            opts=ReadOptions(),
-            n_rows=ckpt.matrices[0].n_rows,
-            tokenizer=found or ckpt.tokenizer,  # the CLI's rule: geodiag.io.vocabulary.new_tokens
-            sidecar=None,
-            sidecar_path=None,
-            declared=declared,
-        )
-        ckpt.new = resolve_new_tokens(sources)
-    if declared is None:  # found by the tokenizer: levels from the names, no codebooks
-        ckpt.sidecar, ckpt.codebooks, ckpt.codebooks_path = None, {}, None
-        ckpt.codebooks_note = (
-            "no codebooks given: RSA skipped"
-            if ckpt.new.level_names
-            else "levels unknown (no levels given): RSA skipped"
-        )
-        return ckpt
-    if ckpt.tokenizer is None and declared.by_level is not None:
-        # No tokenizer: the new rows are named as their levels name them, like a sidecar.
-        names = dict(zip(ckpt.new.ids.tolist(), ckpt.new.tokens, strict=True))
-        ckpt.tokenizer = _Names(names)  # type: ignore[assignment]
-    ckpt.sidecar = None
-    ckpt.codebooks, ckpt.codebooks_path, ckpt.codebooks_note = {}, None, None
-    if not ckpt.new.level_names:
-        ckpt.codebooks_note = "levels unknown (no levels given): RSA skipped"
-        return ckpt
-    side_path = declared.levels_path
-    if codebooks is None and side_path is not None:
-        beside = side_path.parent / sidecar_mod.CODEBOOKS_FILENAME
-        codebooks = beside if beside.is_file() else None
-    if codebooks is None:
-        ckpt.codebooks_note = "no codebooks given: RSA skipped"
-    else:
+        probe = declared.ids if declared is not None else None
+        if probe is None and tokenizer is not None:
+            probe = [t.id for t in tokenizer_in_memory(tokenizer).added_non_special()]
+        opened = open_in_memory(source, tokenizer, folder, None if probe is None else np.sort(probe))
+        if declared is None and not opened.roots:
+            _say_which_rows(tokenizer)
+        opts = ReadOptions()
+        ckpt = with_reference(checkpoint_of(assemble(opened, opts, declared)), opts, declared)
+        if ckpt.tokenizer is None and ckpt.new.level_names:
+            # No tokenizer: the new rows are named as their levels name them, like a sidecar.
+            names = dict(zip(ckpt.new.ids.tolist(), ckpt.new.tokens, strict=True))
+            ckpt.tokenizer = TokenNames(names)  # type: ignore[assignment]
+    if codebooks is not None and ckpt.new.level_names:
         ckpt.codebooks, ckpt.codebooks_note = _codebooks(codebooks, ckpt.new)
+        ckpt.codebooks_path = Path(codebooks) if isinstance(codebooks, str | os.PathLike) else None
+    elif not ckpt.new.level_names and not ckpt.codebooks_note:
+        ckpt.codebooks_note = "levels unknown (no levels given): RSA skipped"
+    elif not ckpt.codebooks and not ckpt.codebooks_note:
+        ckpt.codebooks_note = "no codebooks given: RSA skipped"
     return ckpt
+
+
+def _say_which_rows(tokenizer) -> None:
+    """Rows in memory with no folder to describe them: the tokenizer must say which are new."""
+    if tokenizer is None:
+        raise InputError(
+            "new_ids",
+            "which rows are new? pass tokenizer= (its added tokens are the new rows, as "
+            "the CLI reads them from a folder), new_ids=[...], levels={name: ids} or "
+            "folder= (the checkpoint folder whose files describe the rows)",
+        )
+    found = tokenizer_in_memory(tokenizer)
+    if not found.added_non_special():
+        raise InputError(
+            "tokenizer",
+            f"{found.path.name} has no added non-special tokens, so it does not say "
+            "which rows are new: pass new_ids=[...] (or levels={name: ids})",
+        )
 
 
 def measure(
@@ -254,6 +193,7 @@ def measure(
     n_permutations: int = default_of(AnalyzeOptions, "n_permutations"),
     neighbors: int = default_of(AnalyzeOptions, "neighbors_k"),
     sids=None,
+    folder=None,
 ) -> CheckpointReport:
     """Every metric of ``geodiag metrics`` for the new rows of ``source``.
 
@@ -274,8 +214,12 @@ def measure(
     (``--chat-template``); both for a checkpoint path, over ``read``'s. sids: a framework's
     SID map (``--sids``: LC-Rec/MiniOneRec ``*.index.json``, ETEGRec ``*.code.json``, GRID's
     tensor, a ``.npy``, OpenOneRec or semantic-ids-llm parquet), with ``codebooks`` as that
-    framework writes them; in memory its tokens are named by ``tokenizer``. Raises
-    :class:`InputError` on bad input.
+    framework writes them; in memory its tokens are named by ``tokenizer``. folder: for rows
+    in memory, the folder whose files (sidecar, SID map, codebooks, the init checkpoint)
+    describe them, as a path's own files do (default: the folder the tokenizer or the model
+    was loaded from, when it describes them; False: none; :mod:`geodiag.io.in_memory`), so a
+    model in memory is judged as its saved folder is. Raises :class:`InputError` on bad
+    input.
     """
     if data or chat_template is not None:
         if not isinstance(source, str | os.PathLike):
@@ -301,6 +245,7 @@ def measure(
             tokenizer=tokenizer,
             reference=reference,
             sids=sids,
+            folder=folder,
         )
         return measure_checkpoint(ckpt, opts)
 

@@ -500,7 +500,7 @@ def _checkpoint_report(
         base_vocab_size=ckpt.new.base_vocab_size,
         level_names=list(ckpt.new.level_names),
         levels_source=ckpt.new.levels_source,
-        provenance=dict(ckpt.sidecar.provenance) if ckpt.sidecar else {},
+        provenance=ckpt.provenance,
         matrices=matrices,
         digests=ckpt.digests(),
         notes=notes,

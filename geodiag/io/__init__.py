@@ -12,6 +12,10 @@ subpackage's own ``__init__`` lists its modules in order;
 - ``vocabulary``: which rows are new and what they mean: tokenizer, new tokens, SID maps,
   sidecar, codebooks, references;
 - ``stack``: which training stack wrote a checkpoint;
+- ``assembly``: the one chain every route builds a checkpoint through (config and
+  tokenizer, matrices, SID maps, new tokens, codebooks, notes), on files or in memory;
+- ``in_memory``: a model, tensor or array in memory opened for the assembly, with the
+  files of the folder it was loaded from;
 - ``checkpoint``: :func:`~geodiag.io.checkpoint.open_checkpoint`, tying the above together;
 - ``usage``: how often the training data (``--data``) and the chat template feed each new
   token.

@@ -1,75 +1,43 @@
-"""Open a checkpoint and find its new-token rows, without instantiating the model.
+"""A checkpoint: its rows' store and everything known of its new rows, without
+instantiating the model.
 
-Resolution order (DESIGN.md, checkpoint contract):
-- weights: a PEFT adapter folder over its base (``geodiag.io.formats.peft_adapter``), else a
-  safetensors file, a sharded set, a torch state dict or a GGUF file (``geodiag.io.formats.store``;
-  a GGUF's metadata and token list stand for config.json and tokenizer.json); files
-  beside them (config, tokenizer, sidecar, codebooks) from the adapter's folder first,
-  else its base's;
-- tensors: ``--tensor`` override, else the 2-D tensor named like a token table whose
-  rows are a vocabulary size config.json states; the output head (the other such
-  tensor of the LM) is analyzed on its own when it is not tied (``geodiag.io.formats.tensor_names``);
-- new rows: one resolver per source, in the order ``geodiag.io.vocabulary.new_tokens`` states
-  (arguments, flags, sidecar, all rows, adapter, ``--base``, tokenizer);
-- levels: the sidecar, else token names matching ``--level-pattern``, else none;
-- codebooks: ``--codebooks FILE``, else ``codebooks.safetensors`` beside the weights;
-- the reference the movement is measured from: ``--reference``, else a before the files
-  carry (``geodiag.io.vocabulary.references``).
+:func:`open_checkpoint` opens the files (:func:`open_files`: a PEFT adapter folder over its
+base (``geodiag.io.formats.peft_adapter``), else a safetensors file, a sharded set, a torch
+state dict or a GGUF file (``geodiag.io.formats.store``), on disk or by URL; the folders
+beside them, the adapter's first), then builds the :class:`Checkpoint` through the one
+assembly every route takes, rows in memory included (:mod:`geodiag.io.assembly`: config
+and tokenizer, matrices, SID maps, new tokens, codebooks, notes), and last resolves the
+reference the movement is measured from: ``--reference``, else a before the files carry
+(``geodiag.io.vocabulary.references``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from geodiag.errors import InputError
-from geodiag.io.formats.gguf import GGUFStore
+from geodiag.io.assembly import Draft, Matrix, Opened, assemble
 from geodiag.io.formats.peft_adapter import AdapterInfo, is_adapter, open_adapter
 from geodiag.io.formats.registry import open_base as open_adapter_base
 from geodiag.io.formats.registry import open_remote, open_store
-from geodiag.io.formats.store import FLOAT_DTYPES, is_float
-from geodiag.io.formats.tensor_names import (
-    Head,
-    find_input_tensor,
-    find_output_head,
-    stated_widths,
-)
+from geodiag.io.formats.tensor_names import Head
 from geodiag.io.formats.tensor_store import TensorStore
 from geodiag.io.sources.layouts import FSDP_SUBFOLDERS, dcp_folder, resolve_hub_cache, zero_folder
 from geodiag.io.sources.options import ReadOptions
 from geodiag.io.sources.remote import is_remote
 from geodiag.io.stack import detect_stack
 from geodiag.io.vocabulary import sidecar as sidecar_mod
-from geodiag.io.vocabulary.codebooks import codebook_rows, codebooks_of, file_digest
-from geodiag.io.vocabulary.new_tokens import (
-    Declared,
-    NewTokens,
-    Sources,
-    absent_from,
-    resolve_new_tokens,
-)
+from geodiag.io.vocabulary.new_tokens import Declared, NewTokens
 from geodiag.io.vocabulary.references import reference_of
-from geodiag.io.vocabulary.sid_index import open_foreign
-from geodiag.io.vocabulary.tokenizer import TokenizerInfo, gguf_tokenizer, load_tokenizer_in
-from geodiag.jsonio import read_json_object
+from geodiag.io.vocabulary.tokenizer import TokenizerInfo, load_tokenizer_in
 
 # Unused padding rows read at most (their integrity finding, the padding comparison of the
 # new rows): past this many, they are counted and no row is read.
 MAX_PADDING_ROWS = 100_000
-
-
-@dataclass
-class Matrix:
-    """One embedding matrix to analyze: the input embedding, or an untied output head."""
-
-    role: str  # "input" | "output"
-    tensor: str
-    dtype: str
-    n_rows: int
-    dim: int
 
 
 @dataclass
@@ -147,7 +115,16 @@ class Checkpoint:
     # ``path`` is then the folder its small files were fetched into).
     location: str = ""
     remote: bool = False  # read over HTTP: each row read costs its bytes
+    # gti's semantic_ids.json when a framework's SID map (``sidecar``) names the levels and
+    # items instead: its provenance (init strategy, init checkpoint) still applies.
+    own_sidecar: sidecar_mod.SemanticIds | None = None
     _codebook_digest: str | None = None
+
+    @property
+    def provenance(self) -> dict:
+        """What wrote the new rows, as gti's sidecar (else the SID map) says it."""
+        side = self.own_sidecar or self.sidecar
+        return dict(side.provenance) if side is not None else {}
 
     def use_reference(self, ref: Checkpoint, why: str) -> None:
         """Measure the movement from ``ref`` (same new tokens), ``why`` saying whose it is."""
@@ -243,10 +220,59 @@ class Checkpoint:
 def open_checkpoint(
     path: str | Path, opts: ReadOptions | None = None, declared: Declared | None = None
 ) -> Checkpoint:
-    """Open a checkpoint folder, weights file or PEFT adapter folder and resolve everything
-    but the row values, in the module docstring's order. ``declared``: new tokens named in
-    Python (the API), over every flag and file; their codebooks are the caller's to give."""
+    """Open a checkpoint folder, weights file, PEFT adapter folder or URL and resolve
+    everything but the row values: its files opened (:func:`open_files`), the rest by the
+    one assembly every route takes (:mod:`geodiag.io.assembly`), then its reference.
+    ``declared``: new tokens named in Python (the API), over every flag and file."""
     opts = opts or ReadOptions()
+    ckpt = checkpoint_of(assemble(open_files(path, opts), opts, declared))
+    return with_reference(ckpt, opts, declared)
+
+
+def checkpoint_of(d: Draft) -> Checkpoint:
+    """The :class:`Checkpoint` an assembly made (:func:`geodiag.io.assembly.assemble`),
+    without its reference (:func:`with_reference`)."""
+    o = d.opened
+    side = d.own_sidecar or d.sidecar
+    adapter = o.adapter.provenance() if o.adapter is not None else None
+    return Checkpoint(
+        path=o.path,
+        store=o.store,
+        config=d.config,
+        # Rows in memory are named by the tokenizer object unless the folder's file is used.
+        tokenizer=d.tokenizer if o.names is None or d.tokenizer is not o.tokenizer else o.names,
+        sidecar=None if d.declared is not None else d.sidecar,
+        new=d.new,
+        matrices=d.matrices,
+        tied=d.tied,
+        codebooks=d.codebooks,
+        codebooks_path=d.codebooks_path,
+        codebooks_note=d.codebooks_note,
+        notes=d.notes,
+        adapter=adapter or {},
+        stack=detect_stack(o.roots, d.config, side.provenance if side else None, adapter),
+        base=o.base,
+        head_left_out=d.head_left_out,
+        head=d.head,
+        read=d.opts,
+        roots=o.roots,
+        location=o.location,
+        remote=o.remote,
+        own_sidecar=d.own_sidecar,
+        _codebook_digest=d.codebook_digest,
+    )
+
+
+def with_reference(ckpt: Checkpoint, opts: ReadOptions, declared: Declared | None) -> Checkpoint:
+    """``ckpt`` with the before its rows' movement is measured from: ``--reference``,
+    else one its files carry (:mod:`geodiag.io.vocabulary.references`)."""
+    ckpt.reference, ckpt.reference_notes = reference_of(ckpt, opts, declared, open_checkpoint)
+    return ckpt
+
+
+def open_files(path: str | Path, opts: ReadOptions) -> Opened:
+    """The weights at ``path`` (a URL's by byte ranges), the folders beside them, and the
+    base ``--base`` names."""
     location = None
     if is_remote(path):  # its small files fetched into a folder, its weights read by ranges
         remote = open_remote(str(path))
@@ -265,76 +291,17 @@ def open_checkpoint(
             "from a base's tokenizer, pass its local folder",
         )
     base_ckpt = open_base(Path(opts.base)) if adapter is None and opts.base is not None else None
-    beside = _finder(roots)
-    config, tok = _config_and_tokenizer(store, beside)
-
-    matrices, head, head_left_out = _matrices(store, path, config, opts, adapter)
-    side_path = opts.sidecar or beside(sidecar_mod.FILENAME)
-    side = sidecar_mod.load(side_path) if (opts.sidecar or side_path.is_file()) else None
-    foreign = None
-    if declared is None and (opts.sids is not None or side is None):
-        foreign = open_foreign(opts.sids, opts.codebooks, opts.sid_offset, roots, tok)
-    if foreign is not None:  # a framework's SID map stands for the sidecar
-        side, side_path = foreign.sids, foreign.map_path
-    patch = adapter.patches.get(matrices[0].tensor) if adapter is not None else None
-    trainable = patch.token_indices if patch is not None else None
-    sources = Sources(
-        root=path,
-        opts=opts,
-        n_rows=matrices[0].n_rows,
-        tokenizer=tok,
-        sidecar=side,
-        sidecar_path=side_path if side else None,
-        trainable=trainable,
-        base_tokenizer=_base_tokenizer(path, roots, tok, adapter, base_ckpt),
-        declared=declared,
-    )
-    new = resolve_new_tokens(sources)
-    notes = [*([hub_note] if hub_note else []), *(adapter.notes if adapter else [])]
-    book_path = opts.codebooks or beside(sidecar_mod.CODEBOOKS_FILENAME)
-    if declared is None and foreign is not None and foreign.codebooks_path is not None:
-        notes += foreign.notes + _notes(tok, new, side, side_path, trainable, head, config)
-        book_path = foreign.codebooks_path
-        books, book_note = codebook_rows(
-            foreign.codebooks, new, book_path, book_path.name, exact=False
-        )
-        book_digest = file_digest(book_path)
-    elif declared is None:
-        notes += (foreign.notes if foreign else []) + _notes(
-            tok, new, side, side_path, trainable, head, config
-        )
-        books, book_note, book_digest = codebooks_of(book_path, opts, new)
-    else:  # the caller's rows: how the files would have named them does not apply
-        notes += _notes(tok, new, None, side_path, None, head, config)
-        books, book_note, book_digest = {}, None, None
-    provenance = adapter.provenance() if adapter is not None else None
-    ckpt = Checkpoint(
+    return Opened(
         path=path,
         store=store,
-        config=config,
-        tokenizer=tok,
-        sidecar=side,
-        new=new,
-        matrices=matrices,
-        tied=head.tied,
-        codebooks=books,
-        codebooks_path=book_path if books else None,
-        codebooks_note=book_note,
-        notes=notes,
-        adapter=provenance or {},
-        stack=detect_stack(roots, config, side.provenance if side else None, provenance),
-        base=base_ckpt,
-        head_left_out=head_left_out,
-        head=head,
-        read=opts,
         roots=roots,
         location=location or str(path),
+        adapter=adapter,
         # Rows read over the network: a URL's, or an adapter's over a base given by URL.
         remote=location is not None or (adapter is not None and is_remote(adapter.base_path)),
-        _codebook_digest=book_digest,
+        notes=[hub_note] if hub_note else [],
+        base=base_ckpt,
     )
-    ckpt.reference, ckpt.reference_notes = reference_of(ckpt, opts, declared, open_checkpoint)
-    return ckpt
 
 
 def _open_weights(
@@ -351,127 +318,6 @@ def _open_weights(
     elif path.is_dir() and zero_folder(path):
         roots.append(path.parent)  # DeepSpeed's global_stepN/ (or universal/): likewise
     return open_store(path), None, roots
-
-
-def _config_and_tokenizer(
-    store: TensorStore, beside: Callable[[str], Path]
-) -> tuple[dict, TokenizerInfo | None]:
-    """config.json and tokenizer.json beside the weights; a GGUF file carries its own
-    (its metadata and token list), which win over files that happen to sit beside it."""
-    if isinstance(store, GGUFStore):
-        return store.config(), gguf_tokenizer(store)
-    config = read_json_object(beside("config.json")) if beside("config.json").is_file() else {}
-    return config, load_tokenizer_in(beside)
-
-
-def _finder(roots: list[Path]) -> Callable[[str], Path]:
-    """``beside(name)``: the first root holding the file ``name``, else the first root's path."""
-
-    def beside(name: str) -> Path:
-        return next((r / name for r in roots if (r / name).is_file()), roots[0] / name)
-
-    return beside
-
-
-def _saved_by_adapter(adapter: AdapterInfo | None) -> set[str]:
-    """The tensors an adapter saves its own copy of (``modules_to_save``)."""
-    if adapter is None:
-        return set()
-    return {n for n, p in adapter.patches.items() if p.full_kind == "modules_to_save"}
-
-
-def _matrices(
-    store: TensorStore,
-    path: Path,
-    config: dict,
-    opts: ReadOptions,
-    adapter: AdapterInfo | None,
-) -> tuple[list[Matrix], Head, Matrix | None]:
-    """(the input embedding [, the untied head], the head as the files say it, an untied
-    head left out)."""
-    input_name = find_input_tensor(store, path, opts.tensor, config)
-    found = find_output_head(store, input_name, config)
-    if found.stored is not None and found.stored in _saved_by_adapter(adapter):
-        found = find_output_head(store, input_name, config, untied_by_adapter=True)
-    head_name = found.analyzed
-    if opts.all_rows_new:
-        head_name = None  # a separate table of new tokens; the LM's head is another matter
-    matrices = []
-    for role, name in (("input", input_name), ("output", head_name)):
-        if name is None:
-            continue
-        shape, dtype = store.shape(name), store.dtype(name)
-        where = store.file_of(name)
-        if len(shape) != 2:
-            raise InputError(
-                where, f"tensor '{name}' has shape {list(shape)}, expected [vocab, hidden]"
-            )
-        if not (is_float(dtype) or getattr(store, "dequantizes", False)):
-            raise InputError(
-                where, f"tensor '{name}' has dtype {dtype}; expected {', '.join(FLOAT_DTYPES)}"
-            )
-        widths = stated_widths(config, shape[0])
-        if widths and shape[1] not in widths:
-            said = ", ".join(map(str, sorted(widths)))
-            raise InputError(
-                where, f"tensor '{name}' is {list(shape)} but config.json says hidden_size {said}"
-            )
-        matrices.append(Matrix(role, name, dtype, shape[0], shape[1]))
-    # An untied head whose rows differ from the embedding's (a base resized in memory
-    # before PEFT wrapped it, which saved the embedding but not the head; an embedding
-    # replaced by hand): not analyzed, and the audit's head_rows finding says why.
-    left_out = (
-        matrices.pop() if len(matrices) == 2 and matrices[1].n_rows != matrices[0].n_rows else None
-    )
-    return matrices, found, left_out
-
-
-def _base_tokenizer(
-    path: Path,
-    roots: list[Path],
-    tok: TokenizerInfo | None,
-    adapter: AdapterInfo | None,
-    base_ckpt: BaseCheckpoint | None,
-) -> TokenizerInfo | None:
-    """The tokenizer new tokens are told from: ``--base``'s, or, for an adapter that saved
-    a tokenizer of its own, its base's when the two differ (when they do not, the base was
-    resized before PEFT: the adapter's trainable tokens say which rows are new)."""
-    base_tok = base_ckpt.tokenizer if base_ckpt is not None else None
-    if adapter is not None and tok is not None and tok.path.parent == path:
-        base_tok = load_tokenizer_in(lambda name: roots[1] / name)
-        if base_tok is not None:
-            base_tok = base_tok if absent_from(tok, base_tok) else None
-    return base_tok
-
-
-def _notes(
-    tok: TokenizerInfo | None,
-    new: NewTokens,
-    side: sidecar_mod.SemanticIds | None,
-    side_path: Path,
-    trainable: np.ndarray | None,
-    head: Head,
-    config: dict,
-) -> list[str]:
-    """What the reader decided that the user should know: rows left out, rows taken from
-    elsewhere than expected, a head untied by the adapter."""
-    notes = []  # the special tokens left out: integrity's special_tokens_left_out
-    if new.source == "base":
-        notes.append(f"new rows: the {len(new.ids)} tokens absent from the base's tokenizer")
-    if head.untied_by_adapter and config.get("tie_word_embeddings"):
-        notes.append(
-            "the adapter saves its own copy of the output head (modules_to_save): the merged "
-            "model's head is no longer tied to the embedding, so both are analyzed"
-        )
-    if trainable is not None and new.source == "sidecar":
-        notes.append(f"new rows: the adapter's trainable tokens, levels from {side_path.name}")
-    elif trainable is not None and side is not None and new.source == "adapter":
-        notes.append(f"the adapter's trainable tokens are not the rows {side_path.name} names")
-    if side is not None and side.has_token_ids and new.source == "flag":
-        notes.append(f"new rows taken from the command-line flag, not from {side_path.name}")
-    if side is not None and not side.has_token_ids:
-        notes.append(f"{side_path.name} has no token ids yet (written before vocabulary extension)")
-    return notes
 
 
 def check_rows(

@@ -115,7 +115,7 @@ def _try_open(ckpt, path: Path | str, ask: _Ask, what: str) -> tuple[object | No
 
 
 def _sidecar_init(ckpt, ask: _Ask) -> Found | None:
-    side = ckpt.sidecar
+    side = ckpt.own_sidecar or ckpt.sidecar  # gti's, beside a framework's map
     what = f"the init checkpoint {sidecar_mod.FILENAME} names"
     if is_remote(ckpt.location):  # named from the checkpoint's URL, as from its folder
         rel = side.provenance.get(sidecar_mod.INIT_CHECKPOINT) if side is not None else None
@@ -157,8 +157,7 @@ def trained_init(ref) -> str | None:
     """The strategy of a reference whose new rows were trained (a grounded gti init), per
     its sidecar; None for any other. A row that barely moved since such a reference is
     trained: grounding moved it."""
-    side = getattr(ref, "sidecar", None)
-    strategy = (side.provenance if side is not None else {}).get("init_strategy")
+    strategy = getattr(ref, "provenance", {}).get("init_strategy")
     return strategy if strategy in TRAINING_INITS else None
 
 

@@ -420,7 +420,7 @@ def _build_report(
         say(f"[{i}/{len(paths)}] reading {path}")
         ckpts.append(open_checkpoint(path, alone))
     with_references(ckpts, read)
-    provenances = [dict(c.sidecar.provenance) if c.sidecar else {} for c in ckpts]
+    provenances = [c.provenance for c in ckpts]
     order = series_order(list(paths), provenances)
     paths, ckpts = [paths[i] for i in order], [ckpts[i] for i in order]
     labels = checkpoint_labels(list(paths), [provenances[i] for i in order])

@@ -156,7 +156,7 @@ def _run_earliest(b: int, paths: list, ckpts: list[Checkpoint], labels: list[str
 
 
 def _provenance(ckpt: Checkpoint) -> dict:
-    return dict(ckpt.sidecar.provenance) if ckpt.sidecar else {}
+    return ckpt.provenance
 
 
 def find_pairs(

@@ -1,0 +1,174 @@
+"""One checkpoint, one verdict: every route gives the same judgement on the same folder.
+
+Six arms as ``make demo`` writes them, test-sized: ``gti init`` mean, random and gti
+(grounded from description-mean), each then ``gti sft``; the tiny world's level-a code 3 is
+carried by no item (a dead code). Routes: ``geodiag check PATH --json``, ``geodiag.check`` on
+the path, on the model and tokenizer loaded by transformers (the README's snippet), on the
+model with the new ids only (the callback's in-memory gate), the callback's save-time gate
+on the folder, and the report's entry. Each must give the same pass / fail, the same checks
+with the same statuses and the same values.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from sftworld import build_world
+from tinyworld import make_sids
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from typer.testing import CliRunner
+
+import geodiag
+from geodiag.callback.checkpoints import gate_saved
+from geodiag.cli import app
+from geodiag.gate.checks import GateConfig
+from geodiag.io.vocabulary.sidecar import Level, save
+from gti.init.config import GroundingConfig, InitConfig
+from gti.init.run import run_init
+from gti.sft.config import SFTConfig
+from gti.sft.run import run_sft
+
+PERMUTATIONS = 20
+SEED = 0
+
+
+# Level a with 8 codes, of which the items use 0-2: five dead codes, whose rows a grounded
+# init leaves identical (no example reaches them), as the demo's grounded arm has 16.
+LEVEL_SIZES = (("a", 8), ("b", 3), ("c", 2))
+
+
+def _sids_dir(root, world) -> object:
+    side = make_sids(
+        {"stage": "sids", "source_model": str(world.root / "model"), "data": world.data_spec}
+    )
+    side.levels = [Level(name, size) for name, size in LEVEL_SIZES]
+    folder = root / "sids"
+    folder.mkdir()
+    save(side, folder / "semantic_ids.json")
+    g = torch.Generator().manual_seed(1)
+    books = {name: torch.randn(size, 5, generator=g) for name, size in LEVEL_SIZES}
+    save_file(books, folder / "codebooks.safetensors")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def arms(tmp_path_factory) -> dict[str, object]:
+    root = tmp_path_factory.mktemp("arms")
+    world = build_world(root / "world")
+    sids = _sids_dir(root, world)
+    out = {}
+    inits = {
+        "mean": dict(strategy="mean"),
+        "random": dict(strategy="random"),
+        "gti": dict(
+            strategy="gti",
+            start_from="description-mean",
+            grounding=GroundingConfig(steps=4, batch_size=4, progress=False),
+        ),
+    }
+    for name, kw in inits.items():
+        init = run_init(InitConfig(sids=sids, out=root / "init" / name, device="cpu", **kw))
+        out[f"init/{name}"] = init
+        out[f"sft/{name}"] = run_sft(
+            SFTConfig(
+                init=init,
+                out=root / "sft" / name,
+                steps=2,  # short, at a low rate: rows no example reaches barely move
+                batch_size=4,
+                micro_batch_size=4,
+                lr=1e-4,
+                warmup_steps=1,
+                k_core=1,
+                max_history=3,
+                save_every=100,
+                progress=False,
+                device="cpu",
+            )
+        )
+    return out
+
+
+def _judged(result) -> tuple:
+    """What a route says: pass / fail, and each check's matrix, name, status and value."""
+    return (
+        result.passed,
+        [
+            (c.matrix, c.name, c.status, None if c.value is None else round(c.value, 12))
+            for c in result.checks
+        ],
+    )
+
+
+def _cli(path) -> tuple:
+    res = CliRunner().invoke(
+        app,
+        ["check", str(path), "--json", "--permutations", str(PERMUTATIONS), "--seed", str(SEED)],
+    )
+    assert res.exit_code in (0, 1), res.output
+    data = json.loads(res.output)
+    (entry,) = data["results"]
+    checks = [
+        (c["matrix"], c["name"], c["status"], None if c["value"] is None else round(c["value"], 12))
+        for c in entry["checks"]
+    ]
+    assert (res.exit_code == 0) == data["passed"]
+    return data["passed"], checks
+
+
+ARMS = [f"{stage}/{arm}" for stage in ("init", "sft") for arm in ("mean", "random", "gti")]
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_every_route_gives_the_same_verdict(arms, arm, tmp_path):
+    path = arms[arm]
+    kw = dict(n_permutations=PERMUTATIONS, seed=SEED)
+    by_path = _judged(geodiag.check(path, **kw))
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    ids = [i for i, t in tokenizer.added_tokens_decoder.items() if not t.special]
+    routes = {
+        "cli": _cli(path),
+        "model and tokenizer (README)": _judged(geodiag.check(model, tokenizer=tokenizer, **kw)),
+        "model and new ids (callback)": _judged(geodiag.check(model, new_ids=ids, **kw)),
+    }
+    saved = tmp_path / "checkpoint-3"
+    shutil.copytree(path, saved)
+    result, _, measured = gate_saved(saved, model, GateConfig(), SEED, {"new_ids": ids})
+    assert measured == str(saved)
+    # The copy has no init beside it to measure from: compare with the path route on it.
+    routes["callback's save-time gate"] = _judged(result)
+    copy_by_path = _judged(geodiag.check(saved, **kw))
+    assert routes.pop("callback's save-time gate") == copy_by_path
+    for route, judged in routes.items():
+        assert judged == by_path, route
+
+
+def test_the_dead_code_is_spared_on_every_route(arms):
+    """The arm whose unused code keeps its init warns on every route, as `check` does."""
+    path = arms["sft/gti"]
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    for result in (
+        geodiag.check(path, n_permutations=PERMUTATIONS),
+        geodiag.check(model, tokenizer=tokenizer, n_permutations=PERMUTATIONS),
+    ):
+        (u,) = [c for c in result.checks if c.name == "n_untrained"]
+        assert u.value == 0, u.message
+
+
+def test_a_model_without_its_folder_says_what_it_could_not_know(arms):
+    path = arms["sft/random"]
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    report = geodiag.measure(model, tokenizer=tokenizer, folder=False, neighbors=0)
+    assert not any("no folder found" in n for n in report.notes)  # folder=False: asked for none
+    model.name_or_path = model.config._name_or_path = "somewhere/else"  # loaded from no folder
+    tokenizer.name_or_path = "somewhere/else"
+    report = geodiag.measure(model, tokenizer=tokenizer, neighbors=0)
+    assert any("no folder found" in n and "folder=" in n for n in report.notes), report.notes
+    by_folder = geodiag.check(model, tokenizer=tokenizer, folder=path, n_permutations=PERMUTATIONS)
+    assert _judged(by_folder) == _judged(geodiag.check(path, n_permutations=PERMUTATIONS))
