@@ -98,7 +98,12 @@ def measure_matrices(
     """{role: (structure, the untrained tokens' ids ascending, {id: name} of the first
     MAX_NAMED)} of every matrix of ``ckpt``. ``fixed_rows`` (role -> FirstRows) gains each matrix not in it
     yet: this snapshot is its first. Raises InputError on NaN/Inf rows."""
+    from geodiag.io.vocabulary.references import trained_init
+
     opts = AnalyzeOptions(seed=seed)
+    # A grounded init's rows were trained: one that has not moved since is not untrained,
+    # as the gate judges a row that barely moved since such a reference.
+    grounded = trained_init(ckpt) is not None
     out = {}
     for matrix in ckpt.matrices:
         rows = ckpt.read_rows(matrix, ckpt.new.ids)
@@ -122,6 +127,7 @@ def measure_matrices(
             scale=fixed.scale,
             tolerance=fixed.tolerance,
             level_of=None if index is None else (index, list(ckpt.new.level_names)),
+            unmoved_untrained=not grounded,
         )
         assert snap.rows is not None
         ids = np.sort(ckpt.new.ids[snap.rows.untrained])

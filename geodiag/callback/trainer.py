@@ -65,7 +65,7 @@ import numpy as np
 from transformers import TrainerCallback
 from transformers.utils import logging
 
-from geodiag.analysis.findings import ALARM_TOKENS, counts_against
+from geodiag.analysis.findings import ALARM_TOKENS, ITEM_IDS, counts_against, items_per_code
 from geodiag.analysis.options import SNAPSHOT_PERMUTATIONS, SNAPSHOT_RSA_SAMPLE, AnalyzeOptions
 from geodiag.callback.checkpoints import (
     describe_checkpoint,
@@ -197,6 +197,10 @@ class GeodiagCallback(TrainerCallback):
         self._warned_untrained = False
         self._warned_spared = False
         self._usage: DataUsage | None = None  # the training dataset's token counts
+        # Items whose SID uses each new token's code, from the SID map the model's folder (or
+        # levels / sids) gives: the gate's other usage source (None: no map).
+        self._items: dict[int, int] | None = None
+        self._described_by = None  # the sidecar found beside the model, to describe saves
         self._rows: dict[str, FirstRows] = {}  # role -> fixed at the first snapshot
         self._grads: dict[str, float | None] = {}
         self._grad_step: int | None = None
@@ -271,6 +275,7 @@ class GeodiagCallback(TrainerCallback):
 
         with gathered(model):
             ckpt = open_source(model, **self._source(), tokenizer=self._tokenizer)
+            self._learn(ckpt)
             return measure_matrices(
                 ckpt,
                 self._rows,
@@ -279,6 +284,18 @@ class GeodiagCallback(TrainerCallback):
                 rsa_permutations=self.rsa_permutations,
                 seed=self.seed,
             )
+
+    def _learn(self, ckpt) -> None:
+        """What the assembly found that the arguments did not say: the items per code of
+        the SID map (dead codes feed nothing, as the gate judges), and the sidecar beside
+        the model, for the saved checkpoints' description."""
+        counts = items_per_code(ckpt, ckpt.new.ids)
+        if counts is not None:
+            self._items = {
+                int(i): int(c) for i, c in zip(ckpt.new.ids, counts, strict=True) if c >= 0
+            }
+        if self.levels is None and ckpt.sidecar is not None and ckpt.new.source == "sidecar":
+            self._described_by = ckpt.own_sidecar or ckpt.sidecar
 
     # -- TrainerCallback hooks ----------------------------------------------------------
 
@@ -387,36 +404,62 @@ class GeodiagCallback(TrainerCallback):
             self._queue(logs, step)
             control.should_log = True
 
-    def _split(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """(the untrained ``ids`` the alarm counts, most used first; those the training data
-        never feeds, so they cannot matter; the counted ones' counts, None without usage).
-        The gate's rule: used at least ``untrained_uses_to_fail`` times, or of unknown use
-        (a dataset counted only in part says nothing of a zero)."""
+    def _split(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple] | None]:
+        """(the untrained ``ids`` the alarm counts, most used first; those nothing feeds,
+        so they cannot matter; per counted id its (training-data uses, items), None without
+        a usage source). The gate's rule (:func:`geodiag.analysis.findings.counts_against`)
+        over the gate's sources: the SID map's items (a dead code feeds nothing) and the
+        training data (a dataset counted only in part says nothing of a zero)."""
         rule = self.gate.untrained_uses_to_fail
-        if self._usage is None or not rule:
+        if (self._usage is None and self._items is None) or not rule:
             return ids, ids[:0], None
-        counts = self._usage.of(ids)
-        counted = counts_against(counts, self._usage.complete, rule)
-        order = np.argsort(-counts[counted], kind="stable")
-        return ids[counted][order], ids[~counted], counts[counted][order]
+        data = self._usage.of(ids) if self._usage is not None else np.zeros(len(ids), np.int64)
+        items = np.array([(self._items or {}).get(int(i), -1) for i in ids], np.int64)
+        uses = data + np.maximum(items, 0)
+        known = (items >= 0) | (self._usage is not None and self._usage.complete)
+        counted = counts_against(uses, known, rule)
+        order = np.argsort(-uses[counted], kind="stable")
+        pairs = list(
+            zip(data[counted][order].tolist(), items[counted][order].tolist(), strict=True)
+        )
+        return ids[counted][order], ids[~counted], pairs
 
-    def _named(self, ids: np.ndarray, counts: np.ndarray | None, names: dict[int, str]) -> str:
+    def _fed_by(self) -> str:
+        """The sources that feed the counted tokens, as the messages name them."""
+        said = [ITEM_IDS] if self._items is not None else []
+        said += ["the training data"] if self._usage is not None else []
+        return " and ".join(said)
+
+    def _never_fed(self) -> str:
+        """Why the spared tokens cannot matter, from the sources counted."""
+        said = ["no item's ID uses their codes"] if self._items is not None else []
+        if self._usage is not None:
+            said.append(
+                f"the training data never feeds them ({self._usage.n_examples} examples counted)"
+            )
+        return " and ".join(said)
+
+    def _named(self, ids: np.ndarray, uses: list[tuple] | None, names: dict[int, str]) -> str:
         shown = [names.get(int(i), f"<id {int(i)}>") for i in ids[:ALARM_TOKENS]]
-        if counts is not None:
-            shown = [
-                f"{n} ({int(c)}x in the training data)"
-                for n, c in zip(shown, counts[: len(shown)], strict=True)
-            ]
+        if uses is not None:
+            shown = [f"{n} ({self._uses(*u)})" for n, u in zip(shown, uses, strict=False)]
         return list_names(shown, len(ids))
+
+    def _uses(self, data: int, items: int) -> str:
+        said = [f"{data}x in the training data"] if self._usage is not None else []
+        said += [f"{items} {'item ID' if items == 1 else 'item IDs'}"] if items > 0 else []
+        return ", ".join(said) or "use unknown"
 
     def _alarms(
         self, control, main: bool, step: int, s: dict, ids: np.ndarray, names: dict[int, str]
     ) -> Collapse:
         """Raise the collapse and the untrained alarms that the snapshot ``s`` calls for:
-        the untrained tokens the training data feeds (all of them without usage)."""
-        counted, spared, counts = self._split(ids)
-        judged = {**s, CheckName.N_UNTRAINED: len(counted)} if counts is not None else s
-        collapse = collapse_of(judged, self.gate)
+        the untrained tokens something feeds (all of them without a usage source). ``s``'s
+        untrained count becomes the one the gate's rule counts, as logged and recorded."""
+        counted, spared, uses = self._split(ids)
+        s[CheckName.N_UNTRAINED] = len(counted)
+        s["n_untrained_spared"] = len(spared)
+        collapse = collapse_of(s, self.gate)
         due = self.collapse_after_steps is not None and step >= self.collapse_after_steps
         if due and collapse.collapsed:
             msg = (
@@ -427,26 +470,31 @@ class GeodiagCallback(TrainerCallback):
         due = self.untrained_after_steps is not None and step >= self.untrained_after_steps
         limit = self.gate.max_untrained_tokens
         if due and len(counted) > (0 if limit is None else limit):
-            fed = "" if counts is None else " and the training data feeds them"
+            verb = "feed" if self._items is not None and self._usage is not None else "feeds"
+            fed = "" if uses is None else f" and {self._fed_by()} {verb} them"
             part = ""
-            if counts is not None and not self._usage.complete:
+            if self._usage is not None and not self._usage.complete:
                 part = f" (counted over its first {self._usage.n_examples} examples)"
             msg = (
                 f"geodiag: {len(counted)} of {len(self._new_ids())} new tokens are untrained "
                 f"after {step} steps ({untrained_why(s, self._rows['input'])}){fed}{part}: "
-                + self._named(counted, counts, names)
+                + self._named(counted, uses, names)
             )
             self._alarm(control, main, msg, self.on_untrained, "_warned_untrained")
         if due and len(spared) and main and not self._warned_spared:
             logger.warning(
-                "geodiag: %d untrained new tokens the training data never feeds (%d examples "
-                "counted), so they cannot matter to this run: %s",
+                "geodiag: %d untrained new tokens %s, so they cannot matter to this run: %s",
                 len(spared),
-                self._usage.n_examples,
+                self._spared_words(),
                 self._named(spared, None, names),
             )
             self._warned_spared = True
         return collapse
+
+    def _spared_words(self) -> str:
+        if self._items is None:  # the data alone, as before the SID map was read
+            return f"the training data never feeds ({self._usage.n_examples} examples counted)"
+        return f"nothing feeds ({self._never_fed()})"
 
     def _alarm(self, control, main: bool, msg: str, action: str, warned: str) -> None:
         """``action`` "stop": stop (every rank decides the same); "warn": once per run."""
@@ -478,7 +526,11 @@ class GeodiagCallback(TrainerCallback):
         if state.is_world_process_zero and self.describe_checkpoints and folder.is_dir():
             try:
                 describe_checkpoint(
-                    folder, state.global_step, self.levels, self.codebooks, self.base_vocab_size
+                    folder,
+                    state.global_step,
+                    self.levels if self.levels is not None else self._described_by,
+                    self.codebooks,
+                    self.base_vocab_size,
                 )
             except (InputError, OSError) as e:
                 logger.warning("geodiag: could not describe %s: %s", folder, e)

@@ -11,11 +11,14 @@ keys)::
                    "effective_rank": float (optional), "n_untrained": int (optional),
                    "movement": float | null, "n_unmoved": int | null,
                    "unmoved_fraction": float | null, "unmoved_by_level": {"<level>": float},
-                   "identical_rows": int, "grad_norm": float | null (optional, the callback)}}
+                   "identical_rows": int, "grad_norm": float | null (optional, the callback),
+                   "n_untrained_spared": int (optional, the callback)}}
 
 The optional keys of the callback's snapshots: ``effective_rank`` (centered, absolute),
 ``n_untrained`` (rows not moved since the run's first snapshot, or in a group of
-identical rows; :func:`geodiag.metrics.snapshot.untrained`), ``movement`` (RMS distance of
+identical rows, :func:`geodiag.metrics.snapshot.untrained`, that the gate's rule counts:
+fed by an item's SID or the training data, or of unknown use; the others are
+``n_untrained_spared``), ``movement`` (RMS distance of
 the new rows to their first snapshot / the vocabulary's spread), ``n_unmoved`` and
 ``unmoved_fraction`` (null at the first snapshot), per level ``unmoved_by_level``,
 ``identical_rows`` (rows in a group of identical rows) and ``grad_norm`` (L2 norm of the

@@ -77,11 +77,13 @@ def untrained(
     level_of: tuple[np.ndarray, list[str]] | None = None,
     *,
     seed: int = 0,
+    unmoved_untrained: bool = True,
 ) -> RowFindings:
     """Rows of x (n, d) that have not moved since ``first`` (n, d) (None: x is the first
     snapshot) or sit with others on one point. ``tolerance``: the distance under which two
     states of a row, or two rows, are one point; ``scale``: what movement is expressed in
-    (the vocabulary's spread). level_of: ((n,) level index per row, level names)."""
+    (the vocabulary's spread). level_of: ((n,) level index per row, level names).
+    ``unmoved_untrained`` False: unmoved rows are counted, not flagged (a trained first state)."""
     x = as_matrix(x)
     groups = identical_groups(x, tolerance, seed=seed)
     identical = np.zeros(len(x), bool)
@@ -99,7 +101,7 @@ def untrained(
                 mine = index == li
                 if mine.any():
                     by_level[name] = float(unmoved[mine].mean())
-    flagged = identical | (unmoved if unmoved is not None else False)
+    flagged = identical | (unmoved if unmoved is not None and unmoved_untrained else False)
     return RowFindings(
         tolerance=float(tolerance),
         movement=movement,
@@ -136,6 +138,7 @@ def snapshot(
     scale: float | None = None,
     tolerance: float | None = None,
     level_of: tuple[np.ndarray, list[str]] | None = None,
+    unmoved_untrained: bool = True,
 ) -> Snapshot:
     """Cheap figures of new rows x (n, d) against original rows ``reference`` (m, d).
 
@@ -143,7 +146,9 @@ def snapshot(
     computed for each on a seeded sample of at most ``rsa_max_items`` tokens.
 
     tolerance (with first, scale, level_of): the row-by-row findings of :func:`untrained`
-    too, in ``rows``; None leaves them out.
+    too, in ``rows``; None leaves them out. ``unmoved_untrained`` False: rows not moved
+    since ``first`` are counted but not untrained (their first state was trained: a
+    grounded init, as the gate judges a row that barely moved since one).
 
     Single-threaded BLAS: inside a training process torch's OpenMP threads spin beside
     OpenBLAS's, and 1,000 x 1,000 took 0.55-3.7 s multi-threaded against 0.26-0.29 s on
@@ -153,7 +158,9 @@ def snapshot(
         out = _snapshot(x, reference, levels, rsa_max_items, n_permutations, seed)
         if tolerance is not None:
             s = scale if scale is not None else 0.0
-            out.rows = untrained(x, first, s, tolerance, level_of, seed=seed)
+            out.rows = untrained(
+                x, first, s, tolerance, level_of, seed=seed, unmoved_untrained=unmoved_untrained
+            )
         return out
 
 
