@@ -130,6 +130,14 @@ class Verdict:
     cause: str | None = None  # the cause the sentence names (None: none named)
     remedy: str | None = None  # the remedy the sentence names (None: nothing to do)
 
+    @property
+    def words(self) -> str:
+        """The outcome as ``geodiag check`` says it: a warning does not fail the gate."""
+        if self.status == "fail":
+            return "FAIL"
+        n = sum(c.status == "warn" for c in self.checks)
+        return f"PASS with {n} warning{'s' if n != 1 else ''}" if n else "PASS"
+
 
 def _where(m: MatrixReport, n_matrices: int) -> str:
     """Which matrix a sentence is about, when there is more than one (an untied head)."""

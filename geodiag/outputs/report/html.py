@@ -135,8 +135,8 @@ def metrics_table(report: Report, p: _Ptr) -> tuple[list[str], list[list[Cell]]]
         rows.append(row)
     status = [Cell("gate")]
     for ci, _ in columns:
-        s = report.checkpoints[ci].verdict.status
-        status.append(Cell(s, pointer("checkpoints", ci, "verdict", "status"), f"num status {s}"))
+        v = report.checkpoints[ci].verdict
+        status.append(Cell(v.words, None, f"num status {v.status}"))
     status.append(Cell("", None))
     rows.append(status)
     return header, rows
@@ -335,9 +335,10 @@ def finding_counts(report: Report, p: _Ptr) -> list[list[Cell]]:
             rows.append(
                 [
                     Cell(e.label + (" (output head)" if m.role == "output" else "")),
-                    Cell(e.verdict.status, None, f"status {e.verdict.status}"),
+                    Cell(e.verdict.words, None, f"status {e.verdict.status}"),
                     p.num("checkpoints", ci, "report", "matrices", mi, "n_new"),
                     p.num(*at, "n_untrained"),
+                    _gate_count(e, ci, m.role, p),
                     count("dead_codes", u._n_items is not None),
                     count("barely_moved", u.movement is not None),
                     count("at_vocabulary_mean", True),
@@ -345,6 +346,15 @@ def finding_counts(report: Report, p: _Ptr) -> list[list[Cell]]:
                 ]
             )
     return rows
+
+
+def _gate_count(e, ci: int, role: str, p: _Ptr) -> Cell:
+    """The untrained rows the gate's n_untrained check counts on matrix ``role`` (those
+    something feeds, or may): the number ``geodiag check`` prints and judges."""
+    for k, c in enumerate(e.gate.checks):
+        if c.name == CheckName.N_UNTRAINED and c.matrix == role and c.value is not None:
+            return p.num("checkpoints", ci, "gate", "checks", k, "value")
+    return Cell("-", None, "num miss")
 
 
 def codebook_rows(report: Report, p: _Ptr) -> list[list[Cell]]:

@@ -4,8 +4,8 @@ Six arms as ``make demo`` writes them, test-sized: ``gti init`` mean, random and
 (grounded from description-mean), each then ``gti sft``; the tiny world's level-a code 3 is
 carried by no item (a dead code). Routes: ``geodiag check PATH --json``, ``geodiag.check`` on
 the path, on the model and tokenizer loaded by transformers (the README's snippet), on the
-model with the new ids only (the callback's in-memory gate), the callback's save-time gate
-on the folder, and the report's entry. Each must give the same pass / fail, the same checks
+model with the new ids only (the callback's in-memory gate), the report's entry (its card
+says PASS or FAIL as `check` does), and the callback's save-time gate on a saved copy. Each must give the same pass / fail, the same checks
 with the same statuses and the same values.
 """
 
@@ -27,6 +27,8 @@ from geodiag.callback.checkpoints import gate_saved
 from geodiag.cli import app
 from geodiag.gate.checks import GateConfig
 from geodiag.io.vocabulary.sidecar import Level, save
+from geodiag.outputs.report.build import build_report
+from geodiag.outputs.report.options import ReportOptions
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.run import run_init
 from gti.sft.config import SFTConfig
@@ -135,6 +137,10 @@ def test_every_route_gives_the_same_verdict(arms, arm, tmp_path):
         "model and tokenizer (README)": _judged(geodiag.check(model, tokenizer=tokenizer, **kw)),
         "model and new ids (callback)": _judged(geodiag.check(model, new_ids=ids, **kw)),
     }
+    report = build_report([path], opts=ReportOptions(n_permutations=PERMUTATIONS, seed=SEED))
+    (entry,) = report.checkpoints
+    routes["report"] = _judged(entry.gate)
+    assert entry.verdict.words.split()[0] == ("PASS" if by_path[0] else "FAIL")
     saved = tmp_path / "checkpoint-3"
     shutil.copytree(path, saved)
     result, _, measured = gate_saved(saved, model, GateConfig(), SEED, {"new_ids": ids})
@@ -172,3 +178,22 @@ def test_a_model_without_its_folder_says_what_it_could_not_know(arms):
     assert any("no folder found" in n and "folder=" in n for n in report.notes), report.notes
     by_folder = geodiag.check(model, tokenizer=tokenizer, folder=path, n_permutations=PERMUTATIONS)
     assert _judged(by_folder) == _judged(geodiag.check(path, n_permutations=PERMUTATIONS))
+
+
+def test_the_report_counts_what_the_gate_counts(arms):
+    """The report's count table shows the untrained rows the gate judges beside all of
+    them, and its words are `check`'s (PASS with warnings, never WARN against a PASS)."""
+    from geodiag.jsonio import to_jsonable
+    from geodiag.outputs.report.html import _Ptr, finding_counts
+
+    paths = [arms["sft/mean"], arms["sft/gti"]]
+    report = build_report(paths, opts=ReportOptions(n_permutations=PERMUTATIONS, seed=SEED))
+    rows = finding_counts(report, _Ptr(to_jsonable(report)))
+    for path, row in zip(paths, rows, strict=True):
+        result = geodiag.check(path, n_permutations=PERMUTATIONS, seed=SEED)
+        (u,) = [c for c in result.checks if c.name == "n_untrained"]
+        words, gate_count = row[1].text, row[4].text
+        assert words.split()[0] == ("PASS" if result.passed else "FAIL"), words
+        assert int(gate_count) == int(u.value), (path, gate_count, u.message)
+    assert rows[1][1].text.startswith("PASS with")  # the dead codes warn
+    assert int(rows[1][3].text) == 5 and int(rows[1][4].text) == 0  # five dead codes, spared
