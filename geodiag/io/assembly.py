@@ -55,6 +55,7 @@ from geodiag.io.vocabulary.new_tokens import (
     NewTokens,
     Sources,
     absent_from,
+    from_sidecar,
     resolve_new_tokens,
 )
 from geodiag.io.vocabulary.sid_index import ForeignSids, open_foreign
@@ -263,6 +264,13 @@ def new_tokens(d: Draft) -> None:
         declared=declared,
     )
     d.new = resolve_new_tokens(sources)
+    if d.new.source == "flag" and _flag_names_map_rows(d):
+        flag = "--new-tokens" if d.opts.new_tokens is not None else "--base-vocab-size"
+        d.new = from_sidecar(sources)  # the same rows: the map's levels and items apply
+        d.notes.append(
+            f"new rows: {flag} names the rows {d.sidecar_path.name} names; its levels and "
+            "items apply"
+        )
     if declared is None and d.declared is not None:
         d.notes.append(
             f"the new ids given are the rows {d.sidecar_path.name} names: its levels and "
@@ -284,6 +292,17 @@ def _names_map_rows(d: Draft) -> bool:
     rows = {t for lv in side.levels for t in lv.token_ids if t >= 0}
     stated = declared.base_vocab_size
     return rows == set(declared.ids.tolist()) and stated in (None, side.base_vocab_size)
+
+
+def _flag_names_map_rows(d: Draft) -> bool:
+    """``--new-tokens`` / ``--base-vocab-size`` name exactly the SID map's rows, over the
+    base vocabulary it states: a flag that repeats the map adds nothing, and takes nothing."""
+    side, new = d.sidecar, d.new
+    if side is None or not side.has_token_ids or d.trainable is not None:
+        return False
+    rows = {t for lv in side.levels for t in lv.token_ids if t >= 0}
+    stated = side.base_vocab_size
+    return rows == set(new.ids.tolist()) and stated in (None, new.base_vocab_size)
 
 
 def _base_tokenizer(d: Draft) -> TokenizerInfo | None:

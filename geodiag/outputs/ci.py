@@ -28,6 +28,7 @@ from geodiag.gate.checks import (
     GateResult,
     format_value,
 )
+from geodiag.io.vocabulary.references import REFERENCE_NOTES
 from geodiag.outputs.text import dropped_lines, integrity_lines, sample_lines
 
 
@@ -77,6 +78,8 @@ def check_text(report: CheckpointReport, res: GateResult, *, quiet: bool = False
                 for line in dropped_lines(m, indent="  ") + sample_lines(m, indent="  ")
             ]
         lines += [terminal(f"  {line}") for line in integrity_lines(report)]
+        # What the rows' movement was measured from, or why not: a verdict may rest on it.
+        lines += [terminal(f"  {n}") for n in report.notes if n.startswith(REFERENCE_NOTES)]
         # A source of usage that could not be counted.
         lines += [terminal(f"  note: {note}") for note in report.usage_notes]
     lines.append(terminal(f"  verdict: {res.verdict}"))

@@ -67,13 +67,33 @@ def reference_of(ckpt, opts: ReadOptions, declared: Declared | None, opener: Ope
         where = opts.reference if is_remote(opts.reference) else Path(opts.reference)
         ref = _open(ckpt, where, ask, "--reference")
         return ref, [f"reference: {opts.reference} (--reference)"]
-    notes = []
+    notes = [] if opts.auto_reference else _declined(ckpt)
     for source in AUTOMATIC if opts.auto_reference else ():
         found = source(ckpt, ask)
         if found is not None and found.reference is not None:
             return found.reference, [*notes, f"{found.note} ({OFF_HINT})"]
         notes += [found.note] if found is not None else []
     return None, notes
+
+
+# The notes that say what the movement was measured from, or that it was not: ``geodiag
+# check`` prints them (geodiag.outputs.ci.check_text), as a verdict may rest on them.
+REFERENCE_NOTES = ("reference: ", "no reference: ")
+
+
+def _declined(ckpt) -> list[str]:
+    """``--no-auto-reference``: the before the files carry, named, and left unused."""
+    side = ckpt.own_sidecar or ckpt.sidecar
+    if side is None or is_remote(ckpt.location):
+        return []
+    folder = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
+    init = sidecar_mod.init_checkpoint(side, folder)
+    if init is None or not init.exists():
+        return []
+    return [
+        f"no reference: --no-auto-reference, though {sidecar_mod.FILENAME} names the init "
+        f"checkpoint {init}: rows that barely moved since it are not looked for"
+    ]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import shutil
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from sftworld import build_world
 from tinyworld import make_sids
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -26,7 +26,7 @@ import geodiag
 from geodiag.callback.checkpoints import gate_saved
 from geodiag.cli import app
 from geodiag.gate.checks import GateConfig
-from geodiag.io.vocabulary.sidecar import Level, save
+from geodiag.io.vocabulary.sidecar import Level, load, save
 from geodiag.outputs.report.build import build_report
 from geodiag.outputs.report.options import ReportOptions
 from gti.init.config import GroundingConfig, InitConfig
@@ -91,6 +91,19 @@ def arms(tmp_path_factory) -> dict[str, object]:
                 device="cpu",
             )
         )
+    # The demo's sft/random: SFT moved the vocabulary, but no example reached the new rows,
+    # which are still the random init's (here: set back to it after a real SFT). It fails
+    # on the rows that barely moved since the init the sidecar names.
+    unmoved = root / "sft" / "random-unmoved"
+    shutil.copytree(out["sft/random"], unmoved)
+    init_w = load_file(out["init/random"] / "model.safetensors")
+    weights = load_file(unmoved / "model.safetensors")
+    ids = [t for lv in load(unmoved / "semantic_ids.json").levels for t in lv.token_ids]
+    for name, w in weights.items():
+        if w.shape[0] == init_w[name].shape[0] and w.ndim == 2 and "embed" in name:
+            w[ids] = init_w[name][ids]
+    save_file(weights, unmoved / "model.safetensors", metadata={"format": "pt"})
+    out["sft/random-unmoved"] = unmoved
     return out
 
 
@@ -197,3 +210,62 @@ def test_the_report_counts_what_the_gate_counts(arms):
         assert int(gate_count) == int(u.value), (path, gate_count, u.message)
     assert rows[1][1].text.startswith("PASS with")  # the dead codes warn
     assert int(rows[1][3].text) == 5 and int(rows[1][4].text) == 0  # five dead codes, spared
+
+
+def _flag_values(arms, arm, tmp_path) -> dict[str, list[str]]:
+    """Each reading flag of `geodiag check` with a value that tells the truth about ``arm``."""
+    path = arms[arm]
+    side = load(path / "semantic_ids.json")
+    index = {k: [side.levels[i].token(c) for i, c in enumerate(v)] for k, v in side.items.items()}
+    (tmp_path / "Tiny.index.json").write_text(json.dumps(index))
+    data = "".join(json.dumps({"text": "".join(v)}) + "\n" for v in index.values())
+    (tmp_path / "train.jsonl").write_text(data)
+    (tmp_path / "chat.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    ids = [t for lv in side.levels for t in lv.token_ids]
+    init = path.parent.parent / "init" / path.name.split("-")[0]
+    return {
+        "--tensor": ["model.embed_tokens.weight"],
+        "--sidecar": [str(path / "semantic_ids.json")],
+        "--new-tokens": [f"{min(ids)}:{max(ids) + 1}"],
+        "--base-vocab-size": [str(min(ids))],
+        "--level-pattern": [r"^<(?P<level>[A-Za-z]+)_(?P<code>\d+)>$"],
+        "--codebooks": [str(path / "codebooks.safetensors")],
+        "--sids": [str(tmp_path / "Tiny.index.json")],
+        "--sid-offset": ["0", "--sids", str(tmp_path / "Tiny.index.json")],
+        "--allow-nonfinite": [],
+        "--base": [str(path.parent.parent / "world" / "model")],
+        "--full-vocabulary": [],
+        "--reference": [str(init)],
+        "--data": [str(tmp_path / "train.jsonl")],
+        "--chat-template": [str(tmp_path / "chat.jinja")],
+        "--no-auto-reference": [],
+    }
+
+
+# The flags that may turn a FAIL into a PASS, and the fact the output must then state.
+STATED = {
+    "--no-auto-reference": "no reference: --no-auto-reference",
+    "--data": "absent from",
+}
+
+
+@pytest.mark.parametrize("arm", [*ARMS, "sft/random-unmoved"])
+def test_no_flag_turns_a_fail_into_a_pass_without_saying_why(arms, arm, tmp_path):
+    """Every reading flag of `check`, each given what is true of the checkpoint: a FAIL
+    stays a FAIL unless the flag brings (or takes away) a fact the output states."""
+    runner, path = CliRunner(), str(arms[arm])
+    cmd = ["check", path, "--permutations", str(PERMUTATIONS), "--no-color"]
+    before = runner.invoke(app, cmd)
+    assert before.exit_code in (0, 1), before.output
+    flags = _flag_values(arms, arm, tmp_path)
+    for flag in ("--sids", "--reference", "--data", "--no-auto-reference", "--new-tokens"):
+        assert flag in flags  # the flags the issue names are among those tried
+    for flag, values in flags.items():
+        res = runner.invoke(app, [*cmd, flag, *values])
+        assert res.exit_code in (0, 1), (flag, res.output)
+        if before.exit_code == 1 and res.exit_code == 0:
+            assert flag in STATED and STATED[flag] in res.output, (flag, res.output)
+    if arm == "sft/random-unmoved":  # it fails on its movement since the sidecar's init
+        assert before.exit_code == 1 and "barely moved since the reference" in before.output
+        off = runner.invoke(app, [*cmd, "--no-auto-reference"])
+        assert off.exit_code == 0 and STATED["--no-auto-reference"] in off.output
