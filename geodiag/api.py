@@ -90,7 +90,7 @@ def open_source(
     ``sids``: a framework's SID map (``--sids``; :func:`with_sids`). ``folder``: for rows in
     memory, the folder whose files describe them (default: the one the model or tokenizer
     was loaded from; False: none; :mod:`geodiag.io.in_memory`)."""
-    levels, codebooks, read = with_sids(source, sids, levels, codebooks, read, tokenizer)
+    levels, codebooks, read = with_sids(source, sids, levels, codebooks, read, tokenizer, folder)
     opened = (new_ids, base_vocab_size, levels, codebooks, read, tokenizer)
     ckpt = _open_source(source, *opened, folder)
     if reference is not None:
@@ -102,10 +102,11 @@ def open_source(
     return ckpt
 
 
-def with_sids(source, sids, levels, codebooks, read, tokenizer):
+def with_sids(source, sids, levels, codebooks, read, tokenizer, folder=None):
     """(levels, codebooks, read) once ``sids``, a framework's SID map, is taken in: for a
     path, ``--sids`` and ``--codebooks``; in memory, its levels matched to ``tokenizer``
-    (a transformers tokenizer, or a folder holding ``tokenizer.json``)."""
+    (a transformers tokenizer, or a folder holding ``tokenizer.json``), else to the
+    tokenizer of ``folder``. The map's items go with its levels (Declared.sids)."""
     if sids is None:
         return levels, codebooks, read
     if levels is not None:
@@ -114,10 +115,12 @@ def with_sids(source, sids, levels, codebooks, read, tokenizer):
         extra = {"codebooks": Path(codebooks)} if isinstance(codebooks, str | os.PathLike) else {}
         read = dataclasses.replace(read or ReadOptions(), sids=Path(sids), **extra)
         return None, None if extra else codebooks, read
-    if tokenizer is None:
-        raise InputError("sids", "in memory, a tokenizer names the SID tokens: pass tokenizer=")
+    if tokenizer is None and not isinstance(folder, str | os.PathLike):
+        raise InputError(
+            "sids", "in memory, a tokenizer names the SID tokens: pass tokenizer= (or folder=)"
+        )
     path_books = codebooks if isinstance(codebooks, str | os.PathLike) else None
-    found = read_foreign(sids, path_books, tokenizer)
+    found = read_foreign(sids, path_books, tokenizer if tokenizer is not None else folder)
     return found.sids, (found.codebooks or codebooks) or None, read
 
 

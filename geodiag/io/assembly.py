@@ -220,12 +220,17 @@ def sid_maps(d: Draft) -> None:
     opts, roots = d.opts, d.opened.roots
     declared = d.declared
     side_path = opts.sidecar or d.found(sidecar_mod.FILENAME)
-    if declared is not None and declared.levels_path is not None:
-        side_path = declared.levels_path  # levels given as a sidecar: it is the sidecar
     own = sidecar_mod.load(side_path) if side_path is not None else None
     d.sidecar, d.sidecar_path = own, side_path
+    if declared is not None and declared.sids is not None:
+        # Levels given as a SID map (a sidecar, a framework's map read in Python): it is the
+        # map in use; the sidecar beside keeps its provenance.
+        d.sidecar = declared.sids
+        d.sidecar_path = declared.levels_path or Path(declared.where)
+        d.own_sidecar = own if own is not None and declared.levels_path != side_path else None
+        return
     if declared is not None and declared.by_level is not None:
-        return  # levels given in Python: the caller's map
+        return  # levels given in Python as ids: the caller's
     if opts.sids is None and own is not None:
         return
     try:
@@ -286,9 +291,7 @@ def _names_map_rows(d: Draft) -> bool:
     if side is None or declared is None or not side.has_token_ids:
         return False
     if declared.by_level is not None:
-        return declared.levels_path is not None and declared.levels_path == d.sidecar_path and (
-            declared.base_vocab_size == side.base_vocab_size
-        )
+        return declared.sids is side and declared.base_vocab_size == side.base_vocab_size
     rows = {t for lv in side.levels for t in lv.token_ids if t >= 0}
     stated = declared.base_vocab_size
     return rows == set(declared.ids.tolist()) and stated in (None, side.base_vocab_size)

@@ -124,6 +124,9 @@ class Declared:
     levels_path: Path | None  # the semantic_ids.json the levels were read from
     base_vocab_size: int | None  # as given, else as the levels' sidecar states it
     where: str  # the argument that named the ids, for errors
+    # The SID map the levels were given as (a sidecar file or object, a framework's map read
+    # by read_foreign): its items say which codes are used (geodiag.io.assembly).
+    sids: sidecar_mod.SemanticIds | None = None
 
     @property
     def base(self) -> int:
@@ -143,6 +146,9 @@ def declare(
         assert given is not None
         return Declared(given, None, None, base_vocab_size, "new_ids")
     by_level, path, stated = _read_levels(levels)
+    sids = levels if isinstance(levels, sidecar_mod.SemanticIds) else None
+    if path is not None:
+        sids = sidecar_mod.load(path)
     ids = np.concatenate(list(by_level.values()))
     if given is not None and set(given.tolist()) != set(ids.tolist()):
         raise InputError("new_ids", "differ from the token ids of `levels`; give one of them")
@@ -150,7 +156,7 @@ def declare(
         raise InputError("levels", "a token id appears in two levels")
     where = "new_ids" if given is not None else str(path or "levels")
     base = base_vocab_size if base_vocab_size is not None else stated
-    return Declared(ids, by_level, path, base, where)
+    return Declared(ids, by_level, path, base, where, sids)
 
 
 @dataclass(frozen=True)
