@@ -38,37 +38,31 @@ from geodiag.io.formats.memory import MemoryStore, array_matrix, gathered, is_to
 from geodiag.io.sources.options import ReadOptions
 from geodiag.io.vocabulary import sidecar as sidecar_mod
 from geodiag.io.vocabulary.new_tokens import Levels, NewTokens, Sources, declare, resolve_new_tokens
-from geodiag.io.vocabulary.sid_index import is_ours, read_foreign
+from geodiag.io.vocabulary.sid_index import read_foreign
 from geodiag.io.vocabulary.tokenizer import tokenizer_in_memory
 from geodiag.settings import default_of
 
 Codebooks = Mapping[str, object] | str | os.PathLike[str]
 
 
-def _codebooks(codebooks: Codebooks, new: NewTokens) -> tuple[dict[str, np.ndarray], str | None]:
+def _codebooks(
+    codebooks: Codebooks, new: NewTokens, side: sidecar_mod.SemanticIds | None = None
+) -> tuple[dict[str, np.ndarray], str | None]:
     """Per level, the codebook vector of each new token's code, in token order: from a
-    file or {level: array or tensor}, checked as the file readers check theirs (each
-    level's codebook has exactly one code per token of the level)."""
-    from geodiag.io.vocabulary.codebooks import codebook_rows
+    file or {level: array or tensor}, checked by the one rule the file readers apply
+    (``codebook_rows``; the levels' sizes: ``side``'s, else their tokens' given in Python)."""
+    from geodiag.io.vocabulary.codebooks import books_in_file, codebook_rows, level_sizes
 
-    if isinstance(codebooks, str | os.PathLike) and not is_ours(Path(codebooks)):
-        from geodiag.io.vocabulary.sids import read_codebooks  # a framework's: its levels in order
-
-        where, read = str(codebooks), read_codebooks(codebooks).books
-        given = {name: read[i] for i, name in enumerate(new.level_names) if i < len(read)}
-    elif isinstance(codebooks, str | os.PathLike):
-        from geodiag.io.formats.safetensors import SafetensorsFile
-
-        f = SafetensorsFile(Path(codebooks))
+    if isinstance(codebooks, str | os.PathLike):
         where = str(codebooks)
-        given = {name: f.read(name) for name in new.level_names if name in f.tensors}
+        given = books_in_file(Path(codebooks), new.level_names)[0]
     else:
         where = "codebooks"
         given = {
             str(k): b.detach().cpu().numpy() if is_torch(b) else b for k, b in codebooks.items()
         }
     books = {k: np.asarray(b, dtype=np.float64) for k, b in given.items()}
-    return codebook_rows(books, new, where, where, exact=True)
+    return codebook_rows(books, new, where, where, sizes=level_sizes(new, side))
 
 
 class _Names:
@@ -177,7 +171,7 @@ def _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, toke
             if base_vocab_size is not None:
                 raise InputError("base_vocab_size", "give it with new_ids or levels")
             if codebooks is not None and ckpt.new.level_names:
-                ckpt.codebooks, ckpt.codebooks_note = _codebooks(codebooks, ckpt.new)
+                ckpt.codebooks, ckpt.codebooks_note = _codebooks(codebooks, ckpt.new, ckpt.sidecar)
             return ckpt
     else:
         if read is not None:

@@ -43,7 +43,12 @@ from geodiag.io.sources.options import ReadOptions
 from geodiag.io.sources.remote import is_remote
 from geodiag.io.stack import detect_stack
 from geodiag.io.vocabulary import sidecar as sidecar_mod
-from geodiag.io.vocabulary.codebooks import codebook_rows, codebooks_of, file_digest
+from geodiag.io.vocabulary.codebooks import (
+    codebook_rows,
+    codebooks_of,
+    file_digest,
+    level_sizes,
+)
 from geodiag.io.vocabulary.new_tokens import (
     Declared,
     NewTokens,
@@ -296,14 +301,14 @@ def open_checkpoint(
         notes += foreign.notes + _notes(tok, new, side, side_path, trainable, head, config)
         book_path = foreign.codebooks_path
         books, book_note = codebook_rows(
-            foreign.codebooks, new, book_path, book_path.name, exact=False
+            foreign.codebooks, new, book_path, book_path.name, sizes=level_sizes(new, side)
         )
         book_digest = file_digest(book_path)
     elif declared is None:
         notes += (foreign.notes if foreign else []) + _notes(
             tok, new, side, side_path, trainable, head, config
         )
-        books, book_note, book_digest = codebooks_of(book_path, opts, new)
+        books, book_note, book_digest = codebooks_of(book_path, opts, new, level_sizes(new, side))
     else:  # the caller's rows: how the files would have named them does not apply
         notes += _notes(tok, new, None, side_path, None, head, config)
         books, book_note, book_digest = {}, None, None

@@ -305,8 +305,8 @@ def open_foreign(
     tok: TokenizerInfo | None,
 ) -> ForeignSids | None:
     """``--sids`` (else a map beside the weights under a framework's usual name) and its
-    codebooks (``--codebooks`` unless ours, else beside the weights), matched; None when
-    no map is given or found."""
+    codebooks (``--codebooks``, else ``codebooks.safetensors`` or a framework's beside the
+    weights), matched; None when no map is given or found."""
     from geodiag.io.vocabulary.sids import (
         CODEBOOKS,
         MAPS,
@@ -322,12 +322,11 @@ def open_foreign(
         raise InputError("--sids", f"{map_path}: no such file")
     m = read_sid_map(map_path)
     book_path = codebooks
-    if book_path is not None and is_ours(book_path):
-        book_path = None  # ours, one tensor per level name: read by geodiag.io.vocabulary.codebooks
-    elif book_path is None and not any(
-        (r / sidecar_mod.CODEBOOKS_FILENAME).is_file() for r in roots
-    ):
-        book_path = find_beside(roots, CODEBOOKS)
+    if book_path is None:  # ours beside the weights first, else a framework's
+        ours = [r / sidecar_mod.CODEBOOKS_FILENAME for r in roots]
+        book_path = next((p for p in ours if p.is_file()), None) or find_beside(roots, CODEBOOKS)
+    # every codebook file (ours too) is matched with the map, so a level's size is its
+    # codebook's and codes without a token count as dead codes
     books = read_codebooks(book_path) if book_path is not None else None
     found = match_sids(m, books, tok, offset)
     if sids is None:

@@ -11,7 +11,8 @@ MiniOneRec's ``*.codes*.npy`` (``codes_npy``), OpenOneRec's ``*_codes.parquet``
 Codebooks: LC-Rec's ``.pth`` (``lcrec_pth``), MiniOneRec's ``.npz`` (``minionerec_npz``),
 OpenOneRec's ``model.pt`` (``openonerec_pt``), GRID's ``.ckpt`` (``grid_ckpt``),
 RQ-VAE-Recommender's ``.pt`` (``rqvae_recommender_pt``), semantic-ids-llm's
-(``semantic_ids_llm_pt``). torch files go through ``torch_books`` (restricted unpickling).
+(``semantic_ids_llm_pt``), and safetensors: ours, or a framework's inside its whole model's
+(``safetensors_books``). torch files go through ``torch_books`` (restricted unpickling).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from geodiag.io.vocabulary.sids import (  # noqa: F401  (each registers its dial
     openonerec_parquet,
     openonerec_pt,
     rqvae_recommender_pt,
+    safetensors_books,
     semantic_ids_llm_parquet,
     semantic_ids_llm_pt,
 )

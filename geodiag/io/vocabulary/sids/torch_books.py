@@ -132,12 +132,18 @@ def books_from_state(
     return SidCodebooks(path, dialect, framework, books, detected)
 
 
+# Each state-dict dialect's framework and level pattern, by dialect name: also how a
+# framework's codebooks are found in a safetensors file of its whole model (``safetensors_books``).
+STATE_PATTERNS: dict[str, tuple[str, re.Pattern[str]]] = {}
+
+
 def register_state_books(
     name: str, framework: str, pattern: str, usual_names: tuple[str, ...]
 ) -> Dialect:
     """A codebook dialect kept in a torch.save state dict, registered: recognised by the
     level-0 tensor ``pattern`` names (``(\\d+)``: the level), read by :func:`books_from_state`."""
     levels = re.compile(pattern)
+    STATE_PATTERNS[name] = (framework, levels)
     return register_codebooks(
         Dialect(
             name,

@@ -394,6 +394,48 @@ def write_rqvae_recommender(folder: Path) -> Path:
     return folder / "checkpoint_49999.pt"
 
 
+def write_rqvae_recommender_hub(folder: Path) -> Path:
+    """RQ-VAE-Recommender's ``RqVae`` is a ``PyTorchModelHubMixin``: ``save_pretrained`` /
+    ``push_to_hub`` write ``config.json`` and ``model.safetensors``
+    (``safetensors.torch.save_model`` of the whole module: encoder, decoder and
+    ``layers.{i}.embedding.weight``)."""
+    import torch
+    from safetensors.torch import save_model
+
+    folder.mkdir(parents=True, exist_ok=True)
+    state, _ = _rqvae_state("layers.", code_books())
+    model = torch.nn.Module()
+    for name, value in state.items():  # a module holding exactly that state
+        *path, last = name.split(".")
+        holder = model
+        for part in path:
+            if not hasattr(holder, part):
+                holder.add_module(part, torch.nn.Module())
+            holder = getattr(holder, part)
+        holder.register_parameter(last, torch.nn.Parameter(value.clone()))
+    save_model(model, str(folder / "model.safetensors"))
+    config = {"input_dim": 12, "embed_dim": CODE_DIM, "codebook_size": K, "n_layers": N_LEVELS}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder / "model.safetensors"
+
+
+def write_model_used_codes(folder: Path, spelling: str = "letter") -> Path:
+    """A checkpoint whose tokenizer holds only the codes :func:`sid_codes` uses (as every
+    framework adds them: LC-Rec's, GenRec's ``new_tokens.json``), structured rows."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = base_rows()
+    codes = sid_codes()
+    keep = [(i, c) for i in range(N_LEVELS) for c in range(K) if (codes[:, i] == c).any()]
+    rows = sid_rows("structured")[[i * K + c for i, c in keep]]
+    emb = np.concatenate([base, rows]).astype(np.float32)
+    save_file({"model.embed_tokens.weight": emb}, folder / "model.safetensors")
+    config = {"model_type": "llama", "hidden_size": DIM, "vocab_size": len(emb)}
+    (folder / "config.json").write_text(json.dumps(config))
+    names = [SPELL[spelling](i, c) for i, c in keep]
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer_json(BASE, names)))
+    return folder
+
+
 class Payload:
     """A planted pickle: unpickling it would run ``touch MARKER``."""
 
