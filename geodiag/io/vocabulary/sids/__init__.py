@@ -7,7 +7,8 @@ frameworks' usual names (:func:`find_beside`).
 Maps: LC-Rec / LETTER / MiniOneRec ``*.index.json`` (``index_json``), ETEGRec's
 ``*.code.json`` (``code_json``), GRID's ``merged_predictions_tensor.pt`` (``grid_tensor``),
 MiniOneRec's ``*.codes*.npy`` (``codes_npy``), OpenOneRec's ``*_codes.parquet``
-(``openonerec_parquet``), semantic-ids-llm's table (``semantic_ids_llm_parquet``).
+(``openonerec_parquet``), semantic-ids-llm's table (``semantic_ids_llm_parquet``),
+TorchEasyRec's ``item_id`` / ``codes`` table, parquet or CSV (``torcheasyrec_table``).
 Codebooks: LC-Rec's ``.pth`` (``lcrec_pth``), MiniOneRec's ``.npz`` (``minionerec_npz``),
 OpenOneRec's ``model.pt`` (``openonerec_pt``), GRID's ``.ckpt`` (``grid_ckpt``),
 RQ-VAE-Recommender's ``.pt`` (``rqvae_recommender_pt``), semantic-ids-llm's
@@ -36,6 +37,7 @@ from geodiag.io.vocabulary.sids import (  # noqa: F401  (each registers its dial
     safetensors_books,
     semantic_ids_llm_parquet,
     semantic_ids_llm_pt,
+    torcheasyrec_table,
 )
 from geodiag.io.vocabulary.sids.base import (
     CODEBOOKS,

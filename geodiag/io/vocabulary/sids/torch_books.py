@@ -91,16 +91,26 @@ def load(path: Path) -> tuple[Archive, dict[str, StoredTensor]]:
     return _open(path, path.stat().st_mtime)
 
 
+# torch.compile's wrapper names a compiled module's state ``_orig_mod.<name>``
+# (semantic-ids-llm's best_model.pth); its loaders drop the prefix, and so does this one.
+COMPILED_PREFIX = "_orig_mod."
+
+
 def state_dict(obj: object) -> dict[str, StoredTensor]:
     """The tensors of the saved dict's state dict: under one of :data:`STATE_KEYS`, else
-    the dict's own tensors (a plain ``model.state_dict()``)."""
+    the dict's own tensors (a plain ``model.state_dict()``); torch.compile's
+    :data:`COMPILED_PREFIX` dropped, as the frameworks' loaders drop it."""
     if not isinstance(obj, dict):
         return {}
+    tensors = {str(k): v for k, v in obj.items() if isinstance(v, StoredTensor)}
     for key in STATE_KEYS:
         inner = obj.get(key)
         if isinstance(inner, dict) and any(isinstance(v, StoredTensor) for v in inner.values()):
-            return {str(k): v for k, v in inner.items() if isinstance(v, StoredTensor)}
-    return {str(k): v for k, v in obj.items() if isinstance(v, StoredTensor)}
+            tensors = {str(k): v for k, v in inner.items() if isinstance(v, StoredTensor)}
+            break
+    if any(k.startswith(COMPILED_PREFIX) for k in tensors):
+        return {k.replace(COMPILED_PREFIX, ""): v for k, v in tensors.items()}
+    return tensors
 
 
 def matches(path: Path, head: bytes, pattern: re.Pattern[str]) -> bool:

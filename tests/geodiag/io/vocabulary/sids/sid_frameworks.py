@@ -436,6 +436,76 @@ def write_model_used_codes(folder: Path, spelling: str = "letter") -> Path:
     return folder
 
 
+def write_grid_float(folder: Path) -> Path:
+    """GRID's default writer without its post-processing: ``merge_list_of_keyed_tensors_
+    to_single_tensor`` fills ``torch.zeros((items, levels))`` (float32) row by row."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    codes = sid_codes()
+    out = torch.zeros((N_ITEMS, N_LEVELS))
+    for i, row in enumerate(codes.tolist()):
+        out[i] = torch.tensor(row)
+    torch.save(out.cpu(), folder / "merged_predictions_tensor.pt")
+    return folder / "merged_predictions_tensor.pt"
+
+
+def write_semantic_ids_llm_best(folder: Path) -> Path:
+    """semantic-ids-llm's ``best_model.pth`` (``save_checkpoint``): the model trained under
+    ``torch.compile``, so ``model_state_dict`` keys start ``_orig_mod.``; the optimizer's
+    and scheduler's states, ``val_loss`` and ``config.__dict__`` (paths within)."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model = torch.nn.Module()
+    model.vq_layers = torch.nn.ModuleList()
+    for book in code_books():
+        layer = torch.nn.Module()
+        layer.embedding = torch.nn.Embedding(*book.shape)
+        layer.embedding.weight.data = torch.from_numpy(book.copy())
+        model.vq_layers.append(layer)
+    model.encoder = torch.nn.Linear(12, CODE_DIM)
+    compiled = torch.compile(model)  # lazy: nothing compiles until a forward
+    opt = torch.optim.AdamW(compiled.parameters(), lr=3e-4)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+    config = {"category": "Video_Games", "checkpoint_dir": Path("checkpoints/rqvae")}
+    torch.save(
+        {
+            "epoch": 3,
+            "step": 120,
+            "model_state_dict": compiled.state_dict(),
+            "optimizer_state_dict": opt.state_dict(),
+            "scheduler_state_dict": scheduler.state_dict(),
+            "val_loss": 0.0123,
+            "config": config,
+        },
+        folder / "best_model.pth",
+    )
+    return folder / "best_model.pth"
+
+
+def write_torcheasyrec(folder: Path) -> dict[str, Path]:
+    """TorchEasyRec's ``tzrec.predict`` output: ``part-0.parquet`` (``codes`` list<int64>,
+    then the reserved ``item_id``) as its ParquetWriter writes it, and the CSV table with
+    ``codes`` comma-delimited (pyarrow's CSV writer takes no list column)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    codes = sid_codes()
+    item_ids = pa.array(np.arange(N_ITEMS, dtype=np.int64) + 5000)
+    batch = pa.RecordBatch.from_arrays([pa.array(codes.tolist()), item_ids], ["codes", "item_id"])
+    writer = pq.ParquetWriter(folder / "part-0.parquet", batch.schema)
+    writer.write_batch(batch)
+    writer.close()
+    text = pa.array([",".join(map(str, r)) for r in codes.tolist()])
+    rows = pa.RecordBatch.from_arrays([text, item_ids], ["codes", "item_id"])
+    with pacsv.CSVWriter(folder / "part-0.csv", rows.schema) as w:
+        w.write(rows)
+    return {"parquet": folder / "part-0.parquet", "csv": folder / "part-0.csv"}
+
+
 class Payload:
     """A planted pickle: unpickling it would run ``touch MARKER``."""
 
