@@ -119,3 +119,48 @@ def test_a_bom_index_gives_the_sidecar_figures_through_the_cli(env, tmp_path):
     wide = tmp_path / "wide.index.json"
     wide.write_bytes(env["lcrec"]["sids"].read_text().encode("utf-16"))
     assert "UTF-16" in one_line_exit_2(run("check", env["model"], "--sids", wide))
+
+
+def test_a_map_of_a_few_items_is_refused_with_the_counts(env, tmp_path):
+    """ETEGRec's list dialect takes any list of lists: [[1,2,3],[4,5,6]] is 2 items using
+    2 + 2 + 2 codes of the 3 x 16 tokens the model holds: 6 of 48, 12.5% (it was read
+    as the whole catalog, and n_untrained counted only the 6 rows it feeds)."""
+    from geodiag.io.vocabulary.sid_index import MIN_MAP_COVERAGE
+
+    path = tmp_path / "two.json"
+    path.write_text("[[1, 2, 3], [4, 5, 6]]")
+    line = one_line_exit_2(run("check", env["model"], "--sids", path, "--sid-offset", "0"))
+    assert str(path) in line
+    assert "its 2 items use 6 of the 48 SID tokens tokenizer.json holds (12.5%)" in line
+    assert f"at least {MIN_MAP_COVERAGE:.0%}" in line and "the 42 it leaves out" in line
+    assert "--sids FILE" in line and "semantic_ids.json" in line
+
+
+def test_the_coverage_rule_at_its_edge(env, tmp_path):
+    """The first n items of the LC-Rec index: refused while their distinct codes (counted
+    here with numpy) are under MIN_MAP_COVERAGE of the 48 tokens, read (and stated) once not."""
+    from geodiag.io.vocabulary.sid_index import MIN_MAP_COVERAGE
+
+    codes = fx.sid_codes()
+    index = json.loads(env["lcrec"]["sids"].read_text())
+
+    def used(n: int) -> int:
+        return sum(len(np.unique(codes[:n, lv])) for lv in range(fx.N_LEVELS))
+
+    n = next(n for n in range(1, fx.N_ITEMS) if used(n) >= MIN_MAP_COVERAGE * 3 * fx.K)
+    for k, ok in ((n - 1, False), (n, True)):
+        path = tmp_path / f"first{k}.index.json"
+        path.write_text(json.dumps({str(i): index[str(i)] for i in range(k)}))
+        flags = ("--sids", path, "--codebooks", env["lcrec"]["codebooks"])
+        if ok:
+            note = f"its {k} items use {used(k)} of the 48 SID tokens tokenizer.json holds"
+            assert any(note in x for x in metrics(env["model"], *flags)["notes"])
+        else:
+            line = one_line_exit_2(run("check", env["model"], *flags))
+            assert f"its {k} items use {used(k)} of the 48 SID tokens" in line
+
+
+def test_items_naming_tokens_the_tokenizer_lacks_are_counted(env, tmp_path):
+    model = fx.write_model(tmp_path / "s_letter", "s_letter")  # spells <s_a_12>
+    line = one_line_exit_2(run("check", model, "--sids", env["lcrec"]["sids"]))
+    assert f"{fx.N_ITEMS} of its {fx.N_ITEMS} items name SID tokens tokenizer.json lacks" in line
