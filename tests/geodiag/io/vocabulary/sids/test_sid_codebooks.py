@@ -13,6 +13,7 @@ import shutil
 import numpy as np
 import pytest
 import sid_frameworks as fx
+import sid_frameworks_variants as fv
 from geodiag_fixtures import one_line_exit_2
 from test_sid_routes import figures
 from typer.testing import CliRunner
@@ -44,7 +45,7 @@ def written(tmp_path_factory):
 def test_rqvae_recommenders_hub_safetensors_gives_the_sidecar_figures(written, tmp_path):
     pytest.importorskip("safetensors.torch")
     _, want, lcrec = written
-    hub = fx.write_rqvae_recommender_hub(tmp_path / "rqvae-hub")
+    hub = fv.write_rqvae_recommender_hub(tmp_path / "rqvae-hub")
     model = fx.write_model(tmp_path / "model", "letter")
     report = metrics(model, "--sids", lcrec["sids"], "--codebooks", hub)
     got = figures(report)
@@ -69,7 +70,7 @@ def test_a_codebook_file_that_yields_nothing_is_exit_2_naming_what_it_holds(writ
 
 def test_ours_over_a_vocabulary_of_used_codes_counts_the_dead_codes(written, tmp_path):
     _, want, lcrec = written
-    model = fx.write_model_used_codes(tmp_path / "used")
+    model = fv.write_model_used_codes(tmp_path / "used")
     books = tmp_path / sidecar.CODEBOOKS_FILENAME
     save_file({sidecar.level_name(i): b for i, b in enumerate(fx.code_books())}, books)
     got = figures(metrics(model, "--sids", lcrec["sids"], "--codebooks", books))

@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 import sid_frameworks as fx
+import sid_frameworks_variants as fv
 from geodiag_fixtures import one_line_exit_2
 from test_sid_routes import figures
 from typer.testing import CliRunner
@@ -52,7 +53,7 @@ def same_as_sidecar(got: dict, want: dict) -> None:
 
 def test_grids_float32_codes_read_as_integers(env, tmp_path):
     pytest.importorskip("torch")
-    path = fx.write_grid_float(tmp_path / "grid")
+    path = fv.write_grid_float(tmp_path / "grid")
     m = read_sid_map(path)
     np.testing.assert_array_equal(m.codes, fx.sid_codes())
     assert "float32 floats, all integer-valued" in m.detected[0]
@@ -72,7 +73,7 @@ def test_grids_float_tensor_with_a_non_integer_is_refused_naming_it(tmp_path):
 
 def test_semantic_ids_llms_compiled_best_model_reads_its_codebooks(env, tmp_path):
     pytest.importorskip("torch")
-    path = fx.write_semantic_ids_llm_best(tmp_path / "rqvae")
+    path = fv.write_semantic_ids_llm_best(tmp_path / "rqvae")
     books = read_codebooks(path)
     assert books.framework == "semantic-ids-llm" and len(books.books) == fx.N_LEVELS
     for got, want in zip(books.books, fx.code_books(), strict=True):
@@ -84,7 +85,7 @@ def test_semantic_ids_llms_compiled_best_model_reads_its_codebooks(env, tmp_path
 @pytest.mark.parametrize("kind", ["parquet", "csv"])
 def test_torcheasyrecs_sid_table(env, tmp_path, kind):
     pytest.importorskip("pyarrow")
-    path = fx.write_torcheasyrec(tmp_path / "sid_output")[kind]
+    path = fv.write_torcheasyrec(tmp_path / "sid_output")[kind]
     m = read_sid_map(path)
     assert m.framework == "TorchEasyRec" and m.items[:2] == ["5000", "5001"]
     np.testing.assert_array_equal(m.codes, fx.sid_codes())
