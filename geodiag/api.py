@@ -38,38 +38,33 @@ from geodiag.io.checkpoint import Checkpoint, checkpoint_of, open_checkpoint, wi
 from geodiag.io.formats.memory import gathered, is_torch
 from geodiag.io.in_memory import TokenNames, open_in_memory
 from geodiag.io.sources.options import ReadOptions
+from geodiag.io.vocabulary import sidecar as sidecar_mod
 from geodiag.io.vocabulary.new_tokens import Levels, NewTokens, declare
-from geodiag.io.vocabulary.sid_index import is_ours, read_foreign
+from geodiag.io.vocabulary.sid_index import read_foreign
 from geodiag.io.vocabulary.tokenizer import tokenizer_in_memory
 from geodiag.settings import default_of
 
 Codebooks = Mapping[str, object] | str | os.PathLike[str]
 
 
-def _codebooks(codebooks: Codebooks, new: NewTokens) -> tuple[dict[str, np.ndarray], str | None]:
+def _codebooks(
+    codebooks: Codebooks, new: NewTokens, side: sidecar_mod.SemanticIds | None = None
+) -> tuple[dict[str, np.ndarray], str | None]:
     """Per level, the codebook vector of each new token's code, in token order: from a
-    file or {level: array or tensor}, checked as the file readers check theirs (each
-    level's codebook has exactly one code per token of the level)."""
-    from geodiag.io.vocabulary.codebooks import codebook_rows
+    file or {level: array or tensor}, checked by the one rule the file readers apply
+    (``codebook_rows``; the levels' sizes: ``side``'s, else their tokens' given in Python)."""
+    from geodiag.io.vocabulary.codebooks import books_in_file, codebook_rows, level_sizes
 
-    if isinstance(codebooks, str | os.PathLike) and not is_ours(Path(codebooks)):
-        from geodiag.io.vocabulary.sids import read_codebooks  # a framework's: its levels in order
-
-        where, read = str(codebooks), read_codebooks(codebooks).books
-        given = {name: read[i] for i, name in enumerate(new.level_names) if i < len(read)}
-    elif isinstance(codebooks, str | os.PathLike):
-        from geodiag.io.formats.safetensors import SafetensorsFile
-
-        f = SafetensorsFile(Path(codebooks))
+    if isinstance(codebooks, str | os.PathLike):
         where = str(codebooks)
-        given = {name: f.read(name) for name in new.level_names if name in f.tensors}
+        given = books_in_file(Path(codebooks), new.level_names)[0]
     else:
         where = "codebooks"
         given = {
             str(k): b.detach().cpu().numpy() if is_torch(b) else b for k, b in codebooks.items()
         }
     books = {k: np.asarray(b, dtype=np.float64) for k, b in given.items()}
-    return codebook_rows(books, new, where, where, exact=True)
+    return codebook_rows(books, new, where, where, sizes=level_sizes(new, side))
 
 
 def open_source(
@@ -142,7 +137,9 @@ def _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, toke
         probe = declared.ids if declared is not None else None
         if probe is None and tokenizer is not None:
             probe = [t.id for t in tokenizer_in_memory(tokenizer).added_non_special()]
-        opened = open_in_memory(source, tokenizer, folder, None if probe is None else np.sort(probe))
+        opened = open_in_memory(
+            source, tokenizer, folder, None if probe is None else np.sort(probe)
+        )
         if declared is None and not opened.roots:
             _say_which_rows(tokenizer)
         opts = ReadOptions()
@@ -152,7 +149,7 @@ def _open_source(source, new_ids, base_vocab_size, levels, codebooks, read, toke
             names = dict(zip(ckpt.new.ids.tolist(), ckpt.new.tokens, strict=True))
             ckpt.tokenizer = TokenNames(names)  # type: ignore[assignment]
     if codebooks is not None and ckpt.new.level_names:
-        ckpt.codebooks, ckpt.codebooks_note = _codebooks(codebooks, ckpt.new)
+        ckpt.codebooks, ckpt.codebooks_note = _codebooks(codebooks, ckpt.new, ckpt.sidecar)
         ckpt.codebooks_path = Path(codebooks) if isinstance(codebooks, str | os.PathLike) else None
     elif not ckpt.new.level_names and not ckpt.codebooks_note:
         ckpt.codebooks_note = "levels unknown (no levels given): RSA skipped"

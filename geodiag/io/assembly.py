@@ -49,7 +49,7 @@ from geodiag.io.formats.tensor_names import (
 from geodiag.io.formats.tensor_store import TensorStore
 from geodiag.io.sources.options import ReadOptions
 from geodiag.io.vocabulary import sidecar as sidecar_mod
-from geodiag.io.vocabulary.codebooks import codebook_rows, codebooks_of, file_digest
+from geodiag.io.vocabulary.codebooks import codebook_rows, codebooks_of, file_digest, level_sizes
 from geodiag.io.vocabulary.new_tokens import (
     Declared,
     NewTokens,
@@ -331,7 +331,7 @@ def codebooks(d: Draft) -> None:
     if foreign is not None and foreign.codebooks_path is not None:
         path = foreign.codebooks_path
         d.codebooks, d.codebooks_note = codebook_rows(
-            foreign.codebooks, new, path, path.name, exact=False
+            foreign.codebooks, new, path, path.name, sizes=level_sizes(new, d.sidecar)
         )
         d.codebooks_path, d.codebook_digest = path, file_digest(path)
         return
@@ -343,7 +343,8 @@ def codebooks(d: Draft) -> None:
         d.codebooks_note = "no codebooks given (codebooks=): RSA skipped"
         return
     path = path or d.beside(name)
-    d.codebooks, d.codebooks_note, d.codebook_digest = codebooks_of(path, d.opts, new)
+    sizes = level_sizes(new, d.sidecar)
+    d.codebooks, d.codebooks_note, d.codebook_digest = codebooks_of(path, d.opts, new, sizes)
     d.codebooks_path = path if d.codebooks else None
 
 

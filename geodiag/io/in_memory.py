@@ -86,7 +86,9 @@ def _describes(folder: Path, n_rows: int, tok: TokenizerInfo | None) -> str | No
         for lv in side.levels:
             for code, t in enumerate(lv.token_ids):
                 if t >= 0 and t in names and names[t] != lv.token(code):
-                    return f"id {t} is '{names[t]}' in the tokenizer given, '{lv.token(code)}' there"
+                    return (
+                        f"id {t} is '{names[t]}' in the tokenizer given, '{lv.token(code)}' there"
+                    )
     return None
 
 

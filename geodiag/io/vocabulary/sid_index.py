@@ -31,6 +31,11 @@ from geodiag.io.vocabulary.tokenizer import TokenizerInfo
 
 # Codes may start at 0 or at 1 (MiniOneRec's *_plus and constrained indices add 1).
 OFFSETS = (0, 1)
+# The least share of the checkpoint's SID tokens a map's items may use. A catalog's map
+# uses most (the frameworks' committed maps: 73% to 95% of 3 x 256 or 4 x 256 tokens; the
+# rest are dead codes); one that uses fewer is a fragment or another catalog's, and every
+# token it leaves out would be counted as one nothing feeds (n_untrained would drop).
+MIN_MAP_COVERAGE = 0.5
 
 
 @dataclass
@@ -233,6 +238,7 @@ def match_sids(
         levels.append(sidecar_mod.Level(sidecar_mod.level_name(lv), size, token_ids, texts))
     if tok is not None:
         _check_tokens(m, zero, levels, tok)
+        notes.append(_check_coverage(m, zero, levels, tok))
         notes += _extra_tokens(m, dedup, levels, ids)
     items = {item: [int(c) for c in row] for item, row in zip(m.items, zero.tolist(), strict=True)}
     if len(items) != len(m.items):
@@ -248,20 +254,49 @@ def match_sids(
 def _check_tokens(
     m: SidMap, zero: np.ndarray, levels: list[sidecar_mod.Level], tok: TokenizerInfo
 ) -> None:
-    """Exit 2 for the first item whose SID names a token the tokenizer lacks."""
+    """Exit 2 when items' SIDs name tokens the tokenizer lacks: how many, and the first."""
+    lacking_items = np.zeros(len(zero), bool)
+    first = None
     for lv, level in enumerate(levels):
         lacking = np.array([t < 0 for t in level.token_ids])
         used = lacking[zero[:, lv]]
-        if used.any():
-            r = int(np.flatnonzero(used)[0])
-            code = int(zero[r, lv])
-            raise InputError(
-                m.path,
-                f"item {m.items[r]}: code {code} of level '{level.name}' is token "
-                f"{level.tokens[code]!r}, which {tok.path.name} lacks",
-            )
+        if used.any() and first is None:
+            first = (lv, int(np.flatnonzero(used)[0]))
+        lacking_items |= used
+    if first is not None:
+        lv, r = first
+        code, level = int(zero[r, lv]), levels[lv]
+        raise InputError(
+            m.path,
+            f"{int(lacking_items.sum()):,} of its {len(zero):,} items name SID tokens "
+            f"{tok.path.name} lacks, e.g. item {m.items[r]}: code {code} of level "
+            f"'{level.name}' is token {level.tokens[code]!r}, which {tok.path.name} lacks",
+        )
     if all(t < 0 for lv in levels for t in lv.token_ids):
         raise InputError(m.path, f"none of its tokens is in {tok.path.name}")
+
+
+def _check_coverage(
+    m: SidMap, zero: np.ndarray, levels: list[sidecar_mod.Level], tok: TokenizerInfo
+) -> str:
+    """The note of how many of the checkpoint's SID tokens the map's items use; exit 2
+    below :data:`MIN_MAP_COVERAGE`, with the counts and what to pass."""
+    held = sum(t >= 0 for level in levels for t in level.token_ids)
+    used = sum(len(np.unique(zero[:, lv])) for lv in range(len(levels)))
+    counts = (
+        f"its {len(zero):,} items use {used:,} of the {held:,} SID tokens {tok.path.name} "
+        f"holds ({used / held:.1%})"
+    )
+    if used < MIN_MAP_COVERAGE * held:
+        raise InputError(
+            m.path,
+            f"{counts}: a map of the checkpoint's catalog uses most of them (geodiag takes "
+            f"one that uses at least {MIN_MAP_COVERAGE:.0%}), and the {held - used:,} it "
+            "leaves out would be counted as tokens nothing feeds. Pass the SID map of the "
+            "whole catalog the checkpoint was trained on (--sids FILE), or leave --sids out "
+            "where the checkpoint's own semantic_ids.json describes it",
+        )
+    return f"{m.path.name}: {counts}"
 
 
 def _extra_tokens(
@@ -305,8 +340,8 @@ def open_foreign(
     tok: TokenizerInfo | None,
 ) -> ForeignSids | None:
     """``--sids`` (else a map beside the weights under a framework's usual name) and its
-    codebooks (``--codebooks`` unless ours, else beside the weights), matched; None when
-    no map is given or found."""
+    codebooks (``--codebooks``, else ``codebooks.safetensors`` or a framework's beside the
+    weights), matched; None when no map is given or found."""
     from geodiag.io.vocabulary.sids import (
         CODEBOOKS,
         MAPS,
@@ -322,12 +357,11 @@ def open_foreign(
         raise InputError("--sids", f"{map_path}: no such file")
     m = read_sid_map(map_path)
     book_path = codebooks
-    if book_path is not None and is_ours(book_path):
-        book_path = None  # ours, one tensor per level name: read by geodiag.io.vocabulary.codebooks
-    elif book_path is None and not any(
-        (r / sidecar_mod.CODEBOOKS_FILENAME).is_file() for r in roots
-    ):
-        book_path = find_beside(roots, CODEBOOKS)
+    if book_path is None:  # ours beside the weights first, else a framework's
+        ours = [r / sidecar_mod.CODEBOOKS_FILENAME for r in roots]
+        book_path = next((p for p in ours if p.is_file()), None) or find_beside(roots, CODEBOOKS)
+    # every codebook file (ours too) is matched with the map, so a level's size is its
+    # codebook's and codes without a token count as dead codes
     books = read_codebooks(book_path) if book_path is not None else None
     found = match_sids(m, books, tok, offset)
     if sids is None:

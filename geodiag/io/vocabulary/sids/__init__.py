@@ -7,11 +7,13 @@ frameworks' usual names (:func:`find_beside`).
 Maps: LC-Rec / LETTER / MiniOneRec ``*.index.json`` (``index_json``), ETEGRec's
 ``*.code.json`` (``code_json``), GRID's ``merged_predictions_tensor.pt`` (``grid_tensor``),
 MiniOneRec's ``*.codes*.npy`` (``codes_npy``), OpenOneRec's ``*_codes.parquet``
-(``openonerec_parquet``), semantic-ids-llm's table (``semantic_ids_llm_parquet``).
+(``openonerec_parquet``), semantic-ids-llm's table (``semantic_ids_llm_parquet``),
+TorchEasyRec's ``item_id`` / ``codes`` table, parquet or CSV (``torcheasyrec_table``).
 Codebooks: LC-Rec's ``.pth`` (``lcrec_pth``), MiniOneRec's ``.npz`` (``minionerec_npz``),
 OpenOneRec's ``model.pt`` (``openonerec_pt``), GRID's ``.ckpt`` (``grid_ckpt``),
 RQ-VAE-Recommender's ``.pt`` (``rqvae_recommender_pt``), semantic-ids-llm's
-(``semantic_ids_llm_pt``). torch files go through ``torch_books`` (restricted unpickling).
+(``semantic_ids_llm_pt``), and safetensors: ours, or a framework's inside its whole model's
+(``safetensors_books``). torch files go through ``torch_books`` (restricted unpickling).
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from geodiag.io.vocabulary.sids import (  # noqa: F401  (each registers its dial
     openonerec_parquet,
     openonerec_pt,
     rqvae_recommender_pt,
+    safetensors_books,
     semantic_ids_llm_parquet,
     semantic_ids_llm_pt,
+    torcheasyrec_table,
 )
 from geodiag.io.vocabulary.sids.base import (
     CODEBOOKS,

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from geodiag.errors import InputError
+from geodiag.io.vocabulary.sids import files
 
 # How many bytes of a file the dialects' ``sniff`` sees: enough for every magic number and
 # the first item of a JSON map.
@@ -114,6 +115,9 @@ class Dialect:
     # Where the format streams: (item ids, (n, levels) codes as written) a block of items
     # at a time, memory flat in the item count (``stream_sid_map``); None: read whole.
     stream: Callable[[Path], Iterator[tuple[list[str], np.ndarray]]] | None = None
+    # Whether ``read`` takes the file gzip-compressed (the JSON maps, through
+    # ``files.open_text``); any other dialect's file sniffed inside a gzip is refused.
+    reads_gzip: bool = False
 
 
 MAPS: dict[str, Dialect] = {}
@@ -131,22 +135,30 @@ def register_codebooks(dialect: Dialect) -> Dialect:
 
 
 def head_of(path: Path) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(HEAD_BYTES)
-    except OSError as e:
-        raise InputError(path, f"cannot read ({e.strerror or e})") from None
+    """What the dialects sniff: the first :data:`HEAD_BYTES` of what the file holds (a
+    gzip file's decompressed, a UTF-8 byte-order mark dropped: ``files.sniffed_head``)."""
+    return files.sniffed_head(path, HEAD_BYTES)
 
 
 def recognise(path: Path, registry: dict[str, Dialect], what: str) -> Dialect:
     """The dialect of ``registry`` that recognises ``path`` by content; InputError naming
-    the file and every dialect tried otherwise."""
+    the file and why otherwise: cut short, empty, an encoding not read (``files.problem``),
+    a compressed file of a dialect that is read uncompressed only, or every dialect tried."""
+    cause = files.problem(path)
+    if cause is not None:
+        raise InputError(path, cause)
     head = head_of(path)
     for dialect in registry.values():
         if dialect.sniff(path, head):
+            if not dialect.reads_gzip and files.is_gzip(path):
+                raise InputError(
+                    path,
+                    f"a gzip-compressed {dialect.framework} file ({dialect.name}): geodiag "
+                    "reads JSON maps compressed, this one uncompressed only: gunzip it first",
+                )
             return dialect
     names = "; ".join(f"{d.framework} ({d.name})" for d in registry.values())
-    raise InputError(path, f"not a {what} geodiag reads (tried: {names})")
+    raise InputError(path, f"{files.described(path)}not a {what} geodiag reads (tried: {names})")
 
 
 def codes_matrix(

@@ -1,7 +1,8 @@
 """ETEGRec's ``{epoch}.code.json``: ``json.dump(code.tolist())`` of its item-code tensor, a
 list whose row 0 is the padding item (``[-1, -1, -1, -1]``) and row ``i`` item ``i``'s
 ``[c0, c1, c2, dedup]``. Orientation, the padding row and the de-duplication digit are
-detected from the data (``base.codes_matrix``)."""
+detected from the data (``base.codes_matrix``). Read through ``files.read_json``: a
+UTF-8 byte-order mark dropped, gzip decompressed, a document cut short refused."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 
 from geodiag.errors import InputError
 from geodiag.io.vocabulary.sids.base import Dialect, SidMap, codes_matrix, register_map
-from geodiag.jsonio import read_json
+from geodiag.io.vocabulary.sids.files import read_json
 
 FRAMEWORK = "ETEGRec"
 
@@ -33,4 +34,6 @@ def read(path: Path) -> SidMap:
     )
 
 
-DIALECT = register_map(Dialect("code.json", FRAMEWORK, sniff, read, usual_names=("*.code.json",)))
+DIALECT = register_map(
+    Dialect("code.json", FRAMEWORK, sniff, read, usual_names=("*.code.json",), reads_gzip=True)
+)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geodiag.errors import MissingExtra, require_extra
+from geodiag.errors import InputError, MissingExtra, require_extra
 from geodiag.io.vocabulary.sids.base import SidMap, Spelling, codes_matrix
 
 PARQUET_MAGIC = b"PAR1"
@@ -23,19 +23,42 @@ def _pq():  # noqa: ANN202  (pyarrow.parquet)
     return pq
 
 
+class _arrow_errors:  # noqa: N801  (a context manager)
+    """pyarrow's errors reading ``path`` (a corrupt page, a bad footer) as InputErrors
+    naming it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, e: BaseException | None, tb: object) -> bool:
+        import pyarrow as pa
+
+        if isinstance(e, pa.ArrowException | OSError) and not isinstance(e, InputError):
+            text = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise InputError(self.path, f"not a readable parquet file ({text})") from None
+        return False
+
+
 def columns(path: Path, head: bytes) -> list[str] | None:
     """The table's column names; None when it is no parquet file. Without pyarrow a
     parquet file raises :class:`MissingExtra` (the command names what to install)."""
     if not head.startswith(PARQUET_MAGIC):
         return None
-    return list(_pq().read_schema(path).names)
+    pq = _pq()
+    with _arrow_errors(path):
+        return list(pq.read_schema(path).names)
 
 
 def iter_columns(path: Path, names: list[str], batch_rows: int = 65_536) -> Iterator[dict]:
     """``{name: list of values}`` for ``names``, ``batch_rows`` rows at a time."""
-    f = _pq().ParquetFile(path)
-    for batch in f.iter_batches(batch_size=batch_rows, columns=names):
-        yield {n: batch.column(n) for n in names}
+    pq = _pq()
+    with _arrow_errors(path):
+        f = pq.ParquetFile(path)
+        for batch in f.iter_batches(batch_size=batch_rows, columns=names):
+            yield {n: batch.column(n) for n in names}
 
 
 def text_ids(column) -> list[str]:  # noqa: ANN001  (a pyarrow array)

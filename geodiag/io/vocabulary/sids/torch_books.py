@@ -91,16 +91,26 @@ def load(path: Path) -> tuple[Archive, dict[str, StoredTensor]]:
     return _open(path, path.stat().st_mtime)
 
 
+# torch.compile's wrapper names a compiled module's state ``_orig_mod.<name>``
+# (semantic-ids-llm's best_model.pth); its loaders drop the prefix, and so does this one.
+COMPILED_PREFIX = "_orig_mod."
+
+
 def state_dict(obj: object) -> dict[str, StoredTensor]:
     """The tensors of the saved dict's state dict: under one of :data:`STATE_KEYS`, else
-    the dict's own tensors (a plain ``model.state_dict()``)."""
+    the dict's own tensors (a plain ``model.state_dict()``); torch.compile's
+    :data:`COMPILED_PREFIX` dropped, as the frameworks' loaders drop it."""
     if not isinstance(obj, dict):
         return {}
+    tensors = {str(k): v for k, v in obj.items() if isinstance(v, StoredTensor)}
     for key in STATE_KEYS:
         inner = obj.get(key)
         if isinstance(inner, dict) and any(isinstance(v, StoredTensor) for v in inner.values()):
-            return {str(k): v for k, v in inner.items() if isinstance(v, StoredTensor)}
-    return {str(k): v for k, v in obj.items() if isinstance(v, StoredTensor)}
+            tensors = {str(k): v for k, v in inner.items() if isinstance(v, StoredTensor)}
+            break
+    if any(k.startswith(COMPILED_PREFIX) for k in tensors):
+        return {k.replace(COMPILED_PREFIX, ""): v for k, v in tensors.items()}
+    return tensors
 
 
 def matches(path: Path, head: bytes, pattern: re.Pattern[str]) -> bool:
@@ -132,12 +142,18 @@ def books_from_state(
     return SidCodebooks(path, dialect, framework, books, detected)
 
 
+# Each state-dict dialect's framework and level pattern, by dialect name: also how a
+# framework's codebooks are found in a safetensors file of its whole model (``safetensors_books``).
+STATE_PATTERNS: dict[str, tuple[str, re.Pattern[str]]] = {}
+
+
 def register_state_books(
     name: str, framework: str, pattern: str, usual_names: tuple[str, ...]
 ) -> Dialect:
     """A codebook dialect kept in a torch.save state dict, registered: recognised by the
     level-0 tensor ``pattern`` names (``(\\d+)``: the level), read by :func:`books_from_state`."""
     levels = re.compile(pattern)
+    STATE_PATTERNS[name] = (framework, levels)
     return register_codebooks(
         Dialect(
             name,
