@@ -42,11 +42,14 @@ def describe_checkpoint(
     by_level, side_path = declared.by_level, declared.levels_path
     given = levels if isinstance(levels, sidecar.SemanticIds) else None  # e.g. from --sids
     items = given.items if given is not None else sidecar.load(side_path).items if side_path else {}
-    spelled = {lv.name: lv.tokens for lv in given.levels} if given is not None else {}
-    level_list = [
-        sidecar.Level(name, len(v), [int(i) for i in v], list(spelled.get(name, [])))
-        for name, v in by_level.items()
-    ]
+    level_list = (
+        [
+            sidecar.Level(lv.name, lv.size, list(lv.token_ids), list(lv.tokens))
+            for lv in given.levels
+        ]
+        if given is not None  # its sizes and ids as the map has them (codes without a token: -1)
+        else [sidecar.Level(name, len(v), [int(i) for i in v]) for name, v in by_level.items()]
+    )
     base = declared.base
     prov = {"step": step, "written_by": WRITTEN_BY}
     books = codebooks

@@ -82,20 +82,13 @@ def _read_levels(levels: Levels) -> tuple[dict[str, np.ndarray], Path | None, in
             raise InputError(path, "has no token ids yet (written before vocabulary extension)")
         return _read_levels(side)[0], path, side.base_vocab_size
     if isinstance(levels, sidecar_mod.SemanticIds):
-        lacking = [
-            (lv.name, lv.token(c))
+        # A framework's vocabulary may hold only the codes its items use (id -1 for the
+        # rest): the rows are those with a token; the map itself says their codes
+        # (Declared.sids, which geodiag.io.assembly resolves as the map in use).
+        by_level = {
+            lv.name: np.asarray([t for t in lv.token_ids if t >= 0], np.int64)
             for lv in levels.levels
-            for c, t in enumerate(lv.token_ids)
-            if t < 0
-        ]
-        if lacking:  # a framework's vocabulary with only the codes its items use
-            name, text = lacking[0]
-            raise InputError(
-                "levels",
-                f"{len(lacking)} codes have no token (level '{name}': {text!r}, ...): given in "
-                "Python, every code of every level needs its token id",
-            )
-        by_level = {lv.name: np.asarray(lv.token_ids, np.int64) for lv in levels.levels}
+        }
         return by_level, None, levels.base_vocab_size
     if not isinstance(levels, Mapping) or not levels:
         raise InputError("levels", "expected {level name: token ids in code order} or a sidecar")
@@ -149,6 +142,13 @@ def declare(
     sids = levels if isinstance(levels, sidecar_mod.SemanticIds) else None
     if path is not None:
         sids = sidecar_mod.load(path)
+    lacking = [] if sids is None else [t for lv in sids.levels for t in lv.token_ids if t < 0]
+    if lacking and base_vocab_size not in (None, stated):
+        raise InputError(
+            "base_vocab_size",
+            f"the levels given leave {len(lacking)} codes without a token, so their rows are "
+            "placed by the map itself, over the base it states: leave base_vocab_size out",
+        )
     ids = np.concatenate(list(by_level.values()))
     if given is not None and set(given.tolist()) != set(ids.tolist()):
         raise InputError("new_ids", "differ from the token ids of `levels`; give one of them")

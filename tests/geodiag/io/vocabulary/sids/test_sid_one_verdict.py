@@ -103,3 +103,24 @@ def test_the_hostile_set_gives_one_verdict_on_every_route(tmp_path, kind):
     assert (
         _judged(geodiag.check(_rows(folder), folder=folder, n_permutations=PERMUTATIONS)) == by_path
     )
+
+
+def test_a_vocabulary_of_the_used_codes_only_reads_in_memory_as_on_disk(written, tmp_path):
+    """Frameworks add tokens only for the codes their items use: in memory with sids= the map
+    is read as --sids reads it (it was refused: 'every code of every level needs its token
+    id'), with the same checks, and the same dead codes of level c."""
+    import sid_frameworks_variants as fv
+
+    _, files = written
+    lcrec = files["lcrec"]
+    model = fv.write_model_used_codes(tmp_path / "model")
+    kw = dict(sids=lcrec["sids"], codebooks=lcrec["codebooks"], n_permutations=PERMUTATIONS)
+    by_path = _judged(geodiag.check(model, **kw))
+    assert _judged(geodiag.check(_rows(model), folder=model, **kw)) == by_path
+    on_disk = geodiag.measure(model, sids=lcrec["sids"], codebooks=lcrec["codebooks"], neighbors=0)
+    in_memory = geodiag.measure(
+        _rows(model), folder=model, sids=lcrec["sids"], codebooks=lcrec["codebooks"], neighbors=0
+    )
+    dead = [lv.dead_codes for lv in on_disk.codebook.levels]
+    assert dead[2] == list(range(fx.K - fx.DEAD_C, fx.K))
+    assert [lv.dead_codes for lv in in_memory.codebook.levels] == dead
