@@ -22,7 +22,7 @@ from geodiag.analysis.findings import (
     SHOWN_TOKENS,
     row_findings,
 )
-from geodiag.analysis.indicators import DIRECTION_ROWS, draw_finding
+from geodiag.analysis.indicators import DIRECTION_ROWS, draw_finding, structure_evidence
 from geodiag.analysis.integrity import integrity
 from geodiag.analysis.options import AnalyzeOptions
 from geodiag.analysis.reports import (
@@ -337,6 +337,9 @@ def _measure_matrix(
         reference_held=reference,
         usage=usage,
         drawn=drawn,
+        structure=structure_evidence(
+            levels, rows, None if ckpt.new.level_index is None else ckpt.new.level_index[keep]
+        ),
     )
     norm_ratio = (  # the longest new row, from the summary's norms (not a second pass)
         new.row_norms.max / vocab.max_norm if vocab is not None and vocab.max_norm > 0 else None

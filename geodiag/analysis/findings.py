@@ -1,10 +1,14 @@
-"""Per-token findings of one matrix: which new rows never left their init, and which are odd.
+"""Per-token findings of one matrix: which new rows are untrained, which only suspected, and
+which are odd.
 
-Untrained (the gate's ``n_untrained`` counts them): in a group of numerically identical
-rows, at the vocabulary's mean, all zero, unchanged from the base's padding row of the same
-id (``--base``), distributed like the unused padding rows past the tokenizer (without
-``--base``: :func:`geodiag.metrics.untrained.compare_with_padding`), or barely moved since a
-reference checkpoint (``--reference``). Beside
+Untrained (the gate's ``n_untrained`` counts them), by proof or a measured movement: in a
+group of numerically identical rows, at the vocabulary's mean, all zero, unchanged from the
+base's padding row of the same id (``--base``), or barely moved since a reference
+checkpoint (``--reference``). Suspected, by a statistic alone (the gate warns): distributed
+like the unused padding rows past the tokenizer (without ``--base``:
+:func:`geodiag.metrics.untrained.compare_with_padding`), ranked with the rows the files mark
+unused, or an isotropic set like an initializer's draw (:mod:`geodiag.analysis.evidence`
+says which evidence each rests on, and its words). Beside
 them, findings that do not make a row untrained: a code no item uses (dead code), a norm far
 outside the vocabulary's. Rules and thresholds: :mod:`geodiag.metrics.untrained`.
 
@@ -20,13 +24,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from geodiag.analysis.evidence import COUNTED, SUSPECTED
 from geodiag.analysis.indicators import DrawFinding, UnderTrained, draw_finding, under_trained
+from geodiag.analysis.movement import UsageBucket, buckets, movement_since
 from geodiag.analysis.rows import MatrixRows, PaddingRows, read_padding
 from geodiag.io.checkpoint import Checkpoint, Matrix
 from geodiag.io.usage import TokenUsage
 from geodiag.io.vocabulary.references import trained_init
 from geodiag.io.vocabulary.tokenizer import list_names
-from geodiag.metrics.geometry import ROW_BLOCK, row_norms, spread
+from geodiag.metrics.geometry import row_norms, spread
 from geodiag.metrics.untrained import (
     NORM_RULE,
     TOLERANCE,
@@ -39,7 +45,6 @@ from geodiag.metrics.untrained import (
     distances,
     identical_groups,
     norm_outliers,
-    quantile,
     zero_rows,
 )
 
@@ -72,30 +77,22 @@ def counts_against(uses, known, min_uses: float | None):
 
 
 # The kinds of per-token finding, in the order a token's findings are listed; those in
-# UNTRAINED make a row untrained.
+# UNTRAINED make a row untrained (proof or a measured movement), those in SUSPECTED only
+# suspected (a statistic): geodiag.analysis.evidence.
 FINDINGS = {
     "identical": "in a group of identical rows",
     "vocabulary_mean": "at the vocabulary mean",
     "zero": "all zero",
     "unchanged_padding": "the base's padding row, unchanged",
-    "like_padding": "distributed like the unused padding rows past the tokenizer",
+    "like_padding": "looks like the unused padding rows past the tokenizer (a statistic)",
     "barely_moved": "barely moved since the reference",
-    "under_trained": "as close to the rows the files mark unused as they are to each other",
-    "initializer_draw": "an initializer's isotropic draw, as a set (no trace of training)",
+    "under_trained": "ranks with the rows the files mark unused (a statistic)",
+    "initializer_draw": "looks like an isotropic draw, as a set (a statistic)",
     "dead_code": "a code no item uses",
     "norm_small": "norm far below the vocabulary's (never emitted)",
     "norm_large": "norm far above the vocabulary's (always emitted)",
 }
-UNTRAINED = (
-    "identical",
-    "vocabulary_mean",
-    "zero",
-    "unchanged_padding",
-    "like_padding",
-    "barely_moved",
-    "under_trained",
-    "initializer_draw",
-)
+UNTRAINED = COUNTED
 
 
 @dataclass
@@ -138,19 +135,9 @@ class TokenFinding:
 
 
 @dataclass
-class UsageBucket:
-    """New tokens whose code this many items use: how many stay untrained, how far they moved."""
-
-    min_items: int
-    max_items: int  # inclusive
-    n_tokens: int
-    n_untrained: int
-    median_movement: float
-
-
-@dataclass
 class UntrainedRows:
-    """New rows that never left their init, found row by row, and the other row findings.
+    """New rows found untrained row by row (and those only suspected), and the other row
+    findings.
 
     ``tolerance`` is the distance under which two rows (or a row and the mean) count as
     one point.
@@ -195,6 +182,17 @@ class UntrainedRows:
     under_trained: TokenGroup | None = None
     draw: DrawFinding | None = None
     initializer_draw: TokenGroup | None = None
+    # Rows only a statistic calls untrained (SUSPECTED findings, none of UNTRAINED): the gate
+    # warns of them, naming the flag that settles it (geodiag.analysis.evidence).
+    suspected: TokenGroup | None = None
+    # The barely-moved rows that equal the reference's within the tolerance.
+    unmoved: TokenGroup | None = None
+    # Per UNTRAINED finding, the largest movement of its rows (movement_basis): whether
+    # "never left their init" is true of them, or they moved (together, for a group).
+    moved_at_most: dict[str, float] = field(default_factory=dict)
+    # The new tokens are a tokenizer's added tokens with no base to tell them from: they
+    # may be the pretrained file's own (a GGUF's, a chat model's), nobody's additions.
+    own_tokens: bool = False
     n_flagged: int = 0  # tokens with any finding
     tokens: list[TokenFinding] = field(default_factory=list)  # the first SHOWN_FINDINGS
     usage_movement: list[UsageBucket] = field(default_factory=list)  # with a sidecar's items
@@ -204,6 +202,7 @@ class UntrainedRows:
     _untrained: np.ndarray | None = None
     _uses: np.ndarray | None = None  # (n,) int64: item IDs + data + template per row
     _usage_known: np.ndarray | None = None  # (n,) bool
+    _at_init: np.ndarray | None = None  # (n,) bool: equal to a known init within tolerance
 
     def counted(self, min_uses: float | None) -> np.ndarray | None:
         """(n,) the untrained rows the gate counts: used at least ``min_uses`` times, or of
@@ -244,93 +243,6 @@ def items_per_code(ckpt: Checkpoint, ids: np.ndarray) -> np.ndarray | None:
     return np.array([by_id.get(int(i), -1) for i in ids], dtype=np.int64)
 
 
-def _movement(
-    ckpt: Checkpoint,
-    matrix: Matrix,
-    rows: np.ndarray,
-    ids: np.ndarray,
-    sample: np.ndarray,
-    sample_rows: np.ndarray | None = None,
-    theirs_held: MatrixRows | None = None,
-) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """(||row - reference row|| per new row, the same for the sampled original rows ``sample``),
-    None without a reference or when it lacks this matrix. ``sample_rows``: this matrix's
-    rows at ``sample`` as already read; ``theirs_held``: the reference matrix's rows as
-    measuring it read them (else both are read here)."""
-    ref = ckpt.reference
-    if ref is None:
-        return None
-    theirs = next((m for m in ref.matrices if m.role == matrix.role), None)
-    if theirs is None or theirs.dim != matrix.dim:
-        return None
-    held_new = held_sample = None
-    if theirs_held is not None and theirs_held.matrix.tensor == theirs.tensor:
-        if theirs_held.all_kept and np.array_equal(ref.new.ids, ids):
-            held_new = theirs_held.rows
-        if np.array_equal(theirs_held.sample_ids, sample):
-            held_sample = theirs_held.sample_rows
-    moved = _distances(len(ids), lambda p: rows[p], _reader(ref, theirs, ids, held_new))
-    original = None
-    if len(sample):
-        original = _distances(
-            len(sample),
-            _reader(ckpt, matrix, sample, sample_rows),
-            _reader(ref, theirs, sample, held_sample),
-        )
-        original = original[np.isfinite(original)]
-    return moved, original
-
-
-def _reader(ckpt: Checkpoint, matrix: Matrix, ids: np.ndarray, held: np.ndarray | None):
-    """The float64 rows at positions p of ``ids``: from ``held`` (rows aligned with ``ids``,
-    as read before) when given, else read from ``ckpt``."""
-    if held is not None:
-        return lambda p: np.asarray(held[p], dtype=np.float64)
-    return lambda p: ckpt.read_rows(matrix, ids[p])
-
-
-# Rows per block of the movement: the reference's rows are read a block at a time, in
-# order (the same bytes, so the same digest, as one read), not all 100,000 at once.
-_MOVEMENT_BLOCK = ROW_BLOCK
-
-
-def _distances(n: int, ours, theirs) -> np.ndarray:
-    """(n,) float64 ||ours(p)_i - theirs(p)_i|| over positions p, a block at a time; each
-    reader returns the rows at positions p (theirs: float64, so the difference is; ours
-    may be float32, converted exactly by the subtraction)."""
-    out = np.empty(n)
-    for start in range(0, n, _MOVEMENT_BLOCK):
-        pick = np.arange(start, min(start + _MOVEMENT_BLOCK, n))
-        diff = ours(pick) - theirs(pick)  # (b, d)
-        out[start : start + len(pick)] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
-    return out
-
-
-def _buckets(n_items: np.ndarray, untrained: np.ndarray, movement: np.ndarray) -> list:
-    """Tokens by items per code: 0, 1, 2-3, 4-7, ... (codes only: n_items >= 0)."""
-    out = []
-    codes = n_items >= 0
-    if not codes.any():
-        return out
-    lo = 0
-    top = int(n_items[codes].max())
-    while lo <= top:
-        hi = 0 if lo == 0 else 2 * lo - 1
-        sel = codes & (n_items >= lo) & (n_items <= hi)
-        if sel.any():
-            out.append(
-                UsageBucket(
-                    lo,
-                    hi,
-                    int(sel.sum()),
-                    int(untrained[sel].sum()),
-                    quantile(movement[sel], 0.5),
-                )
-            )
-        lo = 1 if lo == 0 else 2 * lo
-    return out
-
-
 def row_findings(
     ckpt: Checkpoint,
     matrix: Matrix,
@@ -344,6 +256,7 @@ def row_findings(
     reference_held: MatrixRows | None = None,
     usage: TokenUsage | None = None,
     drawn: Callable[[], DrawFinding | None] | None = None,
+    structure: str | None = None,
 ) -> UntrainedRows:
     """Every per-token finding of the measured ``rows`` (n, d) of ``ids`` (n,).
 
@@ -353,7 +266,9 @@ def row_findings(
     read (the sample's rows, the padding rows), ``reference_held`` the same of the
     reference's matrix: rows found there are not read again. ``drawn``: what gives
     :func:`~geodiag.analysis.indicators.draw_finding` of ``rows``, when the caller started
-    it beside these findings; else it is taken here."""
+    it beside these findings; else it is taken here. ``structure``: what shows the rows carry
+    the codebook's structure (:func:`~geodiag.analysis.indicators.structure_evidence`):
+    rows that correlate with the codebook are no independent draws."""
     n = len(rows)
     scale = vocab.spread if vocab is not None and vocab.n_rows >= MIN_REFERENCE_ROWS else 0.0
     rule = TOLERANCE_RULE
@@ -380,7 +295,7 @@ def row_findings(
         if padding is not None and padding.like_padding:
             masks["like_padding"][:] = True
     sample_rows = None if held is None else held.sample_rows
-    moved = _movement(ckpt, matrix, rows, ids, sample, sample_rows, reference_held)
+    moved = movement_since(ckpt, matrix, rows, ids, sample, sample_rows, reference_held)
     movement_cut = None
     if moved is not None:
         barely, movement_cut = barely_moved(*moved)
@@ -400,17 +315,34 @@ def row_findings(
     if drawn is None and vocab is not None:
         pool = None if held is None else held.direction_rows
         draw = draw_finding(ckpt, rows, pool, vocab.mean, vocab.spread)
+    if draw is not None and structure is not None:
+        draw = replace(draw, kind=None, structure=structure)
     if draw is not None and draw.kind in COUNTED_DRAWS and ckpt.reference is None:
         masks["initializer_draw"][:] = True  # with a before, the movement judges
     untrained = np.logical_or.reduce([masks[k] for k in UNTRAINED])
+    suspected = np.logical_or.reduce([masks[k] for k in SUSPECTED]) & ~untrained
     n_items = items_per_code(ckpt, ids)
     if n_items is not None:
         masks["dead_code"] = n_items == 0
     if vocab is not None and vocab.norm_percentiles is not None:
         masks["norm_small"], masks["norm_large"] = norm_outliers(norms, vocab.norm_percentiles)
     found = _Found(masks, untrained, n_items, movement, norms, _usage(ckpt, ids, n_items, usage))
-    found.indicator, found.draw = indicator, draw
-    return _untrained_rows(ckpt, ids, found, groups, tol, rule, vocab, padding, movement_cut, basis)
+    found.indicator, found.draw, found.suspected = indicator, draw, suspected
+    found.at_init = masks["vocabulary_mean"] | masks["unchanged_padding"]
+    if basis == "reference":  # equal to the before within the tolerance
+        found.at_init = found.at_init | (movement <= tol)
+    out = _untrained_rows(ckpt, ids, found, groups, tol, rule, vocab, padding, movement_cut, basis)
+    if movement is not None:
+        out.moved_at_most = {
+            k: float(movement[masks[k]].max()) for k in UNTRAINED if masks[k].any()
+        }
+    if basis == "reference":
+        unmoved = masks["barely_moved"] & (movement <= tol)
+        out.unmoved = token_group(ckpt, ids[unmoved]) if unmoved.any() else None
+    out.suspected = token_group(ckpt, ids[suspected]) if suspected.any() else None
+    out.own_tokens = ckpt.new.source == "tokenizer" and ckpt.base is None
+    out._at_init = found.at_init
+    return out
 
 
 # The draws the findings call untrained, without a reference (with one, barely_moved
@@ -468,6 +400,8 @@ class _Found:
     usage: _Usage | None = None
     indicator: UnderTrained | None = None
     draw: DrawFinding | None = None
+    suspected: np.ndarray | None = None  # (n,) bool
+    at_init: np.ndarray | None = None  # (n,) bool
 
 
 def _untrained_rows(
@@ -531,7 +465,7 @@ def _untrained_rows(
         untrained_usage_unknown=unknown,
         usage_movement=[]
         if n_items is None or movement is None
-        else _buckets(n_items, untrained, movement),
+        else buckets(n_items, untrained, movement),
         _movement=movement,
         _n_items=n_items,
         _untrained=untrained,

@@ -211,6 +211,9 @@ class DrawFinding:
     p_vocabulary_mean: float
     noise: float  # RMS spread of the rows / the vocabulary's spread
     rule: str
+    # What shows the rows carry the codebook's structure (then kind is None: rows that
+    # correlate with the codebook, or whose levels differ, are no independent draws).
+    structure: str | None = None
 
 
 def draw_finding(
@@ -246,3 +249,29 @@ def draw_finding(
         d.noise,
         d.rule,
     )
+
+
+def structure_evidence(
+    levels: list, rows: np.ndarray, level_index: np.ndarray | None
+) -> str | None:
+    """What shows the new ``rows`` (n, d) carry the codebook's structure, in words, or None:
+    a level whose RSA against its codebook is positive and significant (p under
+    geodiag.metrics.rsa.SIGNIFICANCE over the number of levels measured: a draw is called
+    structured at most that often over all its levels), or levels whose means differ (F test, p <
+    ISOTROPY_ALPHA: :func:`geodiag.metrics.indicators.level_means_p`). ``levels``: the
+    matrix's LevelMetrics; ``level_index``: each row's level (None: no levels)."""
+    from geodiag.metrics.indicators import ISOTROPY_ALPHA, level_means_p
+    from geodiag.metrics.rsa import SIGNIFICANCE
+
+    said = []
+    tested = [lv for lv in levels if lv.rsa is not None and lv.rsa.p_value is not None]
+    for lv in tested:
+        r = lv.rsa
+        if r.spearman is not None and r.spearman > 0:
+            if r.p_value < SIGNIFICANCE / len(tested):
+                said.append(f"RSA[{lv.name}] {r.spearman:.2f} (p = {r.p_value:.2g})")
+    if level_index is not None and len(rows) == len(level_index):
+        p = level_means_p(rows, level_index)
+        if p is not None and p < ISOTROPY_ALPHA:
+            said.append(f"their levels' means differ (F test, p = {p:.2g})")
+    return "; ".join(said) or None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from geodiag.analysis.evidence import suspicion
 from geodiag.analysis.reports import CheckpointReport, MatrixReport
 from geodiag.gate.advice import GROUND, GTI, PAPER_GROUNDING, Advice, Diagnosis, diagnosis
 from geodiag.gate.advice import g as _g
@@ -278,6 +279,8 @@ def verdict(report: CheckpointReport, gate: GateResult) -> Verdict:
             said |= {id(c) for c in mine if c.check is CheckName.RSA and c.status == "skip"}
         where = _where(m, len(report.matrices))
         sentences.append(where + d.sentence[0].upper() + d.sentence[1:])
+        if not failed and m.untrained is not None and m.untrained.suspected:
+            sentences.append(where + suspicion(m.untrained, m.n_new) + ".")
         causes += [where + d.cause] if d.cause else []
         remedies += [where + d.remedy] if d.remedy else []
     sentences += _skipped([c for c in shown if id(c) not in said])

@@ -170,6 +170,37 @@ def around_mean_p(rows: np.ndarray, mean: np.ndarray) -> float:
     return beta_cdf(d2 / (d2 + d * stat), d2 / 2, d / 2)  # F(d, d2) upper tail
 
 
+def level_means_p(rows: np.ndarray, level_index: np.ndarray) -> float | None:
+    """p of the levels' means being one (the rows (n, d), ``level_index`` (n,) their level)
+    under isotropic noise of unknown scale: between-level over within-level energy per
+    degree of freedom, against F(d (L - 1), d (n - L)); exact for an isotropic Gaussian
+    draw around one center, which has no level structure. None with fewer than two levels,
+    or no rows beyond one per level."""
+    x = np.asarray(rows, dtype=np.float64)
+    index = np.asarray(level_index)
+    n, d = x.shape
+    # Not np.unique: it imports numpy.ma (the gate's start-up)
+    counts = np.bincount(index) if len(index) else np.zeros(0, np.int64)
+    levels = [np.flatnonzero(index == li) for li in np.flatnonzero(counts)]
+    n_levels = len(levels)
+    if n_levels < 2 or n <= n_levels:
+        return None
+    grand = x.mean(axis=0)
+    between = within = 0.0
+    for at in levels:
+        part = x[at]
+        center = part.mean(axis=0)
+        off = center - grand
+        between += len(at) * float(off @ off)
+        c = part - center
+        within += float(np.einsum("ij,ij->", c, c))
+    if within <= 0:
+        return 0.0 if between > 0 else None
+    d1, d2 = d * (n_levels - 1), d * (n - n_levels)
+    stat = (between / d1) / (within / d2)
+    return beta_cdf(d2 / (d2 + d1 * stat), d2 / 2, d1 / 2)  # F(d1, d2) upper tail
+
+
 @dataclass(frozen=True)
 class Draw:
     """What the isotropy test and the two centers say of a set of rows."""

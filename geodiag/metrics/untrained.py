@@ -1,4 +1,4 @@
-"""Rows that never left their init: groups of indistinguishable rows, rows at a point.
+"""Untrained rows: groups of indistinguishable rows, rows at a point, rows that barely moved.
 
 A block-level figure (rank, spread, mean cosine) sees a collapse only when it fills the
 block. When trained rows sit beside untrained ones (a Qwen-style base whose own added

@@ -148,6 +148,11 @@ def _untrained_lines(m: MatrixReport) -> list[str]:
         if g is not None:
             lines.append(f"  {g.size} new rows with a {what} ({u.norm_rule}): {g.listed()}")
     lines += _no_before_lines(u)
+    if u.suspected is not None:
+        lines.append(
+            f"  suspected by statistics alone (not counted): {u.suspected.size}: "
+            f"{u.suspected.listed()}"
+        )
     if m.norm_ratio is not None:
         lines.append(f"  longest new row / longest original row: {_f(m.norm_ratio)}")
     lines += _usage_lines(u)
@@ -176,10 +181,13 @@ def _no_before_lines(u) -> list[str]:
     if d is not None:
         what = {
             None: "not a draw (they carry the vocabulary's anisotropy)",
-            "initializer": "the model's initializer's draw",
-            "noise": "noise around the vocabulary mean",
-            "isotropic": "an isotropic draw of no explained scale (--reference INIT tells)",
+            "initializer": "they look like the model's initializer's draw (a statistic)",
+            "noise": "they look like noise around the vocabulary mean (a statistic)",
+            "isotropic": "they look like an isotropic draw of no explained scale "
+            "(--reference INIT tells)",
         }[d.kind]
+        if d.structure:
+            what = f"not a draw: they carry the codebook's structure ({d.structure})"
         lines.append(
             f"  as a set: {what}; {d.share:.3g} of their energy in the vocabulary's top "
             f"directions, a draw's {d.expected:.3g} (p = {d.p_isotropic:.2g})"

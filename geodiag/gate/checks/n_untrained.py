@@ -1,15 +1,17 @@
-"""``n_untrained``: new rows still at their init, found row by row (geodiag.metrics.untrained):
-in a group of identical rows, at the vocabulary mean, all zero, a base padding row left as
-it was, or barely moved since a reference; and the untrained rows of any other token the
-chat template or --data feed. The block-level checks miss them when trained rows sit
-beside them. Its rule, ``untrained_uses_to_fail``, says which count: those something feeds
-(or may); the rest, which nothing can reach, warn.
+"""``n_untrained``: new rows shown untrained, row by row (geodiag.metrics.untrained), by
+proof (in a group of identical rows, at the vocabulary mean, all zero, a base padding row
+left as it was) or a measured movement (barely moved since a reference); and the untrained
+rows of any other token the chat template or --data feed. The block-level checks miss them
+when trained rows sit beside them. Its rule, ``untrained_uses_to_fail``, says which count:
+those something feeds (or may); the rest, which nothing can reach, warn. Rows a statistic
+alone suspects (geodiag.analysis.evidence) warn too, naming the flag that settles them.
 """
 
 from __future__ import annotations
 
 import re
 
+from geodiag.analysis.evidence import counted_kinds, suspicion, untrained_head
 from geodiag.analysis.fed import fed_uses
 from geodiag.analysis.findings import (
     ITEM_IDS,
@@ -36,37 +38,9 @@ def _value(m: MatrixReport) -> float | None:
 
 
 def untrained_kinds(u) -> list[str]:
-    """How the untrained rows of ``u`` (an UntrainedRows) were found, as the messages say it."""
-    return [
-        k
-        for k in (
-            f"{u.n_groups} group(s) of rows identical within {u.tolerance:.2g}"
-            if u.n_groups
-            else "",
-            "at the vocabulary mean" if u.at_vocabulary_mean else "",
-            f"{u.zero.size} all zero" if u.zero else "",
-            "unchanged padding rows of the base" if u.unchanged_padding else "",
-            f"{u.like_padding.size} distributed like the {u.padding.n_padding} unused padding "
-            f"rows past the tokenizer (KS p = {u.padding.p_new_vs_padding:.2g}; --base BASE "
-            "compares each row with the base's)"
-            if u.like_padding and u.padding
-            else "",
-            f"{u.barely_moved.size} barely moved since the reference"
-            + (f": {u.movement.reference}" if u.movement and u.movement.reference else "")
-            if u.barely_moved
-            else "",
-            f"{u.under_trained.size} as close to the {u.indicator.n_unused} rows the files mark "
-            f"unused as those rows are to each other ({u.indicator.indicator} past "
-            f"{u.indicator.cut:.3g})"
-            if u.under_trained and u.indicator
-            else "",
-            f"{u.initializer_draw.size} an initializer's draw ({u.draw.kind}: isotropic, "
-            f"p = {u.draw.p_isotropic:.2g}; --reference INIT settles it)"
-            if u.initializer_draw and u.draw
-            else "",
-        )
-        if k
-    ]
+    """How the counted untrained rows of ``u`` (an UntrainedRows) were found, as the
+    messages say it (geodiag.analysis.evidence: words that match the evidence)."""
+    return counted_kinds(u)
 
 
 def token_uses(t) -> str:
@@ -148,15 +122,17 @@ def _new_untrained_tokens(m: MatrixReport, cfg) -> Reading:
         n_counted = u.n_untrained
     else:
         n_counted = int(counted_mask.sum())
+    suspected = suspicion(u, m.n_new)  # statistics alone: a warning, never a count
     if u.untrained is None or not u.usage_sources:  # no usage known: every untrained row
         why = ""
         if u.untrained is not None:
             why = (
-                f"{u.n_untrained} of {m.n_new} new rows never left their init "
-                f"({'; '.join(untrained_kinds(u))}): {u.untrained.listed()}; whether anything "
-                f"feeds them is unknown ({USAGE_HINT})"
+                f"{untrained_head(u, m.n_new)} ({'; '.join(untrained_kinds(u))}): "
+                f"{u.untrained.listed()}; whether anything feeds them is unknown ({USAGE_HINT})"
             )
-        return Reading(float(n_counted), why, shown=f"{n_counted}")
+        if why and suspected:
+            why += f"; besides, {suspected}"
+        return Reading(float(n_counted), why, shown=f"{n_counted}", warning=suspected)
     untrained = [t for t in u.tokens if set(t.findings) & set(UNTRAINED)]
     counts = [bool(counts_against(t.uses, t.usage_known, rule)) for t in untrained]
     counted = sorted(
@@ -168,10 +144,7 @@ def _new_untrained_tokens(m: MatrixReport, cfg) -> Reading:
     n_unknown = min(n_unknown, n_counted)
     # Both numbers, and why they differ: "3 of 64 never left their init" read as if the
     # other 61 had, when all 64 did and 61 were spared.
-    head = (
-        f"{u.n_untrained} of {m.n_new} new rows never left their init "
-        f"({'; '.join(untrained_kinds(u))})"
-    )
+    head = f"{untrained_head(u, m.n_new)} ({'; '.join(untrained_kinds(u))})"
     spare = (
         f"{n_spared} spared, as nothing feeds them ({spare_reason(u)}): {_listed(spared, n_spared)}"
     )
@@ -188,6 +161,9 @@ def _new_untrained_tokens(m: MatrixReport, cfg) -> Reading:
             else "drop them from the vocabulary, or leave them: no input reaches them"
         )
         warning = f"{said}; the {n_spared} spared cannot matter: {remedy}"
+    if suspected:
+        why += f"; besides, {suspected}" if why else ""
+        warning = f"{warning}; besides, {suspected}" if warning else suspected
     return Reading(float(n_counted), why, shown=f"{n_counted}", warning=warning)
 
 
@@ -211,10 +187,7 @@ def _untrained_phrase(m: MatrixReport) -> str:
     u = m.untrained
     assert u is not None and u.untrained is not None
     how = untrained_kinds(u)
-    return (
-        f"{u.n_untrained} of {m.n_new} new tokens never left their init ({'; '.join(how)}): "
-        f"{u.untrained.listed(counted=True)}"
-    )
+    return f"{untrained_head(u, m.n_new, 'tokens')} ({'; '.join(how)}): {u.untrained.listed(counted=True)}"
 
 
 # Names of the slots a base reserves and never trains (Llama-3's
@@ -239,12 +212,8 @@ def _untrained_cause(m: MatrixReport) -> str | None:
         return "barely_moved"
     if covers(u.zero):
         return "zero"
-    if covers(u.unchanged_padding) or covers(u.like_padding):
+    if covers(u.unchanged_padding):
         return "padding"
-    if covers(u.initializer_draw):
-        return "draw"
-    if covers(u.under_trained) and not all(_RESERVED.search(t) for t in u.untrained.tokens):
-        return "under_trained"
     if all(_RESERVED.search(t) for t in u.untrained.tokens):
         return "reserved"
     return None
@@ -255,16 +224,11 @@ def _untrained_cause(m: MatrixReport) -> str | None:
 _NO_INIT = {
     "zero": "they are all zero: a zero init, rows a save never wrote (a sharded save "
     "without gathering), or slots the base left at zero",
-    "padding": "they sit on the base's padding rows past its tokenizer, which "
+    "padding": "they are the base's padding rows past its tokenizer, unchanged, which "
     "resize_token_embeddings leaves as they were when the matrix is already large enough "
     "(no resize, so no init ran on them)",
     "reserved": "they are the base's reserved slots, rows its pretraining never trained "
     "(no resize happened)",
-    "draw": "they are an initializer's draw (isotropic, at the model's initializer or noise "
-    "around the vocabulary mean): nothing trained them",
-    "under_trained": "they sit with the rows the files mark unused, as close to those rows' "
-    "mean as the rows themselves (Land & Bartolo's under-trained indicator): rows "
-    "pretraining never trained",
 }
 
 
@@ -317,6 +281,8 @@ def _untrained_diagnosis(m: MatrixReport, advice: Advice) -> Diagnosis:
 
 def _sentence(c: CheckResult, m: MatrixReport) -> str:
     u = m.untrained
+    if u is not None and u.untrained is None and c.status == "warn" and u.suspected:
+        return f"no new row is untrained by proof or a measured movement; {suspicion(u, m.n_new)}."
     if c.status == "pass" or u is None or u.untrained is None:
         return f"no new row is still at its init (none within {g(u.tolerance if u else None)} of another row or of the vocabulary mean)."
     return _untrained_finding(m)
@@ -342,10 +308,12 @@ CHECK = Check(
     direction="max",
     default=0,
     count=True,
-    help="New rows still at their init, found row by row: in a group of identical "
-    "rows, at the vocabulary mean, all zero, a base padding row left as it was, or "
-    "barely moved since --reference; and untrained rows of any other token the chat "
-    "template or --data feed",
+    help="New rows shown untrained, row by row: by proof (in a group of identical rows, at "
+    "the vocabulary mean, all zero, a base padding row left as it was) or a measured movement "
+    "(barely moved since --reference); and untrained rows of any other token the chat "
+    "template or --data feed. Rows only a statistic suspects (ranked with the rows the files "
+    "mark unused, an isotropic set like an initializer's draw, norms like the padding rows') "
+    "warn, naming the flag that settles them",
     metavar="K",
     scope="row",
     value=_value,

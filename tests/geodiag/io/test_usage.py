@@ -227,8 +227,9 @@ def test_a_base_with_an_instruct_template_whose_tokens_are_untrained_fails_namin
     data = _jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "w1 w2"}]}])
     res = _untrained(geodiag.measure(base, read=specials, data=[data]))
     assert (res.status, res.value) == ("fail", 4) and "<|reserved_special_token_0|>" in res.message
-    # All 8 never left their init: 4 counted (the template's), 4 spared, both said.
-    assert "8 of 8 new rows never left their init" in res.message
+    # All 8 untrained (zero: no init known, so not "never left their init"): 4 counted
+    # (the template's), 4 spared, both said.
+    assert "8 of 8 new rows are untrained" in res.message and "8 all zero" in res.message
     assert "; 4 counted, as something feeds them: " in res.message
     assert "; 4 spared, as nothing feeds them (absent from chat.jsonl" in res.message
 
