@@ -13,7 +13,8 @@ reference the movement is measured from: ``--reference``, else a before the file
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +33,13 @@ from geodiag.io.sources.remote import is_remote
 from geodiag.io.stack import detect_stack
 from geodiag.io.vocabulary import sidecar as sidecar_mod
 from geodiag.io.vocabulary.new_tokens import Declared, NewTokens
-from geodiag.io.vocabulary.references import reference_of
+from geodiag.io.vocabulary.references import (
+    OFF_HINT,
+    Found,
+    candidates,
+    declined,
+    same_vocab,
+)
 from geodiag.io.vocabulary.tokenizer import TokenizerInfo, load_tokenizer_in
 
 # Unused padding rows read at most (their integrity finding, the padding comparison of the
@@ -263,11 +270,50 @@ def checkpoint_of(d: Draft) -> Checkpoint:
     )
 
 
-def with_reference(ckpt: Checkpoint, opts: ReadOptions, declared: Declared | None) -> Checkpoint:
-    """``ckpt`` with the before its rows' movement is measured from: ``--reference``,
-    else one its files carry (:mod:`geodiag.io.vocabulary.references`)."""
-    ckpt.reference, ckpt.reference_notes = reference_of(ckpt, opts, declared, open_checkpoint)
+def with_reference(
+    ckpt: Checkpoint,
+    opts: ReadOptions,
+    declared: Declared | None,
+    opener: Callable[..., Checkpoint] | None = None,
+) -> Checkpoint:
+    """``ckpt`` with the before its rows' movement is measured from, and the notes on it:
+    the first of :func:`geodiag.io.vocabulary.references.candidates` that opens, with the same
+    options and new tokens. ``--reference`` that fails is the user's error; an automatic
+    one that is missing, unreadable or mismatched is a note, and the next is tried.
+    ``opener``: how a candidate is opened (default :func:`open_checkpoint`; a report hands
+    the checkpoints it already opened)."""
+    notes = [] if opts.reference is not None or opts.auto_reference else declined(ckpt)
+    for c in candidates(ckpt, opts):
+        if isinstance(c, Found) and c.reference is None:
+            notes.append(c.note)
+            continue
+        if isinstance(c, Found):
+            ckpt.reference, ckpt.reference_notes = c.reference, [*notes, f"{c.note} ({OFF_HINT})"]
+            return ckpt
+        given = c.what == "--reference"
+        try:
+            ref = _open_reference(ckpt, c.path, opts, declared, c.what, opener)
+        except InputError as e:
+            if given:
+                raise
+            notes.append(f"{c.what} {c.path} not used as the reference: {e.problem}")
+            continue
+        note = c.note(ref) if given else f"{c.note(ref)} ({OFF_HINT})"
+        ckpt.reference, ckpt.reference_notes = ref, [*notes, note]
+        return ckpt
+    ckpt.reference, ckpt.reference_notes = None, notes
     return ckpt
+
+
+def _open_reference(ckpt: Checkpoint, path, opts, declared, what: str, opener) -> Checkpoint:
+    """``path`` (a URL: a str) opened as ``ckpt`` was, without a reference of its own, and
+    checked to hold the same new tokens."""
+    if not is_remote(path) and not Path(path).exists():
+        raise InputError(what, f"{path}: no such file or folder")
+    alone = dataclasses.replace(opts, reference=None, auto_reference=False)
+    ref = (opener or open_checkpoint)(path, alone, declared)
+    same_vocab(ref, ckpt, path, what)
+    return ref
 
 
 def open_files(path: str | Path, opts: ReadOptions) -> Opened:

@@ -19,15 +19,16 @@ the files carry.
 
 Each automatic one must have the same new tokens (ids and strings); one that is missing,
 unreadable or mismatched is a note and the next is tried, never an error.
-``--no-auto-reference`` keeps to ``--reference`` alone. Opening one reads headers only:
-the movement reads its new rows and the vocabulary sample
-(:mod:`geodiag.analysis.findings`).
+``--no-auto-reference`` keeps to ``--reference`` alone. This module only names them
+(:func:`candidates`); the caller opens each, as the checkpoint was opened
+(:func:`geodiag.io.checkpoint.with_reference`). Opening one reads headers only: the
+movement reads its new rows and the vocabulary sample (:mod:`geodiag.analysis.findings`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -40,7 +41,6 @@ from geodiag.io.sources import remote
 from geodiag.io.sources.options import ReadOptions
 from geodiag.io.sources.remote import is_remote
 from geodiag.io.vocabulary import sidecar as sidecar_mod
-from geodiag.io.vocabulary.new_tokens import Declared
 
 # transformers' Trainer saves checkpoint-{global_step} (PREFIX_CHECKPOINT_DIR)
 TRAINER_CHECKPOINT = re.compile(r"^checkpoint-(?P<step>\d+)$")
@@ -55,25 +55,32 @@ class Found:
     note: str
 
 
-Opener = Callable[..., object]  # geodiag.io.checkpoint.open_checkpoint(path, opts, declared)
+@dataclass
+class Candidate:
+    """A before to open (a folder or file; a URL: a str): the caller opens it with the
+    checkpoint's options (:func:`geodiag.io.checkpoint.with_reference`), checks it with
+    :func:`same_vocab`, and says ``note(reference)`` when it is the one."""
+
+    path: Path | str
+    what: str  # whose before it is, in errors and notes
+    note: Callable[[object], str]
 
 
-def reference_of(ckpt, opts: ReadOptions, declared: Declared | None, opener: Opener):
-    """(the reference of ``ckpt``, a :class:`~geodiag.io.checkpoint.Checkpoint` opened
-    with ``opts``, or None; the notes: which reference and why, the automatic sources
-    passed over and why). ``opener``: ``open_checkpoint``, whose last step this is."""
-    ask = _Ask(opts, declared, opener)
+def candidates(ckpt, opts: ReadOptions) -> Iterator[Candidate | Found]:
+    """The befores of ``ckpt``, first first (the module docstring's order): ``--reference``
+    (a :class:`Candidate` whose failure is the user's error), else each automatic source's
+    answer, a Candidate to open or a :class:`Found` (a before in the same file, or a note on
+    why a source gave none). This module only names them: the caller opens them."""
     if opts.reference is not None:
         where = opts.reference if is_remote(opts.reference) else Path(opts.reference)
-        ref = _open(ckpt, where, ask, "--reference")
-        return ref, [f"reference: {opts.reference} (--reference)"]
-    notes = [] if opts.auto_reference else _declined(ckpt)
+        yield Candidate(
+            where, "--reference", lambda ref: f"reference: {opts.reference} (--reference)"
+        )
+        return
     for source in AUTOMATIC if opts.auto_reference else ():
-        found = source(ckpt, ask)
-        if found is not None and found.reference is not None:
-            return found.reference, [*notes, f"{found.note} ({OFF_HINT})"]
-        notes += [found.note] if found is not None else []
-    return None, notes
+        found = source(ckpt)
+        if found is not None:
+            yield found
 
 
 # The notes that say what the movement was measured from, or that it was not: ``geodiag
@@ -81,7 +88,7 @@ def reference_of(ckpt, opts: ReadOptions, declared: Declared | None, opener: Ope
 REFERENCE_NOTES = ("reference: ", "no reference: ")
 
 
-def _declined(ckpt) -> list[str]:
+def declined(ckpt) -> list[str]:
     """``--no-auto-reference``: the before the files carry, named, and left unused."""
     side = ckpt.own_sidecar or ckpt.sidecar
     if side is None or is_remote(ckpt.location):
@@ -96,15 +103,6 @@ def _declined(ckpt) -> list[str]:
     ]
 
 
-@dataclass(frozen=True)
-class _Ask:
-    """How ``ckpt`` was opened: a reference is opened the same way, without one of its own."""
-
-    opts: ReadOptions
-    declared: Declared | None
-    opener: Opener
-
-
 def same_vocab(a, b, where: object, what: str) -> None:
     """Raise unless checkpoints ``a`` and ``b`` have the same new tokens (ids and strings)."""
     if a.new.tokens != b.new.tokens or not np.array_equal(a.new.ids, b.new.ids):
@@ -115,26 +113,7 @@ def same_vocab(a, b, where: object, what: str) -> None:
         )
 
 
-def _open(ckpt, path: Path | str, ask: _Ask, what: str):
-    """``path`` (a URL: a str) opened as a reference of ``ckpt`` (itself without one): the
-    same new tokens."""
-    if not is_remote(path) and not path.exists():
-        raise InputError(what, f"{path}: no such file or folder")
-    opts = replace(ask.opts, reference=None, auto_reference=False)
-    ref = ask.opener(path, opts, ask.declared)
-    same_vocab(ref, ckpt, path, what)
-    return ref
-
-
-def _try_open(ckpt, path: Path | str, ask: _Ask, what: str) -> tuple[object | None, str]:
-    """(the reference, "") or (None, why it is none) for an automatic source."""
-    try:
-        return _open(ckpt, path, ask, what), ""
-    except InputError as e:
-        return None, f"{what} {path} not used as the reference: {e.problem}"
-
-
-def _sidecar_init(ckpt, ask: _Ask) -> Found | None:
+def _sidecar_init(ckpt) -> Candidate | Found | None:
     side = ckpt.own_sidecar or ckpt.sidecar  # gti's, beside a framework's map
     what = f"the init checkpoint {sidecar_mod.FILENAME} names"
     if is_remote(ckpt.location):  # named from the checkpoint's URL, as from its folder
@@ -155,18 +134,18 @@ def _sidecar_init(ckpt, ask: _Ask) -> Found | None:
             return None
         if not init.exists():
             return Found(None, f"{what}, {init}, is not there: no reference from it")
-    ref, why_not = _try_open(ckpt, init, ask, what)
-    if ref is None:
-        return Found(None, why_not)
-    strategy = trained_init(ref)
-    if strategy is not None:
-        return Found(
-            ref,
+
+    def note(ref) -> str:
+        strategy = trained_init(ref)
+        if strategy is None:
+            return f"reference: {init}, {what}"
+        return (
             f"reference: {init}, {what}; a `gti init --strategy {strategy}` checkpoint, whose "
             "new rows were trained (grounded): movement is measured from it, but a row that "
-            "barely moved since is not counted untrained",
+            "barely moved since is not counted untrained"
         )
-    return Found(ref, f"reference: {init}, {what}")
+
+    return Candidate(init, what, note)
 
 
 # gti init strategies that train the new rows (the others only set them).
@@ -181,7 +160,7 @@ def trained_init(ref) -> str | None:
     return strategy if strategy in TRAINING_INITS else None
 
 
-def _peft_original(ckpt, ask: _Ask) -> Found | None:
+def _peft_original(ckpt) -> Found | None:
     if isinstance(ckpt.store, AdapterStore):
         return _adapter_before(ckpt)
     names = set(ckpt.store.names())
@@ -231,7 +210,7 @@ def _adapter_before(ckpt) -> Found | None:
     return Found(ref, f"reference: the adapter's before, read from {name} and its base: {shown}")
 
 
-def _earliest_sibling(ckpt, ask: _Ask) -> Found | None:
+def _earliest_sibling(ckpt) -> Candidate | None:
     folder = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
     this = TRAINER_CHECKPOINT.match(folder.name)
     if this is None:
@@ -244,18 +223,19 @@ def _earliest_sibling(ckpt, ask: _Ask) -> Found | None:
     if not earlier:
         return None
     step, sibling = min(earlier)
-    ref, why_not = _try_open(ckpt, sibling, ask, "the run's earliest checkpoint")
-    if ref is None:
-        return Found(None, why_not)
-    return Found(
-        ref,
-        f"reference: {sibling.name}, the run's earliest saved checkpoint: after {step} steps, not "
-        f"the initialization, so a row that moved only before step {step} is not caught",
+    return Candidate(
+        sibling,
+        "the run's earliest checkpoint",
+        lambda ref: (
+            f"reference: {sibling.name}, the run's earliest saved checkpoint: after "
+            f"{step} steps, not the initialization, so a row that moved only before step {step} "
+            "is not caught"
+        ),
     )
 
 
 # The automatic sources, in precedence order.
-AUTOMATIC: tuple[Callable[..., Found | None], ...] = (
+AUTOMATIC: tuple[Callable[..., Candidate | Found | None], ...] = (
     _sidecar_init,
     _peft_original,
     _earliest_sibling,

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from geodiag.errors import InputError
 from geodiag.gate.trajectory import checkpoint_step
-from geodiag.io.checkpoint import Checkpoint, open_checkpoint
+from geodiag.io.checkpoint import Checkpoint, open_checkpoint, with_reference
 from geodiag.io.sources.options import ReadOptions
 from geodiag.io.sources.remote import is_remote
-from geodiag.io.vocabulary.references import OFF_HINT, reference_of, same_vocab
+from geodiag.io.vocabulary.references import OFF_HINT, same_vocab
 
 PAIR_FLAG = "--pair"
 HOW_TO_PAIR = f"pair two yourself with {PAIR_FLAG} BEFORE=AFTER (e.g. the init and its SFT)"
@@ -62,7 +62,7 @@ def where(ckpt: Checkpoint) -> str:
 
 
 def with_references(ckpts: list[Checkpoint], read: ReadOptions) -> None:
-    """Give each checkpoint the reference its files carry (:func:`reference_of`, as
+    """Give each checkpoint the reference its files carry (:func:`with_reference`, as
     ``open_checkpoint`` would with ``read``), taken from ``ckpts`` when it is one of them:
     each checkpoint is opened once (they were opened without a reference)."""
     opened = {where(c): c for c in ckpts}
@@ -72,7 +72,7 @@ def with_references(ckpts: list[Checkpoint], read: ReadOptions) -> None:
         return opened.get(key) or open_checkpoint(path, opts, declared)
 
     for c in ckpts:
-        c.reference, c.reference_notes = reference_of(c, read, None, reuse)
+        with_reference(c, read, None, reuse)
         c.read = read
 
 
