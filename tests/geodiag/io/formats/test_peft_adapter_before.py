@@ -130,7 +130,13 @@ def test_rows_that_never_trained_fail_against_the_saved_before(tmp_path, tied, k
     if identical:
         assert code == 1
         line = next(line for line in text.splitlines() if "n_untrained" in line)
-        assert f"since the reference: {before} in {adapter / 'adapter_model.safetensors'}" in (line)
+        # bit-identical to the before: "never left"; the verdict names the file in full
+        assert f"never left the reference: {before} in" in line
+        verdict = next(ln for ln in text.splitlines() if ln.strip().startswith("verdict:"))
+        assert f"{before} in {adapter / 'adapter_model.safetensors'}" in verdict
+        assert any(
+            ln.strip().startswith("reference: the adapter's before") for ln in text.splitlines()
+        )
         assert all(f"<a_{i - V0}>" in line for i in identical)
     else:  # the tied head trained every row of the shared delta: nothing to flag
         assert code == 0, text
