@@ -141,7 +141,20 @@ def main() -> None:
             print(f"error: {e}", file=sys.stderr)
             raise SystemExit(2) from None
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    quiet_deepspeed_on_cpu()
     app()
+
+
+def quiet_deepspeed_on_cpu() -> None:
+    """No GPU: tell DeepSpeed (which transformers imports when it is installed, as the test
+    install has it) that the accelerator is the CPU, so it does not open every gti command
+    with "WARNING ... unable to detect" a GPU. A value the user set is kept."""
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
 if __name__ == "__main__":

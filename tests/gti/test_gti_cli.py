@@ -346,3 +346,32 @@ def test_one_output_folder_rule(tmp_path):
     (ckpt / "x").write_text("")
     with pytest.raises(InputError, match="is not a folder"):
         check_output_dir(ckpt / "x", "init_config.json")
+
+
+def test_no_deepspeed_warning_opens_a_gti_command_without_a_gpu(monkeypatch):
+    """transformers imports DeepSpeed when it is installed; on a CPU-only machine DeepSpeed
+    warned it was 'unable to detect' a GPU at the top of `make demo`. The CLI names the CPU
+    (DS_ACCELERATOR) unless the user set it; a fresh process then imports it silently."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    from gti.cli import quiet_deepspeed_on_cpu
+
+    pytest.importorskip("deepspeed")
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    quiet_deepspeed_on_cpu()
+    assert os.environ["DS_ACCELERATOR"] == "cpu"
+    monkeypatch.setenv("DS_ACCELERATOR", "cuda")
+    quiet_deepspeed_on_cpu()
+    assert os.environ["DS_ACCELERATOR"] == "cuda"  # the user's value stands
+    code = "from gti.cli import quiet_deepspeed_on_cpu as q; q(); import deepspeed"
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: DeepSpeed finds it, and no warning is expected either way")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "unable to detect" not in out.stderr
