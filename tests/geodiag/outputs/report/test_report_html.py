@@ -214,3 +214,26 @@ def test_block_means_match_a_direct_average(tmp_path):
             expect = (sub.sum() - np.trace(sub)) / (sub.size - len(sub)) if a == b else sub.mean()
             assert cm._values[a, b] == pytest.approx(expect, abs=1e-9)
     assert "aggregated, " in files.html.read_text()
+
+
+def test_neighbour_cells_keep_each_token_apart_from_its_score(built):
+    """A neighbour cell read as text was '9 0.69 7 0.68' (digit tokens): each item is now the
+    token, then its cosine in parentheses, items separated by commas."""
+    html, data, _, _ = built
+    table = html[
+        html.index('<table class="nbrs">') : html.index(
+            "</table>", html.index('<table class="nbrs">')
+        )
+    ]
+    cells = re.findall(r"<td>(.*?)</td>", table, re.S)
+    texts = [
+        re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", c)).replace("&nbsp;", " ").strip() for c in cells
+    ]
+    texts = [t for t in texts if t and t != "-"]
+    item = r"\S.*? \(-?\d+(?:\.\d+)?\)"
+    checked = [t for t in texts if "(" in t]
+    assert checked, texts
+    for t in checked:
+        assert re.fullmatch(rf"{item}(?:, {item})*", t), t
+    first = data["checkpoints"][0]["report"]["matrices"][0]["neighbors"][0]["nearest"]
+    assert len(first) >= 1
