@@ -214,3 +214,34 @@ def test_two_arm_report_figures_draw_tick_labels_as_math(two_arms):
     # the log axes' labels drawn as math: 10 and its exponent, one glyph at a time ("10−2")
     powers = [t for t in texts if re.fullmatch("10[−-]?[0-9]+", t)]
     assert len(powers) >= 2, texts  # on both log axes of the spectra
+
+
+# Evaluated in the page: the scrolling boxes whose table is wider than the box, by the
+# text of the table's first header row.
+CLIPPED = """(() => [...document.querySelectorAll(".scroll")]
+  .filter(b => b.scrollWidth > b.clientWidth + 1)
+  .map(b => { const th = b.querySelector("thead tr"); return th ? th.textContent.trim() : ""; })
+)();"""
+
+
+@pytest.fixture(scope="module")
+def with_drift(tmp_path_factory):
+    """A report with an init -> SFT pair and three SID levels: the drift table's widest case
+    of one pair, and the per-token counts table."""
+    tmp = tmp_path_factory.mktemp("with-drift")
+    paths = write_set(tmp / "ckpts")
+    files = write_report(paths, tmp / "report.html", opts=ReportOptions(n_permutations=20))
+    return files.html, tmp
+
+
+def test_the_drift_and_count_tables_fit_a_desktop_page(with_drift):
+    """At 1400 px the drift table (pair, matrix, cosines, RSA per level) and the per-token
+    counts were wider than the page and cut at its edge (issue 50): their headers wrap."""
+    page, tmp = with_drift
+    assert 'id="drift"' in page.read_text() and "structure RSA" in page.read_text()
+    with Browser(CHROMIUM, tmp / "profile-clipped") as browser:
+        browser.open(page, 1400)
+        clipped = browser.evaluate(CLIPPED)
+    assert not [t for t in clipped if t.startswith("pair") or t.startswith("checkpointgate")], (
+        clipped
+    )
