@@ -134,6 +134,7 @@ def spectra(report: Report, style: FigureFormat) -> str:
             series.append(
                 ("vocabulary reference", ref, dict(color=REFERENCE_COLOR, lw=1.2, ls="--"))
             )
+        series = _same_as(series)
         lowest = [1.0, 1.0]
         for name, g, kw in series:
             for k, spec in enumerate((g.uncentered, g.centered)):
@@ -168,6 +169,47 @@ def spectra(report: Report, style: FigureFormat) -> str:
         fig.tight_layout(rect=(0, 0.1, 1, 1))
         fig.legend(handles, names, loc="lower center", ncol=min(len(names), 6), frameon=False)
         return _uri(fig, "svg", style)
+
+
+# Two spectra are drawn as one curve when they differ by less than this, in decades of the
+# log axes (and in energy on the cumulative one): about 0.4 px of the ~3-inch panels, whose
+# y range spans a few decades over ~200 px (issue 50: gti/init hid under gti/sft).
+SAME_CURVE = 0.01
+
+
+def _curves(g) -> list[np.ndarray]:
+    """What a series draws: log10 of both normalized spectra, and the cumulative energy."""
+    out = []
+    for spec in (g.uncentered, g.centered):
+        s = np.asarray(spec.singular_values, dtype=np.float64)
+        y = s / s[0] if len(s) and s[0] > 0 else np.zeros_like(s)
+        out.append(np.log10(np.maximum(y, SPECTRUM_FLOOR)))
+    s2 = np.asarray(g.uncentered.singular_values, dtype=np.float64) ** 2
+    out.append(np.cumsum(s2) / s2.sum() if s2.sum() > 0 else s2)
+    return out
+
+
+def _same_as(series: list) -> list:
+    """``series`` with each one that draws the same curves as an earlier one (within
+    :data:`SAME_CURVE`) labelled "NAME (same as EARLIER)": a line under another is hidden."""
+    out, drawn = [], []
+    for name, g, kw in series:
+        mine = _curves(g)
+        twin = next(
+            (
+                other
+                for other, theirs in drawn
+                if all(a.shape == b.shape for a, b in zip(mine, theirs, strict=True))
+                and all(
+                    not len(a) or float(np.max(np.abs(a - b))) < SAME_CURVE
+                    for a, b in zip(mine, theirs, strict=True)
+                )
+            ),
+            None,
+        )
+        out.append((name if twin is None else f"{name} (same as {twin})", g, kw))
+        drawn.append((name, mine))
+    return out
 
 
 def cosine_maps(report: Report, style: FigureFormat, centered: bool = False) -> str:

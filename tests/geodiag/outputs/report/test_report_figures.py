@@ -134,3 +134,31 @@ def test_svg_figures_hold_no_raw_mathtext(drawn):
         drawn_text += ["".join(t.itertext()) for t in root.iter("{http://www.w3.org/2000/svg}text")]
     assert [t for t in drawn_text if RAW_MATH.search(without_names(t))] == []
     assert any(MATH_LEVELS[0] in t or MATH_STRATEGY in t for t in drawn_text)
+
+
+def test_a_curve_identical_to_another_says_so(tmp_path):
+    """Two checkpoints whose new rows are the same draw one curve: the second's legend says
+    "same as" the first (gti/init hid under gti/sft, issue 50); a different one does not."""
+    import base64
+    import xml.etree.ElementTree as ET
+
+    base = base_rows()
+    rows = planted_new_rows("grounded", base)
+    paths = [
+        write_checkpoint(tmp_path / name, r, base=base)
+        for name, r in (
+            ("one", rows),
+            ("two", rows.copy()),
+            ("other", planted_new_rows("random", base)),
+        )
+    ]
+    report = build_report(paths, opts=ReportOptions(n_permutations=10))
+    labels = [e.label for e in report.checkpoints]
+    uri = figures.spectra(report, figures.FigureFormat())
+    root = ET.fromstring(base64.b64decode(uri.split(",", 1)[1]))
+    text = ["".join(t.itertext()) for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    same = [t for t in text if "same as" in t]
+    assert len(same) == 1, text
+    first, second, other = labels
+    assert same[0] == f"{second} (same as {first})"
+    assert not any(other in t and "same as" in t for t in text)
