@@ -35,6 +35,7 @@ from geodiag.gate.checks import (
     GateResult,
     run_gate,
 )
+from geodiag.metrics.rsa import SMALL_EFFECT
 
 _ORDER = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
 _BY_NAME = {c.name: c for c in CHECKS}
@@ -231,17 +232,29 @@ def _structure(report: CheckpointReport, m: MatrixReport, checks: list[CheckResu
             _likely_cause(report, m),
             sep=": ",
         )
+    faint = [  # significant, but under a small effect: a trace, not the structure kept
+        str(c.level)
+        for c in rsa
+        if c.status == "pass" and c.value is not None and c.value < SMALL_EFFECT
+    ]
+    kept = [str(c.level) for c in rsa if c.status == "pass" and str(c.level) not in faint]
     if warned:
+        others = _kept_words(kept, faint)
         return diagnosis(
-            f"{healthy}; level(s) {', '.join(warned)} carry no trace of the codebook's structure, "
-            "the others do; if those levels matter",
+            f"{healthy}; level(s) {', '.join(warned)} carry no trace of the codebook's structure"
+            f"{', ' + others if others else ''}; if those levels matter",
             _likely_cause(report, m),
             sep=": ",
         )
-    if measured and len(measured) == len(m.levels):
+    if measured and len(measured) == len(m.levels) and not faint:
         return Diagnosis(
             f"healthy: {healthy}, and every level keeps the codebook's structure "
             f"(RSA {min(measured):.2f} to {max(measured):.2f})."
+        )
+    if measured and len(measured) == len(m.levels):
+        return Diagnosis(
+            f"{healthy}; every level carries a trace of the codebook's structure: "
+            f"{_kept_words(kept, faint)} (RSA {min(measured):.2f} to {max(measured):.2f})."
         )
     reason = next((lv.rsa_skip_reason for lv in m.levels if lv.rsa is None), None)
     if not m.levels:
@@ -249,6 +262,18 @@ def _structure(report: CheckpointReport, m: MatrixReport, checks: list[CheckResu
     elif reason:  # the RSA checks' own line gives the reason in full, and the flag
         reason = reason.removesuffix(": RSA skipped").split(" (")[0]
     return Diagnosis(f"{healthy}; structure against the codebooks not measured: {reason}.")
+
+
+def _kept_words(kept: list[str], faint: list[str]) -> str:
+    """Which levels keep the codebook's structure and which carry only a faint trace of it
+    (significant RSA under :data:`~geodiag.metrics.rsa.SMALL_EFFECT`)."""
+    said = [f"level(s) {', '.join(kept)} keep it"] if kept else []
+    if faint:
+        said.append(
+            f"level(s) {', '.join(faint)} only a faint trace (RSA under {SMALL_EFFECT:g}, "
+            "a small effect)"
+        )
+    return ", ".join(said)
 
 
 def verdict(report: CheckpointReport, gate: GateResult) -> Verdict:

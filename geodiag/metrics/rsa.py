@@ -17,6 +17,9 @@ from geodiag.metrics.geometry import as_matrix, row_norms
 # trace of the codebook's structure (the gate warns, the report says so, quantization has no
 # structure to keep there).
 SIGNIFICANCE = 0.05
+# A significant RSA below this is a faint trace, not the codebook's structure kept: Cohen
+# (1988)'s "small" effect for a correlation (r = 0.1; RSA is a Spearman correlation).
+SMALL_EFFECT = 0.1
 # Dissimilarities whose spread is below this, relative to their size, are constant up to
 # floating-point noise (e.g. rows that are all equidistant, like a regular simplex).
 _CONSTANT_RTOL = 1e-10

@@ -7,7 +7,7 @@ from __future__ import annotations
 from geodiag.analysis.reports import MatrixReport
 from geodiag.gate.advice import GROUND, Advice, Diagnosis, diagnosis, g
 from geodiag.gate.checks.unit import Check, CheckResult, format_value, shown_name
-from geodiag.metrics.rsa import SIGNIFICANCE
+from geodiag.metrics.rsa import SIGNIFICANCE, SMALL_EFFECT
 
 
 def rsa_by_level(m: MatrixReport) -> dict[str, float | None]:
@@ -66,6 +66,11 @@ def _sentence(c: CheckResult, m: MatrixReport) -> str:
         return f"level {level}: RSA {r:.3f} < {c.threshold:g}, the codebook's structure is lost."
     if c.status == "warn":
         return f"level {level}: RSA {r:.3f} (p = {g(p)}), no trace of the codebook."
+    if r < SMALL_EFFECT:  # significant, yet under a small effect: a trace, not the structure
+        return (
+            f"level {level}: a faint trace of the codebook's structure, RSA {r:.3f} "
+            f"(p = {g(p)}), significant but under a small effect ({SMALL_EFFECT:g})."
+        )
     return f"level {level} keeps the codebook's structure: RSA {r:.3f} (p = {g(p)})."
 
 

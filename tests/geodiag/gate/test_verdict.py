@@ -65,3 +65,30 @@ def test_min_rsa_failure_is_explained(make_ckpt):
     v = diagnose(make_ckpt("random"), GateConfig(min_rsa=0.5))
     assert v.status == "fail" and "do not reproduce the codebook's structure" in v.sentence
     assert any(c.name.startswith("rsa[") and "structure is lost" in c.sentence for c in v.checks)
+
+
+def test_a_significant_but_negligible_rsa_is_a_faint_trace_not_the_structure_kept(make_ckpt):
+    """'Keeps the codebook's structure' was said of a significant RSA of 0.014 (issue 50).
+    With level b's RSA planted at 0.05 (p 0.01) and c's at 0.3 beside a's, b is a faint
+    trace (under Cohen's small effect, metrics.rsa.SMALL_EFFECT) and only a, c keep it."""
+    import dataclasses
+
+    from geodiag.gate.verdict import check_sentence
+    from geodiag.metrics.rsa import SMALL_EFFECT
+
+    report = measure_checkpoint(make_ckpt("grounded"), OPTS)
+    m = report.matrices[0]
+    planted = {"b": (0.05, 0.01), "c": (0.3, 0.01)}
+    for lv in m.levels:
+        if lv.name in planted:
+            r, p = planted[lv.name]
+            lv.rsa = dataclasses.replace(lv.rsa, spearman=r, p_value=p)
+    assert 0.05 < SMALL_EFFECT <= 0.3
+    res = run_gate(report, GateConfig())
+    v = verdict(report, res)
+    by_level = {c.level: c for c in res.checks if c.name.startswith("rsa")}
+    assert by_level["b"].status == "pass"  # the gate does not change: only the words
+    assert "faint trace" in check_sentence(by_level["b"], m)
+    assert "keeps the codebook's structure" in check_sentence(by_level["c"], m)
+    assert "every level keeps" not in v.sentence
+    assert "level(s) b only a faint trace" in v.sentence, v.sentence
