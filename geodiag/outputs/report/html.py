@@ -414,6 +414,12 @@ def trajectory_table(report: Report, p: _Ptr) -> tuple[list[str], list[list[Cell
     return header, rows
 
 
+# On a phone (<= 600 px) each figure is shown this wide, scrolled sideways, not shrunk to the
+# page: an 11-inch figure (1,056 px at 96 px/in) shrunk to 366 px drew its 7-9 pt text 3-4 px
+# tall (issue 50); at 800 px its smallest text (the 7 pt legend, 9.3 px native) is 7 px.
+FIGURE_MIN_PX = 800
+
+
 def render_html(report: Report, style: FigureFormat | None = None, neighbors_shown: int = 6) -> str:
     """The report page: inline CSS, figures as data URIs, no script, no external reference."""
     import jinja2
@@ -456,5 +462,6 @@ def render_html(report: Report, style: FigureFormat | None = None, neighbors_sho
         finding_counts=finding_counts(report, p),
         codebook_rows=codebook_rows(report, p),
         significance=f"{SIGNIFICANCE:g}",
+        figure_min_px=FIGURE_MIN_PX,
     )
     return html_page(page)  # a lone surrogate in a token: autoescape leaves it, UTF-8 cannot

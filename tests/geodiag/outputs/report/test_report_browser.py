@@ -128,7 +128,8 @@ MEASURE = """(() => {
   const out = {width: vw, scroll_width: document.documentElement.scrollWidth,
                page: [], cards: [], card_widths: [], main_width: 0, svg_text: []};
   const scrolled = n => { for (let p = n.parentElement; p; p = p.parentElement)
-    if (p.classList.contains("scroll")) return true; return false; };
+    if (p.classList.contains("scroll") || ["auto", "scroll"].includes(getComputedStyle(p).overflowX))
+      return true; return false; };
   const boxes = root => {  // [node, rect] of elements and non-blank text runs under root
     const found = [];
     const walk = document.createTreeWalker(root, NodeFilter.SHOW_ELEMENT | NodeFilter.SHOW_TEXT);
@@ -245,3 +246,35 @@ def test_the_drift_and_count_tables_fit_a_desktop_page(with_drift):
     assert not [t for t in clipped if t.startswith("pair") or t.startswith("checkpointgate")], (
         clipped
     )
+
+
+# Evaluated in the page: per SVG figure, its drawn width over its viewBox's, times the font
+# size of its smallest text of 7 units or more (ticks, legends, titles; the superscripts of a
+# log axis' tick labels are smaller by design).
+FIGURE_TEXT = """(() => [...document.querySelectorAll("figure img")].flatMap(img => {
+  const src = img.getAttribute("src");
+  if (!src.startsWith("data:image/svg+xml;base64,")) return [];
+  const svg = new DOMParser().parseFromString(atob(src.split(",")[1]), "image/svg+xml");
+  const box = svg.documentElement.getAttribute("viewBox").split(" ").map(Number);
+  const sizes = [...svg.querySelectorAll("text")]
+    .map(t => parseFloat((t.getAttribute("style") || "").replace(/.*font-size: ([0-9.]+)px.*/, "$1")))
+    .filter(s => s >= 7);
+  return sizes.length ? [Math.min(...sizes) * img.getBoundingClientRect().width / box[2]] : [];
+}))();"""
+
+
+def test_figure_text_is_readable_on_a_phone(with_drift):
+    """At 390 px the figures were shrunk to the page and their 7-9 pt text drawn 3-4 px tall
+    (issue 50): a phone shows them FIGURE_MIN_PX wide, scrolled sideways."""
+    from geodiag.outputs.report.html import FIGURE_MIN_PX
+
+    page, tmp = with_drift
+    with Browser(CHROMIUM, tmp / "profile-phone") as browser:
+        browser.open(page, 390)
+        smallest = browser.evaluate(FIGURE_TEXT)
+        found = browser.evaluate(MEASURE)
+    assert len(smallest) >= 3  # the spectra, drift and row-norm figures, at least
+    # 7 units of a figure FIGURE_MIN_PX wide: at least 7 * 800 / 1056 * 4/3 px, about 7 px
+    assert min(smallest) >= 6.5, smallest
+    assert found["scroll_width"] <= 390  # the figures scroll inside their box, not the page
+    assert FIGURE_MIN_PX >= 800
