@@ -66,12 +66,15 @@ register_format("unread", "ONNX")
 
 def read_formats(by_url: bool = False) -> str:
     """The formats geodiag reads on their own (by URL: those read by byte ranges), named
-    as the docs table names them, for the messages of a path that holds none of them."""
-    names = [
-        f.name
-        for f in formats()
-        if not f.over_base and (f.url is not None and not f.remote if by_url else f.open)
-    ]
+    as the docs table names them (each once: a format ``listed_as`` another is that one),
+    for the messages of a path that holds none of them."""
+    names = list(
+        dict.fromkeys(
+            f.listed_as or f.name
+            for f in formats()
+            if not f.over_base and (f.url is not None and not f.remote if by_url else f.open)
+        )
+    )
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 

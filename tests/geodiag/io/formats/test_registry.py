@@ -184,3 +184,13 @@ def test_recognised_by_content_and_read_on_disk_and_by_url(name, tmp_path, serve
         np.testing.assert_allclose(
             _input_rows(url, ids, len(rows), **base), rows[ids], rtol=0, atol=1e-6
         )
+
+
+def test_the_messages_name_each_format_read_once(tmp_path):
+    """'no model weights found' lists what geodiag reads, each name once: a GGUF blob is
+    GGUF (the docs table keeps its own row)."""
+    said = _said([str(tmp_path)])
+    listed = said.split("geodiag reads ", 1)[1].split(" (docs/stacks.md")[0]
+    names = listed.replace(" or ", ", ").split(", ")
+    assert len(names) == len(set(names)) and "GGUF" in names, said
+    assert "GGUF by its bytes" not in said
