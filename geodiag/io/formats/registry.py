@@ -51,6 +51,7 @@ register_format("gguf_blob")
 register_format("gguf")
 register_format("store", "SHARDED")
 register_format("store", "SINGLE")
+register_format("unread", "ZERO_MODEL_STATES")  # before torch pickle takes it for a .pt
 register_format("torch_training")
 register_format("torch_pickle")
 register_format("dcp")

@@ -79,6 +79,13 @@ def _zero(root: Path):
     return folder, None, ref.read(name)
 
 
+def _model_states(root: Path):
+    """ZeRO-3's rank-0 model states, given as a file: placeholders, not the weights."""
+    shutil.copytree(RELEASE.parent / "0.16.9" / "zero3", root / "ck")
+    name = "global_step1/zero_pp_rank_0_mp_rank_00_model_states.pt"
+    return root / "ck" / name, name, None
+
+
 def _adapter(root: Path):
     peft = pytest.importorskip("peft")
     from tests.geodiag.io.formats.test_peft_adapter import NEW, _write_base
@@ -122,6 +129,7 @@ CASES: dict[str, Callable[[Path], tuple]] = {
     "GGUF": lambda root: _gguf(root, blob=False),
     "sharded safetensors": lambda root: _safetensors(root, sharded=True),
     "safetensors": lambda root: _safetensors(root, sharded=False),
+    "DeepSpeed model states, alone": _model_states,
     "training checkpoint": lambda root: _torch(root, wrapped=True),
     "torch pickle": lambda root: _torch(root, wrapped=False),
     "torch.distributed.checkpoint": _dcp,
