@@ -48,6 +48,7 @@ def formats() -> Iterator[Format]:
 # then the training frameworks' layouts, then those recognised but not read.
 register_format("peft_adapter")
 register_format("gguf_blob")
+register_format("ollama")
 register_format("gguf")
 register_format("store", "SHARDED")
 register_format("store", "SINGLE")

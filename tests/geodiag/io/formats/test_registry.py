@@ -53,6 +53,16 @@ def _gguf(root: Path, blob: bool):
     return path, path.name, _emb()
 
 
+def _ollama(root: Path):
+    """Ollama's store: the manifest naming the GGUF blob."""
+    from tests.geodiag.io.formats.test_ollama import write_ollama
+
+    (root / "ck").mkdir(parents=True)
+    gguf_file = write_gguf(root / "model.gguf", _emb())
+    manifest = write_ollama(root / "ck", gguf_file)
+    return manifest, str(manifest.relative_to(root / "ck")), _emb()
+
+
 def _torch(root: Path, wrapped: bool):
     (root / "ck").mkdir(parents=True)
     state = {"model.embed_tokens.weight": torch.from_numpy(_emb())}
@@ -126,6 +136,7 @@ def _unread(file: str, inside: str = "") -> Callable[[Path], tuple]:
 CASES: dict[str, Callable[[Path], tuple]] = {
     "PEFT adapter": _adapter,
     "GGUF by its bytes": lambda root: _gguf(root, blob=True),
+    "Ollama": _ollama,
     "GGUF": lambda root: _gguf(root, blob=False),
     "sharded safetensors": lambda root: _safetensors(root, sharded=True),
     "safetensors": lambda root: _safetensors(root, sharded=False),
