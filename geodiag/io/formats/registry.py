@@ -54,6 +54,8 @@ register_format("store", "SHARDED")
 register_format("store", "SINGLE")
 register_format("unread", "ZERO_MODEL_STATES")  # before torch pickle takes it for a .pt
 register_format("torch_training")
+register_format("litgpt")
+register_format("torchtune")
 register_format("torch_pickle")
 register_format("dcp")
 register_format("zero")

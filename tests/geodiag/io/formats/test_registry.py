@@ -71,6 +71,23 @@ def _torch(root: Path, wrapped: bool):
     return root / "ck", name, _emb()
 
 
+def _litgpt(root: Path):
+    """litgpt's folder: lit_model.pth (litgpt's names) beside model_config.yaml."""
+    (root / "ck").mkdir(parents=True)
+    state = {"transformer.wte.weight": torch.from_numpy(_emb())}
+    torch.save(state, root / "ck" / "lit_model.pth")
+    (root / "ck" / "model_config.yaml").write_text(f"n_embd: {_emb().shape[1]}\n")
+    return root / "ck", None, _emb()
+
+
+def _torchtune(root: Path):
+    """torchtune's epoch_N/: one model-00001-of-00001.bin shard."""
+    (root / "ck").mkdir(parents=True)
+    state = {"model.embed_tokens.weight": torch.from_numpy(_emb())}
+    torch.save(state, root / "ck" / "model-00001-of-00001.bin")
+    return root / "ck", None, _emb()
+
+
 def _dcp(root: Path):
     import torch.distributed.checkpoint as dcp
 
@@ -142,6 +159,8 @@ CASES: dict[str, Callable[[Path], tuple]] = {
     "safetensors": lambda root: _safetensors(root, sharded=False),
     "DeepSpeed model states, alone": _model_states,
     "training checkpoint": lambda root: _torch(root, wrapped=True),
+    "litgpt": _litgpt,
+    "torchtune .bin shards": _torchtune,
     "torch pickle": lambda root: _torch(root, wrapped=False),
     "torch.distributed.checkpoint": _dcp,
     "DeepSpeed ZeRO": _zero,
