@@ -168,8 +168,8 @@ def file_pattern(beside: tuple[str, ...] = ()) -> str:
     """The regex of a changed file that belongs to a checkpoint: every format's files,
     then ``beside`` (regexes of the files read beside the weights), as pre-commit's
     ``files:`` takes it."""
-    names = [f for fmt in formats() for f in fmt.files] + list(beside)
-    return "(^|/)(" + "|".join(names) + ")$"
+    names = dict.fromkeys([f for fmt in formats() for f in fmt.files] + list(beside))
+    return "(^|/)(" + "|".join(names) + ")$"  # each once: two formats may share a name
 
 
 def formats_table() -> str:
