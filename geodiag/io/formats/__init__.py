@@ -14,6 +14,7 @@ Bottom to top, each module importing only those above it in this list and
 - ``gguf``: a GGUF file's tensors (rows dequantized by llama.cpp's ``gguf`` package),
   metadata and token strings, on disk or behind a URL;
 - ``gguf_blob``: a GGUF file known by its magic whatever its name (a model store's blob);
+- ``ollama``: Ollama's model store, a manifest read as the GGUF blob its model layer names;
 - ``mlx_quantized``: the packed matrices of an MLX-quantized safetensors checkpoint
   (``mlx_lm.convert -q``), dequantized as mlx does, wrapped around a safetensors store;
 - ``store``: safetensors stores, one file or the shards an index names, on disk or by URL
@@ -34,8 +35,13 @@ Bottom to top, each module importing only those above it in this list and
   ``tok_embeddings.weight``), through ``torch_pickle``'s reader;
 - ``torch_training``: a training run's ``torch.save`` dict whose ``model`` entry is the
   state dict (nanoGPT's ``ckpt.pt``), read through ``torch_zip`` without torch;
-- ``unread``: the formats recognised but not read (other DeepSpeed layouts, sharded
-  ``.bin``, TensorFlow, Flax, ONNX), each with the command that converts it;
+- ``litgpt``: litgpt's checkpoint folder (``lit_model.pth`` beside ``model_config.yaml``),
+  through ``torch_pickle``'s reader (``torch_training``'s when it wraps the state dict);
+- ``torchtune``: torchtune's ``epoch_N/`` of ``model-0000I-of-0000K.bin`` shards, each
+  through ``torch_pickle``'s reader;
+- ``unread``: the formats recognised but not read (other DeepSpeed layouts, a DeepSpeed
+  ``*model_states.pt`` given alone, sharded ``.bin``, TensorFlow, Flax, ONNX), each with the
+  command that converts it or the path to pass;
 - ``memory``: the same questions over a numpy array, a torch tensor or a model;
 - ``tensor_names``: which tensor is the input embedding, which the output head;
 - ``peft_adapter``: a PEFT adapter folder over its base, rows as PEFT merges them;

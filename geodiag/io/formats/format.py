@@ -40,6 +40,8 @@ class Format:
     files: tuple[str, ...] = ()  # regexes of the file names that hold it (pre-commit)
     url_suffixes: tuple[str, ...] = ()  # a URL ending so names one file of this format
     over_base: bool = False  # read over another checkpoint by open_checkpoint, not alone
+    # The name messages list it under, when another format's (GGUF by its bytes is GGUF).
+    listed_as: str = ""
 
     def __post_init__(self) -> None:  # each says how it is read, or why not
         assert self.over_base or (self.open is None) != (self.way_out is None), self.name

@@ -32,4 +32,5 @@ FORMAT = Format(
         "taken for a folder's): download it, or serve it under a .gguf name"
     ),
     files=(r"sha256-[0-9a-f]{64}",),
+    listed_as="GGUF",  # a .gguf file by another name: the messages name GGUF once
 )

@@ -48,10 +48,14 @@ def formats() -> Iterator[Format]:
 # then the training frameworks' layouts, then those recognised but not read.
 register_format("peft_adapter")
 register_format("gguf_blob")
+register_format("ollama")
 register_format("gguf")
 register_format("store", "SHARDED")
 register_format("store", "SINGLE")
+register_format("unread", "ZERO_MODEL_STATES")  # before torch pickle takes it for a .pt
 register_format("torch_training")
+register_format("litgpt")
+register_format("torchtune")
 register_format("torch_pickle")
 register_format("dcp")
 register_format("zero")
@@ -66,12 +70,15 @@ register_format("unread", "ONNX")
 
 def read_formats(by_url: bool = False) -> str:
     """The formats geodiag reads on their own (by URL: those read by byte ranges), named
-    as the docs table names them, for the messages of a path that holds none of them."""
-    names = [
-        f.name
-        for f in formats()
-        if not f.over_base and (f.url is not None and not f.remote if by_url else f.open)
-    ]
+    as the docs table names them (each once: a format ``listed_as`` another is that one),
+    for the messages of a path that holds none of them."""
+    names = list(
+        dict.fromkeys(
+            f.listed_as or f.name
+            for f in formats()
+            if not f.over_base and (f.url is not None and not f.remote if by_url else f.open)
+        )
+    )
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 
@@ -161,8 +168,8 @@ def file_pattern(beside: tuple[str, ...] = ()) -> str:
     """The regex of a changed file that belongs to a checkpoint: every format's files,
     then ``beside`` (regexes of the files read beside the weights), as pre-commit's
     ``files:`` takes it."""
-    names = [f for fmt in formats() for f in fmt.files] + list(beside)
-    return "(^|/)(" + "|".join(names) + ")$"
+    names = dict.fromkeys([f for fmt in formats() for f in fmt.files] + list(beside))
+    return "(^|/)(" + "|".join(names) + ")$"  # each once: two formats may share a name
 
 
 def formats_table() -> str:

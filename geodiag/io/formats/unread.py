@@ -1,6 +1,7 @@
 """Formats recognised but not read: each one's exit-2 message names what it is and the
 command that converts it to one geodiag reads (a DeepSpeed folder in a layout
-``geodiag.io.formats.zero`` does not read, sharded ``.bin``, TensorFlow, Flax, ONNX).
+``geodiag.io.formats.zero`` does not read, one of its ``*model_states.pt`` given alone,
+sharded ``.bin``, TensorFlow, Flax, ONNX).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from geodiag.errors import InputError
 from geodiag.io.formats.format import Format, RemoteCheckpoint, SmallFiles
 from geodiag.io.formats.zero import REMOTE as ZERO_REMOTE
 from geodiag.io.formats.zero import zero_to_fp32_advice
+from geodiag.io.sources.layouts import zero_folder
 
 NOT_BY_URL = "not read by URL either: download it and convert it as the local message says"
 
@@ -20,6 +22,23 @@ def _deepspeed(p: Path) -> Path | None:
         return None
     zero = sorted(d for d in p.glob("global_step*") if d.is_dir() and any(d.glob("*states.pt")))
     return zero[-1] if zero else None
+
+
+def _model_states(p: Path) -> Path | None:
+    """A DeepSpeed ``*model_states.pt`` given as a file (ZeRO-3's, ZeRO-1/2's: by its name,
+    which DeepSpeed's save_checkpoint gives it and no plain state dict has)."""
+    return p if p.is_file() and p.name.endswith(MODEL_STATES) else None
+
+
+def _model_states_way_out(found: Path) -> str:
+    tag = found.parent
+    folder = f"pass its folder, {tag}/" if zero_folder(tag) else "pass the global_stepN/ folder"
+    return (
+        "a DeepSpeed model-states file, not the weights: under ZeRO-3 its module holds "
+        "placeholders, the weights partitioned over the ranks' *_optim_states.pt "
+        f"(zero_pp_rank_*) beside it; geodiag reads the ZeRO folder: {folder} (or the one "
+        f"above it, whose 'latest' names the tag), or {zero_to_fp32_advice(tag.parent)}"
+    )
 
 
 def _named(name: str):
@@ -62,6 +81,16 @@ DEEPSPEED = Format(
         f"universal folders): {zero_to_fp32_advice(found.parent)}"
     ),
     remote=ZERO_REMOTE,  # by URL its 'latest' is all a folder shows: ZeRO's entry names it
+)
+MODEL_STATES = "model_states.pt"
+ZERO_MODEL_STATES = Format(
+    name="DeepSpeed model states, alone",
+    what="one DeepSpeed `*model_states.pt` given as a file (ZeRO-3's holds no weights)",
+    find=_model_states,
+    way_out=_model_states_way_out,
+    remote="a DeepSpeed model-states file is not the weights, nor read by URL: download "
+    "its global_stepN/ folder and check that",
+    files=(r"[^/]*model_states\.pt",),
 )
 SHARDED_BIN = Format(
     name="sharded .bin",

@@ -53,12 +53,39 @@ def _gguf(root: Path, blob: bool):
     return path, path.name, _emb()
 
 
+def _ollama(root: Path):
+    """Ollama's store: the manifest naming the GGUF blob."""
+    from tests.geodiag.io.formats.test_ollama import write_ollama
+
+    (root / "ck").mkdir(parents=True)
+    gguf_file = write_gguf(root / "model.gguf", _emb())
+    manifest = write_ollama(root / "ck", gguf_file)
+    return manifest, str(manifest.relative_to(root / "ck")), _emb()
+
+
 def _torch(root: Path, wrapped: bool):
     (root / "ck").mkdir(parents=True)
     state = {"model.embed_tokens.weight": torch.from_numpy(_emb())}
     name = "ckpt.pt" if wrapped else "pytorch_model.bin"
     torch.save({"model": state, "iter_num": 1} if wrapped else state, root / "ck" / name)
     return root / "ck", name, _emb()
+
+
+def _litgpt(root: Path):
+    """litgpt's folder: lit_model.pth (litgpt's names) beside model_config.yaml."""
+    (root / "ck").mkdir(parents=True)
+    state = {"transformer.wte.weight": torch.from_numpy(_emb())}
+    torch.save(state, root / "ck" / "lit_model.pth")
+    (root / "ck" / "model_config.yaml").write_text(f"n_embd: {_emb().shape[1]}\n")
+    return root / "ck", None, _emb()
+
+
+def _torchtune(root: Path):
+    """torchtune's epoch_N/: one model-00001-of-00001.bin shard."""
+    (root / "ck").mkdir(parents=True)
+    state = {"model.embed_tokens.weight": torch.from_numpy(_emb())}
+    torch.save(state, root / "ck" / "model-00001-of-00001.bin")
+    return root / "ck", None, _emb()
 
 
 def _dcp(root: Path):
@@ -77,6 +104,13 @@ def _zero(root: Path):
     ref = SafetensorsFile(RELEASE / "zero2_consolidated.safetensors")
     name = next(n for n in ref.keys() if "embed" in n)
     return folder, None, ref.read(name)
+
+
+def _model_states(root: Path):
+    """ZeRO-3's rank-0 model states, given as a file: placeholders, not the weights."""
+    shutil.copytree(RELEASE.parent / "0.16.9" / "zero3", root / "ck")
+    name = "global_step1/zero_pp_rank_0_mp_rank_00_model_states.pt"
+    return root / "ck" / name, name, None
 
 
 def _adapter(root: Path):
@@ -119,10 +153,14 @@ def _unread(file: str, inside: str = "") -> Callable[[Path], tuple]:
 CASES: dict[str, Callable[[Path], tuple]] = {
     "PEFT adapter": _adapter,
     "GGUF by its bytes": lambda root: _gguf(root, blob=True),
+    "Ollama": _ollama,
     "GGUF": lambda root: _gguf(root, blob=False),
     "sharded safetensors": lambda root: _safetensors(root, sharded=True),
     "safetensors": lambda root: _safetensors(root, sharded=False),
+    "DeepSpeed model states, alone": _model_states,
     "training checkpoint": lambda root: _torch(root, wrapped=True),
+    "litgpt": _litgpt,
+    "torchtune .bin shards": _torchtune,
     "torch pickle": lambda root: _torch(root, wrapped=False),
     "torch.distributed.checkpoint": _dcp,
     "DeepSpeed ZeRO": _zero,
@@ -184,3 +222,13 @@ def test_recognised_by_content_and_read_on_disk_and_by_url(name, tmp_path, serve
         np.testing.assert_allclose(
             _input_rows(url, ids, len(rows), **base), rows[ids], rtol=0, atol=1e-6
         )
+
+
+def test_the_messages_name_each_format_read_once(tmp_path):
+    """'no model weights found' lists what geodiag reads, each name once: a GGUF blob is
+    GGUF (the docs table keeps its own row)."""
+    said = _said([str(tmp_path)])
+    listed = said.split("geodiag reads ", 1)[1].split(" (docs/stacks.md")[0]
+    names = listed.replace(" or ", ", ").split(", ")
+    assert len(names) == len(set(names)) and "GGUF" in names, said
+    assert "GGUF by its bytes" not in said
