@@ -31,6 +31,11 @@ TASKS = ("next-item", "lcrec")
 # Parts that can be frozen: the decoder blocks + final norm, or the input embedding
 # and the output head (all rows, old and new).
 FREEZABLE = ("layers", "embeddings")
+# "example": one prompt (chat turn + instruction + history) per next item, the loss on
+# its answer. "sequence": each user's training history packed as one SID sequence, the
+# next-item loss at every item (gti.sft.sequence), ~30x fewer tokens per epoch.
+OBJECTIVES = ("example", "sequence")
+BF16_MODES = ("auto", "on", "off")
 
 
 @dataclass
@@ -59,6 +64,26 @@ class SFTConfig:
         None,
         help="movielens-100k | synthetic | jsonl:CATALOG,INTERACTIONS (default: the SIDs' data).",
     )
+    # The paper trains on prompts; "sequence" is this project's cheaper epoch (DESIGN.md,
+    # "Training at budgets that decide"), kept opt-in until runs show it matches.
+    objective: str = setting(
+        "example",
+        help=f"{' | '.join(OBJECTIVES)} (sequence: packed histories, a loss at every item).",
+        tags=(RUNNER,),
+    )
+    # Sequence windows, in items. Overlap window - stride = 20 = --max-history's default:
+    # an item of a later window is predicted from at least the 20 items today's prompts
+    # show, and each item is in the loss once; long histories cost 64/44 = 1.45x their
+    # tokens. 64 items (~260 tokens with the separator) keeps attention cheap.
+    window: int = setting(64, help="Items per sequence window (--objective sequence).", ge=2)
+    stride: int = setting(44, help="Items between window starts (< --window).", ge=1)
+    # The sequence's text around the SIDs: by default the history span of today's
+    # next-item prompt, so the sequence is the same tokens as that span.
+    sequence_prefix: str = setting(
+        "A user interacted with these items, oldest first: ",
+        help="Text before a sequence's first item (--objective sequence).",
+    )
+    separator: str = setting(", ", help="Text between items of a sequence (--objective sequence).")
     tasks: str = setting(
         "next-item",
         help=f"{' | '.join(TASKS)} (lcrec adds text<->SID alignment tasks).",
@@ -109,8 +134,11 @@ class SFTConfig:
     seed: int = setting(0, help="Seed of the data order.", tags=(RUNNER,))
     # Resume state every N steps (and on SIGINT/SIGTERM).
     save_every: int = setting(200, help="Save resume state every N steps.", ge=1, tags=(RESUMABLE,))
-    # bf16 autocast on CUDA; ignored on CPU (float32 there).
-    bf16: bool = setting(True, help="bf16 autocast on CUDA (ignored on CPU).")
+    # auto: bf16 autocast where it is fast (CUDA, or a CPU with avx512_bf16 / AMX) and
+    # the weights are float32 (float64 runs are equivalence checks); on: always; off: never.
+    bf16: str = setting(
+        "auto", help="auto | on | off: bf16 autocast (auto: CUDA or a bf16-capable CPU)."
+    )
     device: str = setting("auto", help="auto | cpu | cuda.", tags=(RUNNER,))
     # Weights and arithmetic of the run, and of the checkpoint it writes. float64 is for
     # equivalence checks (tests): rounding then stays far below any tolerance that
@@ -124,7 +152,21 @@ class SFTConfig:
         """Check every field; returns the gradient-accumulation steps per optimizer step."""
         if self.tasks not in TASKS:
             raise InputError("--tasks", f"unknown tasks {self.tasks!r}; choose from {TASKS}")
+        if self.objective not in OBJECTIVES:
+            raise InputError(
+                "--objective", f"unknown objective {self.objective!r}; choose from {OBJECTIVES}"
+            )
+        if self.objective == "sequence" and self.tasks != "next-item":
+            raise InputError("--objective", "sequence trains next-item only; use --tasks next-item")
+        if self.bf16 not in BF16_MODES:
+            raise InputError("--bf16", f"expected {' | '.join(BF16_MODES)}, got {self.bf16!r}")
         check_bounds(self)
+        if self.stride >= self.window:
+            raise InputError(
+                "--stride",
+                f"{self.stride} must be < --window {self.window}: windows must overlap so "
+                "each window's first labelled item has context",
+            )
         bad = [f for f in self.freeze if f not in FREEZABLE]
         if bad:
             raise InputError("--freeze", f"unknown part {bad[0]!r}; choose from {FREEZABLE}")

@@ -24,6 +24,7 @@ from gti.sft.checkpoint import SFTState
 from gti.sft.config import SFTConfig
 from gti.sft.data import TASK_NAMES, SFTStream
 from gti.sft.loss import AnswerLoss
+from gti.sft.sequence import SequenceStream
 from gti.training import (
     StopOnSignal,
     TrainResult,
@@ -45,15 +46,17 @@ def micro_batches(step: int, cfg: SFTConfig, rank: int, world: int) -> list[rang
 
 def train_sft(
     model: PreTrainedModel,
-    stream: SFTStream,
+    stream: SFTStream | SequenceStream,  # --objective example | sequence
     cfg: SFTConfig,
     accelerator: Accelerator,
     *,
     resume: SFTState | None = None,
     should_stop: Callable[[int], bool] | None = None,
+    cpu_bf16: bool = False,
 ) -> tuple[TrainResult, AnswerLoss]:
     """Run (or finish) ``cfg.steps`` optimizer steps. Returns the result and the
-    prepared loss module (whose ``.model``, unwrapped, is the trained model)."""
+    prepared loss module (whose ``.model``, unwrapped, is the trained model).
+    ``cpu_bf16``: forward passes under CPU bf16 autocast (CUDA's is accelerate's)."""
     model.train()
     loss_fn, optimizer = accelerator.prepare(
         AnswerLoss(model), make_optimizer(model.parameters(), cfg)
@@ -80,9 +83,10 @@ def train_sft(
                 last = i == len(batches) - 1
                 with nullcontext() if last else accelerator.no_sync(loss_fn):
                     mask = b.answer_mask.to(device)
-                    loss_sum, token_losses = loss_fn(
-                        b.input_ids.to(device), b.attention_mask.to(device), mask
-                    )
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cpu_bf16):
+                        loss_sum, token_losses = loss_fn(
+                            b.input_ids.to(device), b.attention_mask.to(device), mask
+                        )
                     # DDP averages gradients over processes: scale back up by world.
                     accelerator.backward(loss_sum * (world / n_tokens))
                 token_task = b.task.to(device)[mask[:, 1:].nonzero()[:, 0]]  # (N,)

@@ -114,3 +114,52 @@ def test_a_new_sft_setting_is_one_field():
     assert from_table(Extended, {"label_smoothing": 0.1}, "x.toml", "sft").label_smoothing == 0.1
     assert "label_smoothing" in fingerprinted(Extended)
     assert recorded(Extended())["label_smoothing"] == 0.0
+
+
+def test_sequence_objective_writes_the_same_checkpoint_files(world, tmp_path):
+    """--objective sequence runs the same loop: packed windows instead of prompts."""
+    from transformers import AutoTokenizer
+
+    from gti.sft.config import SFTConfig
+    from gti.sft.run import cpu_has_bf16
+
+    tok = AutoTokenizer.from_pretrained(world.init)
+    parts = [(SFTConfig.sequence_prefix, True), (SFTConfig.separator, False)]
+
+    out = tmp_path / "sft"
+    seq = ["--objective", "sequence", "--window", "4", "--stride", "3"]
+    res = runner.invoke(app, ["sft", "--init", str(world.init), "-o", str(out), *FLAGS, *seq])
+    assert res.exit_code == 0, res.output
+    assert {p.name for p in out.iterdir()} == HF_FILES | OWN_FILES
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sft"]  # no .partial left
+    config = json.loads((out / "sft_config.json").read_text())
+    assert config["objective"] == "sequence" and (config["window"], config["stride"]) == (4, 3)
+    assert config["examples_per_epoch"] == 10  # 5 users x 2 windows
+    # prefix + 4 or 2 items of 3 SID tokens, the separator between them, per user
+    prefix, sep = (len(tok(t, add_special_tokens=a)["input_ids"]) for t, a in parts)
+    assert config["tokens_per_epoch"] == 5 * (2 * prefix + 6 * 3 + 4 * sep)
+    # --bf16 auto on a float32 run: autocast exactly where the CPU computes bf16 natively.
+    assert config["cpu_bf16_autocast"] is cpu_has_bf16()
+    assert config["mixed_precision"] == "no"  # accelerate's is CUDA's
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log] == [1, 2, 3]
+    assert all(e["loss"] > 0 for e in log)
+    assert sidecar.load(out).provenance["stage"] == "sft"
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        (["--objective", "packed"], "--objective"),
+        (["--objective", "sequence", "--tasks", "lcrec"], "--objective"),
+        (["--objective", "sequence", "--window", "4", "--stride", "4"], "--stride"),
+        (["--window", "1"], "--window"),
+        (["--bf16", "yes"], "--bf16"),
+    ],
+)
+def test_bad_sequence_options_exit_2_naming_the_flag(world, tmp_path, extra, flag):
+    out = tmp_path / "sft"
+    res = runner.invoke(app, ["sft", "--init", str(world.init), "-o", str(out), *FLAGS, *extra])
+    assert res.exit_code == 2, res.output
+    assert flag in res.output
+    assert not out.exists()

@@ -34,8 +34,14 @@ def losses(out) -> list[float]:
     return [json.loads(line)["loss"] for line in (out / "train_log.jsonl").read_text().splitlines()]
 
 
+# The packed route (--objective sequence) runs the same loop: 5 users x 2 windows.
+OBJECTIVES = {"example": {}, "sequence": {"objective": "sequence", "window": 4, "stride": 3}}
+
+
 @pytest.mark.numerics
-def test_two_processes_match_one(world, tmp_path):
+@pytest.mark.parametrize("objective", list(OBJECTIVES))
+def test_two_processes_match_one(world, tmp_path, objective):
+    settings = {**SETTINGS, **OBJECTIVES[objective]}
     single = run_sft(
         SFTConfig(
             init=world.init,
@@ -43,10 +49,10 @@ def test_two_processes_match_one(world, tmp_path):
             micro_batch_size=4,
             device="cpu",
             progress=False,
-            **SETTINGS,
+            **settings,
         )
     )
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in SETTINGS.items()]
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
     cmd = [
         sys.executable,
         "-m",

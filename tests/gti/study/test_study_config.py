@@ -24,7 +24,7 @@ def test_cpu_study_preset():
 
 def test_gpu_study_preset_is_paper_batch_bf16_all_arms_one_seed():
     cfg = load_study_config(CONFIGS / "gpu-study.toml")
-    assert cfg.device == "cuda" and cfg.sft.bf16 and cfg.seeds == (0,)
+    assert cfg.device == "cuda" and cfg.sft.bf16 == "auto" and cfg.seeds == (0,)
     assert cfg.grounding.batch_size == 128 and cfg.sft.batch_size == 128
     assert {"mean", "gti", "random", "description-mean"} <= set(cfg.arms)
     assert cfg.sids.model == "smollm2-135m"
