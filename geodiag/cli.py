@@ -360,17 +360,30 @@ def scan(
             "--seed", metavar="N", help="Seed of the rows sampled.", rich_help_panel=MEASURING
         ),
     ] = 0,
+    unused: Annotated[
+        str | None,
+        typer.Option(
+            "--unused",
+            metavar="IDS",
+            help="Rows to measure against instead of those the files mark unused "
+            "(ID,START:END,...; END exclusive). Without it, and with fewer marked, the scan "
+            "falls back to the special tokens, then the rows of least norm, and says so.",
+            rich_help_panel=MEASURING,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
     read: ReadOptions = READ,
 ) -> None:
     """Scan the whole vocabulary for under-trained tokens (Land & Bartolo 2024's
     indicators against the rows the files mark unused), every token, new or not."""
-    from geodiag.analysis.scan import scan_lines, scan_vocabulary
+    from geodiag.analysis.scan import UNUSED_FLAG, scan_lines, scan_vocabulary
     from geodiag.io.checkpoint import open_checkpoint
+    from geodiag.io.sources.options import parse_ids
     from geodiag.jsonio import dumps
 
+    ids = parse_ids(unused, UNUSED_FLAG)
     ck = open_checkpoint(ckpt, dataclasses.replace(read, all_rows_new=True))
-    result = scan_vocabulary(ck, seed)
+    result = scan_vocabulary(ck, seed, ids)
     if json_out:
         _say(dumps(result, indent=None))
         return

@@ -133,7 +133,9 @@ def under_trained(
     # and point nowhere: left out, as the reference sample leaves them out.
     keep_u = np.isfinite(unused_rows).all(1) & np.any(unused_rows != 0, axis=1)
     keep_o = np.isfinite(other_rows).all(1)
-    unused_rows, other_rows = unused_rows[keep_u], other_rows[keep_o]
+    # Indexed only when a row goes: a boolean index copies (21 MB of Gemma's 4,096 rows).
+    unused_rows = unused_rows if keep_u.all() else unused_rows[keep_u]
+    other_rows = other_rows if keep_o.all() else other_rows[keep_o]
     if len(unused_rows) < MIN_UNUSED_ROWS or not len(other_rows):
         return None  # too few to cut by: no indicator, and nothing to say
     if kind == "input norm":

@@ -145,6 +145,12 @@ def isotropy(rows: np.ndarray, directions: np.ndarray) -> Isotropy | None:
     return Isotropy(n, share, k / d, p)
 
 
+def _rms_spread(x: np.ndarray) -> float:
+    """RMS distance of the rows (n, d) to their mean."""
+    c = x - x.mean(axis=0)
+    return float(np.sqrt(np.einsum("ij,ij->", c, c) / len(x)))
+
+
 def at_initializer_p(rows: np.ndarray, sigma: float) -> float:
     """Two-sided p of sum ||x_i||^2 / sigma^2 against chi^2 with n d degrees of freedom:
     are the rows (n, d) draws of N(0, sigma^2 I)?"""
@@ -230,8 +236,7 @@ def draw_kind(
     iso = isotropy(x, directions)
     if iso is None:
         return None
-    c = x - x.mean(axis=0)
-    noise = float(np.sqrt(np.einsum("ij,ij->", c, c) / len(x)))
+    noise = _rms_spread(x)  # its centered copy freed before the next test makes its own
     rel = noise / vocabulary_spread if vocabulary_spread > 0 else float("inf")
     p_init = at_initializer_p(x, sigma)
     p_mean = around_mean_p(x, vocabulary_mean)
@@ -360,10 +365,21 @@ def unused_mean(unused_rows: np.ndarray, first_pc: np.ndarray) -> UnusedMean:
     return UnusedMean(np.asarray(first_pc, dtype=np.float64), total / m, own)
 
 
+# Rows per block of :func:`unused_cosine`: its float64 temporaries (the projection and
+# the rows without it) stay ~5 MB at Gemma's width, whatever the number of rows.
+COSINE_BLOCK = 1024
+
+
 def unused_cosine(rows: np.ndarray, ref: UnusedMean) -> np.ndarray:
     """(n,) magikarp's output-row indicator: cosine to the unused mean, first PC removed
-    (higher: more like the unused rows)."""
-    return cosines(without_component(rows, ref.first_pc), ref.mean)
+    (higher: more like the unused rows). A block of rows at a time: each row's value is
+    computed alone, so the blocks change no bit, and 6,143 new rows of Gemma no longer
+    hold two (n, d) float64 temporaries (60 MB)."""
+    out = np.empty(len(rows))
+    for start in range(0, len(rows), COSINE_BLOCK):
+        block = rows[start : start + COSINE_BLOCK]
+        out[start : start + len(block)] = cosines(without_component(block, ref.first_pc), ref.mean)
+    return out
 
 
 @dataclass(frozen=True)

@@ -152,3 +152,25 @@ def parse_range(text: str | None) -> tuple[int, int] | None:
     except ValueError:
         raise InputError("--new-tokens", f"expected START:END (integers), got {text!r}") from None
     return start, end
+
+
+def parse_ids(text: str | None, flag: str) -> list[int] | None:
+    """``ID,ID,START:END,...`` -> the ids ascending, each once (END exclusive, as
+    ``--new-tokens``); an InputError naming ``flag`` for anything else."""
+    if text is None:
+        return None
+    ids: set[int] = set()
+    for part in text.split(","):
+        try:
+            if ":" in part:
+                start, end = (int(x) for x in part.split(":"))
+                ids.update(range(start, end))
+            else:
+                ids.add(int(part))
+        except ValueError:
+            raise InputError(
+                flag, f"expected ids and START:END ranges, comma-separated; got {text!r}"
+            ) from None
+    if not ids or min(ids) < 0:
+        raise InputError(flag, f"expected non-negative ids, at least one; got {text!r}")
+    return sorted(ids)

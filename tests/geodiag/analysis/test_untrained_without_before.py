@@ -19,6 +19,7 @@ import pytest
 from geodiag_fixtures import DIM, base_rows, write_checkpoint
 from typer.testing import CliRunner
 
+from geodiag.analysis.scan import LOWEST_NORM_ROWS
 from geodiag.cli import app
 
 N_WORDS, N_UNUSED = 260, 120
@@ -142,11 +143,91 @@ def test_scan_ranks_every_token_and_finds_the_unnamed_ones(tmp_path):
     assert f"rows marked unused: {N_UNUSED} ({N_UNUSED} named reserved/unused)" in text.output
 
 
-def test_scan_without_unused_rows_says_it_cannot_tell(tmp_path):
+# Issue 50 item 3: no row marked unused. The planted rows: the 120 slots and GLITCH.
+PLANTED = set(range(N_WORDS, N_WORDS + N_UNUSED)) | set(GLITCH)
+
+
+def least_norm_checkpoint(root: Path) -> tuple[Path, set[int]]:
+    """3,000 trained word rows and 48 left where pretraining's updates left them (one
+    common direction plus a little noise), 40 scattered among the words and 8 after them;
+    no name or type marks any unused. Returns the folder and the planted ids."""
+    rng = np.random.default_rng(12)
+    words = rng.normal(size=(3000, DIM)) * np.linspace(0.2, 0.02, DIM) + 0.01
+    common = rng.normal(size=DIM) * 0.05
+    scattered = np.sort(rng.choice(len(words), 40, replace=False))
+    words[scattered] = common + rng.normal(0, 0.004, size=(40, DIM))
+    tail = common + rng.normal(0, 0.004, size=(8, DIM))
+    write_checkpoint(
+        root, tail, base=words, with_sidecar=False, with_tokenizer=False, with_codebooks=False
+    )
+    return root, set(scattered.tolist()) | set(range(3000, 3008))
+
+
+def test_scan_with_no_row_marked_falls_back_to_the_rows_of_least_norm(tmp_path):
+    root, planted = least_norm_checkpoint(tmp_path / "ck")
+    res = run("scan", root, "--json")
+    assert res.exit_code == 0, res.output
+    m = json.loads(res.stdout)["matrices"][0]
+    assert m["reference"] == "lowest norm" and m["n_unused"] == LOWEST_NORM_ROWS
+    assert m["judged"], m
+    assert "weaker basis" in m["reference_why"] and "--unused IDS" in m["reference_why"]
+    # A guessed reference is ranked too: the rows past the cut are the planted ones.
+    ranked = [t["id"] for t in m["under_trained"]]
+    assert set(ranked) <= planted and len(ranked) >= 0.75 * len(planted)
+    assert [t["rank"] for t in m["under_trained"]] == list(range(1, len(ranked) + 1))
+    text = run("scan", root).output
+    assert f"reference: {LOWEST_NORM_ROWS} rows ({LOWEST_NORM_ROWS} of least norm): ids" in text
+    assert "reference basis: the files mark 0 rows unused (< 10)" in text
+    assert "rows marked unused" not in text and "cannot tell" not in text
+    # The same rows named: known unused, so left out of the list; the rest found.
+    named = ",".join(str(i) for i in m["reference_ids"])
+    m2 = json.loads(run("scan", root, "--json", "--unused", named).stdout)["matrices"][0]
+    assert m2["reference"] == "flag" and m2["judged"]
+    assert {t["id"] for t in m2["under_trained"]} == set(ranked) - set(m["reference_ids"])
+
+
+def test_scan_takes_the_rows_unused_names(tmp_path):
+    root = reserved_checkpoint(tmp_path / "ck", renamed=N_UNUSED)
+    res = run("scan", root, "--json", "--unused", f"{N_WORDS}:{N_WORDS + N_UNUSED}")
+    assert res.exit_code == 0, res.output
+    m = json.loads(res.stdout)["matrices"][0]
+    assert m["reference"] == "flag" and m["n_unused"] == N_UNUSED and m["reference_why"] is None
+    # Known unused: left out of the list, which holds the words pretraining barely trained.
+    assert [t["id"] for t in m["under_trained"]] == sorted(
+        GLITCH, key=lambda i: -next(t["value"] for t in m["under_trained"] if t["id"] == i)
+    )
+    assert {t["id"] for t in m["under_trained"]} == set(GLITCH)
+    text = run("scan", root, "--unused", f"{N_WORDS}:{N_WORDS + N_UNUSED}").output
+    assert f"reference: {N_UNUSED} rows ({N_UNUSED} named by --unused): ids {N_WORDS}," in text
+
+
+@pytest.mark.parametrize("bad", ["5,x", "3:", "-1", f"{N_WORDS + N_UNUSED}"])
+def test_scan_unused_out_of_range_or_malformed_is_exit_2(tmp_path, bad):
+    root = reserved_checkpoint(tmp_path / "ck", renamed=N_UNUSED)
+    res = run("scan", root, "--unused", bad)
+    assert res.exit_code == 2 and "--unused" in res.output
+
+
+def test_scan_falls_back_to_the_special_tokens_first(tmp_path):
+    """Special tokens named neither reserved nor unused (SmolLM2's <jupyter_text>...): the
+    reference a GGUF of the model would take (CONTROL), said to be a guess."""
+    root = reserved_checkpoint(tmp_path / "ck")
+    tok = json.loads((root / "tokenizer.json").read_text())
+    for t in tok["added_tokens"]:
+        t["content"] = t["content"].replace("<unused", "<slot")
+    (root / "tokenizer.json").write_text(json.dumps(tok))
+    m = json.loads(run("scan", root, "--json").stdout)["matrices"][0]
+    assert m["reference"] == "special tokens" and m["n_unused"] == N_UNUSED
+    assert m["judged"] and "special tokens" in m["reference_why"]
+    ranked = [t["id"] for t in m["under_trained"]]
+    assert set(ranked) <= PLANTED and len(ranked) >= 0.85 * len(PLANTED)
+
+
+def test_scan_too_few_rows_for_any_reference_says_it_cannot_tell(tmp_path):
     rng = np.random.default_rng(11)
     root = write_checkpoint(tmp_path / "ck", rng.normal(size=(24, DIM)) * 0.1)
-    res = run("scan", root)
-    assert res.exit_code == 0 and "cannot tell: 0 rows marked unused" in res.output
+    res = run("scan", root, "--unused", "1,2,3")
+    assert res.exit_code == 0 and "cannot tell: 3 rows in the reference (< 10)" in res.output
 
 
 def with_initializer(root: Path, value: float) -> None:
