@@ -315,4 +315,4 @@ def test_gti_init_with_some_levels_unstructured_gets_the_gti_remedy_not_a_random
     assert f"rsa[{LEVELS[0][0]}]" not in {c.name for c in warned}
     for c in warned:  # the gate names the level and leaves the remedy to the verdict
         assert c.message.startswith(f"{c.name} ") and "random init" not in c.message
-    assert "the others do" in v.sentence and "grounded for 74 steps" in v.sentence
+    assert "level(s) a keep it" in v.sentence and "grounded for 74 steps" in v.sentence
