@@ -88,13 +88,21 @@ def candidates(ckpt, opts: ReadOptions) -> Iterator[Candidate | Found]:
 REFERENCE_NOTES = ("reference: ", "no reference: ")
 
 
+def _local_init(ckpt) -> Path | None:
+    """The init checkpoint gti's sidecar (beside a framework's map, or the map in use)
+    names, resolved against the checkpoint's folder; None when it names none."""
+    side = ckpt.own_sidecar or ckpt.sidecar
+    if side is None:
+        return None
+    folder = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
+    return sidecar_mod.init_checkpoint(side, folder)
+
+
 def declined(ckpt) -> list[str]:
     """``--no-auto-reference``: the before the files carry, named, and left unused."""
-    side = ckpt.own_sidecar or ckpt.sidecar
-    if side is None or is_remote(ckpt.location):
+    if is_remote(ckpt.location):
         return []
-    folder = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
-    init = sidecar_mod.init_checkpoint(side, folder)
+    init = _local_init(ckpt)
     if init is None or not init.exists():
         return []
     return [
@@ -128,8 +136,7 @@ def _sidecar_init(ckpt) -> Candidate | Found | None:
                 "(--reference URL gives one)",
             )
     else:
-        folder = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
-        init = sidecar_mod.init_checkpoint(side, folder) if side is not None else None
+        init = _local_init(ckpt)
         if init is None:
             return None
         if not init.exists():
