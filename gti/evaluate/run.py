@@ -25,10 +25,11 @@ from gti.checkpoint_files import SFT_CONFIG_FILENAME
 from gti.data.tasks import dataset_of, load_task_data, of_users, sample_users
 from gti.evaluate.config import EvalConfig
 from gti.evaluate.decode import rank_items
+from gti.evaluate.layout import PromptLayout, layout_of, next_item_prompts
 from gti.evaluate.metrics import topk_metrics
 from gti.evaluate.trie import SidTrie
 from gti.options import PROMPT_DEFAULTS
-from gti.prompts import pad_id_of, prompt_ids
+from gti.prompts import pad_id_of
 from gti.training import resolve_device
 
 log = logging.getLogger(__name__)
@@ -92,19 +93,20 @@ def run_evaluate(cfg: EvalConfig) -> EvalResult:
     index = {item: i for i, item in enumerate(trie.item_ids)}
 
     users = sample_users(task, cfg.max_users, cfg.seed)
+    # The layout the checkpoint was trained on; titles and system turn as resolved above.
+    trained = layout_of(ckpt)
+    layout = PromptLayout(
+        trained.objective,
+        bool(prompt["titles"]),
+        str(prompt["system_prompt"]),
+        trained.prefix,
+        trained.separator,
+    )
 
     results = {}
     for split in cfg.splits:
         examples = of_users(getattr(task.splits, split), users)
-        prompts = [
-            prompt_ids(
-                tokenizer,
-                [task.sid_of[i] for i in e.history],
-                [task.title_of.get(i, "") for i in e.history] if prompt["titles"] else None,
-                system=str(prompt["system_prompt"]),
-            )
-            for e in examples
-        ]
+        prompts = next_item_prompts(tokenizer, task, examples, layout)
         targets = np.array([index[e.target] for e in examples])
         t0 = time.perf_counter()
         with tqdm(
@@ -136,6 +138,7 @@ def run_evaluate(cfg: EvalConfig) -> EvalResult:
         settings={
             "data": data,
             **prompt,
+            "prompt_layout": layout.settings(),
             "n_items": trie.n_items,
             "max_users": cfg.max_users,
             "seed": cfg.seed,

@@ -69,7 +69,6 @@ class SFTConfig:
     objective: str = setting(
         "example",
         help=f"{' | '.join(OBJECTIVES)} (sequence: packed histories, a loss at every item).",
-        tags=(RUNNER,),
     )
     # Sequence windows, in items. Overlap window - stride = 20 = --max-history's default:
     # an item of a later window is predicted from at least the 20 items today's prompts

@@ -137,6 +137,10 @@ class SequenceStream(SeededStream):
     def window(self, index: int) -> Window:
         return self.windows[self.slot(index)[0]]
 
+    def length(self, index: int) -> int:
+        """Tokens of example ``index`` (the trainer groups micro-batches by it)."""
+        return len(self.window(index).input_ids)
+
     def batch(self, indices: range | list[int]) -> SFTBatch:
         return collate_windows([self.window(i) for i in indices], self.pad_id)
 

@@ -36,12 +36,23 @@ from gti.training import (
 )
 
 
-def micro_batches(step: int, cfg: SFTConfig, rank: int, world: int) -> list[range]:
-    """Example indices of this process's micro-batches for optimizer step ``step``."""
+def micro_batches(
+    step: int, cfg: SFTConfig, rank: int, world: int, length: Callable[[int], int] | None = None
+) -> list[range] | list[list[int]]:
+    """Example indices of this process's micro-batches for optimizer step ``step``.
+
+    With ``length`` (tokens of example ``i``), the process's share of the step is sorted
+    by length before it is cut into micro-batches, so windows of like length are padded
+    together. The step's gradient is unchanged: the same examples, each token's loss
+    divided by the step's token count, whatever the grouping.
+    """
     per_rank = cfg.batch_size // world
     start = step * cfg.batch_size + rank * per_rank
     mb = cfg.micro_batch_size
-    return [range(start + i, start + i + mb) for i in range(0, per_rank, mb)]
+    if length is None:
+        return [range(start + i, start + i + mb) for i in range(0, per_rank, mb)]
+    share = sorted(range(start, start + per_rank), key=lambda i: (length(i), i))
+    return [share[i : i + mb] for i in range(0, per_rank, mb)]
 
 
 def train_sft(
@@ -74,7 +85,8 @@ def train_sft(
         while step < cfg.steps:
             t0 = time.perf_counter()
             lr = set_lr(optimizer, step, cfg, min_lr_ratio=cfg.min_lr_ratio)
-            batches = [stream.batch(r) for r in micro_batches(step, cfg, rank, world)]
+            groups = micro_batches(step, cfg, rank, world, getattr(stream, "length", None))
+            batches = [stream.batch(r) for r in groups]
             local = torch.tensor([float(sum(b.n_answer_tokens for b in batches))], device=device)
             n_tokens = float(accelerator.reduce(local, reduction="sum").item())
             # (loss sum, tokens) per task, then the stop flag: one all-reduce for the log.

@@ -4,7 +4,7 @@ Top-level keys: ``name``, ``work`` (weights, resume states: never committed),
 ``reports`` (the small committed outputs), ``sids_from`` (a built SID folder to copy;
 else ``[sids]`` builds one), ``seeds``, ``arms``, ``fractions`` (of the SFT steps at
 which a checkpoint is measured; 0 is the init), ``device``, ``threads``,
-``permutations`` (RSA), ``curve_split``, ``final_splits``, ``report_html``.
+``epochs`` (milestones in epochs instead of fractions), ``permutations`` (RSA), ``curve_split``, ``final_splits``, ``report_html``.
 Sections as in ``gti experiment``: ``[sids]`` (+ ``[sids.rqvae]``), ``[grounding]``,
 ``[sft]``, ``[evaluate]``, with the same keys the runner sets refused.
 """
@@ -39,6 +39,10 @@ class StudyConfig:
     seeds: tuple[int, ...] = (0, 1, 2)
     arms: tuple[str, ...] = STUDY_ARMS
     fractions: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0)
+    # Milestones in epochs of the SFT stream instead (0 = the init). When given, the SFT
+    # steps and the fractions follow from the stream's epoch size at run time
+    # (:meth:`resolve_epochs`): steps = max(epochs) x examples per epoch / batch size.
+    epochs: tuple[float, ...] = ()
     curve_split: str = "valid"  # measured at every fraction
     final_splits: tuple[str, ...] = ("test",)  # measured at the last fraction only
     device: str = "auto"
@@ -59,6 +63,21 @@ class StudyConfig:
         """SFT steps at which the run is measured, ascending, without repeats."""
         return sorted({round(f * self.sft.steps) for f in self.fractions})
 
+    def resolve_epochs(self, epoch_size: int) -> float:
+        """Set the SFT steps and the fractions from ``epochs`` and the stream's
+        ``epoch_size`` (examples per epoch); returns steps per epoch."""
+        per_epoch = epoch_size / self.sft.batch_size
+        steps = [round(e * per_epoch) for e in self.epochs]
+        if steps[-1] < 1:
+            raise InputError(self.source, f"epochs {list(self.epochs)} are under one SFT step")
+        if len(set(steps)) != len(steps):
+            raise InputError(
+                self.source, f"epochs {list(self.epochs)} round to repeated SFT steps {steps}"
+            )
+        self.sft.steps = steps[-1]
+        self.fractions = tuple(s / steps[-1] for s in steps)
+        return per_epoch
+
     def ordered_runs(self) -> list[tuple[str, int]]:
         """(arm, seed) in run order: the first arms over every seed, then the others."""
         first = [a for a in FIRST_ARMS if a in self.arms]
@@ -74,10 +93,14 @@ class StudyConfig:
         bad = [a for a in self.arms if a not in ARMS]
         if bad or not self.arms or len(set(self.arms)) != len(self.arms):
             raise InputError(where, f"arms must be distinct names from {', '.join(ARMS)}")
-        if not self.fractions or any(not 0 <= f <= 1 for f in self.fractions):
+        if self.epochs:
+            pass  # the fractions follow from the epochs (resolve_epochs)
+        elif not self.fractions or any(not 0 <= f <= 1 for f in self.fractions):
             raise InputError(where, f"fractions must lie in [0, 1], got {list(self.fractions)}")
-        if max(self.fractions) != 1:
+        elif max(self.fractions) != 1:
             raise InputError(where, "fractions must include 1 (the final budget)")
+        if self.epochs and (list(self.epochs) != sorted(set(self.epochs)) or self.epochs[0] < 0):
+            raise InputError(where, f"epochs must ascend without repeats from >= 0: {self.epochs}")
         if self.curve_split not in SPLITS or any(s not in SPLITS for s in self.final_splits):
             raise InputError(where, f"splits must be from {SPLITS}")
         if self.threads < 0 or self.permutations < 0:

@@ -2,7 +2,7 @@
 study commits (``gti.evaluate.rankings``).
 
 The same prompts, trie beam search and catalog as ``gti evaluate``
-(``gti.prompts.prompt_ids``, ``gti.evaluate.decode.rank_items``): nothing is
+(``gti.evaluate.layout.next_item_prompts``, ``gti.evaluate.decode.rank_items``): nothing is
 excluded from a ranking. Users are ranked in chunks; each finished chunk is appended
 (and fsynced) to ``<out>.partial.jsonl``, so a killed evaluation resumes at the
 first unranked user. A torn last line (a kill mid-write) is dropped and redone.
@@ -26,9 +26,10 @@ from geodiag.io.vocabulary.sidecar import load
 from gti.data.sequences import Example
 from gti.data.tasks import TaskData
 from gti.evaluate.decode import rank_items
+from gti.evaluate.layout import PromptLayout, next_item_prompts
 from gti.evaluate.rankings import Rankings, from_unsorted, save_rankings
 from gti.evaluate.trie import SidTrie
-from gti.prompts import TEMPLATE_SYSTEM, pad_id_of, prompt_ids
+from gti.prompts import pad_id_of
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +68,16 @@ def rank_split(
     split: str,
     beams: int = 20,
     batch_size: int = 8,
-    titles: bool = False,
-    system: str = TEMPLATE_SYSTEM,
+    layout: PromptLayout | None = None,
     device: str = "cpu",
     chunk: int = 32,
     source: dict[str, object] | None = None,
     progress: bool = True,
 ) -> RankingRun:
-    """Rank ``examples``' users with ``checkpoint``; write ``out`` (a rankings file)."""
+    """Rank ``examples``' users with ``checkpoint`` in ``layout`` (default: the example
+    layout with the chat template's system turn); write ``out`` (a rankings file)."""
     ckpt = Path(checkpoint)
+    layout = layout or PromptLayout()
     sids = load(ckpt)
     if not sids.has_token_ids:
         raise InputError(ckpt, "semantic_ids.json records no token ids; pass a gti checkpoint")
@@ -105,15 +107,7 @@ def rank_split(
         ):
             for start in range(0, len(todo), chunk):
                 batch = todo[start : start + chunk]
-                prompts = [
-                    prompt_ids(
-                        tokenizer,
-                        [task.sid_of[i] for i in e.history],
-                        [task.title_of.get(i, "") for i in e.history] if titles else None,
-                        system=system,
-                    )
-                    for e in batch
-                ]
+                prompts = next_item_prompts(tokenizer, task, batch, layout)
                 ranking = rank_items(
                     model, prompts, trie, beams=beams, pad_id=pad_id, batch_size=batch_size
                 )

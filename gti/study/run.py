@@ -233,6 +233,9 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
         max_history=cfg.sft.max_history,
         cache_dir=cfg.cache_dir,
     )
+    if cfg.epochs:  # the steps follow from the stream's epoch size
+        cfg.resolve_epochs(epoch_size(sft_cfg, task, init_dir))
+        _, sft_cfg = arm_stages(cfg, arm, seed, paths, sids_dir)
     users = sample_users(task, cfg.evaluate.max_users, cfg.evaluate.seed)
     rank_kw = rank_options(cfg)
     milestones = cfg.milestones()
@@ -261,13 +264,25 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     return rdir
 
 
+def epoch_size(sft_cfg, task, init_dir: Path) -> int:
+    """Examples per epoch of the stream ``sft_cfg`` trains on (windows, or prompts)."""
+    from transformers import AutoTokenizer
+
+    from gti.sft.run import make_stream
+
+    tokenizer = AutoTokenizer.from_pretrained(init_dir, local_files_only=True)
+    return make_stream(sft_cfg, tokenizer, task).epoch_size
+
+
 def rank_options(cfg: StudyConfig) -> dict[str, object]:
-    """The keywords of every ``rank_split`` call of a run: decoding, prompt, device."""
+    """The keywords of every ``rank_split`` call of a run: decoding, prompt, device.
+    Every milestone, the init's included, is ranked in the layout SFT trains on."""
+    from gti.evaluate.layout import PromptLayout
+
     return {
         "beams": cfg.evaluate.beams,
         "batch_size": cfg.evaluate.batch_size,
-        "titles": cfg.sft.titles,
-        "system": cfg.sft.system_prompt,
+        "layout": PromptLayout.of_sft(cfg.sft),
         "device": _device(cfg.device),
         "progress": cfg.progress,
     }
@@ -355,24 +370,23 @@ def _device(spec: str) -> str:
 
 
 def tokens_per_example(cfg: StudyConfig, task, init_dir: Path, n: int) -> dict[str, float]:
-    """Mean prompt and answer tokens of the first ``n`` SFT examples of the stream."""
+    """Mean tokens and loss tokens of the first ``n`` examples (prompts, or windows) of
+    the stream SFT trains on."""
     from transformers import AutoTokenizer
 
-    from gti.sft.data import SFTStream
+    from gti.sft.run import make_stream
+    from gti.sft.sequence import SequenceStream
 
     tok = AutoTokenizer.from_pretrained(init_dir, local_files_only=True)
-    stream = SFTStream(
-        tok,
-        task,
-        tasks="next-item",
-        align_ratio=0.0,
-        titles=cfg.sft.titles,
-        seed=0,
-        max_text_chars=cfg.sft.max_text_chars,
-        system=cfg.sft.system_prompt,
-    )
-    lengths = [len(stream.example(i).input_ids) for i in range(n)]
-    answers = [len(e.input_ids) - e.answer_start for e in map(stream.example, range(n))]
+    stream = make_stream(cfg.sft, tok, task)
+    if isinstance(stream, SequenceStream):
+        windows = [stream.window(i) for i in range(n)]
+        lengths = [len(w.input_ids) for w in windows]
+        answers = [sum(w.in_loss) for w in windows]
+    else:
+        examples = [stream.example(i) for i in range(n)]
+        lengths = [len(e.input_ids) for e in examples]
+        answers = [len(e.input_ids) - e.answer_start for e in examples]
     return {"examples": n, "tokens": sum(lengths) / n, "answer_tokens": sum(answers) / n}
 
 
@@ -407,6 +421,14 @@ def write_run_json(cfg, arm, seed, paths: RunPaths, task, command) -> None:
         "seed": seed,
         "milestones": cfg.milestones(),
         "examples_per_step": cfg.sft.batch_size,
+        "objective": cfg.sft.objective,
+        # Milestones in epochs: steps per epoch of the stream (None: fractions of steps).
+        "epochs": list(cfg.epochs) or None,
+        "steps_per_epoch": (
+            round(epoch_size(cfg.sft, task, paths.init) / cfg.sft.batch_size, 6)
+            if cfg.epochs
+            else None
+        ),
         "curve_split": cfg.curve_split,
         "final_splits": list(cfg.final_splits),
         "users": "all" if cfg.evaluate.max_users is None else cfg.evaluate.max_users,

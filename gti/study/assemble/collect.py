@@ -130,6 +130,7 @@ def arm_entry(
             {
                 "step": step,
                 "examples": step * first.examples_per_step,
+                "epochs": first.epochs(step),
                 "n_users": m["recall@10"].shape[1],
                 "metrics": _intervals(m, n_resamples, seed),
             }

@@ -32,6 +32,11 @@ class Run:
     machine: dict[str, object]
     tokens_per_example: dict[str, float] | None = None
     sft_examples_per_s: float | None = None  # run.json's figure (wall time of the stages)
+    steps_per_epoch: float | None = None  # a study with milestones in epochs
+
+    def epochs(self, step: int) -> float | None:
+        """Epochs of the SFT stream after ``step`` steps (None: milestones in fractions)."""
+        return None if self.steps_per_epoch is None else round(step / self.steps_per_epoch, 3)
 
     @classmethod
     def from_json(cls, doc: dict, folder: Path) -> Run:
@@ -48,6 +53,7 @@ class Run:
             machine=doc["machine"],
             tokens_per_example=doc.get("tokens_per_example"),
             sft_examples_per_s=doc.get("sft_examples_per_s"),
+            steps_per_epoch=doc.get("steps_per_epoch"),
         )
 
     def curve(self, step: int) -> Rankings:

@@ -53,13 +53,24 @@ def _curve_axes():
     return fig, zip(np.atleast_1d(axes), CURVE_METRICS, strict=True)
 
 
+def _x(point: dict) -> float:
+    """A curve point's abscissa: epochs where the study measures in epochs, else examples."""
+    return point["examples"] if point.get("epochs") is None else point["epochs"]
+
+
+def _x_label(res: dict) -> str:
+    arms = list(res["arms"].values())
+    in_epochs = bool(arms) and all(p.get("epochs") is not None for p in arms[0]["curve"])
+    return "SFT epochs" if in_epochs else "SFT examples"
+
+
 def learning_curves(res: dict, path: Path) -> Path:
     """Each arm's curve-split metric against SFT examples with its 95% band, and each
     baseline as a dashed level."""
     fig, panels = _curve_axes()
     for ax, metric in panels:
         for arm, a in res["arms"].items():
-            x = [p["examples"] for p in a["curve"]]
+            x = [_x(p) for p in a["curve"]]
             y = [p["metrics"][metric]["estimate"] for p in a["curve"]]
             lo = [p["metrics"][metric]["low"] for p in a["curve"]]
             hi = [p["metrics"][metric]["high"] for p in a["curve"]]
@@ -75,7 +86,7 @@ def learning_curves(res: dict, path: Path) -> Path:
                     color=f"C{7 + i % 3}",
                     label=f"baseline: {b}",
                 )
-        _finish(ax, f"{split} {metric}")
+        _finish(ax, f"{split} {metric}", xlabel=_x_label(res))
     return _save(fig, path)
 
 

@@ -84,14 +84,15 @@ def curve_table(res: dict) -> list[str]:
     lines = [
         "## learning curves (" + ", ".join(CURVE_METRICS) + ")",
         "",
-        "| arm | step | examples | users | " + " | ".join(CURVE_METRICS) + " |",
-        "|---|---:|---:|---:|" + "---:|" * len(CURVE_METRICS),
+        "| arm | step | examples | epochs | users | " + " | ".join(CURVE_METRICS) + " |",
+        "|---|---:|---:|---:|---:|" + "---:|" * len(CURVE_METRICS),
     ]
     for arm, a in res["arms"].items():
         for pt in a["curve"]:
             cells = [_fmt(pt["metrics"][m]) for m in CURVE_METRICS]
+            epochs = "-" if pt.get("epochs") is None else f"{pt['epochs']:g}"
             lines.append(
-                f"| {arm} | {pt['step']} | {pt['examples']} | {pt['n_users']} | "
+                f"| {arm} | {pt['step']} | {pt['examples']} | {epochs} | {pt['n_users']} | "
                 + " | ".join(cells)
                 + " |"
             )

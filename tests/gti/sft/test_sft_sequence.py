@@ -11,7 +11,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from geodiag.io.vocabulary.sidecar import load
 from gti.data.tasks import load_task_data
-from gti.prompts import next_item_instruction, render
+from gti.evaluate.decode import exact_scores_batch
+from gti.evaluate.layout import PromptLayout, layout_of, next_item_prompts, sequence_prompt_ids
+from gti.evaluate.trie import SidTrie
+from gti.prompts import next_item_instruction, pad_id_of, render
 from gti.sft.config import SFTConfig
 from gti.sft.data import SFTStream
 from gti.sft.loss import AnswerLoss
@@ -157,3 +160,110 @@ def test_bf16_autocast_loss_stays_within_its_rounding_bound(world, task):
     u, n = 2.0**-8, 15
     assert means[True] != means[False]  # autocast really ran in bfloat16
     assert abs(means[True] - means[False]) <= 4 * n * u * max_logit
+
+
+def test_evaluation_prompt_is_the_window_before_the_item(task):
+    """The sequence layout's evaluation prompt of "history = the window's items before k"
+    is token for token the window before item k's SID, for every labelled item of every
+    window (each window starts with the prefix)."""
+    tok, data = task
+    s = seq_stream(task)
+    assert s.epoch_size == 2 * len(ORDERS)
+    for w in s.windows:
+        for k in range(w.first_labelled, len(w.items)):
+            hist = [data.tokens_of[i] for i in w.items[:k]]
+            got = sequence_prompt_ids(tok, hist, PREFIX, SEP)
+            assert got == list(w.input_ids[: w.item_spans[k][0]])
+
+
+def test_exact_score_is_the_log_probability_training_optimises(world, task):
+    """float64. Exact full-catalog scoring of the sequence prompt gives the target item
+    the negative of the loss the packed window puts on it: evaluation asks the question
+    training answered."""
+    tok, data = task
+    model = AutoModelForCausalLM.from_pretrained(world.init, dtype=torch.float64).eval()
+    trie = SidTrie.build(load(world.init))
+    w = next(w for w in seq_stream(task).windows if w.first_labelled == 1)
+    prompts, wants, targets = [], [], []
+    for k in range(1, len(w.items)):
+        prompts.append(
+            sequence_prompt_ids(tok, [data.tokens_of[i] for i in w.items[:k]], PREFIX, SEP)
+        )
+        start, end = w.item_spans[k]
+        wants.append(-float(item_nll(model, list(w.input_ids[:end]), (start, end))))
+        targets.append(trie.item_ids.index(w.items[k]))
+    scores = exact_scores_batch(model, prompts, trie, pad_id=pad_id_of(tok))  # (k, n_items)
+    got = scores[torch.arange(len(targets)), torch.tensor(targets)]
+    assert got.tolist() == pytest.approx(wants, abs=1e-9)
+
+
+def test_a_sequence_checkpoint_is_evaluated_in_its_layout(world, tmp_path):
+    """`gti evaluate` reads the layout off sft_config.json: a sequence-trained checkpoint
+    is ranked on packed-history prompts, and its figures equal ranking those prompts
+    directly; an init checkpoint keeps the chat layout."""
+    import numpy as np
+
+    from gti.data.tasks import of_users, sample_users
+    from gti.evaluate.config import EvalConfig
+    from gti.evaluate.decode import rank_items
+    from gti.evaluate.metrics import topk_metrics
+    from gti.evaluate.run import run_evaluate
+    from gti.sft.run import run_sft
+
+    out = tmp_path / "sft"
+    cfg = SFTConfig(
+        init=world.init, out=out, objective="sequence", window=4, stride=3, steps=2,
+        batch_size=2, micro_batch_size=2, warmup_steps=0, progress=False, dtype="float64",
+        k_core=1,
+    )  # fmt: skip
+    run_sft(cfg)
+    assert layout_of(out) == PromptLayout.of_sft(cfg)
+    assert layout_of(world.init).objective == "example"
+
+    res = run_evaluate(EvalConfig(checkpoint=out, splits=("test",), progress=False))
+    assert res.settings["k_core"] == 1  # read off the run, as the layout is
+    assert res.settings["prompt_layout"] == {
+        "objective": "sequence", "prefix": PREFIX, "separator": SEP,
+    }  # fmt: skip
+    tok = AutoTokenizer.from_pretrained(out)
+    sids = load(out)
+    data = load_task_data(sids, world.data_spec, k_core_min=1, max_history=20)
+    examples = of_users(data.splits.test, sample_users(data, None, 0))
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    trie = SidTrie.build(sids)
+    prompts = next_item_prompts(tok, data, examples, layout_of(out))
+    ranking = rank_items(model, prompts, trie, beams=20, pad_id=pad_id_of(tok))
+    targets = np.array([trie.item_ids.index(e.target) for e in examples])
+    want = topk_metrics(ranking.items.numpy(), targets, tuple(res.ks))
+    assert res.splits["test"].metrics == want
+
+
+def test_length_grouping_keeps_the_step_and_its_gradient(world, task):
+    """Micro-batches grouped by window length hold the same windows per process as the
+    plain cut, pad less, and give the same gradient (float64: each token's loss over
+    the step's token count, whatever the grouping)."""
+    from gti.sft.trainer import micro_batches
+
+    s = seq_stream(task)
+    cfg = SFTConfig(batch_size=8, micro_batch_size=2)
+    for rank, world_size in ((0, 1), (0, 2), (1, 2)):
+        plain = micro_batches(0, cfg, rank, world_size)
+        grouped = micro_batches(0, cfg, rank, world_size, s.length)
+        assert sorted(i for g in grouped for i in g) == [i for r in plain for i in r]
+        flat = [s.length(i) for g in grouped for i in g]
+        assert flat == sorted(flat)
+
+    def padded_and_grad(groups):
+        model = AutoModelForCausalLM.from_pretrained(world.init, dtype=torch.float64)
+        loss = AnswerLoss(model)
+        batches = [s.batch(g) for g in groups]
+        n = sum(b.n_answer_tokens for b in batches)
+        for b in batches:
+            (loss(b.input_ids, b.attention_mask, b.answer_mask)[0] / n).backward()
+        pad = sum(int((b.attention_mask == 0).sum()) for b in batches)
+        return pad, torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+    pad_plain, g_plain = padded_and_grad(micro_batches(0, cfg, 0, 1))
+    pad_grouped, g_grouped = padded_and_grad(micro_batches(0, cfg, 0, 1, s.length))
+    assert pad_grouped < pad_plain
+    assert torch.allclose(g_grouped, g_plain, rtol=0, atol=1e-12)

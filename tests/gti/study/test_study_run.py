@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from geodiag.io.vocabulary.sidecar import load
 from gti.cli import app
 from gti.evaluate.metrics import topk_metrics
 from gti.evaluate.rankings import Rankings, load_rankings
@@ -457,3 +458,46 @@ def test_record_geometry_adds_a_step_and_keeps_steps_ascending(tmp_path, monkeyp
     got = json.loads(geo.read_text())
     assert list(got) == ["2", "10"]
     assert got["10"] == {"rsa": 7, "examples": 40}
+
+
+def test_a_study_in_epochs_of_the_sequence_objective(tmp_path, tiny_model_dir):
+    """`epochs` milestones with --objective sequence: the SFT steps follow from the
+    stream's windows, run.json records steps per epoch, every milestone (the init's
+    too) is ranked on packed-history prompts, and the assembled curve is in epochs."""
+    from transformers import AutoTokenizer
+
+    from gti.data.tasks import load_task_data
+    from gti.sft.sequence import SequenceStream
+
+    path = tiny_study(tmp_path, tiny_model_dir, arms=("mean",), seeds=(0,))
+    text = path.read_text().replace("fractions = [0.0, 0.5, 1.0]", "epochs = [0.0, 0.5, 1.0]")
+    text = text.replace("[sft]\n", '[sft]\nobjective = "sequence"\nwindow = 4\nstride = 3\n')
+    path.write_text(text)
+    cfg = load_study_config(path)
+    cfg.progress = False
+    (rdir,) = run_all(cfg, command="test")
+    init = tmp_path / "work" / "init" / "mean-seed0"
+    sids = load(init)
+    task = load_task_data(sids, "synthetic", k_core_min=1, max_history=20)
+    windows = SequenceStream(
+        AutoTokenizer.from_pretrained(init), task, window=4, stride=3,
+        prefix=cfg.sft.sequence_prefix, separator=cfg.sft.separator, seed=0,
+    ).epoch_size  # fmt: skip
+    per_epoch = windows / 4  # batch 4
+    run = json.loads((rdir / "run.json").read_text())
+    assert run["objective"] == "sequence" and run["epochs"] == [0.0, 0.5, 1.0]
+    assert run["steps_per_epoch"] == pytest.approx(per_epoch)
+    assert run["milestones"] == [0, round(per_epoch / 2), round(per_epoch)]
+    sft_config = json.loads(
+        (tmp_path / "work" / "mean-seed0" / "sft" / "sft_config.json").read_text()
+    )
+    assert sft_config["steps"] == round(per_epoch) and sft_config["objective"] == "sequence"
+    result = runner.invoke(
+        app, ["study", "assemble", str(tmp_path / "reports"), "--resamples", "50"]
+    )
+    assert result.exit_code == 0, result.output
+    res = json.loads((tmp_path / "reports" / "results.json").read_text())
+    epochs = [p["epochs"] for p in res["arms"]["mean"]["curve"]]
+    # a milestone's epochs are its rounded steps over the steps per epoch
+    assert epochs == [0.0, *(round(round(per_epoch * e) / per_epoch, 3) for e in (0.5, 1.0))]
+    assert "| epochs |" in (tmp_path / "reports" / "results.md").read_text()
