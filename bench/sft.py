@@ -1,4 +1,24 @@
-"""SFT step throughput and model FLOPs utilisation, fp32 and bf16 autocast.
+"""SFT throughput: the sequence route against the per-example route, and MFU.
+
+``--routes INIT`` (the issue-49 comparison): both of ``gti sft``'s objectives on the same
+MovieLens-100k data, model and machine, each through ``gti.sft.run.run_sft`` itself
+(``--steps`` optimizer steps each, one warm-up step dropped; the per-step times come
+from the train log, so checkpoint writing is left out):
+
+  example   one prompt per next item, as the earlier study trained (batch 8 of
+            micro-batch 1, history 10, empty system turn)
+  sequence  packed history windows (configs/study-seq.toml: batch 8 windows of
+            micro-batch 2 grouped by length)
+
+It prints real tokens/s, examples per epoch and wall time per epoch of each, their
+ratio (goal: the sequence epoch in at most 1/10 of the example epoch), and MFU against
+a square matmul's peak measured in the same run. INIT is a `gti init` checkpoint of
+MovieLens-100k (e.g. runs/ml100k-seq/init/mean-seed0 after `gti study run
+configs/study-seq.toml`).
+
+    .venv/bin/python bench/sft.py --routes runs/ml100k-seq/init/mean-seed0 [--steps 4]
+
+Without ``--routes``: one full fine-tuning step on random tokens, fp32 and bf16 autocast:
 
 One SFT step as `gti sft` takes it: every parameter trains (forward, backward with
 weight gradients, AdamW), on sequences of the length the cpu preset's prompts have
@@ -16,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,8 +64,88 @@ def sft_seconds(model, batch: torch.Tensor, steps: int, bf16: bool) -> float:
     return (time.perf_counter() - t0) / steps
 
 
+ROUTES = {
+    # the earlier study's per-example route (gti/presets/study.toml)
+    "example": {
+        "objective": "example", "batch_size": 8, "micro_batch_size": 1,
+        "max_history": 10, "system_prompt": "",
+    },
+    # the sequence route of gti/presets/study-seq.toml
+    "sequence": {
+        "objective": "sequence", "batch_size": 8, "micro_batch_size": 2,
+        "window": 64, "stride": 44, "max_history": 20,
+    },
+}  # fmt: skip
+
+
+def route_figures(init: Path, route: str, steps: int, shape: Shape) -> dict[str, float]:
+    """Run ``steps`` + 1 SFT steps of ``route`` from ``init``; figures of the last ``steps``."""
+    from gti.data.tasks import dataset_of, load_task_data
+    from gti.sft.config import SFTConfig
+    from gti.sft.run import load_checkpoint, make_stream, run_sft
+    from gti.sft.trainer import micro_batches
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = SFTConfig(
+            init=init, out=Path(tmp) / "sft", steps=steps + 1, warmup_steps=0, lr=3e-4,
+            save_every=10**6, progress=False, **ROUTES[route],
+        )  # fmt: skip
+        run_sft(cfg)
+        log = [json.loads(x) for x in (cfg.out / "train_log.jsonl").read_text().splitlines()]
+        _, tokenizer, sids = load_checkpoint(init, torch.float32)
+        task = load_task_data(
+            sids, dataset_of(sids, None, init), k_core_min=5, max_history=cfg.max_history
+        )
+        stream = make_stream(cfg, tokenizer, task)
+    seconds = sum(r["seconds"] for r in log[1:]) / steps
+    real = padded = flops = 0.0
+    for step in range(1, steps + 1):
+        for group in micro_batches(step, cfg, 0, 1, getattr(stream, "length", None)):
+            b = stream.batch(group)
+            lengths = b.attention_mask.sum(1).double()  # (B,)
+            real += float(lengths.sum())
+            padded += b.input_ids.numel()
+            T = b.input_ids.shape[1]  # the forward runs over the padded batch
+            fwd = shape.forward_flops(b.input_ids.numel(), (T + 1) / 2)
+            flops += 3 * (fwd + shape.head_flops(b.input_ids.numel()))
+    per_epoch = stream.epoch_size / cfg.batch_size  # steps
+    return {
+        "seconds_per_step": seconds,
+        "tokens_per_s": real / steps / seconds,
+        "padding_share": 1 - real / padded,
+        "examples_per_epoch": stream.epoch_size,
+        "epoch_hours": per_epoch * seconds / 3600,
+        "achieved_flops": flops / steps / seconds,
+    }
+
+
+def compare_routes(init: Path, steps: int) -> dict[str, object]:
+    model, _, _ = __import__("gti.sft.run", fromlist=["load_checkpoint"]).load_checkpoint(
+        init, torch.float32
+    )
+    shape = Shape.of(model)
+    del model
+    peak = matmul_peak(torch.float32)
+    out: dict[str, object] = {"matmul_peak_flops": peak}
+    for route in ROUTES:
+        fig = route_figures(init, route, steps, shape)
+        fig["mfu"] = fig["achieved_flops"] / peak
+        out[route] = fig
+        print(
+            f"  {route:8s}: {fig['tokens_per_s']:6.1f} tokens/s ({fig['padding_share']:.1%} "
+            f"padding), {fig['seconds_per_step']:5.1f} s/step, {fig['examples_per_epoch']:,} "
+            f"examples/epoch -> {fig['epoch_hours']:6.2f} h/epoch; MFU {fig['mfu']:.1%} "
+            f"of {peak / 1e9:.0f} GFLOP/s"
+        )
+    ratio = out["sequence"]["epoch_hours"] / out["example"]["epoch_hours"]  # type: ignore[index]
+    out["epoch_time_ratio"] = ratio
+    print(f"  sequence epoch / example epoch: {ratio:.4f} (goal <= 0.1)")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--routes", type=Path, default=None, help="a gti init checkpoint")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--length", type=int, default=100)
@@ -52,6 +153,23 @@ def main() -> None:
     ap.add_argument("--cache-dir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    if args.routes is not None:
+        cpu = next(
+            (
+                x.split(":", 1)[1].strip()
+                for x in open("/proc/cpuinfo")
+                if x.startswith("model name")
+            ),
+            "unknown CPU",
+        )
+        print(
+            f"{cpu}, threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f}; "
+            f"{args.steps} steps per route after one warm-up"
+        )
+        result = compare_routes(args.routes, args.steps)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1))
+        return
 
     model, _ = resolve_backbone(args.model, cache_dir=args.cache_dir).load()
     shape = Shape.of(model)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The study on one GPU in under 9 minutes (configs/gpu-study.toml): every arm, one seed,
-# paper batch sizes, bf16 SFT; then the tables and plots from the committed-size files.
+# The sequence study on one GPU in under 9 minutes (configs/gpu-study.toml): every arm, one seed,
+# up to 8 epochs, bf16 SFT; then the tables and plots from the committed-size files.
 #
 #   scripts/gpu-study.sh            # from the repo root, on the GPU machine
 #
@@ -42,9 +42,9 @@ print("gpu-study:", torch.cuda.get_device_name(0), "torch", torch.__version__)
 PY
 
 # The SID build embeds the catalog on the CPU (~1-3 min); reuse the CPU study's SIDs
-# when they came along (e.g. the device tool's carry: runs/ml100k-study/sids).
-if [ -f runs/ml100k-study/sids/semantic_ids.json ] && [ ! -e runs/ml100k-study-gpu/sids ]; then
-  mkdir -p runs/ml100k-study-gpu && cp -r runs/ml100k-study/sids runs/ml100k-study-gpu/sids
+# when they came along (e.g. the device tool's carry: runs/ml100k-seq/sids).
+if [ -f runs/ml100k-seq/sids/semantic_ids.json ] && [ ! -e runs/ml100k-study-gpu/sids ]; then
+  mkdir -p runs/ml100k-study-gpu && cp -r runs/ml100k-seq/sids runs/ml100k-study-gpu/sids
 fi
 
 start=$(date +%s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,30 @@ def test_cpu_study_preset():
     assert cfg.evaluate.max_users is None  # every validation and test user
 
 
-def test_gpu_study_preset_is_paper_batch_bf16_all_arms_one_seed():
-    cfg = load_study_config(CONFIGS / "gpu-study.toml")
-    assert cfg.device == "cuda" and cfg.sft.bf16 == "auto" and cfg.seeds == (0,)
-    assert cfg.grounding.batch_size == 128 and cfg.sft.batch_size == 128
-    assert {"mean", "gti", "random", "description-mean"} <= set(cfg.arms)
-    assert cfg.sids.model == "smollm2-135m"
+def test_gpu_study_is_the_cpu_sequence_study_at_a_larger_budget():
+    """scripts/gpu-study.sh keeps in step with the CPU study: the same objective, windows,
+    rate and schedule, arms, evaluation and SIDs; it differs in batch, bf16, seeds and
+    how many epochs."""
+    gpu = load_study_config(CONFIGS / "gpu-study.toml")
+    cpu = load_study_config(CONFIGS / "study-seq.toml")
+    assert gpu.device == "cuda" and gpu.sft.bf16 == "auto" and gpu.seeds == (0,)
+    # the same SIDs; the GPU embeds the catalog in larger batches
+    assert gpu.arms == cpu.arms
+    assert replace(gpu.sids, embed_batch_size=cpu.sids.embed_batch_size) == cpu.sids
+    same = ("objective", "window", "stride", "lr", "warmup_steps", "min_lr_ratio", "max_history",
+            "k_core", "sequence_prefix", "separator", "titles")  # fmt: skip
+    assert {k: getattr(gpu.sft, k) for k in same} == {k: getattr(cpu.sft, k) for k in same}
+    assert gpu.evaluate.beams == cpu.evaluate.beams and gpu.evaluate.max_users is None
+    assert gpu.epochs[: len(cpu.epochs)] == cpu.epochs and max(gpu.epochs) > max(cpu.epochs)
+
+
+def test_sequence_study_preset():
+    cfg = load_study_config(CONFIGS / "study-seq.toml")
+    assert cfg.sft.objective == "sequence" and cfg.epochs == (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
+    assert cfg.sft.min_lr_ratio == 1.0  # a constant rate: a longer run only adds steps
+    assert set(cfg.arms) == {"mean", "gti", "random", "description-mean"}
+    assert len(cfg.seeds) >= 3 and cfg.evaluate.max_users is None
+    assert cfg.sft.micro_batch_size > 1  # batched, never a micro-batch of one
 
 
 def test_cost_probe_differs_from_the_study_only_in_scale():
