@@ -243,17 +243,11 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
         rankings = milestone_rankings(cfg, rdir, step, last=step == milestones[-1])
         if str(step) in _json(rdir / Files.GEOMETRY) and all(p.is_file() for _, p in rankings):
             stages.skipped.append(f"step {step}")
-            continue
-        snap = paths.milestone(step)
-        ckpt = init_dir if step == 0 else sft_until(sft_cfg, step, snap, stages)
-        if str(step) not in _json(rdir / Files.GEOMETRY):
-            stages.timed(
-                f"geometry step {step}",
-                lambda c=ckpt, s=step: record_geometry(cfg, seed, c, s, rdir / Files.GEOMETRY),
-            )
-        rank_milestone(cfg, arm, seed, step, ckpt, task, users, rankings, rank_kw, stages)
-        if 0 < step < sft_cfg.steps:
-            shutil.rmtree(snap, ignore_errors=True)
+        else:
+            measure_milestone(cfg, arm, seed, step, sft_cfg, paths, task, users, rank_kw, stages)
+        if step != milestones[-1]:  # a piece to commit while the run goes on
+            measured = [m for m in milestones if m <= step]
+            write_run_json(cfg, arm, seed, paths, task, command, measured=measured)
 
     final = Path(sft_cfg.out) if milestones[-1] > 0 else init_dir
     train_log = final / Files.TRAIN_LOG
@@ -272,6 +266,23 @@ def epoch_size(sft_cfg, task, init_dir: Path) -> int:
 
     tokenizer = AutoTokenizer.from_pretrained(init_dir, local_files_only=True)
     return make_stream(sft_cfg, tokenizer, task).epoch_size
+
+
+def measure_milestone(cfg, arm, seed, step, sft_cfg, paths: RunPaths, task, users, rank_kw, stages):
+    """The checkpoint after ``step`` SFT steps (trained up to it if need be), its geometry
+    and its rankings; an intermediate checkpoint is deleted once measured."""
+    rdir = paths.result
+    rankings = milestone_rankings(cfg, rdir, step, last=step == cfg.milestones()[-1])
+    snap = paths.milestone(step)
+    ckpt = paths.init if step == 0 else sft_until(sft_cfg, step, snap, stages)
+    if str(step) not in _json(rdir / Files.GEOMETRY):
+        stages.timed(
+            f"geometry step {step}",
+            lambda c=ckpt, s=step: record_geometry(cfg, seed, c, s, rdir / Files.GEOMETRY),
+        )
+    rank_milestone(cfg, arm, seed, step, ckpt, task, users, rankings, rank_kw, stages)
+    if 0 < step < sft_cfg.steps:
+        shutil.rmtree(snap, ignore_errors=True)
 
 
 def rank_options(cfg: StudyConfig) -> dict[str, object]:
@@ -404,7 +415,11 @@ def sft_step_seconds(train_log: Path, steps: int) -> float | None:
     return float(sum(by_step.values()))
 
 
-def write_run_json(cfg, arm, seed, paths: RunPaths, task, command) -> None:
+def write_run_json(
+    cfg, arm, seed, paths: RunPaths, task, command, *, measured: list[int] | None = None
+) -> None:
+    """run.json: status "complete", or "in progress" with the ``measured`` milestones
+    (written after each one, so a run that outlives a session leaves its pieces)."""
     from gti.experiment.runner import stage_seconds
 
     rdir = paths.result
@@ -415,11 +430,12 @@ def write_run_json(cfg, arm, seed, paths: RunPaths, task, command) -> None:
     doc = {
         "format": RUN_FORMAT,
         "format_version": 1,
-        "status": "complete",
+        "status": "complete" if measured is None else "in progress",
         "name": cfg.name,
         "arm": arm,
         "seed": seed,
         "milestones": cfg.milestones(),
+        "measured": cfg.milestones() if measured is None else measured,
         "examples_per_step": cfg.sft.batch_size,
         "objective": cfg.sft.objective,
         # Milestones in epochs: steps per epoch of the stream (None: fractions of steps).

@@ -86,12 +86,20 @@ def collect(
         }
         for name, lists in inputs.baselines.items()
     }
+    # A step's point covers the seeds that measured it (a run still training has its
+    # measured milestones only); the final splits cover the complete runs.
     curves = {
-        arm: {step: {r.seed: r.curve(step) for r in runs} for step in runs[0].milestones}
+        arm: {
+            step: {r.seed: r.curve(step) for r in runs if step in r.milestones}
+            for step in measured_steps(runs)
+        }
         for arm, runs in inputs.runs.items()
     }
     finals = {
-        arm: {fs: {r.seed: r.final(fs) for r in runs} for fs in runs[0].final_splits}
+        arm: {
+            fs: {r.seed: r.final(fs) for r in runs if r.complete}
+            for fs in next((r.final_splits for r in runs if r.complete), [])
+        }
         for arm, runs in inputs.runs.items()
     }
     arms = {
@@ -109,6 +117,11 @@ def collect(
     )
     out["geometry_intervals"] = geometry_intervals(inputs)
     return out
+
+
+def measured_steps(runs: list[Run]) -> list[int]:
+    """Every milestone any of ``runs`` measured, ascending."""
+    return sorted({step for r in runs for step in r.milestones})
 
 
 def arm_entry(
@@ -131,23 +144,35 @@ def arm_entry(
                 "step": step,
                 "examples": step * first.examples_per_step,
                 "epochs": first.epochs(step),
+                "seeds": sorted(by_seed),
                 "n_users": m["recall@10"].shape[1],
                 "metrics": _intervals(m, n_resamples, seed),
             }
         )
-        for i, s in enumerate(seeds):
+        for i, s in enumerate(by_seed):
             per_seed[str(s)]["curve"].append({"step": step, **_means(m, i)})
     final = {}
     for fs, by_seed in finals.items():
         m = stack(list(by_seed.values()))
         final[fs] = {
+            "seeds": sorted(by_seed),
             "n_users": m["recall@10"].shape[1],
             "metrics": _intervals(m, n_resamples, seed),
         }
-        for i, s in enumerate(seeds):
+        for i, s in enumerate(by_seed):
             per_seed[str(s)]["final"][fs] = _means(m, i)
     return {
         "seeds": seeds,
+        # each run: complete, or still training with the milestones it has measured
+        "runs": [
+            {
+                "seed": r.seed,
+                "status": "complete" if r.complete else "in progress",
+                "measured": r.milestones,
+                "planned": r.planned,
+            }
+            for r in runs
+        ],
         "curve_split": first.curve_split,
         "curve": curve,
         "final": final,
@@ -249,7 +274,11 @@ def versus_baselines(
         points = [
             (a["curve_split"], p["step"], p["examples"], curves[arm][p["step"]]) for p in a["curve"]
         ]
-        last = a["curve"][-1] if a["curve"] else None
+        # the final splits sit at the complete runs' last milestone (the curve's last
+        # point, unless a run still training has planned more)
+        done = [r["measured"][-1] for r in a.get("runs", []) if r["status"] == "complete"]
+        at = max(done) if done else (a["curve"][-1]["step"] if a["curve"] else None)
+        last = next((p for p in a["curve"] if p["step"] == at), None)
         for split, by_seed in finals.get(arm, {}).items():
             if last is not None:
                 points.append((split, last["step"], last["examples"], by_seed))
@@ -305,7 +334,7 @@ def geometry(runs: list[Run]) -> list[dict]:
     """Per milestone: each figure's mean, min and max over seeds (RSA per level)."""
     geos = [r.geometry() for r in runs]
     rows = []
-    for step in runs[0].milestones:
+    for step in measured_steps(runs):
         per = [g[str(step)] for g in geos if str(step) in g]
         row: dict[str, object] = {"step": step, "examples": per[0]["examples"] if per else None}
         for key in GEOMETRY_FIGURES:

@@ -23,7 +23,7 @@ class Run:
     arm: str
     seed: int
     folder: Path
-    milestones: list[int]  # SFT steps measured, the last one the final checkpoint
+    milestones: list[int]  # SFT steps measured so far (all planned ones when complete)
     examples_per_step: int
     curve_split: str
     final_splits: list[str]
@@ -33,6 +33,8 @@ class Run:
     tokens_per_example: dict[str, float] | None = None
     sft_examples_per_s: float | None = None  # run.json's figure (wall time of the stages)
     steps_per_epoch: float | None = None  # a study with milestones in epochs
+    complete: bool = True  # False: a run still training, its measured milestones only
+    planned: list[int] = field(default_factory=list)  # every milestone of the run
 
     def epochs(self, step: int) -> float | None:
         """Epochs of the SFT stream after ``step`` steps (None: milestones in fractions)."""
@@ -40,20 +42,23 @@ class Run:
 
     @classmethod
     def from_json(cls, doc: dict, folder: Path) -> Run:
+        complete = doc.get("status") == "complete"
         return cls(
             arm=doc["arm"],
             seed=doc["seed"],
             folder=folder,
-            milestones=doc["milestones"],
+            milestones=doc["milestones"] if complete else doc["measured"],
             examples_per_step=doc["examples_per_step"],
             curve_split=doc["curve_split"],
-            final_splits=doc["final_splits"],
+            final_splits=doc["final_splits"] if complete else [],
             stage_seconds=doc["stage_seconds"],
             command=doc["command"],
             machine=doc["machine"],
             tokens_per_example=doc.get("tokens_per_example"),
             sft_examples_per_s=doc.get("sft_examples_per_s"),
             steps_per_epoch=doc.get("steps_per_epoch"),
+            complete=complete,
+            planned=doc["milestones"],
         )
 
     def curve(self, step: int) -> Rankings:
@@ -72,6 +77,8 @@ class Run:
         step once; see ``gti.study.run.sft_step_seconds``), else run.json's figure."""
         from gti.study.run import sft_step_seconds
 
+        if not self.complete:
+            return None
         steps = self.milestones[-1]
         step_s = sft_step_seconds(self.folder / Files.TRAIN_LOG, steps)
         if step_s:
@@ -89,14 +96,17 @@ class StudyInputs:
 
 
 def read_runs(root: Path) -> dict[str, list[Run]]:
-    """arm -> the complete runs under ``<root>/runs/*/run.json``, sorted by seed (an
-    unfinished run's run.json is left out)."""
+    """arm -> the runs under ``<root>/runs/*/run.json``, sorted by seed: complete ones, and
+    runs still training with the milestones they have measured (status "in progress",
+    written after each milestone); a run with nothing measured yet is left out."""
     arms: dict[str, list[Run]] = {}
     for path in sorted(study_runs(root).glob(f"*/{Files.RUN}")):
         doc = read_json(path)
-        if doc.get("status") != "complete":
+        if doc.get("status") not in ("complete", "in progress"):
             continue
-        arms.setdefault(doc["arm"], []).append(Run.from_json(doc, path.parent))
+        run = Run.from_json(doc, path.parent)
+        if run.milestones:
+            arms.setdefault(doc["arm"], []).append(run)
     return {a: sorted(v, key=lambda r: r.seed) for a, v in arms.items()}
 
 
@@ -119,5 +129,5 @@ def read_inputs(root: Path) -> StudyInputs:
     root = Path(root)
     runs = read_runs(root)
     if not runs and not (root / Files.BASELINES).is_dir():
-        raise InputError(root, "holds neither complete runs (runs/*/run.json) nor baselines/")
+        raise InputError(root, "holds neither measured runs (runs/*/run.json) nor baselines/")
     return StudyInputs(root, runs, read_baselines(root))

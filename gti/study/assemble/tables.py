@@ -43,7 +43,7 @@ def _difference_cells(row: dict, second: Callable[[dict, str], str]) -> list[str
 def intro(res: dict) -> list[str]:
     lines = ["# ML-100k study: results", ""]
     if not res["arms"]:
-        lines += ["No complete (arm, seed) run yet: baselines only.", ""]
+        lines += ["No measured (arm, seed) run yet: baselines only.", ""]
     return lines + [
         f"Intervals: 95% percentile bootstrap, {res['n_resamples']} resamples (seed "
         f"{res['bootstrap_seed']}), over seeds and users (two-way) for the arms, over "
@@ -60,9 +60,13 @@ def final_table(res: dict, split: str) -> list[str]:
     rows = []
     for arm, a in res["arms"].items():
         if split in a["final"]:
-            rows.append((f"{arm} ({len(a['seeds'])} seed(s))", a["final"][split]))
+            rows.append((f"{arm} ({len(a['final'][split]['seeds'])} seed(s))", a["final"][split]))
         elif a["curve_split"] == split and a["curve"]:
-            rows.append((f"{arm} ({len(a['seeds'])} seed(s))", a["curve"][-1]))
+            pt = a["curve"][-1]
+            at = f"step {pt['step']}" + (
+                "" if pt.get("epochs") is None else f", {pt['epochs']:g} epochs"
+            )
+            rows.append((f"{arm} ({len(pt['seeds'])} seed(s), {at})", pt))
     for b, entry in res["baselines"].items():
         if split in entry:
             rows.append((f"baseline: {b}", entry[split]))
@@ -118,10 +122,14 @@ def per_seed_tables(res: dict) -> list[str]:
             "|---:|" + "---:|" * (len(steps) + len(splits)),
         ]
         for seed, ps in a["per_seed"].items():
-            cells = [*ps["curve"], *(ps["final"][fs] for fs in splits)]
+            by_step = {c["step"]: c for c in ps["curve"]}  # a run in progress lacks the later
+            cells = [*(by_step.get(s) for s in steps), *(ps["final"].get(fs) for fs in splits)]
             lines.append(
                 f"| {seed} | "
-                + " | ".join(f"{c['recall@10']:.4f} / {c['recall@20']:.4f}" for c in cells)
+                + " | ".join(
+                    "-" if c is None else f"{c['recall@10']:.4f} / {c['recall@20']:.4f}"
+                    for c in cells
+                )
                 + " |"
             )
         lines.append("")
@@ -254,8 +262,25 @@ def provenance_lines(res: dict) -> list[str]:
     return lines
 
 
+def status_lines(res: dict) -> list[str]:
+    """The runs still training, and how far each has been measured."""
+    open_runs = [
+        (arm, r) for arm, a in res["arms"].items() for r in a.get("runs", [])
+        if r["status"] != "complete"
+    ]  # fmt: skip
+    if not open_runs:
+        return []
+    lines = [
+        "Runs still training (their measured milestones are in the curves; no final split):",
+        "",
+    ]
+    for arm, r in open_runs:
+        lines.append(f"- {arm} seed {r['seed']}: measured steps {r['measured']} of {r['planned']}")
+    return lines + [""]
+
+
 def to_markdown(res: dict) -> str:
-    lines = intro(res)
+    lines = intro(res) + status_lines(res)
     for split in ("test", "valid"):  # the headline split first
         lines += final_table(res, split)
     for table in (

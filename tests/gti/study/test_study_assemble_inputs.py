@@ -95,7 +95,7 @@ def test_baselines_by_split_and_empty_folders_left_out(tmp_path):
 
 def test_a_folder_with_neither_runs_nor_baselines_is_bad_input(tmp_path):
     write_run(tmp_path, "gti", 0, status="running")
-    with pytest.raises(InputError, match="neither complete runs"):
+    with pytest.raises(InputError, match="neither measured runs"):
         read_inputs(tmp_path)
 
 
@@ -112,14 +112,15 @@ def test_final_table_falls_back_to_the_curve_and_lists_baselines():
                 "seeds": [0],
                 "final": {},
                 "curve_split": "valid",
-                "curve": [{"n_users": 3, "metrics": metrics}],
+                "curve": [{"step": 3, "seeds": [0], "n_users": 3, "metrics": metrics}],
             },
         },
         "baselines": {"pop": {"test": {"n_users": 3, "metrics": metrics}}},
     }
     valid = final_table(res, "valid")
     assert valid[0] == "## valid, final budget" and valid[-1] == ""
-    assert valid[4].startswith("| gti (1 seed(s)) | 3 | 0.5000 [0.4000, 0.6000] |")
+    # the curve's last point, said to be one: its seeds and step
+    assert valid[4].startswith("| gti (1 seed(s), step 3) | 3 | 0.5000 [0.4000, 0.6000] |")
     assert not any("baseline" in line for line in valid)  # pop has no valid lists
     assert [line.split(" | ")[0] for line in final_table(res, "test")[4:-1]] == ["| baseline: pop"]
     assert final_table({**res, "baselines": {}}, "test") == []

@@ -331,10 +331,10 @@ def test_assemble_with_baselines_only_and_with_nothing(tmp_path):
     )
     assert result.exit_code == 0, result.output
     md = (tmp_path / "study" / "results.md").read_text()
-    assert "No complete (arm, seed) run yet" in md and "| baseline: transitions |" in md
+    assert "No measured (arm, seed) run yet" in md and "| baseline: transitions |" in md
     assert (tmp_path / "study" / "learning_curves.png").is_file()
     result = runner.invoke(app, ["study", "assemble", str(tmp_path / "empty")])
-    assert result.exit_code == 2 and "neither complete runs" in result.output
+    assert result.exit_code == 2 and "neither measured runs" in result.output
 
 
 def planted(hits: list[bool], split: str = "valid") -> Rankings:
@@ -501,3 +501,57 @@ def test_a_study_in_epochs_of_the_sequence_objective(tmp_path, tiny_model_dir):
     # a milestone's epochs are its rounded steps over the steps per epoch
     assert epochs == [0.0, *(round(round(per_epoch * e) / per_epoch, 3) for e in (0.5, 1.0))]
     assert "| epochs |" in (tmp_path / "reports" / "results.md").read_text()
+
+
+def test_a_run_cut_short_leaves_its_measured_milestones_to_assemble(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    """A run killed before its last milestone leaves run.json "in progress" with the
+    milestones it measured; assemble shows them (curve points with the seeds that have
+    them, no final split for that run) and says the run is still training; the re-run
+    finishes it and the status turns complete."""
+    import gti.study.run as study_run
+
+    cfg = load_study_config(tiny_study(tmp_path, tiny_model_dir, arms=("mean",), seeds=(0, 1)))
+    cfg.progress = False
+    run_all(cfg, command="test")  # seed 0 and 1 complete
+    reports = tmp_path / "reports"
+    seed1 = reports / "runs" / "mean-seed1"
+    for p in [
+        seed1 / "run.json",
+        seed1 / "final" / "test.rankings.json",
+        seed1 / curve_file(4, "valid"),
+    ]:
+        p.unlink()
+    geo = json.loads((seed1 / "geometry.json").read_text())
+    (seed1 / "geometry.json").write_text(json.dumps({k: v for k, v in geo.items() if k != "4"}))
+
+    class Killed(Exception):
+        pass
+
+    real = study_run.measure_milestone
+
+    def killed_at_the_last(cfg, arm, seed, step, *args, **kw):
+        if step == 4:
+            raise Killed
+        return real(cfg, arm, seed, step, *args, **kw)
+
+    monkeypatch.setattr(study_run, "measure_milestone", killed_at_the_last)
+    with pytest.raises(Killed):
+        run_all(cfg, command="test")
+    doc = json.loads((seed1 / "run.json").read_text())
+    assert doc["status"] == "in progress" and doc["measured"] == [0, 2]
+    assert doc["milestones"] == [0, 2, 4]
+
+    res = runner.invoke(app, ["study", "assemble", str(reports), "--resamples", "50"])
+    assert res.exit_code == 0, res.output
+    out = json.loads((reports / "results.json").read_text())["arms"]["mean"]
+    assert [(p["step"], p["seeds"]) for p in out["curve"]] == [(0, [0, 1]), (2, [0, 1]), (4, [0])]
+    assert out["final"]["test"]["seeds"] == [0]
+    assert [r["status"] for r in out["runs"]] == ["complete", "in progress"]
+    md = (reports / "results.md").read_text()
+    assert "- mean seed 1: measured steps [0, 2] of [0, 2, 4]" in md
+
+    monkeypatch.setattr(study_run, "measure_milestone", real)
+    run_all(cfg, command="test")
+    assert json.loads((seed1 / "run.json").read_text())["status"] == "complete"
