@@ -73,6 +73,10 @@ def init(
         out = run_dropin(cfg)
     else:
         out = run_init(cfg)
+    from gti.init.parallel import main_process
+
+    if not main_process():  # under torchrun / accelerate launch: rank 0 reports
+        return
     checks = out / CHECKS_TEXT_FILENAME  # the drop-in route's probe and geodiag check
     if checks.is_file():
         typer.echo(checks.read_text(), nl=False)

@@ -59,6 +59,12 @@ class GroundingConfig:
     )
     # Resume state is written every this many steps (and on SIGINT/SIGTERM).
     save_every: int = setting(25, help="Save resume state every N steps.", ge=1, tags=(RESUMABLE,))
+    # A run in pieces (a job's time limit, a shared machine): stop after this step with
+    # the resume state saved; the same command later goes on. 0: run to the end.
+    pause_after: int = setting(
+        0, help="Stop after step N with the resume state saved (0: never).", ge=0,
+        tags=(RESUMABLE,),
+    )  # fmt: skip
     # The paper states no schedule or decay for grounding; embeddings are usually
     # trained without weight decay, and decay would pull the new rows to 0.
     weight_decay: float = 0.0

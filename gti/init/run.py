@@ -27,6 +27,7 @@ from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.grounding import NewRows, freeze
 from gti.init.pairs import PairStream
+from gti.init.parallel import Group, join, local_device
 from gti.init.structure import ProbeItems, StructureProbe
 from gti.init.trainer import train_grounding
 from gti.models.backbone import resolve_backbone
@@ -111,7 +112,7 @@ def grounding_fingerprint(
     run's settings but the sids path (its content counts, by hash) and the grounding
     section, of which only the fingerprinted fields (gti.options)."""
     return {
-        **{k: v for k, v in run_config.items() if k not in ("grounding", "sids")},
+        **{k: v for k, v in run_config.items() if k not in ("grounding", "sids", "processes")},
         "sids_sha256": hashlib.sha256((sids_path / "semantic_ids.json").read_bytes()).hexdigest(),
         **{k: v for k, v in asdict(g).items() if k in fingerprinted(GroundingConfig)},
     }
@@ -127,6 +128,7 @@ def ground(
     cfg: InitConfig,
     *,
     should_stop: Callable[[int], bool] | None,
+    group: Group = Group(),
 ) -> TrainResult:
     """Grounding (strategy ``gti``): train the new rows of the frozen ``model`` on
     text <-> SID pairs, resuming from ``cfg.out``'s partial state, and write them back.
@@ -134,6 +136,12 @@ def ground(
     Raises :class:`gti.errors.Interrupted` when it stopped early.
     """
     g = cfg.grounding
+    if g.batch_size % group.world:
+        raise InputError(
+            "--batch-size",
+            f"{g.batch_size} pairs per step do not split over {group.world} processes; "
+            "pick a multiple",
+        )
     freeze(model)
     rows = NewRows(model, ext)
     items = list(sids.items)
@@ -155,8 +163,13 @@ def ground(
     if g.structure_every:
         codebooks = sids_path / CODEBOOKS_FILENAME
         probe = structure_probe(model, tokenizer, rows, sids, items, item_texts, codebooks, ext, g)
+    pause = g.pause_after
+
+    def stop(step: int) -> bool:
+        return bool(pause and step >= pause) or (should_stop is not None and should_stop(step))
+
     result = train_grounding(
-        model, rows, stream, g, resume=resume, should_stop=should_stop, probe=probe
+        model, rows, stream, g, resume=resume, should_stop=stop, probe=probe, group=group
     )
     if not result.completed:
         raise Interrupted(result.step, str(resume.folder))
@@ -188,13 +201,16 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         model_spec, cache_dir=cfg.cache_dir, allow_download=cfg.allow_download, seed=cfg.seed
     )
     model, tokenizer = backbone.load()
-    model.to(resolve_device(cfg.device))
+    device = local_device(resolve_device(cfg.device))
+    group = join(device) if cfg.strategy == "gti" else Group()
+    model.to(device)
     ext = extend_vocabulary(model, tokenizer, sids)
     context = InitContext(sids=sids, item_texts=item_texts, tokenizer=tokenizer)
     apply_row_init(model, ext, row_strategy, torch.Generator().manual_seed(cfg.seed), context)
 
     run_config: dict[str, object] = {
         "strategy": cfg.strategy,
+        "processes": group.world,
         "start_from": cfg.start_from if cfg.strategy == "gti" else None,
         "model": backbone.name,
         "model_identity": backbone.identity,
@@ -206,7 +222,15 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     step, train_log = 0, None
     if cfg.strategy == "gti":
         result = ground(
-            model, tokenizer, ext, sids, item_texts, run_config, cfg, should_stop=should_stop
+            model,
+            tokenizer,
+            ext,
+            sids,
+            item_texts,
+            run_config,
+            cfg,
+            should_stop=should_stop,
+            group=group,
         )
         step, train_log = result.step, result.log
 
@@ -223,10 +247,12 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "tied_embeddings": ext.tied,
         "sids_provenance": sids.provenance,
     }
-    write_checkpoint(
-        out, model, tokenizer, final, codebooks, CONFIG_FILENAME, run_config, train_log
-    )
-    if cfg.strategy == "gti":
-        GroundingState(partial_dir(out), {}).clear()
+    if group.main:  # the rows are the same on every process
+        write_checkpoint(
+            out, model, tokenizer, final, codebooks, CONFIG_FILENAME, run_config, train_log
+        )
+        if cfg.strategy == "gti":
+            GroundingState(partial_dir(out), {}).clear()
+    group.barrier()
     log.info("wrote %s (%s, %d new tokens)", out, cfg.strategy, ext.n_new)
     return out

@@ -22,6 +22,7 @@ from gti.init.config import GroundingConfig
 from gti.init.grounding import NewRows, SharedPrefix, StepLoss, fast_loss
 from gti.init.optim import LazyAdam, make_row_optimizer, present_rows
 from gti.init.pairs import PairStream
+from gti.init.parallel import Group
 from gti.init.structure import StructureProbe, structure_entry
 from gti.prompts import DIRECTIONS
 from gti.training import (
@@ -34,12 +35,23 @@ from gti.training import (
 )
 
 
-def step_log(step: int, out: StepLoss, seconds: float, **extra: object) -> dict[str, object]:
-    """The train-log line of a grounding step: loss overall and per direction."""
-    sums = [
-        out.token_losses[out.token_direction == d].double().sum() for d in range(len(DIRECTIONS))
-    ]
-    counts = [int((out.token_direction == d).sum()) for d in range(len(DIRECTIONS))]
+def direction_sums(out: StepLoss) -> torch.Tensor:
+    """(2 * n_directions,) float64: each direction's summed token loss, then its count."""
+    d = range(len(DIRECTIONS))
+    sums = [out.token_losses[out.token_direction == k].double().sum() for k in d]
+    counts = [(out.token_direction == k).sum().double() for k in d]
+    return torch.stack([*sums, *counts]).cpu()
+
+
+def step_log(
+    step: int, out: StepLoss | torch.Tensor, seconds: float, **extra: object
+) -> dict[str, object]:
+    """The train-log line of a grounding step: loss overall and per direction (from the
+    step's loss, or from :func:`direction_sums` summed over processes)."""
+    stats = direction_sums(out) if isinstance(out, StepLoss) else out
+    n = len(DIRECTIONS)
+    sums = list(stats[:n])
+    counts = [int(c) for c in stats[n:]]
     return log_entry(step, DIRECTIONS, sums, counts, seconds, every_task=True, **extra)
 
 
@@ -68,13 +80,15 @@ def train_grounding(
     resume: GroundingState | None = None,
     should_stop: Callable[[int], bool] | None = None,
     probe: StructureProbe | None = None,
+    group: Group = Group(),
 ) -> TrainResult:
     """Run (or finish) ``cfg.steps`` grounding steps on ``rows``; the model is frozen.
 
     ``should_stop(step)`` is checked after every step (tests use it to simulate a
     kill); stopping saves the resume state first. With ``probe`` and
     ``cfg.structure_every``, the structure curve goes into the log (step 0, every
-    ``structure_every`` steps, and the last step).
+    ``structure_every`` steps, and the last step). ``group``: the processes sharing
+    each step's batch (:mod:`gti.init.parallel`).
     """
     optimizer = make_optimizer(rows, cfg)
     step, log = resume_point(
@@ -82,23 +96,41 @@ def train_grounding(
     )
     prefix = stream.common_prefix()
     shared = SharedPrefix(model, prefix) if prefix else None
-    measure = probe is not None and cfg.structure_every > 0
+    measure = probe is not None and cfg.structure_every > 0 and group.main
     elapsed = training_seconds(log)
     if measure and step == 0:
         log.append(structure_entry(0, 0.0, probe))  # type: ignore[arg-type]
     device_type = rows.ids.device.type
     bar = tqdm(
-        total=cfg.steps, initial=step, desc="grounding", unit="step", disable=not cfg.progress
+        total=cfg.steps,
+        initial=step,
+        desc="grounding",
+        unit="step",
+        disable=not (cfg.progress and group.main),
     )
     with StopOnSignal() as signals, bar:
         while step < cfg.steps:
             t0 = time.perf_counter()
             batch = stream.batch(step)
             lr = set_lr(optimizer, step, cfg, decay=cfg.decay)
+            share = batch
+            if group.world > 1:
+                share = batch.select(
+                    torch.arange(len(batch.lengths))[group.share(len(batch.lengths))]
+                )
             with torch.autocast(device_type, dtype=torch.bfloat16, enabled=cfg.bf16):
-                out = fast_loss(model, rows, batch, shared=shared)
+                out = fast_loss(model, rows, share, shared=shared)
             optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
+            stats = direction_sums(out)
+            if group.world == 1:
+                out.loss.backward()
+            else:  # this share's summed loss over the step's tokens; gradients summed
+                group.sum_(stats)
+                n_local, n_all = len(out.token_losses), float(stats[len(DIRECTIONS) :].sum())
+                (out.loss * (n_local / n_all)).backward()
+                for p in rows.parameters():
+                    if p.grad is not None:
+                        group.sum_(p.grad)
             if isinstance(optimizer, LazyAdam):
                 optimizer.step(present_rows(batch.input_ids.to(rows.slot.device), rows.slot))
             else:
@@ -106,15 +138,17 @@ def train_grounding(
             step += 1
             seconds = time.perf_counter() - t0
             elapsed += seconds
-            entry = step_log(step, out, seconds, lr=lr)
+            entry = step_log(step, stats, seconds, lr=lr)
             log.append(entry)
             if measure and (step % cfg.structure_every == 0 or step == cfg.steps):
                 log.append(structure_entry(step, elapsed, probe))  # type: ignore[arg-type]
             bar.update(1)
             bar.set_postfix(loss=f"{entry['loss']:.3f}")
-            halt = signals.stop_at(step, should_stop)
+            halt = group.any(signals.stop_at(step, should_stop), rows.ids.device)
             if resume is not None and save_due(step, cfg, halt):
-                resume.save(step, rows, optimizer, log)
+                if group.main:
+                    resume.save(step, rows, optimizer, log)
+                group.barrier()
             if halt and step < cfg.steps:
                 return TrainResult(step, False, log)
     return TrainResult(step, True, log)

@@ -5,8 +5,6 @@ Its options are the fields of :class:`~gti.sft.config.SFTConfig` (``geodiag.sett
 
 from __future__ import annotations
 
-import os
-
 import typer
 
 from geodiag.settings import options_from
@@ -27,5 +25,7 @@ def sft(cfg: SFTConfig = SFTConfig()) -> None:
     from gti.sft.run import run_sft
 
     path = run_sft(cfg)
-    if os.environ.get("RANK", "0") == "0":  # under torchrun/accelerate: print once
+    from gti.init.parallel import main_process
+
+    if main_process():  # under torchrun/accelerate: print once
         typer.echo(str(path))
