@@ -120,9 +120,9 @@ def route_figures(init: Path, route: str, steps: int, shape: Shape) -> dict[str,
 
 
 def compare_routes(init: Path, steps: int) -> dict[str, object]:
-    model, _, _ = __import__("gti.sft.run", fromlist=["load_checkpoint"]).load_checkpoint(
-        init, torch.float32
-    )
+    from gti.sft.run import load_checkpoint
+
+    model, _, _ = load_checkpoint(init, torch.float32)
     shape = Shape.of(model)
     del model
     peak = matmul_peak(torch.float32)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,7 @@ from gti.checkpoint_files import SFT_CONFIG_FILENAME
 from gti.data.tasks import dataset_of, load_task_data, of_users, sample_users
 from gti.evaluate.config import EvalConfig
 from gti.evaluate.decode import rank_items
-from gti.evaluate.layout import PromptLayout, layout_of, next_item_prompts
+from gti.evaluate.layout import layout_of, next_item_prompts
 from gti.evaluate.metrics import topk_metrics
 from gti.evaluate.trie import SidTrie
 from gti.options import PROMPT_DEFAULTS
@@ -94,13 +94,8 @@ def run_evaluate(cfg: EvalConfig) -> EvalResult:
 
     users = sample_users(task, cfg.max_users, cfg.seed)
     # The layout the checkpoint was trained on; titles and system turn as resolved above.
-    trained = layout_of(ckpt)
-    layout = PromptLayout(
-        trained.objective,
-        bool(prompt["titles"]),
-        str(prompt["system_prompt"]),
-        trained.prefix,
-        trained.separator,
+    layout = replace(
+        layout_of(ckpt), titles=bool(prompt["titles"]), system=str(prompt["system_prompt"])
     )
 
     results = {}

@@ -233,8 +233,9 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
         max_history=cfg.sft.max_history,
         cache_dir=cfg.cache_dir,
     )
+    per_epoch = None
     if cfg.epochs:  # the steps follow from the stream's epoch size
-        cfg.resolve_epochs(epoch_size(sft_cfg, task, init_dir))
+        per_epoch = cfg.resolve_epochs(epoch_size(sft_cfg, task, init_dir))
         _, sft_cfg = arm_stages(cfg, arm, seed, paths, sids_dir)
     users = sample_users(task, cfg.evaluate.max_users, cfg.evaluate.seed)
     rank_kw = rank_options(cfg)
@@ -244,17 +245,21 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
         if str(step) in _json(rdir / Files.GEOMETRY) and all(p.is_file() for _, p in rankings):
             stages.skipped.append(f"step {step}")
         else:
-            measure_milestone(cfg, arm, seed, step, sft_cfg, paths, task, users, rank_kw, stages)
+            measure_milestone(
+                cfg, arm, seed, step, sft_cfg, paths, task, users, rankings, rank_kw, stages
+            )
         if step != milestones[-1]:  # a piece to commit while the run goes on
             measured = [m for m in milestones if m <= step]
-            write_run_json(cfg, arm, seed, paths, task, command, measured=measured)
+            write_run_json(
+                cfg, arm, seed, paths, task, command, measured=measured, steps_per_epoch=per_epoch
+            )
 
     final = Path(sft_cfg.out) if milestones[-1] > 0 else init_dir
     train_log = final / Files.TRAIN_LOG
     if train_log.is_file():
         shutil.copyfile(train_log, rdir / Files.TRAIN_LOG)
     report_run(cfg, arm, seed, init_dir, final, rdir, stages)
-    write_run_json(cfg, arm, seed, paths, task, command)
+    write_run_json(cfg, arm, seed, paths, task, command, steps_per_epoch=per_epoch)
     return rdir
 
 
@@ -268,11 +273,13 @@ def epoch_size(sft_cfg, task, init_dir: Path) -> int:
     return make_stream(sft_cfg, tokenizer, task).epoch_size
 
 
-def measure_milestone(cfg, arm, seed, step, sft_cfg, paths: RunPaths, task, users, rank_kw, stages):
+def measure_milestone(
+    cfg, arm, seed, step, sft_cfg, paths: RunPaths, task, users, rankings, rank_kw, stages
+):
     """The checkpoint after ``step`` SFT steps (trained up to it if need be), its geometry
-    and its rankings; an intermediate checkpoint is deleted once measured."""
+    and its ``rankings`` (:func:`milestone_rankings`); an intermediate checkpoint is
+    deleted once measured."""
     rdir = paths.result
-    rankings = milestone_rankings(cfg, rdir, step, last=step == cfg.milestones()[-1])
     snap = paths.milestone(step)
     ckpt = paths.init if step == 0 else sft_until(sft_cfg, step, snap, stages)
     if str(step) not in _json(rdir / Files.GEOMETRY):
@@ -416,10 +423,20 @@ def sft_step_seconds(train_log: Path, steps: int) -> float | None:
 
 
 def write_run_json(
-    cfg, arm, seed, paths: RunPaths, task, command, *, measured: list[int] | None = None
+    cfg,
+    arm,
+    seed,
+    paths: RunPaths,
+    task,
+    command,
+    *,
+    measured: list[int] | None = None,
+    steps_per_epoch: float | None = None,
 ) -> None:
     """run.json: status "complete", or "in progress" with the ``measured`` milestones
-    (written after each one, so a run that outlives a session leaves its pieces)."""
+    (written after each one, so a run that outlives a session leaves its pieces).
+    ``steps_per_epoch``: what :meth:`StudyConfig.resolve_epochs` found (milestones in
+    epochs), else None."""
     from gti.experiment.runner import stage_seconds
 
     rdir = paths.result
@@ -440,11 +457,7 @@ def write_run_json(
         "objective": cfg.sft.objective,
         # Milestones in epochs: steps per epoch of the stream (None: fractions of steps).
         "epochs": list(cfg.epochs) or None,
-        "steps_per_epoch": (
-            round(epoch_size(cfg.sft, task, paths.init) / cfg.sft.batch_size, 6)
-            if cfg.epochs
-            else None
-        ),
+        "steps_per_epoch": None if steps_per_epoch is None else round(steps_per_epoch, 6),
         "curve_split": cfg.curve_split,
         "final_splits": list(cfg.final_splits),
         "users": "all" if cfg.evaluate.max_users is None else cfg.evaluate.max_users,
