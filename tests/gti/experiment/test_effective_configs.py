@@ -20,6 +20,9 @@ CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
 # added its fields (objective "example" by default, so every config trains as before; window,
 # stride, sequence_prefix, separator) and bf16 became auto | on | off (the presets' `true`
 # -> "auto": on where the device has bf16), folding in paper.toml's structure_every 0 -> 500.
+# Rewritten again for issue 49's study at a real budget: study-seq.toml (new), gpu-study.toml
+# in step with it (sequence objective, epochs 0..8, max_history 20, arms without lcrec), and
+# grounding's pause_after (0: never) in every config.
 CHANGED: dict[tuple[str, str, str], tuple[object, object]] = {}
 
 
