@@ -7,12 +7,15 @@ separately to the output head.
 
 ``gti`` (grounding) is not in the registry: it is a training stage that needs the
 whole model, and it starts from one of these rows (``--start-from``, default
-``mean`` as in the paper). ``gti.init.config.STRATEGIES`` lists all five names.
+``mean`` as in the paper). ``gti.init.config.STRATEGIES`` is these names plus ``gti``.
+A new strategy is a module and a line here (and, when it needs side information beyond
+the old rows, a line in ``NEEDS``).
 """
 
 from __future__ import annotations
 
 from gti.init.context import InitContext, InitFn, Registry
+from gti.init.covariance import full_covariance_init
 from gti.init.description import description_mean_init
 from gti.init.mean import mean_init, mean_noise_init
 from gti.init.random_init import random_init
@@ -22,6 +25,18 @@ REGISTRY: Registry = {
     "mean-noise": mean_noise_init,
     "random": random_init,
     "description-mean": description_mean_init,
+    "full-covariance": full_covariance_init,
 }
 
-__all__ = ["REGISTRY", "InitContext", "InitFn"]
+# What a strategy reads from its InitContext besides the old rows, so that a run loads
+# only that: "item_texts" (the catalog), "codebooks", "base_tokenizer".
+NEEDS: dict[str, frozenset[str]] = {
+    "description-mean": frozenset({"item_texts"}),
+}
+
+
+def needs(strategy: str) -> frozenset[str]:
+    return NEEDS.get(strategy, frozenset())
+
+
+__all__ = ["NEEDS", "REGISTRY", "InitContext", "InitFn", "needs"]

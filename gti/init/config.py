@@ -14,11 +14,13 @@ from pathlib import Path
 
 from geodiag.errors import InputError
 from geodiag.settings import REQUIRED, check_bounds, setting, spec_of
+from gti.init import REGISTRY
 from gti.models.smollm2 import NAME as DEFAULT_MODEL
 from gti.options import RESUMABLE, RUNNER, cache_dir_setting, check_device, progress_setting
 
-# Row strategies (one function each, gti.init.REGISTRY) plus the grounding stage.
-ROW_STRATEGIES = ("mean", "mean-noise", "random", "description-mean")
+# Row strategies (one function each, gti.init.REGISTRY; its modules import torch only
+# when called) plus the grounding stage.
+ROW_STRATEGIES = tuple(REGISTRY)
 STRATEGIES = (*ROW_STRATEGIES, "gti")
 
 # Optimizers of the new rows (gti.init.optim) and learning-rate decays.
@@ -199,7 +201,10 @@ class InitConfig:
     )
     strategy: str = setting("gti", help=f"New-row initialization: {' | '.join(STRATEGIES)}.")
     # Where GTI's grounding starts; the paper starts from the mean (Hewitt) init.
-    start_from: str = setting("mean", help="Row init that gti grounding starts from (paper: mean).")
+    start_from: str = setting(
+        "mean",
+        help=f"Row init that gti grounding starts from (paper: mean): {' | '.join(ROW_STRATEGIES)}.",
+    )
     # None: what the sids folder was built with (its provenance), so the new
     # tokens land in the same backbone and pair with the same item texts.
     model: str | None = setting(

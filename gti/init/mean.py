@@ -31,15 +31,6 @@ def mean_noise_init(
     Sigma (V < d, or duplicated rows) falls back to a symmetric square root, where
     transformers would fall back to the plain mean.
     """
-    import torch
+    from gti.init.covariance import vocabulary_gaussian
 
-    x = old.double()  # (V, d)
-    mu = x.mean(dim=0)  # (d,)
-    centered = x - mu
-    cov = NOISE_SCALE * (centered.T @ centered) / x.shape[0]  # (d, d)
-    chol, info = torch.linalg.cholesky_ex(cov)
-    if int(info) != 0:
-        evals, evecs = torch.linalg.eigh(cov)
-        chol = evecs * evals.clamp(min=0).sqrt()  # (d, d), chol chol^T = cov
-    z = torch.randn(n_new, x.shape[1], generator=generator, dtype=torch.float64)  # (n_new, d)
-    return (mu + z @ chol.T).to(old.dtype)
+    return vocabulary_gaussian(old, n_new, generator, NOISE_SCALE).to(old.dtype)

@@ -22,7 +22,7 @@ from geodiag.io.vocabulary.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
 from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
 from gti.data.sources import load_dataset
 from gti.errors import Interrupted
-from gti.init import REGISTRY, InitContext
+from gti.init import REGISTRY, InitContext, needs
 from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.grounding import NewRows, freeze
@@ -194,7 +194,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     model_spec = cfg.model or str(sids.provenance.get("source_model") or DEFAULT_MODEL)
     data = cfg.data or str(sids.provenance.get("data") or DEFAULT_DATA)
     row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
-    needs_texts = cfg.strategy == "gti" or row_strategy == "description-mean"
+    needs_texts = cfg.strategy == "gti" or "item_texts" in needs(row_strategy)
     item_texts = _item_texts(sids, data, cfg.cache_dir) if needs_texts else {}
 
     backbone = resolve_backbone(

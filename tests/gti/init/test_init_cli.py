@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from geodiag.cli import app as geodiag_app
 from geodiag.io.vocabulary import sidecar
 from gti.init.cli import init
+from gti.init.config import ROW_STRATEGIES
 
 runner = CliRunner()
 app = typer.Typer()
@@ -38,7 +39,7 @@ def gti_init(world, out, *args):
     return res
 
 
-@pytest.mark.parametrize("strategy", ["mean", "mean-noise", "random", "description-mean", "gti"])
+@pytest.mark.parametrize("strategy", [*ROW_STRATEGIES, "gti"])
 def test_writes_a_contract_checkpoint(world, strategy):
     out = world.root / "runs" / strategy
     res = gti_init(world, out, "--strategy", strategy, "--preset", "tiny", "--no-progress")
