@@ -22,7 +22,6 @@ their init as ``--reference``.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -122,15 +121,20 @@ HUNDREDS_STEPS = 300  # ~1.3 s a step on 2 idle cores (Intel Xeon): about 7 minu
 
 
 def noise_init(model, n_old: int, seed: int = 0) -> None:
-    """LLaMA-Factory 0.9.5's ``_noisy_mean_initialization`` on every row past ``n_old``
-    (the added tokens and the padding to a multiple of 64): mean of the old rows plus
-    N(0, 1/d) per entry."""
+    """LLaMA-Factory's ``_noisy_mean_initialization`` (gti's ``llamafactory-noise``) on every
+    row past ``n_old`` (the added tokens and the padding to a multiple of 64): mean of the
+    old rows plus N(0, 1/d) per entry."""
     import torch
 
+    from gti.init import REGISTRY, InitContext
+
     w = model.get_input_embeddings().weight.data
-    g = torch.Generator().manual_seed(seed)
-    noise = torch.randn(w.shape[0] - n_old, w.shape[1], generator=g) / math.sqrt(w.shape[1])
-    w[n_old:] = w[:n_old].mean(0, keepdim=True) + noise
+    w[n_old:] = REGISTRY["llamafactory-noise"](
+        old=w[:n_old],
+        n_new=w.shape[0] - n_old,
+        generator=torch.Generator().manual_seed(seed),
+        context=InitContext(),
+    )
 
 
 def _sft_batches(tok, n_steps: int, seed: int = 0):

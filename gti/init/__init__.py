@@ -17,6 +17,7 @@ from __future__ import annotations
 from gti.init.context import InitContext, InitFn, Registry
 from gti.init.covariance import full_covariance_init
 from gti.init.description import description_mean_init
+from gti.init.llamafactory import desc_init, desc_noise_init, noise_init
 from gti.init.mean import mean_init, mean_noise_init
 from gti.init.random_init import random_init
 
@@ -26,12 +27,17 @@ REGISTRY: Registry = {
     "random": random_init,
     "description-mean": description_mean_init,
     "full-covariance": full_covariance_init,
+    "llamafactory-noise": noise_init,
+    "llamafactory-desc": desc_init,
+    "llamafactory-desc-noise": desc_noise_init,
 }
 
 # What a strategy reads from its InitContext besides the old rows, so that a run loads
 # only that: "item_texts" (the catalog), "codebooks", "base_tokenizer".
 NEEDS: dict[str, frozenset[str]] = {
     "description-mean": frozenset({"item_texts"}),
+    "llamafactory-desc": frozenset({"item_texts"}),
+    "llamafactory-desc-noise": frozenset({"item_texts"}),
 }
 
 

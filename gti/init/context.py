@@ -27,6 +27,9 @@ class InitContext:
     # (level offset + code). The drop-in route (gti.dropin) gives it for a framework's index.
     item_slots: dict[str, tuple[int, ...]] | None = None
     matrix: str = "input"  # "input" | "output": which matrix the rows are for
+    # The original rows of the input embedding (V, d), whichever matrix is being filled:
+    # LLaMA-Factory's desc_init averages input-embedding rows for the untied head too.
+    input_rows: torch.Tensor | None = None
 
 
 class InitFn(Protocol):

@@ -48,16 +48,34 @@ def token_means(vecs: torch.Tensor, slots: list[tuple[int, ...]], n_new: int) ->
     return means
 
 
-def description_mean_init(
-    *, old: torch.Tensor, n_new: int, generator: torch.Generator, context: InitContext
-) -> torch.Tensor:
-    tok = context.tokenizer
-    if tok is None or (context.sids is None and context.item_slots is None):
-        raise ValueError("description-mean needs context.tokenizer and context.sids or item_slots")
+def item_slots(context: InitContext, items: list[str]) -> list[tuple[int, ...]]:
+    """Each item's new tokens as row positions: the drop-in route's ``item_slots``, or
+    (level offset + code) over ``context.sids``."""
+    if context.item_slots is not None:
+        return [context.item_slots[i] for i in items]
+    sids = context.sids
+    if sids is None:
+        raise ValueError("context.sids or context.item_slots is needed")
+    offsets = [sum(lv.size for lv in sids.levels[:k]) for k in range(len(sids.levels))]
+    return [tuple(o + c for o, c in zip(offsets, sids.items[i], strict=True)) for i in items]
+
+
+def items_with_text(context: InitContext) -> list[str]:
+    """The items of the SIDs (or the index) that have a text, in their order."""
+    if context.tokenizer is None or (context.sids is None and context.item_slots is None):
+        raise ValueError("needs context.tokenizer and context.sids or item_slots")
     known = context.item_slots if context.item_slots is not None else context.sids.items  # type: ignore[union-attr]
     items = [i for i in known if i in context.item_texts]
     if not items:
         raise InputError("--data", "no item of the semantic IDs has a text in the catalog")
+    return items
+
+
+def description_mean_init(
+    *, old: torch.Tensor, n_new: int, generator: torch.Generator, context: InitContext
+) -> torch.Tensor:
+    tok = context.tokenizer
+    items = items_with_text(context)
     encoded = tok([context.item_texts[i] for i in items], add_special_tokens=False)["input_ids"]
     # Only original tokens count (an item text could contain a new token's string).
     token_ids = [[t for t in ids if t < old.shape[0]] for ids in encoded]
@@ -65,14 +83,6 @@ def description_mean_init(
     if empty:
         raise InputError("--data", f"item {empty[0]!r} has a text with no tokens")
     vecs = item_vectors(old, token_ids)  # (n_items, d)
-    if context.item_slots is not None:
-        slots = [context.item_slots[i] for i in items]
-    else:
-        levels = context.sids.levels  # type: ignore[union-attr]
-        offsets = [sum(lv.size for lv in levels[:k]) for k in range(len(levels))]
-        slots = [
-            tuple(o + c for o, c in zip(offsets, context.sids.items[i], strict=True))  # type: ignore[union-attr]
-            for i in items
-        ]
+    slots = item_slots(context, items)
     out = token_means(vecs, slots, n_new)  # (n_new, d), (level, code) order for sids
     return out.to(old.dtype)

@@ -50,6 +50,7 @@ def apply_row_init(
 ) -> None:
     """Fill the new rows of the input embedding (and of an untied head) by ``strategy``."""
     fn = REGISTRY[strategy]
+    context.input_rows = old_rows(model, ext, "input").cpu()  # (V, d)
     for matrix in ("input",) if ext.tied else ("input", "output"):
         context.matrix = matrix
         old = old_rows(model, ext, matrix)  # (V, d)
