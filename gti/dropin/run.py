@@ -153,7 +153,13 @@ def run_dropin(
     model.to(resolve_device(cfg.device))
     ext = add_new_tokens(model, tokenizer, index.tokens, as_strings=True)
     slots = dict(zip(index.items, index.slots(list(index.items)), strict=True))
-    context = InitContext(item_texts=train_texts, tokenizer=tokenizer, item_slots=slots)
+    context = InitContext(
+        item_texts=train_texts,
+        tokenizer=tokenizer,
+        item_slots=slots,
+        codebooks=index.codebooks,
+        row_codes=[index.codes.get(t) for t in index.tokens],
+    )
     row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
     apply_row_init(model, ext, row_strategy, torch.Generator().manual_seed(cfg.seed), context)
 

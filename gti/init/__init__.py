@@ -14,6 +14,7 @@ the old rows, a line in ``NEEDS``).
 
 from __future__ import annotations
 
+from gti.init.codebook import codebook_projection_init
 from gti.init.context import InitContext, InitFn, Registry
 from gti.init.covariance import full_covariance_init
 from gti.init.description import description_mean_init
@@ -30,6 +31,7 @@ REGISTRY: Registry = {
     "llamafactory-noise": noise_init,
     "llamafactory-desc": desc_init,
     "llamafactory-desc-noise": desc_noise_init,
+    "codebook-projection": codebook_projection_init,
 }
 
 # What a strategy reads from its InitContext besides the old rows, so that a run loads
@@ -38,6 +40,7 @@ NEEDS: dict[str, frozenset[str]] = {
     "description-mean": frozenset({"item_texts"}),
     "llamafactory-desc": frozenset({"item_texts"}),
     "llamafactory-desc-noise": frozenset({"item_texts"}),
+    "codebook-projection": frozenset({"codebooks"}),
 }
 
 

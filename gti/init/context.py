@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
     from transformers import PreTrainedTokenizerBase
 
@@ -30,6 +31,10 @@ class InitContext:
     # The original rows of the input embedding (V, d), whichever matrix is being filled:
     # LLaMA-Factory's desc_init averages input-embedding rows for the untied head too.
     input_rows: torch.Tensor | None = None
+    # The RQ-VAE codebooks, one (codes, code_dim) array per level, and each new row's
+    # (level, code) (None: a token with no code vector); row_codes None: from ``sids``.
+    codebooks: list[np.ndarray] | None = None
+    row_codes: list[tuple[int, int] | None] | None = None
 
 
 class InitFn(Protocol):

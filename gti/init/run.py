@@ -58,6 +58,17 @@ def apply_row_init(
         set_new_rows(model, ext, matrix, rows)
 
 
+def read_codebooks(codebooks: Path, sids: SemanticIds) -> dict[str, np.ndarray]:
+    """Level name -> its codebook (codes, code_dim), float64, from a sids folder's file."""
+    book_file = SafetensorsFile(codebooks)
+    books = {}
+    for lv in sids.levels:
+        if lv.name not in book_file.tensors:
+            raise InputError(codebooks, f"no codebook for level '{lv.name}'")
+        books[lv.name] = book_file.read(lv.name).astype(np.float64)
+    return books
+
+
 def _item_texts(sids: SemanticIds, data: str, cache_dir: Path | None) -> dict[str, str]:
     catalog = load_dataset(data, cache_dir).catalog
     missing = [i for i in sids.items if i not in catalog]
@@ -82,12 +93,7 @@ def structure_probe(
     g: GroundingConfig,
 ) -> StructureProbe:
     """The structure-curve probe of a grounding run (codebooks: the yardstick only)."""
-    book_file = SafetensorsFile(codebooks)
-    books = {}
-    for lv in sids.levels:
-        if lv.name not in book_file.tensors:
-            raise InputError(codebooks, f"no codebook for level '{lv.name}'")
-        books[lv.name] = book_file.read(lv.name).astype(np.float64)
+    books = read_codebooks(codebooks, sids)
     return StructureProbe(
         model,
         tokenizer,  # type: ignore[arg-type]
@@ -207,6 +213,8 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     model.to(device)
     ext = extend_vocabulary(model, tokenizer, sids)
     context = InitContext(sids=sids, item_texts=item_texts, tokenizer=tokenizer)
+    if "codebooks" in needs(row_strategy):
+        context.codebooks = list(read_codebooks(codebooks, sids).values())
     apply_row_init(model, ext, row_strategy, torch.Generator().manual_seed(cfg.seed), context)
 
     run_config: dict[str, object] = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import typer
 from safetensors.numpy import load_file
 from transformers import AutoTokenizer
@@ -138,3 +139,25 @@ def test_a_few_items_without_text_are_named_in_a_warning(lcrec, lcrec_model, tmp
         and "have no text" in caplog.text
         and ": 3, 5;" in caplog.text
     )
+
+
+def test_codebook_projection_carries_their_codebooks(lcrec, lcrec_model, tmp_path):
+    """Over a framework's index and codebooks: the new rows' cosines are the codebook
+    vectors' (one isometry, a positive scale per level), computed here with numpy."""
+    out = tmp_path / "proj"
+    args = ["--strategy", "codebook-projection", "--codebooks", lcrec.codebooks, "--holdout", 8]
+    res = gti_init(lcrec, lcrec_model, out, *args)
+    assert res.exit_code == 0, res.output
+    tok = AutoTokenizer.from_pretrained(out)
+    weight = load_file(out / "model.safetensors")["model.embed_tokens.weight"].astype("float64")
+    tokens = sorted({t for toks in lcrec.token_map().values() for t in toks})
+    rows = weight[tok.convert_tokens_to_ids(tokens)]
+    vecs = np.array([lcrec.books["abcd".index(t[1])][int(t[3:-1])] for t in tokens])
+
+    def cosines(x):
+        unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+        return unit @ unit.T
+
+    np.testing.assert_allclose(cosines(rows), cosines(vecs), atol=1e-5)  # float32 rows
+    config = json.loads((out / "init_config.json").read_text())
+    assert config["strategy"] == "codebook-projection"
