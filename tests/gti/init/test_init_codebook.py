@@ -17,7 +17,10 @@ def books(dim: int = 5) -> list[np.ndarray]:
     """Level a long, b and c shorter: residual levels, as an RQ-VAE leaves them."""
     rng = np.random.default_rng(0)
     sids = make_sids()
-    return [rng.normal(size=(lv.size, dim)) * s for lv, s in zip(sids.levels, (1.0, 0.3, 0.05))]
+    return [
+        rng.normal(size=(lv.size, dim)) * s
+        for lv, s in zip(sids.levels, (1.0, 0.3, 0.05), strict=True)
+    ]
 
 
 def test_gram_matrix_is_the_codebooks_up_to_each_levels_scale():
