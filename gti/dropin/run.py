@@ -161,12 +161,14 @@ def run_dropin(
         row_codes=[index.codes.get(t) for t in index.tokens],
     )
     row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
-    apply_row_init(model, ext, row_strategy, torch.Generator().manual_seed(cfg.seed), context)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    apply_row_init(model, ext, row_strategy, generator, context, cfg.norm_correct)
 
     run_config: dict[str, object] = {
         "route": "drop-in",
         "strategy": cfg.strategy,
         "start_from": cfg.start_from if cfg.strategy == "gti" else None,
+        "norm_correct": cfg.norm_correct,
         "model": backbone.name,
         "model_identity": backbone.identity,
         "sids": str(cfg.sids),

@@ -15,6 +15,7 @@ from pathlib import Path
 from geodiag.errors import InputError
 from geodiag.settings import REQUIRED, check_bounds, setting, spec_of
 from gti.init import REGISTRY
+from gti.init.norm import NORM_CORRECTIONS
 from gti.models.smollm2 import NAME as DEFAULT_MODEL
 from gti.options import RESUMABLE, RUNNER, cache_dir_setting, check_device, progress_setting
 
@@ -205,6 +206,13 @@ class InitConfig:
         "mean",
         help=f"Row init that gti grounding starts from (paper: mean): {' | '.join(ROW_STRATEGIES)}.",
     )
+    # NVIDIA Nemotron's tokenizer extension rescales its new rows to the median row norm;
+    # applied after the strategy (for gti: to the start rows), per matrix.
+    norm_correct: str = setting(
+        "none",
+        help="Rescale each new row to the vocabulary's median row norm: "
+        f"{' | '.join(NORM_CORRECTIONS)}.",
+    )
     # None: what the sids folder was built with (its provenance), so the new
     # tokens land in the same backbone and pair with the same item texts.
     model: str | None = setting(
@@ -231,6 +239,11 @@ class InitConfig:
             raise InputError(
                 "--start-from",
                 f"unknown start {self.start_from!r}; choose from {', '.join(ROW_STRATEGIES)}",
+            )
+        if self.norm_correct not in NORM_CORRECTIONS:
+            raise InputError(
+                "--norm-correct",
+                f"unknown rule {self.norm_correct!r}; choose from {', '.join(NORM_CORRECTIONS)}",
             )
         check_device(self.device)
         if self.strategy == "gti":

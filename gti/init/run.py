@@ -26,6 +26,7 @@ from gti.init import REGISTRY, InitContext, needs
 from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.grounding import NewRows, freeze
+from gti.init.norm import norm_correct
 from gti.init.pairs import PairStream
 from gti.init.parallel import Group, join, local_device
 from gti.init.structure import ProbeItems, StructureProbe
@@ -47,14 +48,17 @@ def apply_row_init(
     strategy: str,
     generator: torch.Generator,
     context: InitContext,
+    norm_rule: str = "none",
 ) -> None:
-    """Fill the new rows of the input embedding (and of an untied head) by ``strategy``."""
+    """Fill the new rows of the input embedding (and of an untied head) by ``strategy``,
+    then apply the ``--norm-correct`` rule ``norm_rule`` against each matrix's old rows."""
     fn = REGISTRY[strategy]
     context.input_rows = old_rows(model, ext, "input").cpu()  # (V, d)
     for matrix in ("input",) if ext.tied else ("input", "output"):
         context.matrix = matrix
         old = old_rows(model, ext, matrix)  # (V, d)
         rows = fn(old=old.cpu(), n_new=ext.n_new, generator=generator, context=context)
+        rows = norm_correct(rows, old.cpu(), norm_rule)
         set_new_rows(model, ext, matrix, rows)
 
 
@@ -215,12 +219,14 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     context = InitContext(sids=sids, item_texts=item_texts, tokenizer=tokenizer)
     if "codebooks" in needs(row_strategy):
         context.codebooks = list(read_codebooks(codebooks, sids).values())
-    apply_row_init(model, ext, row_strategy, torch.Generator().manual_seed(cfg.seed), context)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    apply_row_init(model, ext, row_strategy, generator, context, cfg.norm_correct)
 
     run_config: dict[str, object] = {
         "strategy": cfg.strategy,
         "processes": group.world,
         "start_from": cfg.start_from if cfg.strategy == "gti" else None,
+        "norm_correct": cfg.norm_correct,
         "model": backbone.name,
         "model_identity": backbone.identity,
         "data": data,
@@ -248,6 +254,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "stage": "init",
         "init_strategy": cfg.strategy,
         "start_from": run_config["start_from"],
+        "norm_correct": cfg.norm_correct,
         "step": step,
         "seed": cfg.seed,
         "source_model": backbone.name,

@@ -94,6 +94,7 @@ def test_geodiag_fails_mean_inits_and_passes_random(world):
         (["--strategy", "gti", "--start-from", "gti"], "--start-from"),
         (["--strategy", "gti", "--steps", "0"], "--steps"),
         (["--preset", "huge"], "--preset"),
+        (["--norm-correct", "mean"], "--norm-correct"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(world, args, flag):
