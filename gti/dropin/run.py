@@ -9,6 +9,7 @@ framework's own SFT continues from, with ``geodiag check`` of it, written atomic
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -28,7 +29,7 @@ from gti.dropin.index import IndexTokens, read_index
 from gti.dropin.items import item_texts
 from gti.dropin.probe import ProbeResult, probe
 from gti.errors import Interrupted
-from gti.init import InitContext
+from gti.init import InitContext, needs
 from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.grounding import NewRows, freeze
@@ -151,6 +152,8 @@ def run_dropin(
     )
     model, tokenizer = backbone.load()
     model.to(resolve_device(cfg.device))
+    row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
+    base_tokenizer = copy.deepcopy(tokenizer) if "base_tokenizer" in needs(row_strategy) else None
     ext = add_new_tokens(model, tokenizer, index.tokens, as_strings=True)
     slots = dict(zip(index.items, index.slots(list(index.items)), strict=True))
     context = InitContext(
@@ -159,8 +162,9 @@ def run_dropin(
         item_slots=slots,
         codebooks=index.codebooks,
         row_codes=[index.codes.get(t) for t in index.tokens],
+        new_tokens=index.tokens,
+        base_tokenizer=base_tokenizer,
     )
-    row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
     generator = torch.Generator().manual_seed(cfg.seed)
     apply_row_init(model, ext, row_strategy, generator, context, cfg.norm_correct)
 

@@ -21,6 +21,7 @@ from gti.init.description import description_mean_init
 from gti.init.llamafactory import desc_init, desc_noise_init, noise_init
 from gti.init.mean import mean_init, mean_noise_init
 from gti.init.random_init import random_init
+from gti.init.subword import subword_init
 
 REGISTRY: Registry = {
     "mean": mean_init,
@@ -32,6 +33,7 @@ REGISTRY: Registry = {
     "llamafactory-desc": desc_init,
     "llamafactory-desc-noise": desc_noise_init,
     "codebook-projection": codebook_projection_init,
+    "subword": subword_init,
 }
 
 # What a strategy reads from its InitContext besides the old rows, so that a run loads
@@ -41,6 +43,7 @@ NEEDS: dict[str, frozenset[str]] = {
     "llamafactory-desc": frozenset({"item_texts"}),
     "llamafactory-desc-noise": frozenset({"item_texts"}),
     "codebook-projection": frozenset({"codebooks"}),
+    "subword": frozenset({"base_tokenizer"}),
 }
 
 

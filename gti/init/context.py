@@ -35,6 +35,10 @@ class InitContext:
     # (level, code) (None: a token with no code vector); row_codes None: from ``sids``.
     codebooks: list[np.ndarray] | None = None
     row_codes: list[tuple[int, int] | None] | None = None
+    # The new tokens' strings in row order, and the tokenizer as it was before they were
+    # added (how the backbone itself would split those strings).
+    new_tokens: list[str] | None = None
+    base_tokenizer: PreTrainedTokenizerBase | None = None
 
 
 class InitFn(Protocol):

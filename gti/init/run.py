@@ -6,6 +6,7 @@ sids folder + backbone -> new tokens in tokenizer and model -> row init (registr
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 from collections.abc import Callable
@@ -215,8 +216,15 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     device = local_device(resolve_device(cfg.device))
     group = join(device) if cfg.strategy == "gti" else Group()
     model.to(device)
+    base_tokenizer = copy.deepcopy(tokenizer) if "base_tokenizer" in needs(row_strategy) else None
     ext = extend_vocabulary(model, tokenizer, sids)
-    context = InitContext(sids=sids, item_texts=item_texts, tokenizer=tokenizer)
+    context = InitContext(
+        sids=sids,
+        item_texts=item_texts,
+        tokenizer=tokenizer,
+        new_tokens=sids.token_strings(),
+        base_tokenizer=base_tokenizer,
+    )
     if "codebooks" in needs(row_strategy):
         context.codebooks = list(read_codebooks(codebooks, sids).values())
     generator = torch.Generator().manual_seed(cfg.seed)

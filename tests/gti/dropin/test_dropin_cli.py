@@ -7,6 +7,7 @@ import json
 import re
 
 import numpy as np
+import pytest
 import typer
 from safetensors.numpy import load_file
 from transformers import AutoTokenizer
@@ -161,3 +162,19 @@ def test_codebook_projection_carries_their_codebooks(lcrec, lcrec_model, tmp_pat
     np.testing.assert_allclose(cosines(rows), cosines(vecs), atol=1e-5)  # float32 rows
     config = json.loads((out / "init_config.json").read_text())
     assert config["strategy"] == "codebook-projection"
+
+
+@pytest.mark.parametrize("strategy", ["full-covariance", "llamafactory-desc", "subword"])
+def test_new_strategies_run_over_a_framework_index(lcrec, lcrec_model, tmp_path, strategy):
+    out = tmp_path / strategy
+    res = gti_init(lcrec, lcrec_model, out, "--strategy", strategy, "--holdout", 8)
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "init_config.json").read_text())["strategy"] == strategy
+    base = load_file(lcrec_model / "model.safetensors")["model.embed_tokens.weight"]
+    new = load_file(out / "model.safetensors")["model.embed_tokens.weight"][len(base) :]
+    assert np.isfinite(new).all()
+    if strategy == "subword":  # the tiny word-level tokenizer knows no piece of "<a_12>"
+        unk = AutoTokenizer.from_pretrained(lcrec_model).unk_token_id
+        np.testing.assert_allclose(new, np.broadcast_to(base[unk], new.shape), rtol=1e-6)
+    else:
+        assert len(np.unique(new.round(6), axis=0)) == len(new)
