@@ -9,8 +9,8 @@ matrix is the codebook's times that factor squared, and residual levels, whose v
 much shorter than level a's, still land at the vocabulary's scale (pblrvo/llm-based-
 recommender scales per level too, to the mean norm). The vocabulary mean is not added: a
 shared offset would raise every pairwise cosine of the new rows towards 1, the collapse
-geodiag's gate measures. A new token with no code vector (a framework's marker token, or
-an index read without --codebooks' match) gets a random direction at the median norm.
+geodiag's gate measures. A new token with no code vector (a dedup level, which has no
+codebook; a framework's marker token) gets a random direction at the median norm.
 """
 
 from __future__ import annotations

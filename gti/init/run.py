@@ -63,12 +63,17 @@ def apply_row_init(
         set_new_rows(model, ext, matrix, rows)
 
 
-def read_codebooks(codebooks: Path, sids: SemanticIds) -> dict[str, np.ndarray]:
-    """Level name -> its codebook (codes, code_dim), float64, from a sids folder's file."""
+def read_codebooks(
+    codebooks: Path, sids: SemanticIds, *, every_level: bool = True
+) -> dict[str, np.ndarray]:
+    """Level name -> its codebook (codes, code_dim), float64, from a sids folder's file;
+    ``every_level`` False leaves out a level without one (a dedup level has none)."""
     book_file = SafetensorsFile(codebooks)
     books = {}
     for lv in sids.levels:
         if lv.name not in book_file.tensors:
+            if not every_level:
+                continue
             raise InputError(codebooks, f"no codebook for level '{lv.name}'")
         books[lv.name] = book_file.read(lv.name).astype(np.float64)
     return books
@@ -226,7 +231,14 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         base_tokenizer=base_tokenizer,
     )
     if "codebooks" in needs(row_strategy):
-        context.codebooks = list(read_codebooks(codebooks, sids).values())
+        books = read_codebooks(codebooks, sids, every_level=False)
+        names = list(books)
+        context.codebooks = list(books.values())
+        context.row_codes = [
+            (names.index(lv.name), code) if lv.name in books else None
+            for lv in sids.levels
+            for code in range(lv.size)
+        ]
     generator = torch.Generator().manual_seed(cfg.seed)
     apply_row_init(model, ext, row_strategy, generator, context, cfg.norm_correct)
 

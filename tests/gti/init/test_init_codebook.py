@@ -3,10 +3,14 @@ level's scale, and each level's median norm is the vocabulary's."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 from initworld import make_sids
+from safetensors.numpy import load_file, save_file
+from test_init_cli import gti_init
 from test_init_strategies import call, old_rows
 
 from geodiag.errors import InputError
@@ -61,3 +65,24 @@ def test_needs_codebooks_that_fit():
     ctx = InitContext(sids=make_sids(), codebooks=books(dim=5))
     with pytest.raises(InputError, match="dimension 5"):
         call("codebook-projection", old_rows(d=4), 9, context=ctx)
+
+
+def test_cli_projects_the_sids_codebooks_and_spares_a_level_without_one(world):
+    """A dedup level has no codebook: its tokens get random directions at the median norm,
+    the other levels their code vectors (cosines against numpy)."""
+    books = load_file(world.sids_dir / "codebooks.safetensors")
+    save_file(
+        {k: v for k, v in books.items() if k != "c"}, world.sids_dir / "codebooks.safetensors"
+    )
+    out = world.root / "proj"
+    res = gti_init(world, out, "--strategy", "codebook-projection")
+    assert res.exit_code == 0, res.output
+    weight = load_file(out / "model.safetensors")["model.embed_tokens.weight"].astype("float64")
+    base = json.loads((out / "semantic_ids.json").read_text())["base_vocab_size"]
+    rows = weight[base:]  # (9, d): a (4), b (3), c (2)
+    vecs = np.concatenate([books["a"], books["b"]]).astype("float64")
+    unit = rows[:7] / np.linalg.norm(rows[:7], axis=1, keepdims=True)
+    want = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    np.testing.assert_allclose(unit @ unit.T, want @ want.T, atol=1e-5)
+    m = np.median(np.linalg.norm(weight[:base], axis=1))
+    np.testing.assert_allclose(np.linalg.norm(rows[7:], axis=1), m, rtol=1e-5)
