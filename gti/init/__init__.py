@@ -15,6 +15,7 @@ the old rows, a line in ``NEEDS``).
 from __future__ import annotations
 
 from gti.init.codebook import codebook_projection_init
+from gti.init.codebook_fit import codebook_lstsq_init
 from gti.init.context import InitContext, InitFn, Registry
 from gti.init.covariance import full_covariance_init
 from gti.init.description import description_mean_init
@@ -34,6 +35,7 @@ REGISTRY: Registry = {
     "llamafactory-desc-noise": desc_noise_init,
     "codebook-projection": codebook_projection_init,
     "subword": subword_init,
+    "codebook-lstsq": codebook_lstsq_init,
 }
 
 # What a strategy reads from its InitContext besides the old rows, so that a run loads
@@ -44,6 +46,7 @@ NEEDS: dict[str, frozenset[str]] = {
     "llamafactory-desc-noise": frozenset({"item_texts"}),
     "codebook-projection": frozenset({"codebooks"}),
     "subword": frozenset({"base_tokenizer"}),
+    "codebook-lstsq": frozenset({"codebooks", "item_texts"}),
 }
 
 
