@@ -33,6 +33,7 @@ from gti.init import InitContext, needs
 from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.grounding import NewRows, freeze
+from gti.init.llamafactory import read_descriptions
 from gti.init.pairs import PairStream
 from gti.init.run import apply_row_init
 from gti.init.trainer import train_grounding
@@ -144,6 +145,7 @@ def run_dropin(
     index = index or read_index(Path(cfg.sids), cfg.codebooks, cfg.sid_offset)
     templates = load_templates(cfg.templates or TEMPLATES_FILE)
     texts = texts_of(index, cfg)
+    described = read_descriptions(cfg.descriptions) if cfg.descriptions else None
     held_out, grounded = split_holdout(list(texts), cfg.holdout, cfg.seed)
     train_texts = {i: texts[i] for i in grounded}
 
@@ -164,6 +166,7 @@ def run_dropin(
         row_codes=[index.codes.get(t) for t in index.tokens],
         new_tokens=index.tokens,
         base_tokenizer=base_tokenizer,
+        descriptions=described,
     )
     generator = torch.Generator().manual_seed(cfg.seed)
     apply_row_init(model, ext, row_strategy, generator, context, cfg.norm_correct)
@@ -173,6 +176,7 @@ def run_dropin(
         "strategy": cfg.strategy,
         "start_from": cfg.start_from if cfg.strategy == "gti" else None,
         "norm_correct": cfg.norm_correct,
+        "descriptions": None if cfg.descriptions is None else str(cfg.descriptions),
         "model": backbone.name,
         "model_identity": backbone.identity,
         "sids": str(cfg.sids),

@@ -206,6 +206,12 @@ class InitConfig:
         "mean",
         help=f"Row init that gti grounding starts from (paper: mean): {' | '.join(ROW_STRATEGIES)}.",
     )
+    descriptions: Path | None = setting(
+        None,
+        help="With llamafactory-desc(-noise): a YAML or JSON file {token: description}, as "
+        "LLaMA-Factory's new_special_tokens_config; tokens it leaves out are described by "
+        "their items' texts.",
+    )
     # NVIDIA Nemotron's tokenizer extension rescales its new rows to the median row norm;
     # applied after the strategy (for gti: to the start rows), per matrix.
     norm_correct: str = setting(

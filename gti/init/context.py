@@ -39,6 +39,9 @@ class InitContext:
     # added (how the backbone itself would split those strings).
     new_tokens: list[str] | None = None
     base_tokenizer: PreTrainedTokenizerBase | None = None
+    # A user's own descriptions of new tokens (token string -> text), as LLaMA-Factory's
+    # new_special_tokens_config: llamafactory-desc uses them over the items' texts.
+    descriptions: dict[str, str] | None = None
 
 
 class InitFn(Protocol):

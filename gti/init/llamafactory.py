@@ -12,8 +12,9 @@ computes them (``init_special_tokens: noise_init | desc_init | desc_init_w_noise
   ``llamafactory-desc-noise`` adds N(0, std 1/sqrt(d)) to each row, as their
   ``desc_init_w_noise`` (one draw of d entries per token, in token order).
 
-LLaMA-Factory takes one hand-written description per token. A SID token has none; its
-description here is the texts of the items that carry it, one per line (``description``).
+LLaMA-Factory takes one hand-written description per token (``new_special_tokens_config``,
+a YAML file {token: description}); ``--descriptions FILE`` takes the same file. A SID token
+it does not describe is described by the texts of the items that carry it, one per line.
 That is not ``description-mean``: that one averages per item first (each item weighs the
 same, whatever its length), uses the matrix's own rows for an untied head and falls back
 to the mean of the item vectors.
@@ -22,8 +23,10 @@ to the mean of the item vectors.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from geodiag.errors import InputError
 from gti.init.context import InitContext
 from gti.init.description import item_slots, items_with_text
 
@@ -45,15 +48,45 @@ def noise_init(
     return avg + noise
 
 
+def read_descriptions(path: Path) -> dict[str, str]:
+    """A YAML or JSON file {token: description}, as LLaMA-Factory's new_special_tokens_config."""
+    import yaml  # a dependency of transformers
+
+    if not path.is_file():
+        raise InputError("--descriptions", f"{path}: file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise InputError("--descriptions", f"{path} is not YAML or JSON: {e}") from e
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        raise InputError(
+            "--descriptions", f"{path}: expected a mapping of token strings to description texts"
+        )
+    return data
+
+
 def descriptions(context: InitContext, n_new: int) -> list[str]:
-    """Each new token's description: the texts of the items that carry it, one per line
-    ("" for a token no item with a text carries)."""
+    """Each new token's description: the user's (``context.descriptions``) where given, else
+    the texts of the items that carry it, one per line ("" where no item with text does)."""
     items = items_with_text(context)
     lines: list[list[str]] = [[] for _ in range(n_new)]
     for item, slots in zip(items, item_slots(context, items), strict=True):
         for s in slots:
             lines[s].append(context.item_texts[item])
-    return ["\n".join(texts) for texts in lines]
+    out = ["\n".join(texts) for texts in lines]
+    if context.descriptions:
+        tokens = context.new_tokens or []
+        unknown = sorted(set(context.descriptions) - set(tokens))
+        if unknown:
+            raise InputError(
+                "--descriptions",
+                f"{len(unknown)} described token(s) are not new tokens of this run "
+                f"(e.g. {unknown[0]!r}); describe the SID tokens as they are spelled",
+            )
+        out = [context.descriptions.get(t, text) for t, text in zip(tokens, out, strict=True)]
+    return out
 
 
 def _desc_rows(old: torch.Tensor, n_new: int, context: InitContext) -> torch.Tensor:

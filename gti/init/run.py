@@ -27,6 +27,7 @@ from gti.init import REGISTRY, InitContext, needs
 from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.grounding import NewRows, freeze
+from gti.init.llamafactory import read_descriptions
 from gti.init.norm import norm_correct
 from gti.init.pairs import PairStream
 from gti.init.parallel import Group, join, local_device
@@ -213,6 +214,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
     needs_texts = cfg.strategy == "gti" or "item_texts" in needs(row_strategy)
     item_texts = _item_texts(sids, data, cfg.cache_dir) if needs_texts else {}
+    described = read_descriptions(cfg.descriptions) if cfg.descriptions else None
 
     backbone = resolve_backbone(
         model_spec, cache_dir=cfg.cache_dir, allow_download=cfg.allow_download, seed=cfg.seed
@@ -229,6 +231,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         tokenizer=tokenizer,
         new_tokens=sids.token_strings(),
         base_tokenizer=base_tokenizer,
+        descriptions=described,
     )
     if "codebooks" in needs(row_strategy):
         books = read_codebooks(codebooks, sids, every_level=False)
@@ -247,6 +250,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "processes": group.world,
         "start_from": cfg.start_from if cfg.strategy == "gti" else None,
         "norm_correct": cfg.norm_correct,
+        "descriptions": None if cfg.descriptions is None else str(cfg.descriptions),
         "model": backbone.name,
         "model_identity": backbone.identity,
         "data": data,

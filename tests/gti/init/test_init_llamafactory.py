@@ -3,13 +3,18 @@ and against the tokenizer + numpy (desc_init)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
+import pytest
 import torch
 from initworld import TEXTS, make_sids, make_tokenizer
+from safetensors.numpy import load_file
+from test_init_cli import gti_init
 from test_init_strategies import call, old_rows
 
+from geodiag.errors import InputError
 from gti.init import InitContext
 
 
@@ -91,3 +96,39 @@ def test_desc_noise_adds_noise_of_variance_one_over_d():
     assert abs(float((noise**2).mean()) * d - 1) < 4 * np.sqrt(2 / noise.size)
     again = call("llamafactory-desc-noise", inputs, n_new, seed=5, context=ctx).numpy()
     assert np.array_equal(noisy, again)
+
+
+def test_a_users_descriptions_go_over_the_items_texts():
+    inputs = old_rows(V=len(make_tokenizer()), d=6)
+    ctx, n_new = world_context(inputs)
+    ctx.new_tokens = ctx.sids.token_strings()
+    ctx.descriptions = {"<a_3>": "Comedy Drama", "<b_0>": "Thriller."}
+    rows = call("llamafactory-desc", inputs, n_new, context=ctx).numpy()
+    want = expected_desc(ctx, inputs.numpy(), inputs.numpy())
+    table = inputs.numpy()
+    for token, text in ctx.descriptions.items():
+        ids = ctx.tokenizer(text, add_special_tokens=False)["input_ids"]
+        want[ctx.new_tokens.index(token)] = table[ids].mean(axis=0)
+    np.testing.assert_allclose(rows, want, rtol=1e-12, atol=1e-12)
+    ctx.descriptions = {"<think>": "reasoning"}
+    with pytest.raises(InputError, match="--descriptions"):
+        call("llamafactory-desc", inputs, n_new, context=ctx)
+
+
+def test_cli_reads_a_llamafactory_descriptions_file(world):
+    yaml_file = world.root / "tokens.yaml"
+    yaml_file.write_text("'<a_3>': Comedy Drama\n")
+    out = world.root / "described"
+    res = gti_init(world, out, "--strategy", "llamafactory-desc", "--descriptions", yaml_file)
+    assert res.exit_code == 0, res.output
+    base = load_file(world.model_dir / "model.safetensors")["model.embed_tokens.weight"]
+    weight = load_file(out / "model.safetensors")["model.embed_tokens.weight"]
+    ids = make_tokenizer()("Comedy Drama", add_special_tokens=False)["input_ids"]
+    np.testing.assert_allclose(weight[len(base) + 3], base[ids].mean(axis=0), rtol=1e-6)
+    assert json.loads((out / "init_config.json").read_text())["descriptions"] == str(yaml_file)
+    bad = world.root / "bad.yaml"
+    bad.write_text("- a list\n")
+    res = gti_init(
+        world, world.root / "bad", "--strategy", "llamafactory-desc", "--descriptions", bad
+    )
+    assert res.exit_code == 2 and "--descriptions" in res.output
