@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import typer
@@ -21,11 +22,14 @@ from gti.dropin.files import CHECKS_FILENAME, CHECKS_TEXT_FILENAME
 from gti.dropin.run import split_holdout
 from gti.init.cli import init
 from gti.prompts import SID_TO_TEXT, TEXT_TO_SID
+from tools import readme_outputs
 
 app = typer.Typer()
 app.command("init")(init)
 app.command("noop")(lambda: None)
 
+ROOT = Path(__file__).resolve().parents[3]
+RECIPE = ROOT / "docs" / "recipes" / "lc-rec.md"
 N_ITEMS, BATCH = 40, 8
 ONE_PASS = (N_ITEMS - N_ITEMS // 10) * 2 // BATCH  # 36 grounded items, 2 directions: 9 steps
 
@@ -89,3 +93,25 @@ def test_a_short_run_names_the_tokens_it_missed_and_the_steps_that_reach_them(sm
     assert steps == checks["unreached"]["one_pass_steps"] == ONE_PASS
     printed, checks = _ground(small, tmp_path / "longer", steps=steps)  # the step it names
     assert _passed(checks), printed
+
+
+def _recorded(page: Path) -> list[str]:
+    lines = page.read_text(encoding="utf-8").splitlines()
+    at = lines.index("<!-- recorded: tests/gti/dropin/test_dropin_every_code.py -->")
+    assert lines[at + 1] == "```text"
+    return lines[at + 2 : lines.index("```", at + 2)]
+
+
+def test_the_recipe_shows_what_its_short_run_prints(small, tmp_path):
+    """docs/recipes/lc-rec.md records this run (--steps 4): its lines keep the shape of what
+    gti init prints now (numbers, paths and token names masked), the verdict line and
+    the line naming the --steps included."""
+    printed, _ = _ground(small, tmp_path / "short", steps=4)
+    current = [line for line in printed.splitlines() if line]
+    recorded = _recorded(RECIPE)
+    assert any(line.startswith("  verdict: ") for line in recorded)
+    assert any("draws every item once" in line for line in recorded)
+    assert not readme_outputs.stale(recorded, current), readme_outputs.stale(recorded, current)
+    assert not readme_outputs.unseen(recorded, current)
+    changed = [line.replace("never reached", "did not reach") for line in recorded]
+    assert readme_outputs.stale(changed, current)  # a reworded line is caught
