@@ -81,8 +81,10 @@ def split_holdout(
     chosen = rng.choice(len(items), size=n, replace=False).tolist()
     if tokens is not None:
         chosen = _stranding_none(items, chosen, tokens, rng)
-    held = [i for k, i in enumerate(items) if k in set(chosen)]
-    return held, [i for k, i in enumerate(items) if k not in set(chosen)]
+    held = set(chosen)
+    return [i for k, i in enumerate(items) if k in held], [
+        i for k, i in enumerate(items) if k not in held
+    ]
 
 
 def _stranding_none(
@@ -167,7 +169,11 @@ def ground_index(
 def unreached(index: IndexTokens, items: list[str], stream: PairStream, steps: int) -> Unreached:
     """What ``steps`` batches of ``stream`` (pairs of ``items``) leave out: the items never
     drawn, and the new tokens that no drawn item carries (they keep their init)."""
-    drawn = {items[stream.key(i)[0]] for i in range(steps * stream.batch_size)}
+    shown = steps * stream.batch_size
+    if shown >= stream.n_pairs:  # a whole epoch: every pair once
+        drawn = set(items)
+    else:
+        drawn = {items[stream.key(i)[0]] for i in range(shown)}
     carried = {t for i in drawn for t in index.items[i]}
     one_pass = -(-stream.n_pairs // stream.batch_size)
     tokens = [t for t in index.tokens if t not in carried]
