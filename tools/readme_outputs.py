@@ -314,7 +314,8 @@ def _order(recorded: list[str], current: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--demo", type=Path, default=Path(os.environ.get("GEODIAG_DEMO", ROOT / DEMO)))
-    p.add_argument("--write", action="store_true", help="rewrite README.md's regions")
+    p.add_argument("--write", action="store_true", help="rewrite the README's regions")
+    p.add_argument("--readme", type=Path, default=README, help="the page to rewrite")
     args = p.parse_args(argv)
     if not (args.demo / "seed-0").is_dir():
         p.error(f"{args.demo} holds no seed-0/: run `make demo` (or pass --demo RUN)")
@@ -325,11 +326,11 @@ def main(argv: list[str] | None = None) -> int:
         new[rec.name] = region(rec, out, when, cpu, cores)
         print(new[rec.name], end="\n\n")
     if args.write:
-        text = README.read_text(encoding="utf-8")
+        text = args.readme.read_text(encoding="utf-8")
         updated = rewrite(text, new)
         if updated != text:
-            README.write_text(updated, encoding="utf-8")
-            print(f"rewrote {README}")
+            args.readme.write_text(updated, encoding="utf-8")
+            print(f"rewrote {args.readme}")
     return 0
 
 

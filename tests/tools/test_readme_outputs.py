@@ -194,6 +194,26 @@ def test_the_script_writes_regions_it_then_accepts(outputs, corpus, tmp_path):
     assert ro.rewrite(rewritten, new) == rewritten
 
 
+def test_the_refresh_command_rewrites_the_regions_from_a_run(demo, corpus, tmp_path, capsys):
+    """`python -m tools.readme_outputs --write` on a demo folder: every region rewritten
+    from that run, and what it wrote passes the comparison; the rest of the page kept."""
+    page = tmp_path / "README.md"
+    page.write_text(TEXT, encoding="utf-8")
+    assert ro.main(["--demo", str(demo), "--write", "--readme", str(page)]) == 0
+    assert f"rewrote {page}" in capsys.readouterr().out
+    text = page.read_text(encoding="utf-8")
+    for rec in ro.RECORDED:
+        region = ro.regions(text)[rec.name]
+        assert region != ro.regions(TEXT)[rec.name]
+        lines = ro.recorded_lines(region)
+        assert not ro.stale(lines, ro.run(demo, rec.args).lines, corpus), rec.name
+        assert "13 new rows" in region or rec.name == "report"  # the test-sized demo's
+    assert (
+        text.split(ro.START.format(name="check-mean"))[0]
+        == TEXT.split(ro.START.format(name="check-mean"))[0]
+    )
+
+
 def test_the_cut_keeps_verdicts_whole():
     line = "    [fail] n_untrained 5 > 0: " + ", ".join(f"<a_{i}> (1 item ID)" for i in range(40))
     cut = ro.cut(line)
