@@ -13,8 +13,9 @@ import copy
 import hashlib
 import json
 import logging
-from collections.abc import Callable
-from dataclasses import asdict
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -68,12 +69,51 @@ def texts_of(index: IndexTokens, cfg: InitConfig) -> dict[str, str]:
     return {i: texts[i] for i in index.items if texts.get(i)}
 
 
-def split_holdout(items: list[str], n: int, seed: int) -> tuple[list[str], list[str]]:
-    """(held out, grounded): a seeded sample of at most ``n`` items, a tenth at most."""
+def split_holdout(
+    items: list[str], n: int, seed: int, tokens: Mapping[str, Sequence[str]] | None = None
+) -> tuple[list[str], list[str]]:
+    """(held out, grounded): a seeded sample of at most ``n`` items, a tenth at most. With
+    ``tokens`` (item -> its SID tokens), every token of a held-out item is also carried by a
+    grounded one: the probe asks for a new combination of grounded codes, and no token is
+    left at its init for the probe's sake (``geodiag check`` fails a token the index feeds
+    and grounding never reached). A sampled item that would strand a token is replaced by
+    the next one in a seeded order that strands none (fewer are held out when too few do)."""
     n = min(n, len(items) // 10)
-    chosen = set(np.random.default_rng(seed).choice(len(items), size=n, replace=False).tolist())
-    held = [i for k, i in enumerate(items) if k in chosen]
-    return held, [i for k, i in enumerate(items) if k not in chosen]
+    rng = np.random.default_rng(seed)
+    chosen = rng.choice(len(items), size=n, replace=False).tolist()
+    if tokens is not None:
+        chosen = _stranding_none(items, chosen, tokens, rng)
+    held = set(chosen)
+    return [i for k, i in enumerate(items) if k in held], [
+        i for k, i in enumerate(items) if k not in held
+    ]
+
+
+def _stranding_none(
+    items: list[str], chosen: list[int], tokens: Mapping[str, Sequence[str]], rng
+) -> list[int]:
+    """``chosen`` (positions in ``items``) with each item that would take the last grounded
+    carrier of one of its tokens replaced, in the order of a seeded permutation."""
+    carriers = Counter(t for i in items for t in set(tokens[i]))
+    kept: set[int] = set()
+    refused: set[int] = set()
+
+    def take(k: int) -> None:
+        if all(carriers[t] > 1 for t in set(tokens[items[k]])):
+            carriers.subtract(set(tokens[items[k]]))
+            kept.add(k)
+        else:
+            refused.add(k)
+
+    for k in chosen:
+        take(k)
+    if refused:
+        for k in rng.permutation(len(items)).tolist():
+            if len(kept) == len(chosen):
+                break
+            if k not in kept and k not in refused:
+                take(k)
+    return sorted(kept)
 
 
 def fingerprint(
@@ -99,9 +139,10 @@ def ground_index(
     run_config: dict[str, object],
     templates: Templates,
     should_stop: Callable[[int], bool] | None,
-) -> list[dict[str, object]]:
+) -> tuple[list[dict[str, object]], Unreached]:
     """Train the new rows on text <-> SID pairs of ``items`` (the model frozen); resumes from
-    ``cfg.out``'s partial state. Raises Interrupted when it stopped early."""
+    ``cfg.out``'s partial state. Raises Interrupted when it stopped early. Returns the
+    training log and what the drawn pairs left out."""
     g = cfg.grounding
     freeze(model)
     rows = NewRows(model, ext)
@@ -124,7 +165,47 @@ def ground_index(
     if not result.completed:
         raise Interrupted(result.step, str(resume.folder))
     rows.write_back(model)
-    return result.log
+    return result.log, unreached(index, items, stream, g.steps)
+
+
+def unreached(index: IndexTokens, items: list[str], stream: PairStream, steps: int) -> Unreached:
+    """What ``steps`` batches of ``stream`` (pairs of ``items``) leave out: the items never
+    drawn, and the new tokens that no drawn item carries (they keep their init)."""
+    shown = steps * stream.batch_size
+    if shown >= stream.n_pairs:  # a whole epoch: every pair once
+        drawn = set(items)
+    else:
+        drawn = {items[stream.key(i)[0]] for i in range(shown)}
+    carried = {t for i in drawn for t in index.items[i]}
+    one_pass = -(-stream.n_pairs // stream.batch_size)
+    tokens = [t for t in index.tokens if t not in carried]
+    return Unreached(len(items) - len(drawn), len(items), tokens, len(index.tokens), one_pass)
+
+
+@dataclass
+class Unreached:
+    """The new tokens grounding never reached, and why: their items were not drawn."""
+
+    items_undrawn: int
+    items: int
+    tokens: list[str]
+    n_tokens: int
+    one_pass_steps: int  # --steps that show every grounded item's pairs once
+
+    def line(self, steps: int, batch_size: int) -> str:
+        """The summary line of gti_checks.txt (empty: every token reached)."""
+        if not self.tokens:
+            return ""
+        named = ", ".join(terminal(t) for t in self.tokens[:MISSING_LISTED])
+        more = len(self.tokens) - MISSING_LISTED
+        return (
+            f"grounding never reached {len(self.tokens)} of {self.n_tokens} new tokens "
+            f"({named}{f' and {more} more' if more > 0 else ''}): only items it never drew "
+            f"carry them ({self.items_undrawn} of {self.items} grounded items undrawn in "
+            f"{steps} steps x {batch_size}, or items without text); they keep their init, "
+            "and geodiag check fails those the index feeds. "
+            f"--steps {self.one_pass_steps} draws every item once"
+        )
 
 
 def run_dropin(
@@ -146,7 +227,7 @@ def run_dropin(
     templates = load_templates(cfg.templates or TEMPLATES_FILE)
     texts = texts_of(index, cfg)
     described = read_descriptions(cfg.descriptions) if cfg.descriptions else None
-    held_out, grounded = split_holdout(list(texts), cfg.holdout, cfg.seed)
+    held_out, grounded = split_holdout(list(texts), cfg.holdout, cfg.seed, index.items)
     train_texts = {i: texts[i] for i in grounded}
 
     backbone = resolve_backbone(
@@ -191,9 +272,9 @@ def run_dropin(
     g = cfg.grounding
     ask = templates[0][0]  # the probe's question: the first text -> SID template
     before = probe(model, tokenizer, index, held_out, texts, g.max_text_chars, ask)
-    train_log = None
+    train_log, missed = None, None
     if cfg.strategy == "gti":
-        train_log = ground_index(
+        train_log, missed = ground_index(
             model,
             tokenizer,
             ext,
@@ -206,7 +287,9 @@ def run_dropin(
             should_stop,
         )
     after = probe(model, tokenizer, index, held_out, texts, g.max_text_chars, ask)
-    write_output(out, model, tokenizer, ext, index, cfg, run_config, train_log, before, after)
+    write_output(
+        out, model, tokenizer, ext, index, cfg, run_config, train_log, before, after, missed
+    )
     if cfg.strategy == "gti":
         GroundingState(partial_dir(out), {}).clear()
     return out
@@ -240,6 +323,7 @@ def write_output(
     train_log: list[dict[str, object]] | None,
     before: ProbeResult,
     after: ProbeResult,
+    missed: Unreached | None = None,
 ) -> None:
     """The output folder, built in a staging folder and renamed into place."""
     from gti.dropin.checks import gate_of
@@ -261,9 +345,13 @@ def write_output(
             (tmp / TRAIN_LOG_FILENAME).write_text("".join(line + "\n" for line in lines))
         checks = {"probe": {"before": asdict(before), "after": asdict(after)}}
         summary = [f"probe before: {before.line()}", f"probe after:  {after.line()}"]
+        if missed is not None:
+            checks["unreached"] = asdict(missed)
         if not cfg.adapter:
             text, gate = gate_of(tmp, out, index)
             checks["geodiag_check"] = gate
             summary.append(text)
+        if missed is not None and missed.tokens:
+            summary.append(missed.line(cfg.grounding.steps, cfg.grounding.batch_size))
         (tmp / CHECKS_FILENAME).write_text(json.dumps(checks, indent=1, allow_nan=False))
         (tmp / CHECKS_TEXT_FILENAME).write_text("\n".join(summary) + "\n")

@@ -34,7 +34,7 @@ def reprobe(out: Path) -> dict[str, object]:
     codebooks = Path(source["codebooks"]) if source.get("codebooks") else None
     index = read_index(Path(cfg["sids"]), codebooks, None)
     texts = texts_of(index, InitConfig(items=Path(cfg["items"]), text_fields=cfg["text_fields"]))
-    held_out, _ = split_holdout(list(texts), cfg["holdout"], cfg["seed"])
+    held_out, _ = split_holdout(list(texts), cfg["holdout"], cfg["seed"], index.items)
     max_chars = (cfg.get("grounding") or {}).get("max_text_chars", 400)
     ask = cfg["templates"]["text_to_sid"][0]
     tokenizer = AutoTokenizer.from_pretrained(out)

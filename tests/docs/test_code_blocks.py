@@ -184,6 +184,31 @@ def sid_stacks(root: Path) -> None:
     shutil.rmtree(root / ".frameworks")
 
 
+def demo_arms(root: Path) -> None:
+    """``make demo``'s run folder, test-sized, at ``runs/demo`` (tests/gti/sft/demo_run.py):
+    the README's snippets run on its grounded arm, whose dead codes are untrained (at their
+    init, identical) yet fed by nothing: a check that reads the folder's SID map passes
+    them (``assert result.passed``), one that counted them would fail."""
+    import torch
+
+    for folder in ("gti", "gti/sft"):
+        if str(ROOT / "tests" / folder) not in sys.path:
+            sys.path.insert(0, str(ROOT / "tests" / folder))
+    from demo_run import build_demo
+
+    old_cache, threads = os.environ.get("GTI_CACHE"), torch.get_num_threads()
+    os.environ["GTI_CACHE"] = str(root / ".gti-cache")  # gti's cache, not the user's
+    torch.set_num_threads(1)  # tiny models: one thread is faster on a busy CPU
+    try:
+        build_demo(root / ".demo-world", out=root / "runs/demo")
+    finally:
+        torch.set_num_threads(threads)
+        if old_cache is None:
+            os.environ.pop("GTI_CACHE")
+        else:
+            os.environ["GTI_CACHE"] = old_cache
+
+
 def build_world(root: Path) -> Path:
     """The checkpoints the blocks name, each the smallest of its kind."""
     from geodiag.io.formats.safetensors import save_file
@@ -215,6 +240,7 @@ def build_world(root: Path) -> Path:
         write_checkpoint(root / name, planted_new_rows(kind, base), base=base)
     write_checkpoint(root / "base-resized", planted_new_rows("mean", base), base=base)
     write_checkpoint(root / "ckpt-sft", planted_new_rows("grounded", base), base=base)
+    demo_arms(root)
     tiny_hf_model(root / "runs/ml100k/gti/init", seed=0)
     tiny_hf_model(root / "runs/ml100k/gti/sft", seed=1)
     trajectory(root / "runs/ml100k/gti/init/train_log.jsonl")

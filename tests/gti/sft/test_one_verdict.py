@@ -1,8 +1,8 @@
 """One checkpoint, one verdict: every route gives the same judgement on the same folder.
 
-Six arms as ``make demo`` writes them, test-sized: ``gti init`` mean, random and gti
-(grounded from description-mean), each then ``gti sft``; the tiny world's level-a code 3 is
-carried by no item (a dead code). Routes: ``geodiag check PATH --json``, ``geodiag.check`` on
+Six arms as ``make demo`` writes them, test-sized (demo_run.py): ``gti init`` mean, random
+and gti (grounded from description-mean), each then ``gti sft``; five level-a codes are
+carried by no item (dead codes). Routes: ``geodiag check PATH --json``, ``geodiag.check`` on
 the path, on the model and tokenizer loaded by transformers (the README's snippet), on the
 model with the new ids only (the callback's in-memory gate), the report's entry (its card
 says PASS or FAIL as `check` does), and the callback's save-time gate on a saved copy. Each must give the same pass / fail, the same checks
@@ -15,10 +15,8 @@ import json
 import shutil
 
 import pytest
-import torch
+from demo_run import build_demo
 from safetensors.torch import load_file, save_file
-from sftworld import build_world
-from tinyworld import make_sids
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
@@ -26,75 +24,25 @@ import geodiag
 from geodiag.callback.checkpoints import gate_saved
 from geodiag.cli import app
 from geodiag.gate.checks import GateConfig
-from geodiag.io.vocabulary.sidecar import Level, load, save
+from geodiag.io.vocabulary.sidecar import init_checkpoint, load
 from geodiag.outputs.report.build import build_report
 from geodiag.outputs.report.options import ReportOptions
-from gti.init.config import GroundingConfig, InitConfig
-from gti.init.run import run_init
-from gti.sft.config import SFTConfig
-from gti.sft.run import run_sft
 
 PERMUTATIONS = 20
 SEED = 0
 
 
-# Level a with 8 codes, of which the items use 0-2: five dead codes, whose rows a grounded
-# init leaves identical (no example reaches them), as the demo's grounded arm has 16.
-LEVEL_SIZES = (("a", 8), ("b", 3), ("c", 2))
-
-
-def _sids_dir(root, world) -> object:
-    side = make_sids(
-        {"stage": "sids", "source_model": str(world.root / "model"), "data": world.data_spec}
-    )
-    side.levels = [Level(name, size) for name, size in LEVEL_SIZES]
-    folder = root / "sids"
-    folder.mkdir()
-    save(side, folder / "semantic_ids.json")
-    g = torch.Generator().manual_seed(1)
-    books = {name: torch.randn(size, 5, generator=g) for name, size in LEVEL_SIZES}
-    save_file(books, folder / "codebooks.safetensors")
-    return folder
-
-
 @pytest.fixture(scope="module")
 def arms(tmp_path_factory) -> dict[str, object]:
     root = tmp_path_factory.mktemp("arms")
-    world = build_world(root / "world")
-    sids = _sids_dir(root, world)
-    out = {}
-    inits = {
-        "mean": dict(strategy="mean"),
-        "random": dict(strategy="random"),
-        "gti": dict(
-            strategy="gti",
-            start_from="description-mean",
-            grounding=GroundingConfig(steps=4, batch_size=4, progress=False),
-        ),
-    }
-    for name, kw in inits.items():
-        init = run_init(InitConfig(sids=sids, out=root / "init" / name, device="cpu", **kw))
-        out[f"init/{name}"] = init
-        out[f"sft/{name}"] = run_sft(
-            SFTConfig(
-                init=init,
-                out=root / "sft" / name,
-                steps=2,  # short, at a low rate: rows no example reaches barely move
-                batch_size=4,
-                micro_batch_size=4,
-                lr=1e-4,
-                warmup_steps=1,
-                k_core=1,
-                max_history=3,
-                save_every=100,
-                progress=False,
-                device="cpu",
-            )
-        )
+    made = build_demo(root, out=root / "demo")
+    # short names: the arm's init strategy
+    out = {k.split("-")[0]: v for k, v in made.items()}
+    out["world"] = root / "world"
     # The demo's sft/random: SFT moved the vocabulary, but no example reached the new rows,
     # which are still the random init's (here: set back to it after a real SFT). It fails
     # on the rows that barely moved since the init the sidecar names.
-    unmoved = root / "sft" / "random-unmoved"
+    unmoved = out["sft/random"].parent / "random-unmoved"
     shutil.copytree(out["sft/random"], unmoved)
     init_w = load_file(out["init/random"] / "model.safetensors")
     weights = load_file(unmoved / "model.safetensors")
@@ -222,7 +170,7 @@ def _flag_values(arms, arm, tmp_path) -> dict[str, list[str]]:
     (tmp_path / "train.jsonl").write_text(data)
     (tmp_path / "chat.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
     ids = [t for lv in side.levels for t in lv.token_ids]
-    init = path.parent.parent / "init" / path.name.split("-")[0]
+    init = init_checkpoint(side, path) or path  # an init arm is its own reference
     return {
         "--tensor": ["model.embed_tokens.weight"],
         "--sidecar": [str(path / "semantic_ids.json")],
@@ -233,7 +181,7 @@ def _flag_values(arms, arm, tmp_path) -> dict[str, list[str]]:
         "--sids": [str(tmp_path / "Tiny.index.json")],
         "--sid-offset": ["0", "--sids", str(tmp_path / "Tiny.index.json")],
         "--allow-nonfinite": [],
-        "--base": [str(path.parent.parent / "world" / "model")],
+        "--base": [str(arms["world"] / "model")],
         "--full-vocabulary": [],
         "--reference": [str(init)],
         "--data": [str(tmp_path / "train.jsonl")],
