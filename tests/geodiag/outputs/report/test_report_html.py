@@ -237,3 +237,36 @@ def test_neighbour_cells_keep_each_token_apart_from_its_score(built):
         assert re.fullmatch(rf"{item}(?:, {item})*", t), t
     first = data["checkpoints"][0]["report"]["matrices"][0]["neighbors"][0]["nearest"]
     assert len(first) >= 1
+
+
+def test_cards_show_what_is_wrong_and_fold_what_passes(built):
+    """Issue 50 (390 px): every card listed all its checks, 9 rows each; the failing and
+    warning checks stay in view, the passing ones fold under a summary that names them.
+    Each check is on the card exactly once, folded or not."""
+    html, data, _, _ = built
+    cards = html.split('<div class="card ')[1:]
+    for card, entry in zip(cards, data["checkpoints"], strict=True):
+        card = card.split('<div class="card ')[0]
+        shown, _, folded = card.partition('<details class="passed">')
+        checks = entry["verdict"]["checks"]
+        passed = [c["name"] for c in checks if c["status"] == "pass"]
+        assert (folded != "") == bool(passed), entry["label"]
+        for c in checks:
+            name = f'<span class="what">{c["name"]}'
+            assert card.count(name) == 1, (entry["label"], c["name"])
+            assert (name in folded) == (c["status"] == "pass"), (entry["label"], c["name"])
+        if passed:
+            summary = folded.split("</summary>")[0]
+            assert f"{len(passed)} check{'s' if len(passed) != 1 else ''} pass: " in summary
+            assert all(n in summary for n in passed)
+
+
+def test_provenance_tables_fold(built):
+    """The per-checkpoint provenance and the digests are long tables on a phone: folded."""
+    html, _, _, _ = built
+    prov = html.split('<section id="provenance">')[1].split("</section>")[0]
+    assert prov.count('<details class="fold">') == 2
+    for part in prov.split('<details class="fold">')[1:]:
+        body = part.split("</details>")[0]
+        assert "<summary>" in body and "<table>" in body
+    assert "<dt>command</dt>" in prov.split('<details class="fold">')[0]  # the header stays
