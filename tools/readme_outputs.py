@@ -230,11 +230,12 @@ def check_name(line: str) -> str | None:
 
 
 def shape(line: str) -> str:
-    """``line`` with what varies between runs masked: dates, paths, token names, level
-    names, numbers (and the plural a count takes)."""
+    """``line`` with what varies between runs masked: dates, paths, token names (a list of
+    them as one), level names, numbers (and the plural a count takes)."""
     s = re.sub(r"\d{4}-\d{2}-\d{2}", "DATE", line.rstrip())
     s = re.sub(r"(?:[\w.:-]+)?(?:/[\w.:-]+)+", "PATH", s)
     s = re.sub(r"<[^<>\s]+>", "TOKEN", s)
+    s = re.sub(r"TOKEN(?:, TOKEN)+", "TOKEN", s)  # a list of names: its length is the data's
     s = re.sub(r"\[[a-z]\]", "[L]", s)
     s = re.sub(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?", "N", s)
     return re.sub(r"\bN ([a-zA-Z ]*?[a-zA-Z])s\b", r"N \1", s)
@@ -255,8 +256,8 @@ def key(line: str) -> str:
 def same_shape(recorded: str, current: str) -> bool:
     """A recorded line cut at ", ..." is a prefix of the current one; else they are equal."""
     r, c = shape(recorded), shape(current)
-    if r.endswith(", ..."):
-        return c.startswith(r.removesuffix("..."))
+    if r.endswith(", ..."):  # cut, perhaps inside a list of names (one TOKEN, masked)
+        return c.startswith(r.removesuffix(", ..."))
     return r == c
 
 

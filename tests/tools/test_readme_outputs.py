@@ -30,6 +30,10 @@ TEXT = ro.README.read_text(encoding="utf-8")
 # The one recorded line no test-sized run reaches: the demo's grounded arm keeps a faint
 # structure at two levels (significant RSA under 0.1 needs hundreds of codes).
 UNSEEN = {"check-grounded": 1}
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def _embeddings(folder: Path) -> tuple[dict, str]:
@@ -101,6 +105,9 @@ def demo(tmp_path_factory) -> Path:
     _variant(
         demo, "gti-from-description", "gti-from-description-mean", "gti-dead-at-init", _dead_at_init
     )
+    # The demo's checkpoints carry SmolLM2's chat template, which names no SID token: the
+    # check then says the spared rows are absent from it too.
+    (demo / "seed-0/sft/gti-dead-at-init/chat_template.jinja").write_text(CHAT_TEMPLATE)
     return demo
 
 
