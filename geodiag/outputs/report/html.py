@@ -441,6 +441,8 @@ def render_html(report: Report, style: FigureFormat | None = None, neighbors_sho
     traj_header, traj_rows = trajectory_table(report, p)
     rsa_levels, rsa_rows, rsa_notes = rsa_table(report, p)
     levels = drift_levels(report)
+    from geodiag.outputs.report.probe import probe_tables  # it builds this module's Cells
+
     page = env.get_template("report.html.j2").render(
         r=report,
         csp=CSP,
@@ -450,6 +452,7 @@ def render_html(report: Report, style: FigureFormat | None = None, neighbors_sho
         rsa_levels=rsa_levels,
         rsa_rows=rsa_rows,
         rsa_notes=rsa_notes,
+        probes=probe_tables(report, p),
         drift_rows=drift_rows(report, p, levels),
         drift_levels=levels,
         neighbors=neighbor_table(report, p, neighbors_shown),
