@@ -24,9 +24,12 @@ def probe(cfg: ProbeConfig = ProbeConfig()) -> None:
     own. Prints a table, or JSON with --json; -o FILE and --write (probe.json beside the
     checkpoint, which `geodiag report` shows) keep the JSON.
     """
+    from transformers.utils import logging as hf_logging
+
     from geodiag.jsonio import dumps
     from gti.probe.run import run_probe
     from gti.probe.text import probe_text
 
+    hf_logging.disable_progress_bar()  # one small load; its bar would only split the output
     result = run_probe(cfg)
     typer.echo(dumps(result) if cfg.as_json else probe_text(result))
