@@ -8,6 +8,7 @@ note, never a failed report.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 PROBE_FILENAME = "probe.json"  # written by `gti probe --write` beside the weights
@@ -35,12 +36,11 @@ def read_probe(checkpoint: Path) -> tuple[dict | None, str | None]:
 MEASURES = ("model", "tie_break", "most_frequent")  # the probe's decoders, in column order
 
 
-def probe_tables(report, p) -> list[dict]:
+def probe_tables(report, num: Callable[..., object], label: Callable[[str], object]) -> list[dict]:
     """Per checkpoint with a probe: its decoding table (exact match, then each level;
     model and the two baselines, each share with its 95% interval) and its likelihood row.
-    Every number is a cell with its JSON pointer (``geodiag.outputs.report.html``)."""
-    from geodiag.outputs.report.html import Cell
-
+    ``num(*json_pointer_parts, digits=)`` and ``label(text)`` make the html module's
+    cells, so every number carries its JSON pointer."""
     out = []
     for ci, e in enumerate(report.checkpoints):
         if e.probe is None:
@@ -48,30 +48,30 @@ def probe_tables(report, p) -> list[dict]:
         at = ("checkpoints", ci, "probe")
         pr = e.probe
 
-        def share(*ptr: object, at: tuple = at) -> list[Cell]:
-            return [p.num(*at, *ptr, k, digits=3) for k in ("estimate", "low", "high")]
+        def share(*ptr: object, at: tuple = at) -> list:
+            return [num(*at, *ptr, k, digits=3) for k in ("estimate", "low", "high")]
 
         rows = [
-            [Cell("exact match")]
+            [label("exact match")]
             + [c for m in MEASURES for c in share(*decoding(m), "exact_match")]
         ]
         for li, lv in enumerate(pr["model"]["levels"]):
             rows.append(
-                [Cell(f"level {lv['level']}")]
+                [label(f"level {lv['level']}")]
                 + [c for m in MEASURES for c in share(*decoding(m), "levels", li, "accuracy")]
             )
         lik = ("likelihood",)
         likelihood = [
-            p.num(*at, *lik, "true_mean", digits=4),
-            p.num(*at, *lik, "shuffled_mean", digits=4),
-            *[p.num(*at, *lik, "difference", k, digits=3) for k in ("estimate", "low", "high")],
-            p.num(*at, *lik, "p_value", digits=3),
+            num(*at, *lik, "true_mean", digits=4),
+            num(*at, *lik, "shuffled_mean", digits=4),
+            *[num(*at, *lik, "difference", k, digits=3) for k in ("estimate", "low", "high")],
+            num(*at, *lik, "p_value", digits=3),
             *share(*lik, "true_wins"),
         ]
         out.append(
             {
                 "label": e.label,
-                "n_items": p.num(*at, "n_items"),
+                "n_items": num(*at, "n_items"),
                 "held_out": pr["held_out"],
                 "items_from": pr["items_from"],
                 "rows": rows,
