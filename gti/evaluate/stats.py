@@ -106,7 +106,9 @@ def wilson(hits: int, n: int, *, level: float = DEFAULT_LEVEL) -> Share:
     p = hits / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    low, high = max(0.0, centre - half), min(1.0, centre + half)
+    # At 0 or n hits the bound is 0 or 1 exactly (centre = half there); keep rounding out.
+    low = 0.0 if hits == 0 else max(0.0, centre - half)
+    high = 1.0 if hits == n else min(1.0, centre + half)
     return Share(hits, n, p, float(low), float(high), level)
 
 

@@ -141,5 +141,6 @@ def test_wilson_by_hand():
     # = 1.41600 * 0.174939 = 0.24771; so [0.10779, 0.60321].
     s = wilson(3, 10)
     assert (round(s.low, 4), round(s.high, 4)) == (0.1078, 0.6032)
+    assert wilson(0, 12).low == 0.0 and wilson(12, 12).high == 1.0  # exact, not 1e-17 off
     with pytest.raises(ValueError):
         wilson(3, 0)
