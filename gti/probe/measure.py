@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from geodiag.outputs.report.probe import PROBE_FORMAT, PROBE_FORMAT_VERSION
@@ -149,10 +148,9 @@ def probe_model(
     t1 = time.perf_counter()
     texts = [src.texts[i][: src.max_text_chars] for i in items]
     sids = [index.sid_string(i) for i in items]
-    with torch.no_grad():
-        true, shuffled = true_and_shuffled(
-            model, tokenizer, sids, texts, src.sid_to_text, seed=seed, batch_size=batch_size
-        )
+    true, shuffled = true_and_shuffled(
+        model, tokenizer, sids, texts, src.sid_to_text, seed=seed, batch_size=batch_size
+    )
     test = paired_test(true, shuffled, n_resamples=n_resamples, seed=seed)
     t_lik = time.perf_counter() - t1
     likelihood = Likelihood(
