@@ -97,16 +97,18 @@ def sids_build(cfg: SidsConfig = SidsConfig()) -> None:
 
 
 def _register_pipeline_commands() -> None:
-    """init -> sft -> evaluate, and the runner that chains them (DESIGN.md data flow)."""
+    """init -> (probe) -> sft -> evaluate, and the runner that chains them (DESIGN.md data flow)."""
     from gti.evaluate.cli import evaluate
     from gti.experiment.cli import experiment
     from gti.init.cli import init
+    from gti.probe.cli import probe
     from gti.sft.cli import sft
     from gti.study.cli import baselines, study_app
 
     app.command(
         "init", example="gti init --sids runs/ml100k/sids --strategy gti -o runs/ml100k/gti/init"
     )(init)
+    app.command("probe", example="gti probe runs/ml100k/gti/init --write")(probe)
     app.command("sft", example="gti sft --init runs/ml100k/gti/init -o runs/ml100k/gti/sft")(sft)
     app.command("evaluate", example="gti evaluate runs/ml100k/gti/sft")(evaluate)
     app.command("experiment", example="gti experiment configs/cpu.toml")(experiment)

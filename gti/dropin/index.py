@@ -52,7 +52,7 @@ class IndexTokens:
         index uses; the matching codebook rows are :meth:`level_books`."""
         out: dict[str, list[int]] = {}
         for token, (level, _code) in sorted(self.codes.items(), key=lambda kv: kv[1]):
-            out.setdefault(_name(level), []).append(token_ids[token])
+            out.setdefault(level_name(level), []).append(token_ids[token])
         return out
 
     def level_books(self) -> dict[str, np.ndarray] | None:
@@ -63,7 +63,7 @@ class IndexTokens:
         for level, code in sorted(self.codes.values()):
             used.setdefault(level, []).append(code)
         return {
-            _name(level): self.codebooks[level][codes]
+            level_name(level): self.codebooks[level][codes]
             for level, codes in used.items()
             if level < len(self.codebooks)
         }
@@ -76,7 +76,8 @@ class IndexTokens:
         return h.hexdigest()
 
 
-def _name(level: int) -> str:
+def level_name(level: int) -> str:
+    """The name of SID position ``level``: a, b, c, ... (geodiag's level names)."""
     return "abcdefghijklmnopqrstuvwxyz"[level]
 
 

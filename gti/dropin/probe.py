@@ -105,6 +105,24 @@ def greedy_sid(
     return out[0, ids.shape[1] :].tolist()
 
 
+def decode_items(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    index: IndexTokens,
+    items: list[str],
+    texts: dict[str, str],
+    max_text_chars: int,
+    ask: str = TEXT_TO_SID[0],
+    trie: dict[tuple, list[int]] | None = None,
+) -> list[list[int]]:
+    """The ids :func:`greedy_sid` decodes for each of ``items``, as many as its SID has."""
+    out = []
+    for item in items:
+        n_tokens = len(index.items[item])
+        out.append(greedy_sid(model, tokenizer, texts[item][:max_text_chars], n_tokens, ask, trie))
+    return out
+
+
 def exact_match(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -121,10 +139,9 @@ def exact_match(
         return None, []
     width = max(len(index.items[i]) for i in items)
     hits, right = 0, np.zeros(width)
-    for item in items:
+    decoded = decode_items(model, tokenizer, index, items, texts, max_text_chars, ask, trie)
+    for item, got in zip(items, decoded, strict=True):
         target = tokenizer.convert_tokens_to_ids(list(index.items[item]))
-        text = texts[item][:max_text_chars]
-        got = greedy_sid(model, tokenizer, text, len(target), ask, trie)
         same = [g == t for g, t in zip(got, target, strict=False)]
         right[: len(same)] += same
         hits += all(same) and len(got) == len(target)

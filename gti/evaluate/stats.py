@@ -27,6 +27,10 @@ exact (all ``2^m`` sign patterns of the ``m`` non-zero differences) when that is
 most ``n_resamples``, else Monte Carlo with ``p = (1 + #{|T*| >= |T|}) / (1 + R)``.
 Averaging over seeds before testing treats users as the units of replication; the
 seed-to-seed variance enters through the interval, not the test.
+
+Shares of 0/1 outcomes over one set of units (``gti probe``'s exact match per held-out
+item) get the Wilson score interval (:func:`wilson`): exact in form, no resampling, and
+unlike the percentile bootstrap not a zero-width interval at 0 or 1 hits.
 """
 
 from __future__ import annotations
@@ -71,6 +75,41 @@ class PairedTest:
         d = asdict(self)
         d["difference"] = self.difference.to_dict()
         return d
+
+
+@dataclass(frozen=True)
+class Share:
+    """``hits`` of ``n`` with its Wilson score interval."""
+
+    hits: int
+    n: int
+    estimate: float  # hits / n
+    low: float
+    high: float
+    level: float
+    method: str = "wilson"
+
+    def to_dict(self) -> dict[str, float | int | str]:
+        return asdict(self)
+
+
+def wilson(hits: int, n: int, *, level: float = DEFAULT_LEVEL) -> Share:
+    """The Wilson score interval of a binomial share ``hits / n`` (Wilson 1927), the
+    interval ``scipy.stats.binomtest(hits, n).proportion_ci(method="wilson")`` gives."""
+    from scipy.stats import norm
+
+    if n < 1 or not 0 <= hits <= n:
+        raise ValueError(f"need 0 <= hits <= n and n >= 1, got {hits} of {n}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    z = float(norm.ppf(0.5 + level / 2))
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    # At 0 or n hits the bound is 0 or 1 exactly (centre = half there); keep rounding out.
+    low = 0.0 if hits == 0 else max(0.0, centre - half)
+    high = 1.0 if hits == n else min(1.0, centre + half)
+    return Share(hits, n, p, float(low), float(high), level)
 
 
 def _as_cells(x: np.ndarray) -> np.ndarray:

@@ -45,6 +45,7 @@ from geodiag.outputs.report.pairs import (
     no_pairs_note,
     with_references,
 )
+from geodiag.outputs.report.probe import read_probe
 from geodiag.version import __version__
 
 Progress = Callable[[str], None]
@@ -52,7 +53,8 @@ Progress = Callable[[str], None]
 
 # 2: per-token findings, centered cosine maps, untrained / norm-ratio checks.
 # 3: pairs only what the files or --pair say is a before (``pairs``, with why), never by order.
-REPORT_FORMAT_VERSION = 3
+# 4: `gti probe`'s figures of a checkpoint whose folder holds a probe.json.
+REPORT_FORMAT_VERSION = 4
 
 
 @dataclass
@@ -68,6 +70,8 @@ class CheckpointEntry:
     gate: GateResult
     verdict: Verdict
     row_norms: list[Histogram]  # per matrix (same order as report.matrices), shared bins per role
+    # `gti probe`'s figures when a probe.json lies beside the checkpoint (its JSON, as read)
+    probe: dict | None = None
 
 
 @dataclass
@@ -437,7 +441,11 @@ def _build_report(
     pairs, drift_notes = _drift_pairs(
         paths, ckpts, labels, pairs_found, held, read, aopts, opts.histogram_bins, say
     )
-    notes = traj_notes + pair_notes + drift_notes
+    probe_notes = []
+    for entry, path in zip(entries, paths, strict=True):
+        entry.probe, why = read_probe(path)
+        probe_notes += [why] if why else []
+    notes = traj_notes + pair_notes + drift_notes + probe_notes
     if not pairs_found and len(ckpts) > 1:
         notes.insert(0, no_pairs_note(len(ckpts)))
     return Report(

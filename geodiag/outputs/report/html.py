@@ -19,6 +19,7 @@ from geodiag.jsonio import to_jsonable
 from geodiag.metrics.rsa import SIGNIFICANCE
 from geodiag.outputs.report.build import Report
 from geodiag.outputs.report.figures import FigureFormat, render_all
+from geodiag.outputs.report.probe import probe_tables
 from geodiag.outputs.text import provenance_lines
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -450,6 +451,7 @@ def render_html(report: Report, style: FigureFormat | None = None, neighbors_sho
         rsa_levels=rsa_levels,
         rsa_rows=rsa_rows,
         rsa_notes=rsa_notes,
+        probes=probe_tables(report, p.num, Cell),
         drift_rows=drift_rows(report, p, levels),
         drift_levels=levels,
         neighbors=neighbor_table(report, p, neighbors_shown),

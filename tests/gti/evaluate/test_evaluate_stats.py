@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from gti.evaluate.stats import bootstrap_means, interval, paired_test, sign_flip_p
+from gti.evaluate.stats import bootstrap_means, interval, paired_test, sign_flip_p, wilson
 
 
 def test_bootstrap_of_two_users_matches_the_enumerated_distribution():
@@ -123,3 +123,24 @@ def test_bad_input_is_refused():
         paired_test(np.zeros((2, 5)), np.zeros((3, 5)))
     with pytest.raises(ValueError, match="level"):
         interval(np.zeros(3), level=1.5)
+
+
+@pytest.mark.parametrize("hits,n", [(0, 12), (1, 12), (6, 12), (12, 12), (37, 200), (1, 1)])
+@pytest.mark.parametrize("level", [0.95, 0.9])
+def test_wilson_matches_scipy(hits, n, level):
+    ours = wilson(hits, n, level=level)
+    ref = sps.binomtest(hits, n).proportion_ci(confidence_level=level, method="wilson")
+    assert ours.estimate == hits / n
+    assert ours.low == pytest.approx(ref.low, abs=1e-12)
+    assert ours.high == pytest.approx(ref.high, abs=1e-12)
+
+
+def test_wilson_by_hand():
+    # 3 of 10 at 95%: z = 1.959964, z^2 = 3.84146; centre (0.3 + z^2/20) / (1 + z^2/10)
+    # = 0.49207 / 1.38415 = 0.35550; half-width z / (1 + z^2/10) * sqrt(0.021 + z^2/400)
+    # = 1.41600 * 0.174939 = 0.24771; so [0.10779, 0.60321].
+    s = wilson(3, 10)
+    assert (round(s.low, 4), round(s.high, 4)) == (0.1078, 0.6032)
+    assert wilson(0, 12).low == 0.0 and wilson(12, 12).high == 1.0  # exact, not 1e-17 off
+    with pytest.raises(ValueError):
+        wilson(3, 0)
