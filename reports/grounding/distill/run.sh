@@ -5,7 +5,8 @@
 # of `gti sids build` (defaults). Then each result's distillation loss on one fixed
 # batch (distill_loss_of.py). Run from the repository root:
 #   bash reports/grounding/distill/run.sh OUT STEPS BATCH EVERY
-# As run (2026-12-06): OUT=/tmp/distill-meas, 12 16 6 and 48 16 12 (names b48-*).
+# As run (2026-12-06): OUT=/tmp/distill-meas, with 12 16 6 and 48 16 12 (the outputs then
+# named ce, distill, ce-distill and b48-*; their logs are s12-* and s48-* here).
 set -e
 out=${1:-/tmp/distill-meas}; steps=${2:-12}; batch=${3:-16}; every=${4:-6}
 [ -d "$out/sids" ] || python -m gti.cli sids build --data movielens-100k --model smollm2-135m -o "$out/sids"
