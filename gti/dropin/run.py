@@ -33,6 +33,7 @@ from gti.errors import Interrupted
 from gti.init import InitContext, needs
 from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
+from gti.init.distill import distill_stream
 from gti.init.grounding import NewRows, freeze
 from gti.init.llamafactory import read_descriptions
 from gti.init.pairs import PairStream
@@ -157,11 +158,14 @@ def ground_index(
         repeats=(g.text_to_sid_repeats, g.sid_to_text_repeats),
         templates=templates,
     )
+    distill = distill_stream(tokenizer, stream.texts, stream.sid_strings, rows.slot.cpu(), g)
     resume = GroundingState(
         partial_dir(Path(cfg.out)),
         fingerprint(run_config, index, Path(cfg.items), g),  # type: ignore[arg-type]
     )
-    result = train_grounding(model, rows, stream, g, resume=resume, should_stop=should_stop)
+    result = train_grounding(
+        model, rows, stream, g, distill=distill, resume=resume, should_stop=should_stop
+    )
     if not result.completed:
         raise Interrupted(result.step, str(resume.folder))
     rows.write_back(model)

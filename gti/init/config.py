@@ -28,6 +28,11 @@ STRATEGIES = (*ROW_STRATEGIES, "gti")
 OPTIMIZERS = ("adamw", "lazy-adam", "sgd", "adagrad")
 DECAYS = ("none", "cosine")
 
+# Grounding objectives (gti.init.distill): the paper's cross-entropy on text <-> SID
+# pairs, token distillation (Dobler et al., ICLR 2026), or both added.
+OBJECTIVES = ("ce", "distill", "ce+distill")
+DISTILL_TARGETS = ("hidden", "logits")
+
 
 @dataclass
 class GroundingConfig:
@@ -137,8 +142,56 @@ class GroundingConfig:
         256, help="Items (seeded sample) of the held-out accuracy probe.", ge=1, tags=(RESUMABLE,)
     )
 
+    # Token distillation (gti.init.distill): the frozen model reading an item's text in a
+    # context is the teacher; the same context with the item's SID in place of the text is
+    # the student; the context after the span is where they are matched.
+    objective: str = setting(
+        "ce", help=f"Grounding objective: {' | '.join(OBJECTIVES)} (ce: the paper's)."
+    )
+    distill_target: str = setting(
+        "hidden",
+        help=f"What distillation matches after the span: {' | '.join(DISTILL_TARGETS)} "
+        "(hidden: MSE of the hidden states at --distill-layer; logits: KL of the next-token "
+        "distributions over the original vocabulary).",
+    )
+    # -1: the last layer, after the final norm, as AweDist's default (target_layer=-1): the
+    # state the head reads, so matching it matches everything downstream of the span.
+    distill_layer: int = setting(
+        -1,
+        help="Hidden state matched by --distill-target hidden: 1..L (after decoder layer k; "
+        "L: after the final norm), -1: the last.",
+        ge=-1,
+    )
+    distill_weight: float = setting(
+        1.0, help="Weight of the distillation loss (the loss is ce + weight x distill).", ge=0
+    )
+
+    @property
+    def uses_ce(self) -> bool:
+        return self.objective in ("ce", "ce+distill")
+
+    @property
+    def uses_distill(self) -> bool:
+        return self.objective in ("distill", "ce+distill")
+
     def validate(self) -> None:
         check_bounds(self)
+        if self.objective not in OBJECTIVES:
+            raise InputError(
+                "--objective",
+                f"unknown objective {self.objective!r}; choose from {', '.join(OBJECTIVES)}",
+            )
+        if self.distill_target not in DISTILL_TARGETS:
+            raise InputError(
+                "--distill-target",
+                f"expected {' or '.join(DISTILL_TARGETS)}, got {self.distill_target!r}",
+            )
+        if self.distill_layer == 0:
+            raise InputError(
+                "--distill-layer",
+                "layer 0 is the input embeddings: after the span they do not depend on the "
+                "new rows; pick 1..L or -1 (the last)",
+            )
         if self.optimizer not in OPTIMIZERS:
             raise InputError(
                 "--optimizer",

@@ -261,6 +261,37 @@ def frozen_prefix(
     )
 
 
+def run_suffix(
+    model: PreTrainedModel,
+    rows: NewRows,
+    ids: torch.Tensor,
+    ends: torch.Tensor,
+    prefix: FrozenPrefix,
+    *,
+    layer: int = -1,
+) -> torch.Tensor:
+    """Hidden states of tokens ``[split, ends)`` of each row of ``ids`` (B, T), run after
+    the prefix's cache, with gradient into ``rows``: (B, S, d), column ``j`` of row ``b``
+    holding position ``split[b] + j`` (columns past a row's end are padding).
+
+    ``layer``: which of the decoder's hidden states, as ``output_hidden_states`` numbers
+    them (1..L: after decoder layer k, L after the final norm); -1 is L."""
+    device = rows.ids.device
+    T = ids.shape[1]
+    S = int((ends - prefix.split).max())
+    suf_pos = prefix.split[:, None] + torch.arange(S, device=device)[None, :]  # (B, S) absolute
+    suf_valid = suf_pos < ends[:, None]  # (B, S)
+    suf_ids = ids.gather(1, suf_pos.clamp(max=T - 1))
+    out = model.get_decoder()(
+        inputs_embeds=rows.embed(model, suf_ids),
+        attention_mask=torch.cat([prefix.mask, suf_valid], dim=1),  # (B, width + S)
+        position_ids=suf_pos,
+        output_hidden_states=layer != -1,
+        **prefix.cache,
+    )
+    return out.last_hidden_state if layer == -1 else out.hidden_states[layer]  # (B, S, d)
+
+
 def suffix_hidden(
     model: PreTrainedModel, rows: NewRows, batch: Batch, prefix: FrozenPrefix
 ) -> torch.Tensor:
@@ -270,17 +301,7 @@ def suffix_hidden(
     Returns (B, width + S, d): the prefix's columns, then the suffix's."""
     device = rows.ids.device
     ids, lengths = batch.input_ids.to(device), batch.lengths.to(device)
-    T = ids.shape[1]
-    S = int((lengths - 1 - prefix.split).max())
-    suf_pos = prefix.split[:, None] + torch.arange(S, device=device)[None, :]  # (B, S) absolute
-    suf_valid = suf_pos < (lengths - 1)[:, None]  # (B, S)
-    suf_ids = ids.gather(1, suf_pos.clamp(max=T - 1))
-    h_suf = model.get_decoder()(
-        inputs_embeds=rows.embed(model, suf_ids),
-        attention_mask=torch.cat([prefix.mask, suf_valid], dim=1),  # (B, width + S)
-        position_ids=suf_pos,
-        **prefix.cache,
-    ).last_hidden_state  # (B, S, d)
+    h_suf = run_suffix(model, rows, ids, lengths - 1, prefix)  # (B, S, d)
     return torch.cat([prefix.hidden.to(h_suf.dtype), h_suf], dim=1)
 
 

@@ -26,6 +26,7 @@ from gti.errors import Interrupted
 from gti.init import REGISTRY, InitContext, needs
 from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
+from gti.init.distill import distill_stream
 from gti.init.grounding import NewRows, freeze
 from gti.init.llamafactory import read_descriptions
 from gti.init.norm import norm_correct
@@ -173,6 +174,13 @@ def ground(
         max_text_chars=g.max_text_chars,
         repeats=(g.text_to_sid_repeats, g.sid_to_text_repeats),
     )
+    distill = distill_stream(
+        tokenizer,
+        stream.texts,
+        stream.sid_strings,
+        rows.slot.cpu(),
+        g,  # type: ignore[arg-type]
+    )
     sids_path = Path(cfg.sids)
     resume = GroundingState(
         partial_dir(Path(cfg.out)), grounding_fingerprint(run_config, sids_path, g)
@@ -187,7 +195,15 @@ def ground(
         return bool(pause and step >= pause) or (should_stop is not None and should_stop(step))
 
     result = train_grounding(
-        model, rows, stream, g, resume=resume, should_stop=stop, probe=probe, group=group
+        model,
+        rows,
+        stream,
+        g,
+        distill=distill,
+        resume=resume,
+        should_stop=stop,
+        probe=probe,
+        group=group,
     )
     if not result.completed:
         raise Interrupted(result.step, str(resume.folder))

@@ -178,3 +178,15 @@ def test_new_strategies_run_over_a_framework_index(lcrec, lcrec_model, tmp_path,
         np.testing.assert_allclose(new, np.broadcast_to(base[unk], new.shape), rtol=1e-6)
     else:
         assert len(np.unique(new.round(6), axis=0)) == len(new)
+
+
+def test_distillation_grounds_over_a_framework_index(lcrec, lcrec_model, tmp_path):
+    out = tmp_path / "distill"
+    args = ["--strategy", "gti", "--objective", "ce+distill", "--steps", 2, "--batch-size", 4]
+    res = gti_init(lcrec, lcrec_model, out, *args, "--holdout", 8)
+    assert res.exit_code == 0, res.output
+    config = json.loads((out / "init_config.json").read_text())
+    assert config["grounding"]["objective"] == "ce+distill"
+    log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    steps = [e for e in log if "distill" in e]
+    assert len(steps) == 2 and all(e["distill"] > 0 and e["ce"] > 0 for e in steps)

@@ -95,6 +95,10 @@ def test_geodiag_fails_mean_inits_and_passes_random(world):
         (["--strategy", "gti", "--steps", "0"], "--steps"),
         (["--preset", "huge"], "--preset"),
         (["--norm-correct", "mean"], "--norm-correct"),
+        (["--objective", "kl"], "--objective"),
+        (["--distill-target", "attention"], "--distill-target"),
+        (["--objective", "distill", "--distill-layer", "0"], "--distill-layer"),
+        (["--objective", "distill", "--distill-layer", "9"], "--distill-layer"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(world, args, flag):

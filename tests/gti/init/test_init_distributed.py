@@ -48,7 +48,8 @@ def steps_of(ckpt) -> list[dict]:
 
 
 @pytest.mark.numerics
-def test_two_processes_ground_the_rows_one_process_grounds(world, tmp_path):
+@pytest.mark.parametrize("objective", ["ce", "ce+distill"])
+def test_two_processes_ground_the_rows_one_process_grounds(world, tmp_path, objective):
     """SGD, so that an update is linear in the gradient: each new-row entry's gradient
     is a sum over the step's N answer tokens, here summed in two shares and then across
     processes, and the shares' forward passes run at their own padded widths. In float32
@@ -57,16 +58,20 @@ def test_two_processes_ground_the_rows_one_process_grounds(world, tmp_path):
     the largest change of an entry, and each step rounds the rows it writes (u times
     their size). Allowed: 4 N u max|change| (4 for the errors the changed rows feed into
     later steps' gradients) + 2 u max|row| per step. A missing all-reduce, or a share
-    left out, would move the rows by a share of the change itself."""
+    left out, would move the rows by a share of the change itself. With distillation its
+    matched positions are terms of the sums as well (N counts both)."""
     single = run_init(
         InitConfig(
             sids=world.sids_dir, out=tmp_path / "one", strategy="gti", device="cpu",
             grounding=GroundingConfig(
-                steps=STEPS, batch_size=BATCH, lr=LR, optimizer="sgd", progress=False
+                steps=STEPS, batch_size=BATCH, lr=LR, optimizer="sgd", progress=False,
+                objective=objective,
             ),
         )
     )  # fmt: skip
-    proc = torchrun(world, tmp_path / "two", "--optimizer", "sgd", "--lr", str(LR))
+    proc = torchrun(
+        world, tmp_path / "two", "--optimizer", "sgd", "--lr", str(LR), "--objective", objective
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     two = tmp_path / "two"
     assert proc.stdout.strip().splitlines() == [str(two)]  # printed once, by rank 0
@@ -80,7 +85,11 @@ def test_two_processes_ground_the_rows_one_process_grounds(world, tmp_path):
     assert change > 0
     one, two_log = steps_of(single), steps_of(two)
     assert [r["answer_tokens"] for r in two_log] == [r["answer_tokens"] for r in one]
-    n, u = max(r["answer_tokens"] for r in one), 2.0**-24
+    assert [r.get("distill_positions") for r in two_log] == [
+        r.get("distill_positions") for r in one
+    ]
+    n = max(r["answer_tokens"] + r.get("distill_positions", 0) for r in one)
+    u = 2.0**-24
     for r1, r2 in zip(one, two_log, strict=True):  # a mean of n terms, re-associated
         assert abs(r1["loss"] - r2["loss"]) <= 4 * n * u * r1["loss"]
     tol = 4 * n * u * float(change) + 2 * STEPS * u * float(a[n_old:].abs().max())

@@ -58,6 +58,13 @@ OPTIONS = {
         "text_to_sid_repeats": 2,
         "structure_every": 2,
     },
+    # distillation's targets come from the step's batch: nothing of them carried over
+    "distill": {
+        "objective": "ce+distill",
+        "distill_target": "logits",
+        "optimizer": "lazy-adam",
+        "structure_every": 2,
+    },
 }
 
 
@@ -100,12 +107,13 @@ def test_crash_loses_at_most_save_every_steps_and_still_matches(world):
     assert weights(done).equal(weights(reference))
 
 
-def test_resume_refuses_other_settings(world):
+@pytest.mark.parametrize(("field", "value"), [("lr", 5e-3), ("objective", "ce+distill")])
+def test_resume_refuses_other_settings(world, field, value):
     cfg = config(world, "x")
     with pytest.raises(Interrupted):
         run_init(cfg, should_stop=lambda step: step == 1)
-    other = replace(cfg, grounding=replace(cfg.grounding, lr=5e-3))
-    with pytest.raises(InputError, match="lr"):
+    other = replace(cfg, grounding=replace(cfg.grounding, **{field: value}))
+    with pytest.raises(InputError, match=field):
         run_init(other)
 
 
