@@ -272,6 +272,14 @@ class InitConfig:
         help="Rescale each new row to the vocabulary's median row norm: "
         f"{' | '.join(NORM_CORRECTIONS)}.",
     )
+    # Training frameworks pad the vocabulary to a multiple of 64 or 256 rows (tensor-core
+    # shapes). The padding rows are zero and are not new tokens (gti.vocab).
+    pad_vocab_to_multiple_of: int = setting(
+        0,
+        help="Pad the embedding to a multiple of N rows; the padding rows are zero and not "
+        "new tokens (0: exactly the tokenizer's length).",
+        ge=0,
+    )
     # None: what the sids folder was built with (its provenance), so the new
     # tokens land in the same backbone and pair with the same item texts.
     model: str | None = setting(
@@ -289,6 +297,7 @@ class InitConfig:
     grounding: GroundingConfig = field(default_factory=GroundingConfig)
 
     def validate(self) -> None:
+        check_bounds(self)
         if self.strategy not in STRATEGIES:
             raise InputError(
                 "--strategy",
