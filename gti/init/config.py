@@ -124,6 +124,15 @@ class GroundingConfig:
         ge=0,
     )
     bf16: bool = setting(False, help="bfloat16 autocast for the frozen model's matmuls.")
+    # Memory for compute: a long sequence or a big batch on a large backbone. The frozen
+    # prefix's cache cannot be replayed, so with it every row runs whole (gti.init.grounding).
+    # The same rows either way (to rounding), so a resumed run may switch it.
+    gradient_checkpointing: bool = setting(
+        False,
+        help="Activation checkpointing of the frozen model's layers (less memory, more "
+        "compute; rows run without the frozen-prefix cache).",
+        tags=(RESUMABLE,),
+    )
     # The structure curve (gti.init.structure): at step 0, every N steps and at the
     # end, geometry, RSA per level against the codebooks and held-out code accuracy of
     # the live rows, into train_log.jsonl. It changes what is logged, never the rows.

@@ -115,12 +115,12 @@ def test_missing_sids_folder_exits_2(world, tmp_path):
 
 
 def test_padded_vocabulary_keeps_the_new_ids_explicit(world):
-    """--pad-vocab-to-multiple-of 64: the embedding grows to a multiple of 64 rows, the SID
+    """--pad-vocab-to-multiple-of 64 (with --gradient-checkpointing, recorded): the embedding grows to a multiple of 64 rows, the SID
     ids stay the tokenizer's, the padding rows stay zero through init and grounding (bit for
     bit), and geodiag judges exactly the SID rows."""
     out = world.root / "padded"
     args = ("--strategy", "gti", "--preset", "tiny", "--no-progress")
-    res = gti_init(world, out, *args, "--pad-vocab-to-multiple-of", 64)
+    res = gti_init(world, out, *args, "--pad-vocab-to-multiple-of", 64, "--gradient-checkpointing")
     assert res.exit_code == 0, res.output
 
     tok = AutoTokenizer.from_pretrained(out)
@@ -134,7 +134,8 @@ def test_padded_vocabulary_keeps_the_new_ids_explicit(world):
     assert bool((weight[len(tok) :] == 0).all())  # zero as extended, untouched since
     base = AutoModelForCausalLM.from_pretrained(world.model_dir).get_input_embeddings().weight
     assert torch.equal(weight[: sids.base_vocab_size], base.detach())
-    assert json.loads((out / "init_config.json").read_text())["pad_vocab_to_multiple_of"] == 64
+    run = json.loads((out / "init_config.json").read_text())
+    assert run["pad_vocab_to_multiple_of"] == 64 and run["grounding"]["gradient_checkpointing"]
 
     # check's verdict, through the CLI, is on the same rows its one assembly resolves
     res = geodiag_check(out)
