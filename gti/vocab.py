@@ -31,8 +31,9 @@ from geodiag.io.vocabulary.sidecar import SemanticIds
 class VocabExtension:
     """Where the new tokens live after :func:`extend_vocabulary`."""
 
-    # Rows [0, base_vocab_size) are the original vocabulary. Models whose embedding
-    # has padding rows beyond the tokenizer (Qwen) keep those out of the statistics.
+    # Rows [0, base_vocab_size) are the original vocabulary. Padding rows beyond the
+    # tokenizer (the base's, as Qwen's, or --pad-vocab-to-multiple-of's) are neither
+    # original nor new: they stay out of the statistics and out of new_token_ids.
     base_vocab_size: int
     new_token_ids: tuple[int, ...]  # in (level, code) order, as sids.token_strings()
     tied: bool

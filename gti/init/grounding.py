@@ -61,6 +61,8 @@ class NewRows(nn.Module):
         slot[ids] = torch.arange(len(ids), device=ids.device)
         self.register_buffer("ids", ids)
         self.register_buffer("slot", slot)  # (V,): row of E_new for a new id, -1 otherwise
+        # Ids [0, n_old) are the original vocabulary; padding rows past the tokenizer are not.
+        self.n_old = ext.base_vocab_size
         self.inp = nn.Parameter(embed.weight.detach()[ids].clone())  # (n_new, d)
         head = model.get_output_embeddings()
         self.out = None if ext.tied else nn.Parameter(head.weight.detach()[ids].clone())
