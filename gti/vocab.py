@@ -37,6 +37,9 @@ class VocabExtension:
     base_vocab_size: int
     new_token_ids: tuple[int, ...]  # in (level, code) order, as sids.token_strings()
     tied: bool
+    # Rows of the embedding before the extension: new ids at or past it cannot sit on a
+    # padding row the base already had (geodiag's on_padding note; None: not known).
+    base_rows: int | None = None
 
     @property
     def n_new(self) -> int:
@@ -112,7 +115,9 @@ def add_new_tokens(
         needed, pad_to_multiple_of=pad_to_multiple_of or None, mean_resizing=False
     )
     zero_padding_rows(model, n_old=needed)
-    return VocabExtension(base_vocab_size=base, new_token_ids=tuple(ids), tied=is_tied(model))
+    return VocabExtension(
+        base_vocab_size=base, new_token_ids=tuple(ids), tied=is_tied(model), base_rows=n_rows
+    )
 
 
 def zero_padding_rows(model: PreTrainedModel, n_old: int) -> None:

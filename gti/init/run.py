@@ -302,6 +302,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "source_model_identity": backbone.identity,
         "data": data,
         "tied_embeddings": ext.tied,
+        "base_embedding_rows": ext.base_rows,
         "sids_provenance": sids.provenance,
     }
     if group.main:  # the rows are the same on every process

@@ -144,3 +144,8 @@ def test_padded_vocabulary_keeps_the_new_ids_explicit(world):
     ckpt = open_checkpoint(out)
     assert ckpt.new.ids.tolist() == ids
     assert ckpt.padding_ids().tolist() == list(range(len(tok), weight.shape[0]))
+    assert ckpt.provenance["base_embedding_rows"] == sids.base_vocab_size
+    # the padding rows are a note, and the sidecar's base row count rules out that the
+    # new tokens sit on padding rows the base already had (no --base needed)
+    text = runner.invoke(geodiag_app, ["check", str(out), "--permutations", "50"]).output
+    assert "padding rows past the tokenizer" in text and "--base BASE" not in text
