@@ -6,6 +6,12 @@ decoding, and given rows in the model by ``resize_token_embeddings``. The rows a
 left for an init strategy to fill (``mean_resizing=False``: transformers' own mean
 init would silently be the ``mean-noise`` strategy). Tied and untied output heads
 are both supported; an untied head gets its own new rows.
+
+``pad_to_multiple_of``: the embedding is padded to a multiple of N rows (tensor-core
+friendly shapes, as training frameworks do). The padding rows are not new tokens: no
+tokenizer id reaches them, ``new_token_ids`` (and the sidecar) name only the SID rows,
+and they are zero in the input embedding and the head, so a model never samples them
+(geodiag reads them as a padded vocabulary's unused rows past the tokenizer).
 """
 
 from __future__ import annotations
@@ -25,11 +31,15 @@ from geodiag.io.vocabulary.sidecar import SemanticIds
 class VocabExtension:
     """Where the new tokens live after :func:`extend_vocabulary`."""
 
-    # Rows [0, base_vocab_size) are the original vocabulary. Models whose embedding
-    # has padding rows beyond the tokenizer (Qwen) keep those out of the statistics.
+    # Rows [0, base_vocab_size) are the original vocabulary. Padding rows beyond the
+    # tokenizer (the base's, as Qwen's, or --pad-vocab-to-multiple-of's) are neither
+    # original nor new: they stay out of the statistics and out of new_token_ids.
     base_vocab_size: int
     new_token_ids: tuple[int, ...]  # in (level, code) order, as sids.token_strings()
     tied: bool
+    # Rows of the embedding before the extension: new ids at or past it cannot sit on a
+    # padding row the base already had (geodiag's on_padding note; None: not known).
+    base_rows: int | None = None
 
     @property
     def n_new(self) -> int:
@@ -45,10 +55,16 @@ def is_tied(model: PreTrainedModel) -> bool:
 
 
 def extend_vocabulary(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sids: SemanticIds
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sids: SemanticIds,
+    *,
+    pad_to_multiple_of: int = 0,
 ) -> VocabExtension:
     """Add the SID tokens to ``tokenizer`` and rows for them to ``model``, in place."""
-    return add_new_tokens(model, tokenizer, sids.token_strings())
+    return add_new_tokens(
+        model, tokenizer, sids.token_strings(), pad_to_multiple_of=pad_to_multiple_of
+    )
 
 
 def add_new_tokens(
@@ -57,6 +73,7 @@ def add_new_tokens(
     tokens: list[str],
     *,
     as_strings: bool = False,
+    pad_to_multiple_of: int = 0,
 ) -> VocabExtension:
     """Add ``tokens`` (spelled as given) to ``tokenizer`` and rows for them to ``model``, in
     place; ``new_token_ids`` follow the order of ``tokens``.
@@ -64,7 +81,10 @@ def add_new_tokens(
     ``as_strings``: add them as ``tokenizer.add_tokens(["<a_1>", ...])`` does (transformers'
     flags for a plain string), so that a framework's own ``add_tokens`` of the same strings
     finds each one identical and adds 0; an ``AddedToken`` with other flags would be added
-    again (same id, but counted), which is what the drop-in route must avoid."""
+    again (same id, but counted), which is what the drop-in route must avoid.
+
+    ``pad_to_multiple_of`` N > 0: the embedding gets a multiple of N rows; the rows past
+    the tokenizer that no token has are set to zero (0: exactly the tokenizer's length)."""
     vocab = tokenizer.get_vocab()
     clash = [t for t in tokens if t in vocab]
     if clash:
@@ -90,8 +110,29 @@ def add_new_tokens(
     if tokenizer(probe, add_special_tokens=False)["input_ids"] != ids[: min(len(tokens), 8)]:
         raise RuntimeError(f"the tokenizer does not split {probe!r} into the SID tokens")
     # Never shrink: rows past the tokenizer (padding rows) stay where they are.
-    model.resize_token_embeddings(max(n_rows, len(tokenizer)), mean_resizing=False)
-    return VocabExtension(base_vocab_size=base, new_token_ids=tuple(ids), tied=is_tied(model))
+    needed = max(n_rows, len(tokenizer))
+    model.resize_token_embeddings(
+        needed, pad_to_multiple_of=pad_to_multiple_of or None, mean_resizing=False
+    )
+    zero_padding_rows(model, n_old=needed)
+    return VocabExtension(
+        base_vocab_size=base, new_token_ids=tuple(ids), tied=is_tied(model), base_rows=n_rows
+    )
+
+
+def zero_padding_rows(model: PreTrainedModel, n_old: int) -> None:
+    """Zero the rows ``[n_old, n_rows)`` that resizing added past the tokenizer (padding:
+    transformers fills them with its random init), in the embedding and an untied head."""
+    weights = [model.get_input_embeddings().weight]
+    if not is_tied(model):
+        weights.append(model.get_output_embeddings().weight)
+    with torch.no_grad():
+        for w in weights:
+            w[n_old:] = 0
+    head = model.get_output_embeddings()
+    if head is not None and getattr(head, "bias", None) is not None:
+        with torch.no_grad():
+            head.bias[n_old:] = 0
 
 
 def with_token_ids(sids: SemanticIds, ext: VocabExtension) -> SemanticIds:

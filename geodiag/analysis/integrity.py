@@ -206,6 +206,10 @@ def on_padding(ckpt: Checkpoint, inputs: UntrainedRows | None) -> IntegrityFindi
         return None
     if inputs.like_padding is not None:
         return None
+    # gti's sidecar records the base's row count: new ids past it lie on no base padding row.
+    base_rows = ckpt.provenance.get("base_embedding_rows")
+    if isinstance(base_rows, int) and base_rows <= int(ckpt.new.ids.min()):
+        return None
     n_tok = len(ckpt.tokenizer)
     cmp = inputs.padding
     if cmp is None:

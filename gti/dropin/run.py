@@ -241,7 +241,13 @@ def run_dropin(
     model.to(resolve_device(cfg.device))
     row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
     base_tokenizer = copy.deepcopy(tokenizer) if "base_tokenizer" in needs(row_strategy) else None
-    ext = add_new_tokens(model, tokenizer, index.tokens, as_strings=True)
+    ext = add_new_tokens(
+        model,
+        tokenizer,
+        index.tokens,
+        as_strings=True,
+        pad_to_multiple_of=cfg.pad_vocab_to_multiple_of,
+    )
     slots = dict(zip(index.items, index.slots(list(index.items)), strict=True))
     context = InitContext(
         item_texts=train_texts,
@@ -261,6 +267,7 @@ def run_dropin(
         "strategy": cfg.strategy,
         "start_from": cfg.start_from if cfg.strategy == "gti" else None,
         "norm_correct": cfg.norm_correct,
+        "pad_vocab_to_multiple_of": cfg.pad_vocab_to_multiple_of,
         "descriptions": None if cfg.descriptions is None else str(cfg.descriptions),
         "model": backbone.name,
         "model_identity": backbone.identity,

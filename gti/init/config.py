@@ -124,6 +124,15 @@ class GroundingConfig:
         ge=0,
     )
     bf16: bool = setting(False, help="bfloat16 autocast for the frozen model's matmuls.")
+    # Memory for compute: a long sequence or a big batch on a large backbone. The frozen
+    # prefix's cache cannot be replayed, so with it every row runs whole (gti.init.grounding).
+    # The same rows either way (to rounding), so a resumed run may switch it.
+    gradient_checkpointing: bool = setting(
+        False,
+        help="Activation checkpointing of the frozen model's layers (less memory, more "
+        "compute; rows run without the frozen-prefix cache).",
+        tags=(RESUMABLE,),
+    )
     # The structure curve (gti.init.structure): at step 0, every N steps and at the
     # end, geometry, RSA per level against the codebooks and held-out code accuracy of
     # the live rows, into train_log.jsonl. It changes what is logged, never the rows.
@@ -272,6 +281,14 @@ class InitConfig:
         help="Rescale each new row to the vocabulary's median row norm: "
         f"{' | '.join(NORM_CORRECTIONS)}.",
     )
+    # Training frameworks pad the vocabulary to a multiple of 64 or 256 rows (tensor-core
+    # shapes). The padding rows are zero and are not new tokens (gti.vocab).
+    pad_vocab_to_multiple_of: int = setting(
+        0,
+        help="Pad the embedding to a multiple of N rows; the padding rows are zero and not "
+        "new tokens (0: exactly the tokenizer's length).",
+        ge=0,
+    )
     # None: what the sids folder was built with (its provenance), so the new
     # tokens land in the same backbone and pair with the same item texts.
     model: str | None = setting(
@@ -289,6 +306,7 @@ class InitConfig:
     grounding: GroundingConfig = field(default_factory=GroundingConfig)
 
     def validate(self) -> None:
+        check_bounds(self)
         if self.strategy not in STRATEGIES:
             raise InputError(
                 "--strategy",

@@ -281,8 +281,8 @@ def next_token_logprobs(
     logits = wide(hidden) @ wide(head.weight.detach()).T  # (N, V)
     if getattr(head, "bias", None) is not None:
         logits = logits + head.bias.detach()
-    keep = (rows.slot < 0).nonzero().squeeze(1)  # (V_old,)
-    return F.log_softmax(logits[:, keep], dim=-1)
+    # The original tokens only: a padded vocabulary's rows past the tokenizer are no token.
+    return F.log_softmax(logits[:, : rows.n_old], dim=-1)  # (N, V_old)
 
 
 def distill_loss(

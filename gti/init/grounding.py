@@ -20,6 +20,12 @@ trainable tensors are ``NewRows.inp`` (n_new, d) and, for an untied head,
    group runs parts 1-3 at its own widths; the loss is the mean over all answer tokens
    either way.
 
+Activation checkpointing (``--gradient-checkpointing``, :func:`layer_checkpointing`) trades
+part 1 away: a checkpointed layer runs its forward again in the backward, and a suffix run
+after the prefix's cache would write its keys and values into that cache a second time.
+With it on, every row runs whole (``FrozenPrefix.none``, no cache: the same loss and
+gradients, more positions with gradient) and only the layers' boundaries are kept.
+
 Each part is a named function (``frozen_prefix``, ``suffix_hidden``, ``answer_tokens``
 + ``NewRows.project``, ``row_groups``); ``batch_loss`` chains parts 1-3 over one group,
 ``fast_loss`` over each group. ``bench/grounding.py`` chains them differently to measure
@@ -30,6 +36,8 @@ against (same gradients, ``tests/gti/init``).
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +61,8 @@ class NewRows(nn.Module):
         slot[ids] = torch.arange(len(ids), device=ids.device)
         self.register_buffer("ids", ids)
         self.register_buffer("slot", slot)  # (V,): row of E_new for a new id, -1 otherwise
+        # Ids [0, n_old) are the original vocabulary; padding rows past the tokenizer are not.
+        self.n_old = ext.base_vocab_size
         self.inp = nn.Parameter(embed.weight.detach()[ids].clone())  # (n_new, d)
         head = model.get_output_embeddings()
         self.out = None if ext.tied else nn.Parameter(head.weight.detach()[ids].clone())
@@ -102,6 +112,44 @@ def freeze(model: PreTrainedModel) -> None:
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
+
+
+# Only the new rows take gradients, so the checkpoint needs no input that requires grad
+# (the reentrant variant's condition); non-reentrant also handles keyword inputs.
+CHECKPOINT_KWARGS = {"use_reentrant": False}
+
+
+def checkpointed_modules(model: PreTrainedModel) -> list[nn.Module]:
+    """The modules transformers checkpoints (its layers; the decoder in transformers 4.x)."""
+    return [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True]
+
+
+@contextmanager
+def layer_checkpointing(model: PreTrainedModel, enabled: bool) -> Iterator[None]:
+    """Activation checkpointing of the frozen model's layers while the block runs.
+
+    transformers checkpoints a layer only in training mode; :func:`freeze` put the model in
+    eval mode (no dropout). Only the checkpointed modules themselves are marked training,
+    their submodules (attention, dropout) stay in eval, so the numbers are eval mode's."""
+    if not enabled:
+        yield
+        return
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.25
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=CHECKPOINT_KWARGS)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=CHECKPOINT_KWARGS)
+    layers = checkpointed_modules(model)
+    try:
+        for m in layers:
+            m.training = True
+        yield
+    finally:
+        for m in layers:
+            m.training = False
+        if hasattr(model, "activation_checkpointing_disable"):
+            model.activation_checkpointing_disable()
+        else:
+            model.gradient_checkpointing_disable()
 
 
 class SharedPrefix:
@@ -235,8 +283,9 @@ def frozen_prefix(
     ids = batch.input_ids.to(device)
     dim = model.get_input_embeddings().weight.shape[1]
     # A row whose first token is new has no prefix; then the whole batch runs without one.
+    # Under activation checkpointing a layer's replay would write the cache twice.
     split = row_splits(batch).to(device)
-    if int(split.min()) == 0 or not prefix_pays(batch, split):
+    if int(split.min()) == 0 or not prefix_pays(batch, split) or checkpointed_modules(model):
         return FrozenPrefix.none(batch, dim, device)
     B, width = ids.shape[0], int(split.max())
     pos = torch.arange(width, device=device)

@@ -240,7 +240,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     group = join(device) if cfg.strategy == "gti" else Group()
     model.to(device)
     base_tokenizer = copy.deepcopy(tokenizer) if "base_tokenizer" in needs(row_strategy) else None
-    ext = extend_vocabulary(model, tokenizer, sids)
+    ext = extend_vocabulary(model, tokenizer, sids, pad_to_multiple_of=cfg.pad_vocab_to_multiple_of)
     context = InitContext(
         sids=sids,
         item_texts=item_texts,
@@ -266,6 +266,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "processes": group.world,
         "start_from": cfg.start_from if cfg.strategy == "gti" else None,
         "norm_correct": cfg.norm_correct,
+        "pad_vocab_to_multiple_of": cfg.pad_vocab_to_multiple_of,
         "descriptions": None if cfg.descriptions is None else str(cfg.descriptions),
         "model": backbone.name,
         "model_identity": backbone.identity,
@@ -301,6 +302,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "source_model_identity": backbone.identity,
         "data": data,
         "tied_embeddings": ext.tied,
+        "base_embedding_rows": ext.base_rows,
         "sids_provenance": sids.provenance,
     }
     if group.main:  # the rows are the same on every process

@@ -23,7 +23,7 @@ from transformers import PreTrainedModel
 from gti.init.checkpoint import GroundingState
 from gti.init.config import GroundingConfig
 from gti.init.distill import DistillBatch, DistillLoss, DistillStream, check_layer, distill_loss
-from gti.init.grounding import NewRows, SharedPrefix, StepLoss, fast_loss
+from gti.init.grounding import NewRows, SharedPrefix, StepLoss, fast_loss, layer_checkpointing
 from gti.init.optim import LazyAdam, make_row_optimizer, present_rows
 from gti.init.pairs import Batch, PairStream
 from gti.init.parallel import Group
@@ -173,7 +173,10 @@ def train_grounding(
             batch = stream.batch(step) if cfg.uses_ce else None
             d_batch = distill.batch(step) if cfg.uses_distill else None  # type: ignore[union-attr]
             ce = dist = None
-            with torch.autocast(device_type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            with (
+                torch.autocast(device_type, dtype=torch.bfloat16, enabled=cfg.bf16),
+                layer_checkpointing(model, cfg.gradient_checkpointing),
+            ):
                 if batch is not None:
                     ce = fast_loss(model, rows, share_of(batch, group), shared=shared)
                 if d_batch is not None:

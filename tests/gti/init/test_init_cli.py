@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 import typer
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
 from geodiag.cli import app as geodiag_app
+from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.vocabulary import sidecar
 from gti.init.cli import init
 from gti.init.config import ROW_STRATEGIES
@@ -110,3 +112,40 @@ def test_bad_flags_exit_2_naming_the_flag(world, args, flag):
 def test_missing_sids_folder_exits_2(world, tmp_path):
     res = runner.invoke(app, ["init", "--sids", str(tmp_path / "nope"), "-o", str(tmp_path / "o")])
     assert res.exit_code == 2 and "not found" in res.output
+
+
+def test_padded_vocabulary_keeps_the_new_ids_explicit(world):
+    """--pad-vocab-to-multiple-of 64 (with --gradient-checkpointing, recorded): the embedding grows to a multiple of 64 rows, the SID
+    ids stay the tokenizer's, the padding rows stay zero through init and grounding (bit for
+    bit), and geodiag judges exactly the SID rows."""
+    out = world.root / "padded"
+    args = ("--strategy", "gti", "--preset", "tiny", "--no-progress")
+    res = gti_init(world, out, *args, "--pad-vocab-to-multiple-of", 64, "--gradient-checkpointing")
+    assert res.exit_code == 0, res.output
+
+    tok = AutoTokenizer.from_pretrained(out)
+    weight = AutoModelForCausalLM.from_pretrained(out).get_input_embeddings().weight.detach()
+    assert weight.shape[0] % 64 == 0 and weight.shape[0] > len(tok)
+    sids = sidecar.load(out)
+    strings = world.sids.token_strings()
+    ids = [i for lv in sids.levels for i in lv.token_ids]
+    assert ids == tok.convert_tokens_to_ids(strings)
+    assert max(ids) == len(tok) - 1  # the padding rows are past every token
+    assert bool((weight[len(tok) :] == 0).all())  # zero as extended, untouched since
+    base = AutoModelForCausalLM.from_pretrained(world.model_dir).get_input_embeddings().weight
+    assert torch.equal(weight[: sids.base_vocab_size], base.detach())
+    run = json.loads((out / "init_config.json").read_text())
+    assert run["pad_vocab_to_multiple_of"] == 64 and run["grounding"]["gradient_checkpointing"]
+
+    # check's verdict, through the CLI, is on the same rows its one assembly resolves
+    res = geodiag_check(out)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["results"][0]["checks"]
+    ckpt = open_checkpoint(out)
+    assert ckpt.new.ids.tolist() == ids
+    assert ckpt.padding_ids().tolist() == list(range(len(tok), weight.shape[0]))
+    assert ckpt.provenance["base_embedding_rows"] == sids.base_vocab_size
+    # the padding rows are a note, and the sidecar's base row count rules out that the
+    # new tokens sit on padding rows the base already had (no --base needed)
+    text = runner.invoke(geodiag_app, ["check", str(out), "--permutations", "50"]).output
+    assert "padding rows past the tokenizer" in text and "--base BASE" not in text

@@ -15,7 +15,14 @@ from test_init_cli import OWN_FILES, gti_init
 
 from gti.init import InitContext
 from gti.init.config import GroundingConfig
-from gti.init.distill import CONTEXTS, DistillStream, distill_loss, pair_example, prompt_of
+from gti.init.distill import (
+    CONTEXTS,
+    DistillStream,
+    distill_loss,
+    next_token_logprobs,
+    pair_example,
+    prompt_of,
+)
 from gti.init.grounding import NewRows, SharedPrefix, freeze
 from gti.init.pairs import PairStream
 from gti.init.run import apply_row_init
@@ -221,3 +228,18 @@ def test_cli_distill_writes_the_checkpoint_and_records_the_objective(world):
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in log] == [1, 2, 3, 4]
     assert all(e["distill"] > 0 and e["distill_positions"] > 0 for e in log)
+
+
+def test_logit_distillation_ranges_over_the_original_tokens_only():
+    """A padded vocabulary (--pad-vocab-to-multiple-of): its zero rows past the tokenizer are
+    no token, so the distributions matched are over the base vocabulary alone."""
+    tok = make_tokenizer()
+    model = make_model(tok)
+    ext = extend_vocabulary(model, tok, make_sids(), pad_to_multiple_of=64)
+    freeze(model)
+    rows = NewRows(model, ext)
+    assert model.get_output_embeddings().weight.shape[0] > len(tok)  # padding rows exist
+    hidden = torch.randn(3, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    logp = next_token_logprobs(model, rows, hidden)
+    assert logp.shape == (3, ext.base_vocab_size)
+    torch.testing.assert_close(logp.exp().sum(-1), torch.ones(3))

@@ -199,3 +199,32 @@ def test_row_groups_partition_the_batch_and_never_cost_more(chat):
             sub = batch.select(g)
             assert sub.input_ids.shape[1] == int(batch.lengths[g].max())
             assert torch.equal(sub.input_ids, batch.input_ids[g, : sub.input_ids.shape[1]])
+
+
+def test_gradient_checkpointing_gives_the_same_rows():
+    """--gradient-checkpointing: the layers are replayed in the backward and every row runs
+    whole (no frozen-prefix cache); SGD keeps the comparison linear in the gradients, whose
+    routes agree to EQUIV_ATOL (float64, above), so after ``steps`` steps of ``lr`` the rows
+    agree to steps x lr x EQUIV_ATOL."""
+    steps, lr = 3, 0.1
+    trained, replays = {}, {}
+    for on in (False, True):
+        tok, model, ext, rows, stream = setup(True, True, dtype=torch.float64)
+        calls = []  # an MLP started inside the backward: its layer was checkpointed, replayed
+        model.model.layers[0].mlp.register_forward_pre_hook(
+            lambda *_, calls=calls: calls.append(torch._C._current_graph_task_id() != -1)
+        )
+        cfg = GroundingConfig(
+            steps=steps,
+            batch_size=8,
+            lr=lr,
+            optimizer="sgd",
+            progress=False,
+            gradient_checkpointing=on,
+        )
+        assert train_grounding(model, rows, stream, cfg).completed
+        trained[on], replays[on] = rows.inp.detach().clone(), sum(calls)
+        assert not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+        assert not model.training and not any(m.training for m in model.modules())
+    assert replays[False] == 0 and replays[True] >= steps
+    torch.testing.assert_close(trained[True], trained[False], rtol=0, atol=steps * lr * EQUIV_ATOL)

@@ -52,3 +52,21 @@ def test_refuses_a_tokenizer_that_already_has_sid_tokens():
     extend_vocabulary(model, tok, make_sids())
     with pytest.raises(InputError, match="already has"):
         extend_vocabulary(model, tok, make_sids())
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_padding_to_a_multiple_adds_zero_rows_that_are_not_new_tokens(tied):
+    tok = make_tokenizer()
+    model = make_model(tok, tied=tied)
+    V = len(tok)
+    sids = make_sids()
+    ext = extend_vocabulary(model, tok, sids, pad_to_multiple_of=64)
+
+    n_rows = model.get_input_embeddings().weight.shape[0]
+    assert n_rows % 64 == 0 and n_rows > V + 9
+    assert list(ext.new_token_ids) == tok.convert_tokens_to_ids(sids.token_strings())
+    assert ext.base_vocab_size == V and ext.n_new == 9
+    for matrix in ("input",) if tied else ("input", "output"):
+        weight = model.get_input_embeddings() if matrix == "input" else model.lm_head
+        assert weight.weight.shape[0] == n_rows
+        assert bool((weight.weight[V + 9 :] == 0).all())  # padding: zero, not a random draw
