@@ -10,8 +10,9 @@ are both supported; an untied head gets its own new rows.
 ``pad_to_multiple_of``: the embedding is padded to a multiple of N rows (tensor-core
 friendly shapes, as training frameworks do). The padding rows are not new tokens: no
 tokenizer id reaches them, ``new_token_ids`` (and the sidecar) name only the SID rows,
-and they are zero in the input embedding and the head, so a model never samples them
-(geodiag reads them as a padded vocabulary's unused rows past the tokenizer).
+and they are zero in the input embedding and the head: they carry nothing (a zero
+logit, which sampling can still reach; a decoder constrained to the SIDs never does), and
+geodiag reads them as a padded vocabulary's unused rows past the tokenizer.
 """
 
 from __future__ import annotations
