@@ -189,24 +189,12 @@ def demo_arms(root: Path) -> None:
     the README's snippets run on its grounded arm, whose dead codes are untrained (at their
     init, identical) yet fed by nothing: a check that reads the folder's SID map passes
     them (``assert result.passed``), one that counted them would fail."""
-    import torch
-
     for folder in ("gti", "gti/sft"):
         if str(ROOT / "tests" / folder) not in sys.path:
             sys.path.insert(0, str(ROOT / "tests" / folder))
-    from demo_run import build_demo
+    from demo_run import build_demo_isolated
 
-    old_cache, threads = os.environ.get("GTI_CACHE"), torch.get_num_threads()
-    os.environ["GTI_CACHE"] = str(root / ".gti-cache")  # gti's cache, not the user's
-    torch.set_num_threads(1)  # tiny models: one thread is faster on a busy CPU
-    try:
-        build_demo(root / ".demo-world", out=root / "runs/demo")
-    finally:
-        torch.set_num_threads(threads)
-        if old_cache is None:
-            os.environ.pop("GTI_CACHE")
-        else:
-            os.environ["GTI_CACHE"] = old_cache
+    build_demo_isolated(root / ".demo-world", root / ".gti-cache", out=root / "runs/demo")
 
 
 def build_world(root: Path) -> Path:

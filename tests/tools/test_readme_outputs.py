@@ -12,7 +12,6 @@ rerun the script on a demo run (its docstring says how).
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -86,20 +85,10 @@ def demo(tmp_path_factory) -> Path:
     for folder in ("gti", "gti/sft"):
         if str(ROOT / "tests" / folder) not in sys.path:
             sys.path.insert(0, str(ROOT / "tests" / folder))
-    from demo_run import build_demo
+    from demo_run import build_demo_isolated
 
     root = tmp_path_factory.mktemp("readme-demo")
-    old, threads = os.environ.get("GTI_CACHE"), torch.get_num_threads()
-    os.environ["GTI_CACHE"] = str(root / ".gti-cache")
-    torch.set_num_threads(1)
-    try:
-        build_demo(root / "world", out=root / "demo")
-    finally:
-        torch.set_num_threads(threads)
-        if old is None:
-            os.environ.pop("GTI_CACHE")
-        else:
-            os.environ["GTI_CACHE"] = old
+    build_demo_isolated(root / "world", root / ".gti-cache", out=root / "demo")
     demo = root / "demo"
     _variant(demo, "mean", "mean", "mean-moved-together", _moved_together)
     _variant(

@@ -15,6 +15,7 @@ without torch.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -92,3 +93,19 @@ def build_demo(root: Path, out: Path | None = None) -> dict[str, Path]:
             )
         )
     return made
+
+
+def build_demo_isolated(root: Path, cache: Path, out: Path | None = None) -> dict[str, Path]:
+    """:func:`build_demo` with gti's cache at ``cache`` (not the user's) and one torch
+    thread (tiny models: faster on a busy CPU); both restored afterwards."""
+    old_cache, threads = os.environ.get("GTI_CACHE"), torch.get_num_threads()
+    os.environ["GTI_CACHE"] = str(cache)
+    torch.set_num_threads(1)
+    try:
+        return build_demo(root, out=out)
+    finally:
+        torch.set_num_threads(threads)
+        if old_cache is None:
+            os.environ.pop("GTI_CACHE")
+        else:
+            os.environ["GTI_CACHE"] = old_cache
