@@ -9,7 +9,6 @@ framework's own SFT continues from, with ``geodiag check`` of it, written atomic
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -30,14 +29,14 @@ from gti.dropin.index import IndexTokens, read_index
 from gti.dropin.items import item_texts
 from gti.dropin.probe import ProbeResult, probe
 from gti.errors import Interrupted
-from gti.init import InitContext, needs
+from gti.init import InitContext
 from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.distill import distill_stream
 from gti.init.grounding import NewRows, freeze
 from gti.init.llamafactory import read_descriptions
 from gti.init.pairs import PairStream
-from gti.init.run import apply_row_init
+from gti.init.run import apply_row_init, base_tokenizer_for, row_init_record
 from gti.init.trainer import train_grounding
 from gti.models.backbone import resolve_backbone
 from gti.options import fingerprinted
@@ -240,7 +239,7 @@ def run_dropin(
     model, tokenizer = backbone.load()
     model.to(resolve_device(cfg.device))
     row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
-    base_tokenizer = copy.deepcopy(tokenizer) if "base_tokenizer" in needs(row_strategy) else None
+    base_tokenizer = base_tokenizer_for(tokenizer, row_strategy)
     ext = add_new_tokens(
         model,
         tokenizer,
@@ -266,9 +265,7 @@ def run_dropin(
         "route": "drop-in",
         "strategy": cfg.strategy,
         "start_from": cfg.start_from if cfg.strategy == "gti" else None,
-        "norm_correct": cfg.norm_correct,
-        "pad_vocab_to_multiple_of": cfg.pad_vocab_to_multiple_of,
-        "descriptions": None if cfg.descriptions is None else str(cfg.descriptions),
+        **row_init_record(cfg),
         "model": backbone.name,
         "model_identity": backbone.identity,
         "sids": str(cfg.sids),

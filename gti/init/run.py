@@ -65,6 +65,22 @@ def apply_row_init(
         set_new_rows(model, ext, matrix, rows)
 
 
+def base_tokenizer_for(tokenizer, strategy: str):
+    """A copy of ``tokenizer`` before the new tokens are added, for a strategy that splits
+    their strings as the original tokenizer does (``subword``); else None."""
+    return copy.deepcopy(tokenizer) if "base_tokenizer" in needs(strategy) else None
+
+
+def row_init_record(cfg: InitConfig) -> dict[str, object]:
+    """What init_config.json records of the row init's settings, on either route (gti's
+    SIDs, or a framework's index)."""
+    return {
+        "norm_correct": cfg.norm_correct,
+        "pad_vocab_to_multiple_of": cfg.pad_vocab_to_multiple_of,
+        "descriptions": None if cfg.descriptions is None else str(cfg.descriptions),
+    }
+
+
 def read_codebooks(
     codebooks: Path, sids: SemanticIds, *, every_level: bool = True
 ) -> dict[str, np.ndarray]:
@@ -239,7 +255,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     device = local_device(resolve_device(cfg.device))
     group = join(device) if cfg.strategy == "gti" else Group()
     model.to(device)
-    base_tokenizer = copy.deepcopy(tokenizer) if "base_tokenizer" in needs(row_strategy) else None
+    base_tokenizer = base_tokenizer_for(tokenizer, row_strategy)
     ext = extend_vocabulary(model, tokenizer, sids, pad_to_multiple_of=cfg.pad_vocab_to_multiple_of)
     context = InitContext(
         sids=sids,
@@ -265,9 +281,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "strategy": cfg.strategy,
         "processes": group.world,
         "start_from": cfg.start_from if cfg.strategy == "gti" else None,
-        "norm_correct": cfg.norm_correct,
-        "pad_vocab_to_multiple_of": cfg.pad_vocab_to_multiple_of,
-        "descriptions": None if cfg.descriptions is None else str(cfg.descriptions),
+        **row_init_record(cfg),
         "model": backbone.name,
         "model_identity": backbone.identity,
         "data": data,
