@@ -143,7 +143,10 @@ def resolve_source(cfg: ProbeConfig) -> ProbeSource:
         and _same_file(items_file, recorded.get("items"))
     )
     if same_run and int(run.get("holdout") or 0) > 0:
-        items, _ = split_holdout(list(texts), int(run["holdout"]), int(run.get("seed", 0)))
+        # drawn as the drop-in route draws it (gti.dropin.run): with the index's tokens
+        items, _ = split_holdout(
+            list(texts), int(run["holdout"]), int(run.get("seed", 0)), index.items
+        )
         held_out = True
         how = (
             f"the {len(items)} items its grounding held out (init_config.json: holdout "

@@ -115,3 +115,19 @@ def test_the_recipe_shows_what_its_short_run_prints(small, tmp_path):
     assert not readme_outputs.unseen(recorded, current)
     changed = [line.replace("never reached", "did not reach") for line in recorded]
     assert readme_outputs.stale(changed, current)  # a reworded line is caught
+
+
+def test_the_probe_asks_about_the_items_the_run_held_out(small, tmp_path):
+    """`gti probe` redraws a drop-in output's held-out set from init_config.json: the same
+    draw as the run, the index's tokens included (on this world they change the sample)."""
+    from gti.probe.config import ProbeConfig
+    from gti.probe.source import resolve_source
+
+    out = tmp_path / "out"
+    _ground(small, out, steps=1)
+    src = resolve_source(ProbeConfig(checkpoint=out))
+    assert src.held_out
+    run = json.loads((out / "init_config.json").read_text())
+    drawn, _ = split_holdout(list(src.texts), run["holdout"], run["seed"], src.index.items)
+    plain, _ = split_holdout(list(src.texts), run["holdout"], run["seed"])
+    assert src.items == drawn and drawn != plain
