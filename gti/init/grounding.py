@@ -50,12 +50,29 @@ from gti.models.kv_cache import cache_kwarg, cache_of
 from gti.vocab import VocabExtension
 
 
+def frozen_layer(module: nn.Module) -> nn.Module:
+    """``module``, or the frozen layer a PEFT tuner layer wraps (``--vehicle peft``,
+    :mod:`gti.init.peft_rows`): the wrapper splices its trainable rows into a (V, d) copy
+    of the matrix at every call, where the fast path reads the frozen rows and takes the
+    new ones from :class:`NewRows`."""
+    base = getattr(module, "get_base_layer", None)
+    return base() if base is not None else module
+
+
+def input_embedding(model: PreTrainedModel) -> nn.Module:
+    return frozen_layer(model.get_input_embeddings())
+
+
+def output_head(model: PreTrainedModel) -> nn.Module:
+    return frozen_layer(model.get_output_embeddings())
+
+
 class NewRows(nn.Module):
     """The trainable new rows, and how they enter the frozen model."""
 
     def __init__(self, model: PreTrainedModel, ext: VocabExtension) -> None:
         super().__init__()
-        embed = model.get_input_embeddings()
+        embed = input_embedding(model)
         ids = ext.ids_tensor(embed.weight.device)  # (n_new,)
         slot = torch.full((embed.weight.shape[0],), -1, dtype=torch.long, device=ids.device)
         slot[ids] = torch.arange(len(ids), device=ids.device)
@@ -64,7 +81,7 @@ class NewRows(nn.Module):
         # Ids [0, n_old) are the original vocabulary; padding rows past the tokenizer are not.
         self.n_old = ext.base_vocab_size
         self.inp = nn.Parameter(embed.weight.detach()[ids].clone())  # (n_new, d)
-        head = model.get_output_embeddings()
+        head = output_head(model)
         self.out = None if ext.tied else nn.Parameter(head.weight.detach()[ids].clone())
         # Gemma-style embeddings scale their output; new rows must get the same scale.
         self.embed_scale = getattr(embed, "embed_scale", None)
@@ -75,7 +92,7 @@ class NewRows(nn.Module):
 
     def embed(self, model: PreTrainedModel, input_ids: torch.Tensor) -> torch.Tensor:
         """Input embeddings, (B, T) -> (B, T, d), with the new rows taken from ``inp``."""
-        base = model.get_input_embeddings()(input_ids)  # frozen: no grad
+        base = input_embedding(model)(input_ids)  # frozen: no grad
         slot = self.slot[input_ids]  # (B, T)
         new = self.inp[slot.clamp(min=0)]  # (B, T, d)
         if self.embed_scale is not None:
@@ -84,7 +101,7 @@ class NewRows(nn.Module):
 
     def project(self, model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
         """Logits (N, V) for hidden states (N, d): frozen head, new columns from the rows."""
-        head = model.get_output_embeddings()
+        head = output_head(model)
         logits = hidden @ head.weight.detach().T  # (N, V)
         new = hidden @ self.output_rows.T  # (N, n_new)
         logits = logits.index_copy(1, self.ids, new)
@@ -160,11 +177,12 @@ class SharedPrefix:
 
     def __init__(self, model: PreTrainedModel, ids: list[int]) -> None:
         decoder = model.get_decoder()
-        device = model.get_input_embeddings().weight.device
+        embed = input_embedding(model)
+        device = embed.weight.device
         self.ids = torch.tensor(ids, dtype=torch.long, device=device)  # (C,)
         with torch.no_grad():
             out = decoder(
-                inputs_embeds=model.get_input_embeddings()(self.ids[None]),
+                inputs_embeds=embed(self.ids[None]),
                 attention_mask=torch.ones(1, len(ids), dtype=torch.bool, device=device),
                 use_cache=True,
             )
@@ -281,7 +299,8 @@ def frozen_prefix(
     without gradient; the tokens every row shares come from ``shared``'s cache."""
     decoder = model.get_decoder()
     ids = batch.input_ids.to(device)
-    dim = model.get_input_embeddings().weight.shape[1]
+    embed = input_embedding(model)
+    dim = embed.weight.shape[1]
     # A row whose first token is new has no prefix; then the whole batch runs without one.
     # Under activation checkpointing a layer's replay would write the cache twice.
     split = row_splits(batch).to(device)
@@ -297,7 +316,7 @@ def frozen_prefix(
     past = {cache_kwarg(decoder): shared.cache_for(B)} if n_shared else {}  # type: ignore[union-attr]
     with torch.no_grad():
         out = decoder(
-            inputs_embeds=model.get_input_embeddings()(ids[:, n_shared:width]),
+            inputs_embeds=embed(ids[:, n_shared:width]),
             attention_mask=mask,  # (B, width): n_shared cached + the rest run now
             position_ids=pos[n_shared:].expand(B, -1),
             use_cache=True,
