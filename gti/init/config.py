@@ -31,6 +31,11 @@ DECAYS = ("none", "cosine")
 # Grounding objectives (gti.init.distill): the paper's cross-entropy on text <-> SID
 # pairs, token distillation (Dobler et al., ICLR 2026), or both added.
 OBJECTIVES = ("ce", "distill", "ce+distill")
+
+# Where grounding's trainable rows live (gti.init.peft_rows): gti's own tensor spliced into
+# the frozen model, written back into a full checkpoint; or PEFT's trainable-tokens layer
+# (the model wrapped by peft), written as a PEFT adapter over the unchanged base.
+VEHICLES = ("rows", "peft")
 DISTILL_TARGETS = ("hidden", "logits")
 
 
@@ -263,6 +268,14 @@ class InitConfig:
         0.05, help="With --items: the largest share of items without text that is accepted.", ge=0
     )
     strategy: str = setting("gti", help=f"New-row initialization: {' | '.join(STRATEGIES)}.")
+    # OneRec-Think grounds its item tokens with PEFT's trainable tokens; teams who train with
+    # PEFT want an adapter. The same loop, data, loss and schedule either way (the rows are
+    # the same numbers: PEFT's "delta" holds the rows' values, not an offset).
+    vehicle: str = setting(
+        "rows",
+        help=f"Where gti grounding trains the new rows: {' | '.join(VEHICLES)} (rows: a full "
+        "checkpoint; peft: PEFT's trainable tokens, written as a PEFT adapter over --model).",
+    )
     # Where GTI's grounding starts; the paper starts from the mean (Hewitt) init.
     start_from: str = setting(
         "mean",
@@ -323,8 +336,46 @@ class InitConfig:
                 f"unknown rule {self.norm_correct!r}; choose from {', '.join(NORM_CORRECTIONS)}",
             )
         check_device(self.device)
+        self.check_vehicle()
         if self.strategy == "gti":
             self.grounding.validate()
+
+    def check_vehicle(self) -> None:
+        """``--vehicle peft`` trains PEFT's trainable tokens and writes an adapter over the
+        unchanged base: what it cannot do is bad input, named here."""
+        if self.vehicle not in VEHICLES:
+            raise InputError(
+                "--vehicle",
+                f"unknown vehicle {self.vehicle!r}; choose from {', '.join(VEHICLES)}",
+            )
+        if self.vehicle == "rows":
+            return
+        if self.strategy != "gti":
+            raise InputError(
+                "--vehicle",
+                f"peft trains the new rows in grounding; --strategy {self.strategy} trains "
+                "nothing (with --items, --adapter writes its rows as a PEFT adapter)",
+            )
+        if self.items is not None:
+            raise InputError(
+                "--vehicle",
+                "peft runs on gti's own SIDs for now, not on the drop-in route (--items); there "
+                "--adapter writes the grounded rows as a PEFT adapter (trainable tokens + a "
+                "zero LoRA), the same rows --vehicle peft trains",
+            )
+        if self.adapter:
+            raise InputError(
+                "--vehicle",
+                "peft writes its own trainable-tokens adapter; --adapter writes a LoRA + "
+                "trainable-tokens adapter of rows trained by --vehicle rows: pick one",
+            )
+        if self.pad_vocab_to_multiple_of:
+            raise InputError(
+                "--vehicle",
+                "peft writes only the new rows over the unchanged base; the padding rows of "
+                "--pad-vocab-to-multiple-of would be in neither (pad when you resize the base "
+                "for training, or use --vehicle rows)",
+            )
 
 
 def preset_fields() -> tuple[str, ...]:

@@ -11,6 +11,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ from gti.init.llamafactory import read_descriptions
 from gti.init.norm import norm_correct
 from gti.init.pairs import PairStream
 from gti.init.parallel import Group, join, local_device
+from gti.init.peft_rows import adapter_base, save_adapter
 from gti.init.structure import ProbeItems, StructureProbe
 from gti.init.trainer import train_grounding
 from gti.models.backbone import resolve_backbone
@@ -153,10 +155,26 @@ def grounding_fingerprint(
     }
 
 
+def grounding_rows(
+    model: PreTrainedModel, ext: VocabExtension, adapter_of: str | None
+) -> tuple[NewRows, object | None]:
+    """The trainable new rows of the frozen ``model``, and the ``PeftModel`` that holds
+    them under ``--vehicle peft`` (``adapter_of``: the base the adapter names; None:
+    ``--vehicle rows``, no PeftModel)."""
+    freeze(model)
+    if adapter_of is None:
+        return NewRows(model, ext), None
+    from gti.init.peft_rows import PeftRows, wrap
+
+    peft_model = wrap(model, ext, adapter_of)
+    return PeftRows(peft_model, ext), peft_model
+
+
 def ground(
     model: PreTrainedModel,
     tokenizer: object,
     ext: VocabExtension,
+    rows: NewRows,
     sids: SemanticIds,
     item_texts: dict[str, str],
     run_config: dict[str, object],
@@ -165,8 +183,9 @@ def ground(
     should_stop: Callable[[int], bool] | None,
     group: Group = Group(),
 ) -> TrainResult:
-    """Grounding (strategy ``gti``): train the new rows of the frozen ``model`` on
-    text <-> SID pairs, resuming from ``cfg.out``'s partial state, and write them back.
+    """Grounding (strategy ``gti``): train ``rows`` (:func:`grounding_rows`) of the frozen
+    ``model`` on text <-> SID pairs, resuming from ``cfg.out``'s partial state, and write
+    them back (into the model; under ``--vehicle peft`` they stay in the adapter).
 
     Raises :class:`gti.errors.Interrupted` when it stopped early.
     """
@@ -177,8 +196,6 @@ def ground(
             f"{g.batch_size} pairs per step do not split over {group.world} processes; "
             "pick a multiple",
         )
-    freeze(model)
-    rows = NewRows(model, ext)
     items = list(sids.items)
     stream = PairStream(
         tokenizer,
@@ -251,6 +268,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     backbone = resolve_backbone(
         model_spec, cache_dir=cfg.cache_dir, allow_download=cfg.allow_download, seed=cfg.seed
     )
+    adapter_of = adapter_base(backbone) if cfg.vehicle == "peft" else None
     model, tokenizer = backbone.load()
     device = local_device(resolve_device(cfg.device))
     group = join(device) if cfg.strategy == "gti" else Group()
@@ -289,12 +307,16 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "seed": cfg.seed,
         "grounding": asdict(cfg.grounding) if cfg.strategy == "gti" else None,
     }
-    step, train_log = 0, None
+    if cfg.vehicle != "rows":  # recorded where it differs: older runs' configs stay as they were
+        run_config["vehicle"] = cfg.vehicle
+    step, train_log, peft_model = 0, None, None
     if cfg.strategy == "gti":
+        rows, peft_model = grounding_rows(model, ext, adapter_of)
         result = ground(
             model,
             tokenizer,
             ext,
+            rows,
             sids,
             item_texts,
             run_config,
@@ -319,9 +341,21 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "base_embedding_rows": ext.base_rows,
         "sids_provenance": sids.provenance,
     }
+    if adapter_of is not None:
+        final.provenance["vehicle"] = cfg.vehicle
     if group.main:  # the rows are the same on every process
         write_checkpoint(
-            out, model, tokenizer, final, codebooks, CONFIG_FILENAME, run_config, train_log
+            out,
+            model,
+            tokenizer,
+            final,
+            codebooks,
+            CONFIG_FILENAME,
+            run_config,
+            train_log,
+            save_weights=None
+            if peft_model is None
+            else partial(save_adapter, peft_model=peft_model),
         )
         if cfg.strategy == "gti":
             GroundingState(partial_dir(out), {}).clear()
