@@ -28,6 +28,7 @@ from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.distill import distill_stream
 from gti.init.grounding import NewRows, freeze
+from gti.init.holdout import split_holdout
 from gti.init.llamafactory import read_descriptions
 from gti.init.norm import norm_correct
 from gti.init.pairs import PairStream
@@ -97,6 +98,14 @@ def read_codebooks(
     return books
 
 
+def sid_tokens(sids: SemanticIds) -> dict[str, tuple[str, ...]]:
+    """Item -> its SID's token strings, level by level (what the hold-out must not strand)."""
+    return {
+        item: tuple(lv.token(c) for lv, c in zip(sids.levels, codes, strict=True))
+        for item, codes in sids.items.items()
+    }
+
+
 def _item_texts(sids: SemanticIds, data: str, cache_dir: Path | None) -> dict[str, str]:
     catalog = load_dataset(data, cache_dir).catalog
     missing = [i for i in sids.items if i not in catalog]
@@ -159,14 +168,16 @@ def ground(
     ext: VocabExtension,
     sids: SemanticIds,
     item_texts: dict[str, str],
+    items: list[str],
     run_config: dict[str, object],
     cfg: InitConfig,
     *,
     should_stop: Callable[[int], bool] | None,
     group: Group = Group(),
 ) -> TrainResult:
-    """Grounding (strategy ``gti``): train the new rows of the frozen ``model`` on
-    text <-> SID pairs, resuming from ``cfg.out``'s partial state, and write them back.
+    """Grounding (strategy ``gti``): train the new rows of the frozen ``model`` on the
+    text <-> SID pairs of ``items`` (those not held out), resuming from ``cfg.out``'s
+    partial state, and write them back.
 
     Raises :class:`gti.errors.Interrupted` when it stopped early.
     """
@@ -179,7 +190,6 @@ def ground(
         )
     freeze(model)
     rows = NewRows(model, ext)
-    items = list(sids.items)
     stream = PairStream(
         tokenizer,
         [item_texts[i] for i in items],
@@ -246,6 +256,14 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
     needs_texts = cfg.strategy == "gti" or "item_texts" in needs(row_strategy)
     item_texts = _item_texts(sids, data, cfg.cache_dir) if needs_texts else {}
+    # Drawn as `gti probe` draws it again from init_config.json (gti.probe.source): over the
+    # sidecar's items in order, with their token strings. Kept from grounding and from the
+    # inits that read texts.
+    held_out, grounded = split_holdout(
+        list(sids.items), cfg.held_out_count(), cfg.seed, sid_tokens(sids)
+    )
+    held = set(held_out)
+    item_texts = {i: t for i, t in item_texts.items() if i not in held}
     described = read_descriptions(cfg.descriptions) if cfg.descriptions else None
 
     backbone = resolve_backbone(
@@ -287,6 +305,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "data": data,
         "sids": str(sids_path),
         "seed": cfg.seed,
+        "holdout": len(held_out),
         "grounding": asdict(cfg.grounding) if cfg.strategy == "gti" else None,
     }
     step, train_log = 0, None
@@ -297,6 +316,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
             ext,
             sids,
             item_texts,
+            grounded,
             run_config,
             cfg,
             should_stop=should_stop,
