@@ -36,6 +36,9 @@ OBJECTIVES = ("ce", "distill", "ce+distill")
 # the frozen model, written back into a full checkpoint; or PEFT's trainable-tokens layer
 # (the model wrapped by peft), written as a PEFT adapter over the unchanged base.
 VEHICLES = ("rows", "peft")
+# Items the drop-in route holds out from grounding by default (--holdout), and what
+# `gti probe` samples where a checkpoint records no held-out set.
+DROPIN_HOLDOUT = 64
 DISTILL_TARGETS = ("hidden", "logits")
 
 
@@ -260,9 +263,16 @@ class InitConfig:
         False,
         help="With --items: write a PEFT adapter (trainable_token_indices) instead of a model.",
     )
-    # Items kept out of grounding for the held-out probe (text -> SID exact match); at
-    # most a tenth of the items with text.
-    holdout: int = setting(64, help="With --items: items held out for the grounding probe.", ge=0)
+    # Items kept out of grounding (and of the text-reading inits) for the held-out probe
+    # (`gti probe`); at most a tenth of the items with text. None: DROPIN_HOLDOUT on the
+    # drop-in route; none on gti's own SIDs, whose study grounds every item (the rows of
+    # its committed runs stay as they were).
+    holdout: int | None = setting(
+        None,
+        help=f"Items held out from grounding for the probe (default: {DROPIN_HOLDOUT} with "
+        "--items, 0 on gti's own SIDs).",
+        ge=0,
+    )
     # More items without text than this share is bad input (exit 2); fewer are named.
     max_missing_texts: float = setting(
         0.05, help="With --items: the largest share of items without text that is accepted.", ge=0
@@ -317,6 +327,12 @@ class InitConfig:
     allow_download: bool = setting(False, help="Let a hub id download from the hub.")
     cache_dir: Path | None = cache_dir_setting()
     grounding: GroundingConfig = field(default_factory=GroundingConfig)
+
+    def held_out_count(self) -> int:
+        """Items to hold out (``--holdout``, or the route's default)."""
+        if self.holdout is not None:
+            return self.holdout
+        return DROPIN_HOLDOUT if self.items is not None else 0
 
     def validate(self) -> None:
         check_bounds(self)

@@ -29,6 +29,7 @@ from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.distill import distill_stream
 from gti.init.grounding import NewRows, freeze
+from gti.init.holdout import split_holdout
 from gti.init.llamafactory import read_descriptions
 from gti.init.norm import norm_correct
 from gti.init.pairs import PairStream
@@ -97,6 +98,14 @@ def read_codebooks(
             raise InputError(codebooks, f"no codebook for level '{lv.name}'")
         books[lv.name] = book_file.read(lv.name).astype(np.float64)
     return books
+
+
+def sid_tokens(sids: SemanticIds) -> dict[str, tuple[str, ...]]:
+    """Item -> its SID's token strings, level by level (what the hold-out must not strand)."""
+    return {
+        item: tuple(lv.token(c) for lv, c in zip(sids.levels, codes, strict=True))
+        for item, codes in sids.items.items()
+    }
 
 
 def _item_texts(sids: SemanticIds, data: str, cache_dir: Path | None) -> dict[str, str]:
@@ -177,6 +186,7 @@ def ground(
     rows: NewRows,
     sids: SemanticIds,
     item_texts: dict[str, str],
+    items: list[str],
     run_config: dict[str, object],
     cfg: InitConfig,
     *,
@@ -184,8 +194,9 @@ def ground(
     group: Group = Group(),
 ) -> TrainResult:
     """Grounding (strategy ``gti``): train ``rows`` (:func:`grounding_rows`) of the frozen
-    ``model`` on text <-> SID pairs, resuming from ``cfg.out``'s partial state, and write
-    them back (into the model; under ``--vehicle peft`` they stay in the adapter).
+    ``model`` on the text <-> SID pairs of ``items`` (those not held out), resuming from
+    ``cfg.out``'s partial state, and write them back (into the model; under ``--vehicle
+    peft`` they stay in the adapter).
 
     Raises :class:`gti.errors.Interrupted` when it stopped early.
     """
@@ -196,7 +207,6 @@ def ground(
             f"{g.batch_size} pairs per step do not split over {group.world} processes; "
             "pick a multiple",
         )
-    items = list(sids.items)
     stream = PairStream(
         tokenizer,
         [item_texts[i] for i in items],
@@ -263,6 +273,14 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
     needs_texts = cfg.strategy == "gti" or "item_texts" in needs(row_strategy)
     item_texts = _item_texts(sids, data, cfg.cache_dir) if needs_texts else {}
+    # Drawn as `gti probe` draws it again from init_config.json (gti.probe.source): over the
+    # sidecar's items in order, with their token strings. Kept from grounding and from the
+    # inits that read texts.
+    held_out, grounded = split_holdout(
+        list(sids.items), cfg.held_out_count(), cfg.seed, sid_tokens(sids)
+    )
+    held = set(held_out)
+    item_texts = {i: t for i, t in item_texts.items() if i not in held}
     described = read_descriptions(cfg.descriptions) if cfg.descriptions else None
 
     backbone = resolve_backbone(
@@ -305,6 +323,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "data": data,
         "sids": str(sids_path),
         "seed": cfg.seed,
+        "holdout": len(held_out),
         "grounding": asdict(cfg.grounding) if cfg.strategy == "gti" else None,
     }
     if cfg.vehicle != "rows":  # recorded where it differs: older runs' configs stay as they were
@@ -319,6 +338,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
             rows,
             sids,
             item_texts,
+            grounded,
             run_config,
             cfg,
             should_stop=should_stop,
