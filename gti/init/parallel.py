@@ -52,6 +52,14 @@ class Group:
         t = torch.tensor([float(flag)], device=device)
         return bool(self.sum_(t).item() > 0)
 
+    def gather(self, value: int) -> list[int]:
+        """``value`` of every process, by rank."""
+        if self.world == 1:
+            return [value]
+        values: list[int] = [0] * self.world
+        dist.all_gather_object(values, value)
+        return values
+
     def barrier(self) -> None:
         if self.world > 1:
             dist.barrier()

@@ -31,7 +31,8 @@ from gti.init.grounding import NewRows, freeze
 from gti.init.llamafactory import read_descriptions
 from gti.init.norm import norm_correct
 from gti.init.pairs import PairStream
-from gti.init.parallel import Group, join, local_device
+from gti.init.parallel import Group, join, launched_world, local_device
+from gti.init.sharding import gathered_weights, local_parameters, shard_backbone, whole_root
 from gti.init.structure import ProbeItems, StructureProbe
 from gti.init.trainer import train_grounding
 from gti.models.backbone import resolve_backbone
@@ -140,6 +141,10 @@ def structure_probe(
     )
 
 
+# Run settings a resumed run may change: how many processes, and what each one held.
+NOT_FINGERPRINTED = ("grounding", "sids", "processes", "parameters_per_process")
+
+
 def grounding_fingerprint(
     run_config: dict[str, object], sids_path: Path, g: GroundingConfig
 ) -> dict[str, object]:
@@ -147,7 +152,7 @@ def grounding_fingerprint(
     run's settings but the sids path (its content counts, by hash) and the grounding
     section, of which only the fingerprinted fields (gti.options)."""
     return {
-        **{k: v for k, v in run_config.items() if k not in ("grounding", "sids", "processes")},
+        **{k: v for k, v in run_config.items() if k not in NOT_FINGERPRINTED},
         "sids_sha256": hashlib.sha256((sids_path / "semantic_ids.json").read_bytes()).hexdigest(),
         **{k: v for k, v in asdict(g).items() if k in fingerprinted(GroundingConfig)},
     }
@@ -164,10 +169,14 @@ def ground(
     *,
     should_stop: Callable[[int], bool] | None,
     group: Group = Group(),
-) -> TrainResult:
+    device: torch.device | None = None,
+) -> tuple[TrainResult, dict[str, torch.Tensor] | None]:
     """Grounding (strategy ``gti``): train the new rows of the frozen ``model`` on
     text <-> SID pairs, resuming from ``cfg.out``'s partial state, and write them back.
 
+    With ``--fsdp`` the model (on the CPU until then) is sharded onto ``device`` first, and
+    the weights to save come back gathered on rank 0 (:mod:`gti.init.sharding`): the
+    second value, None otherwise (the rows are then written into ``model``).
     Raises :class:`gti.errors.Interrupted` when it stopped early.
     """
     g = cfg.grounding
@@ -179,6 +188,10 @@ def ground(
         )
     freeze(model)
     rows = NewRows(model, ext)
+    if g.fsdp:
+        rows.to(device)
+        shard_backbone(model, group, device)  # type: ignore[arg-type]
+        run_config["parameters_per_process"] = group.gather(local_parameters(model))
     items = list(sids.items)
     stream = PairStream(
         tokenizer,
@@ -204,7 +217,10 @@ def ground(
     probe = None
     if g.structure_every:
         codebooks = sids_path / CODEBOOKS_FILENAME
-        probe = structure_probe(model, tokenizer, rows, sids, items, item_texts, codebooks, ext, g)
+        with whole_root(model):  # under --fsdp: the probe reads the embedding
+            probe = structure_probe(
+                model, tokenizer, rows, sids, items, item_texts, codebooks, ext, g
+            )
     pause = g.pause_after
 
     def stop(step: int) -> bool:
@@ -223,8 +239,10 @@ def ground(
     )
     if not result.completed:
         raise Interrupted(result.step, str(resume.folder))
+    if g.fsdp:
+        return result, gathered_weights(model, rows)
     rows.write_back(model)
-    return result
+    return result, None
 
 
 def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = None) -> Path:
@@ -234,6 +252,13 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     ``should_stop``); the same call later resumes where it stopped.
     """
     cfg.validate()
+    if cfg.grounding.fsdp and launched_world() == 1:
+        raise InputError(
+            "--fsdp",
+            "sharding needs several processes, and this is one: launch with torchrun "
+            "--nproc_per_node N -m gti.cli init ... or accelerate launch --num_processes N "
+            "-m gti.cli init ...",
+        )
     out = Path(cfg.out)
     check_output_dir(out, CONFIG_FILENAME)
     sids_path = Path(cfg.sids)
@@ -254,7 +279,9 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     model, tokenizer = backbone.load()
     device = local_device(resolve_device(cfg.device))
     group = join(device) if cfg.strategy == "gti" else Group()
-    model.to(device)
+    sharding = cfg.strategy == "gti" and cfg.grounding.fsdp
+    if not sharding:  # else each process moves only its shards (gti.init.sharding)
+        model.to(device)
     base_tokenizer = base_tokenizer_for(tokenizer, row_strategy)
     ext = extend_vocabulary(model, tokenizer, sids, pad_to_multiple_of=cfg.pad_vocab_to_multiple_of)
     context = InitContext(
@@ -289,9 +316,9 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "seed": cfg.seed,
         "grounding": asdict(cfg.grounding) if cfg.strategy == "gti" else None,
     }
-    step, train_log = 0, None
+    step, train_log, weights = 0, None, None
     if cfg.strategy == "gti":
-        result = ground(
+        result, weights = ground(
             model,
             tokenizer,
             ext,
@@ -301,6 +328,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
             cfg,
             should_stop=should_stop,
             group=group,
+            device=device,
         )
         step, train_log = result.step, result.log
 
@@ -321,7 +349,15 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     }
     if group.main:  # the rows are the same on every process
         write_checkpoint(
-            out, model, tokenizer, final, codebooks, CONFIG_FILENAME, run_config, train_log
+            out,
+            model,
+            tokenizer,
+            final,
+            codebooks,
+            CONFIG_FILENAME,
+            run_config,
+            train_log,
+            state_dict=weights,
         )
         if cfg.strategy == "gti":
             GroundingState(partial_dir(out), {}).clear()
