@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from transformers import PreTrainedModel
@@ -123,6 +122,9 @@ def gathered_weights(model: PreTrainedModel, rows: NewRows) -> dict[str, torch.T
     collective: every process calls it); None on the other processes. A tied head's name
     holds the embedding's very tensor, so ``save_pretrained`` writes it once, as it does
     from an unsharded model."""
+    # Imported here: about a second on 2 cores, and only a sharded run's save needs it.
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
     inp = parameter_names(model, model.get_input_embeddings().weight)
     out = parameter_names(model, model.get_output_embeddings().weight)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
