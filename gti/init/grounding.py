@@ -46,7 +46,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from gti.init.pairs import Batch
-from gti.init.sharding import on_any_process
+from gti.init.parallel import on_any_process
 from gti.models.kv_cache import cache_kwarg, cache_of
 from gti.vocab import VocabExtension
 

@@ -12,18 +12,20 @@ Grounding's fast route calls the decoder and reads the embedding and the head it
 gathers its weights around each call and again for its backward (the gradient flows
 through it to the rows; no weight takes one, so nothing is reduce-scattered). The root's
 weights are gathered for a whole step by :func:`whole_root`, as FSDP2 keeps a root whole
-from its forward to the end of its backward. A gather is a copy, so every process
-computes what it computes under DDP, bit for bit.
+from its forward to the end of its backward. A gather is a copy: a layer computes what it
+computes unsharded.
 
 A layer's gather is a collective, so every process must call each layer as often as the
 others. Where the route decides from the data how often (frozen prefix or whole rows, one
 group of rows or two: gti.init.grounding), each process's share would decide for itself;
-under sharding the processes agree first (:func:`on_any_process`: one flag all-reduced,
-the plainer route taken by all when one process needs it). A share then runs at another
-grouping than under DDP: the same sums in another order. What the route needs of the frozen
-model holds sharded: the frozen prefix's key/value cache (activations, not weights), token
-distillation's teacher (a forward under ``no_grad``: the layers gather and free),
-activation checkpointing (a replayed layer gathers again).
+under sharding the processes agree first (``gti.init.parallel.on_any_process``: one flag
+all-reduced, the plainer route taken by all when one process needs it). A share may then
+run at another grouping than under DDP: the same sums in another order.
+
+What the route needs of the frozen model holds sharded: the frozen prefix's key/value
+cache (activations, not weights), token distillation's teacher (a forward under
+``no_grad``: the layers gather and free), activation checkpointing (a replayed layer
+gathers again), the structure curve (every process runs the probe's forwards).
 
 At the end the weights are gathered whole on rank 0's CPU (:func:`gathered_weights`), the
 trained rows written into them, and saved from there.
@@ -33,20 +35,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import fully_shard
 from transformers import PreTrainedModel
 
 from geodiag.errors import InputError
-from gti.init.parallel import Group
-
-if TYPE_CHECKING:  # gti.init.grounding asks this module whether the processes agree
-    from gti.init.grounding import NewRows
+from gti.init.grounding import NewRows
+from gti.init.parallel import Group, sharded
 
 
 def decoder_layers(model: PreTrainedModel) -> nn.ModuleList:
@@ -76,20 +74,6 @@ def shard_backbone(model: PreTrainedModel, group: Group, device: torch.device) -
     with torch.no_grad():
         model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=False)
     model.reshard()  # type: ignore[operator]
-
-
-def sharded(model: nn.Module) -> bool:
-    return isinstance(model, FSDPModule)
-
-
-def on_any_process(model: nn.Module, flag: bool) -> bool:
-    """Whether ``flag`` holds on any process, where ``model`` is sharded (a collective:
-    every process asks at the same point); ``flag`` itself otherwise."""
-    if not sharded(model):
-        return flag
-    t = torch.tensor([float(flag)], device=next(model.parameters()).device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return bool(t.item() > 0)
 
 
 @contextmanager

@@ -26,8 +26,8 @@ from gti.init.distill import DistillBatch, DistillLoss, DistillStream, check_lay
 from gti.init.grounding import NewRows, SharedPrefix, StepLoss, fast_loss, layer_checkpointing
 from gti.init.optim import LazyAdam, make_row_optimizer, present_rows
 from gti.init.pairs import Batch, PairStream
-from gti.init.parallel import Group
-from gti.init.sharding import sharded, whole_root
+from gti.init.parallel import Group, sharded
+from gti.init.sharding import whole_root
 from gti.init.structure import StructureProbe, structure_entry
 from gti.prompts import DIRECTIONS
 from gti.training import (
