@@ -141,6 +141,16 @@ class GroundingConfig:
         "compute; rows run without the frozen-prefix cache).",
         tags=(RESUMABLE,),
     )
+    # A backbone that does not fit one device (gti.init.sharding): each process keeps about
+    # 1/N of every frozen weight; the new rows, their gradient all-reduce and their optimizer
+    # are data-parallel grounding's. The same rows either way (to rounding), so a resumed
+    # run may switch it.
+    fsdp: bool = setting(
+        False,
+        help="Shard the frozen backbone with FSDP2 over the launched processes (torchrun / "
+        "accelerate launch): a backbone that does not fit one device.",
+        tags=(RESUMABLE,),
+    )
     # The structure curve (gti.init.structure): at step 0, every N steps and at the
     # end, geometry, RSA per level against the codebooks and held-out code accuracy of
     # the live rows, into train_log.jsonl. It changes what is logged, never the rows.
@@ -355,6 +365,21 @@ class InitConfig:
         self.check_vehicle()
         if self.strategy == "gti":
             self.grounding.validate()
+        if self.grounding.fsdp:
+            self.check_fsdp()
+
+    def check_fsdp(self) -> None:
+        """What ``--fsdp`` cannot go with (the number of processes is checked at launch)."""
+        if self.strategy != "gti":
+            raise InputError(
+                "--fsdp",
+                f"it shards the backbone for grounding; --strategy {self.strategy} trains "
+                "nothing (use --strategy gti, or leave --fsdp out)",
+            )
+        if self.items is not None:
+            raise InputError(
+                "--fsdp", "the drop-in route (--items) runs on one process; leave --fsdp out"
+            )
 
     def check_vehicle(self) -> None:
         """``--vehicle peft`` trains PEFT's trainable tokens and writes an adapter over the

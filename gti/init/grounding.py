@@ -46,6 +46,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from gti.init.pairs import Batch
+from gti.init.parallel import on_any_process
 from gti.models.kv_cache import cache_kwarg, cache_of
 from gti.vocab import VocabExtension
 
@@ -303,8 +304,10 @@ def frozen_prefix(
     dim = embed.weight.shape[1]
     # A row whose first token is new has no prefix; then the whole batch runs without one.
     # Under activation checkpointing a layer's replay would write the cache twice.
+    # Under --fsdp every process takes the same branch (gti.init.sharding).
     split = row_splits(batch).to(device)
-    if int(split.min()) == 0 or not prefix_pays(batch, split) or checkpointed_modules(model):
+    whole = int(split.min()) == 0 or not prefix_pays(batch, split) or checkpointed_modules(model)
+    if on_any_process(model, bool(whole)):
         return FrozenPrefix.none(batch, dim, device)
     B, width = ids.shape[0], int(split.max())
     pos = torch.arange(width, device=device)
@@ -429,7 +432,7 @@ def fast_loss(
     ``batch_loss`` over each of ``row_groups`` (part 4), weighted by its answer tokens.
     Token losses come group by group (their directions alongside)."""
     groups = row_groups(batch)
-    if len(groups) == 1:
+    if on_any_process(model, len(groups) == 1):  # under --fsdp: the same count everywhere
         return batch_loss(model, rows, batch, shared=shared)
     parts = [batch_loss(model, rows, batch.select(g), shared=shared) for g in groups]
     counts = [len(p.token_losses) for p in parts]

@@ -33,8 +33,9 @@ from gti.init.holdout import split_holdout
 from gti.init.llamafactory import read_descriptions
 from gti.init.norm import norm_correct
 from gti.init.pairs import PairStream
-from gti.init.parallel import Group, join, local_device
+from gti.init.parallel import Group, join, launched_world, local_device
 from gti.init.peft_rows import adapter_base, save_adapter
+from gti.init.sharding import gathered_weights, local_parameters, shard_backbone, whole_root
 from gti.init.structure import ProbeItems, StructureProbe
 from gti.init.trainer import train_grounding
 from gti.models.backbone import resolve_backbone
@@ -151,6 +152,10 @@ def structure_probe(
     )
 
 
+# Run settings a resumed run may change: how many processes, and what each one held.
+NOT_FINGERPRINTED = ("grounding", "sids", "processes", "parameters_per_process")
+
+
 def grounding_fingerprint(
     run_config: dict[str, object], sids_path: Path, g: GroundingConfig
 ) -> dict[str, object]:
@@ -158,7 +163,7 @@ def grounding_fingerprint(
     run's settings but the sids path (its content counts, by hash) and the grounding
     section, of which only the fingerprinted fields (gti.options)."""
     return {
-        **{k: v for k, v in run_config.items() if k not in ("grounding", "sids", "processes")},
+        **{k: v for k, v in run_config.items() if k not in NOT_FINGERPRINTED},
         "sids_sha256": hashlib.sha256((sids_path / "semantic_ids.json").read_bytes()).hexdigest(),
         **{k: v for k, v in asdict(g).items() if k in fingerprinted(GroundingConfig)},
     }
@@ -192,12 +197,16 @@ def ground(
     *,
     should_stop: Callable[[int], bool] | None,
     group: Group = Group(),
-) -> TrainResult:
+    device: torch.device | None = None,
+) -> tuple[TrainResult, dict[str, torch.Tensor] | None]:
     """Grounding (strategy ``gti``): train ``rows`` (:func:`grounding_rows`) of the frozen
     ``model`` on the text <-> SID pairs of ``items`` (those not held out), resuming from
     ``cfg.out``'s partial state, and write them back (into the model; under ``--vehicle
     peft`` they stay in the adapter).
 
+    With ``--fsdp`` the model (on the CPU until then) is sharded onto ``device`` first, and
+    the weights to save come back gathered on rank 0 (:mod:`gti.init.sharding`): the
+    second value, None otherwise (the rows are then written into ``model``).
     Raises :class:`gti.errors.Interrupted` when it stopped early.
     """
     g = cfg.grounding
@@ -207,6 +216,10 @@ def ground(
             f"{g.batch_size} pairs per step do not split over {group.world} processes; "
             "pick a multiple",
         )
+    if g.fsdp:
+        rows.to(device)
+        shard_backbone(model, group, device)  # type: ignore[arg-type]
+        run_config["parameters_per_process"] = group.gather(local_parameters(model))
     stream = PairStream(
         tokenizer,
         [item_texts[i] for i in items],
@@ -231,7 +244,10 @@ def ground(
     probe = None
     if g.structure_every:
         codebooks = sids_path / CODEBOOKS_FILENAME
-        probe = structure_probe(model, tokenizer, rows, sids, items, item_texts, codebooks, ext, g)
+        with whole_root(model):  # under --fsdp: the probe reads the embedding
+            probe = structure_probe(
+                model, tokenizer, rows, sids, items, item_texts, codebooks, ext, g
+            )
     pause = g.pause_after
 
     def stop(step: int) -> bool:
@@ -250,8 +266,10 @@ def ground(
     )
     if not result.completed:
         raise Interrupted(result.step, str(resume.folder))
+    if g.fsdp:
+        return result, gathered_weights(model, rows)
     rows.write_back(model)
-    return result
+    return result, None
 
 
 def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = None) -> Path:
@@ -261,6 +279,19 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     ``should_stop``); the same call later resumes where it stopped.
     """
     cfg.validate()
+    if cfg.grounding.fsdp and launched_world() == 1:
+        raise InputError(
+            "--fsdp",
+            "sharding needs several processes, and this is one: launch with torchrun "
+            "--nproc_per_node N -m gti.cli init ... or accelerate launch --num_processes N "
+            "-m gti.cli init ...",
+        )
+    if cfg.grounding.fsdp and cfg.vehicle == "peft":
+        raise InputError(
+            "--fsdp",
+            "not with --vehicle peft: the PEFT wrapper and FSDP2's sharding of the same "
+            "layers are not supported together; use --vehicle rows (the default)",
+        )
     out = Path(cfg.out)
     check_output_dir(out, CONFIG_FILENAME)
     sids_path = Path(cfg.sids)
@@ -290,7 +321,9 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     model, tokenizer = backbone.load()
     device = local_device(resolve_device(cfg.device))
     group = join(device) if cfg.strategy == "gti" else Group()
-    model.to(device)
+    sharding = cfg.strategy == "gti" and cfg.grounding.fsdp
+    if not sharding:  # else each process moves only its shards (gti.init.sharding)
+        model.to(device)
     base_tokenizer = base_tokenizer_for(tokenizer, row_strategy)
     ext = extend_vocabulary(model, tokenizer, sids, pad_to_multiple_of=cfg.pad_vocab_to_multiple_of)
     context = InitContext(
@@ -328,10 +361,10 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     }
     if cfg.vehicle != "rows":  # recorded where it differs: older runs' configs stay as they were
         run_config["vehicle"] = cfg.vehicle
-    step, train_log, peft_model = 0, None, None
+    step, train_log, peft_model, weights = 0, None, None, None
     if cfg.strategy == "gti":
         rows, peft_model = grounding_rows(model, ext, adapter_of)
-        result = ground(
+        result, weights = ground(
             model,
             tokenizer,
             ext,
@@ -343,6 +376,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
             cfg,
             should_stop=should_stop,
             group=group,
+            device=device,
         )
         step, train_log = result.step, result.log
 
@@ -373,6 +407,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
             CONFIG_FILENAME,
             run_config,
             train_log,
+            state_dict=weights,
             save_weights=None
             if peft_model is None
             else partial(save_adapter, peft_model=peft_model),
