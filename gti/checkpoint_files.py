@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,14 +63,20 @@ def write_checkpoint(
     run_config: dict[str, object],
     train_log: list[dict[str, object]] | None,
     state_dict: dict | None = None,
+    save_weights: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write the whole checkpoint into a staging folder, then rename it to ``out``.
 
     ``codebooks`` None: no codebooks file; ``train_log`` None: no train log;
-    ``state_dict``: the weights to save instead of the model's own (gathered FSDP).
+    ``state_dict``: the weights to save instead of the model's own (gathered FSDP);
+    ``save_weights``: what writes the weights instead of ``model.save_pretrained`` (a PEFT
+    adapter: gti.init.peft_rows).
     """
     with atomic_dir(out) as tmp:
-        model.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)  # type: ignore[attr-defined]
+        if save_weights is not None:
+            save_weights(tmp)
+        else:
+            model.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)  # type: ignore[attr-defined]
         tokenizer.save_pretrained(tmp)
         write_description(tmp, sids, codebooks)
         (tmp / config_filename).write_text(json.dumps(run_config, indent=1, allow_nan=False))

@@ -12,12 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from geodiag.atomic import atomic_dir
@@ -34,6 +32,7 @@ from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.distill import distill_stream
 from gti.init.grounding import NewRows, freeze
+from gti.init.holdout import split_holdout
 from gti.init.llamafactory import read_descriptions
 from gti.init.pairs import PairStream
 from gti.init.run import apply_row_init, base_tokenizer_for, row_init_record
@@ -67,53 +66,6 @@ def texts_of(index: IndexTokens, cfg: InitConfig) -> dict[str, str]:
             )
         log.warning("%s; their tokens are initialized but not grounded", what)
     return {i: texts[i] for i in index.items if texts.get(i)}
-
-
-def split_holdout(
-    items: list[str], n: int, seed: int, tokens: Mapping[str, Sequence[str]] | None = None
-) -> tuple[list[str], list[str]]:
-    """(held out, grounded): a seeded sample of at most ``n`` items, a tenth at most. With
-    ``tokens`` (item -> its SID tokens), every token of a held-out item is also carried by a
-    grounded one: the probe asks for a new combination of grounded codes, and no token is
-    left at its init for the probe's sake (``geodiag check`` fails a token the index feeds
-    and grounding never reached). A sampled item that would strand a token is replaced by
-    the next one in a seeded order that strands none (fewer are held out when too few do)."""
-    n = min(n, len(items) // 10)
-    rng = np.random.default_rng(seed)
-    chosen = rng.choice(len(items), size=n, replace=False).tolist()
-    if tokens is not None:
-        chosen = _stranding_none(items, chosen, tokens, rng)
-    held = set(chosen)
-    return [i for k, i in enumerate(items) if k in held], [
-        i for k, i in enumerate(items) if k not in held
-    ]
-
-
-def _stranding_none(
-    items: list[str], chosen: list[int], tokens: Mapping[str, Sequence[str]], rng
-) -> list[int]:
-    """``chosen`` (positions in ``items``) with each item that would take the last grounded
-    carrier of one of its tokens replaced, in the order of a seeded permutation."""
-    carriers = Counter(t for i in items for t in set(tokens[i]))
-    kept: set[int] = set()
-    refused: set[int] = set()
-
-    def take(k: int) -> None:
-        if all(carriers[t] > 1 for t in set(tokens[items[k]])):
-            carriers.subtract(set(tokens[items[k]]))
-            kept.add(k)
-        else:
-            refused.add(k)
-
-    for k in chosen:
-        take(k)
-    if refused:
-        for k in rng.permutation(len(items)).tolist():
-            if len(kept) == len(chosen):
-                break
-            if k not in kept and k not in refused:
-                take(k)
-    return sorted(kept)
 
 
 def fingerprint(
@@ -230,7 +182,7 @@ def run_dropin(
     templates = load_templates(cfg.templates or TEMPLATES_FILE)
     texts = texts_of(index, cfg)
     described = read_descriptions(cfg.descriptions) if cfg.descriptions else None
-    held_out, grounded = split_holdout(list(texts), cfg.holdout, cfg.seed, index.items)
+    held_out, grounded = split_holdout(list(texts), cfg.held_out_count(), cfg.seed, index.items)
     train_texts = {i: texts[i] for i in grounded}
 
     backbone = resolve_backbone(

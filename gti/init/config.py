@@ -31,6 +31,14 @@ DECAYS = ("none", "cosine")
 # Grounding objectives (gti.init.distill): the paper's cross-entropy on text <-> SID
 # pairs, token distillation (Dobler et al., ICLR 2026), or both added.
 OBJECTIVES = ("ce", "distill", "ce+distill")
+
+# Where grounding's trainable rows live (gti.init.peft_rows): gti's own tensor spliced into
+# the frozen model, written back into a full checkpoint; or PEFT's trainable-tokens layer
+# (the model wrapped by peft), written as a PEFT adapter over the unchanged base.
+VEHICLES = ("rows", "peft")
+# Items the drop-in route holds out from grounding by default (--holdout), and what
+# `gti probe` samples where a checkpoint records no held-out set.
+DROPIN_HOLDOUT = 64
 DISTILL_TARGETS = ("hidden", "logits")
 
 
@@ -131,6 +139,16 @@ class GroundingConfig:
         False,
         help="Activation checkpointing of the frozen model's layers (less memory, more "
         "compute; rows run without the frozen-prefix cache).",
+        tags=(RESUMABLE,),
+    )
+    # A backbone that does not fit one device (gti.init.sharding): each process keeps about
+    # 1/N of every frozen weight; the new rows, their gradient all-reduce and their optimizer
+    # are data-parallel grounding's. The same rows either way (to rounding), so a resumed
+    # run may switch it.
+    fsdp: bool = setting(
+        False,
+        help="Shard the frozen backbone with FSDP2 over the launched processes (torchrun / "
+        "accelerate launch): a backbone that does not fit one device.",
         tags=(RESUMABLE,),
     )
     # The structure curve (gti.init.structure): at step 0, every N steps and at the
@@ -255,14 +273,29 @@ class InitConfig:
         False,
         help="With --items: write a PEFT adapter (trainable_token_indices) instead of a model.",
     )
-    # Items kept out of grounding for the held-out probe (text -> SID exact match); at
-    # most a tenth of the items with text.
-    holdout: int = setting(64, help="With --items: items held out for the grounding probe.", ge=0)
+    # Items kept out of grounding (and of the text-reading inits) for the held-out probe
+    # (`gti probe`); at most a tenth of the items with text. None: DROPIN_HOLDOUT on the
+    # drop-in route; none on gti's own SIDs, whose study grounds every item (the rows of
+    # its committed runs stay as they were).
+    holdout: int | None = setting(
+        None,
+        help=f"Items held out from grounding for the probe (default: {DROPIN_HOLDOUT} with "
+        "--items, 0 on gti's own SIDs).",
+        ge=0,
+    )
     # More items without text than this share is bad input (exit 2); fewer are named.
     max_missing_texts: float = setting(
         0.05, help="With --items: the largest share of items without text that is accepted.", ge=0
     )
     strategy: str = setting("gti", help=f"New-row initialization: {' | '.join(STRATEGIES)}.")
+    # OneRec-Think grounds its item tokens with PEFT's trainable tokens; teams who train with
+    # PEFT want an adapter. The same loop, data, loss and schedule either way (the rows are
+    # the same numbers: PEFT's "delta" holds the rows' values, not an offset).
+    vehicle: str = setting(
+        "rows",
+        help=f"Where gti grounding trains the new rows: {' | '.join(VEHICLES)} (rows: a full "
+        "checkpoint; peft: PEFT's trainable tokens, written as a PEFT adapter over --model).",
+    )
     # Where GTI's grounding starts; the paper starts from the mean (Hewitt) init.
     start_from: str = setting(
         "mean",
@@ -305,6 +338,12 @@ class InitConfig:
     cache_dir: Path | None = cache_dir_setting()
     grounding: GroundingConfig = field(default_factory=GroundingConfig)
 
+    def held_out_count(self) -> int:
+        """Items to hold out (``--holdout``, or the route's default)."""
+        if self.holdout is not None:
+            return self.holdout
+        return DROPIN_HOLDOUT if self.items is not None else 0
+
     def validate(self) -> None:
         check_bounds(self)
         if self.strategy not in STRATEGIES:
@@ -323,8 +362,61 @@ class InitConfig:
                 f"unknown rule {self.norm_correct!r}; choose from {', '.join(NORM_CORRECTIONS)}",
             )
         check_device(self.device)
+        self.check_vehicle()
         if self.strategy == "gti":
             self.grounding.validate()
+        if self.grounding.fsdp:
+            self.check_fsdp()
+
+    def check_fsdp(self) -> None:
+        """What ``--fsdp`` cannot go with (the number of processes is checked at launch)."""
+        if self.strategy != "gti":
+            raise InputError(
+                "--fsdp",
+                f"it shards the backbone for grounding; --strategy {self.strategy} trains "
+                "nothing (use --strategy gti, or leave --fsdp out)",
+            )
+        if self.items is not None:
+            raise InputError(
+                "--fsdp", "the drop-in route (--items) runs on one process; leave --fsdp out"
+            )
+
+    def check_vehicle(self) -> None:
+        """``--vehicle peft`` trains PEFT's trainable tokens and writes an adapter over the
+        unchanged base: what it cannot do is bad input, named here."""
+        if self.vehicle not in VEHICLES:
+            raise InputError(
+                "--vehicle",
+                f"unknown vehicle {self.vehicle!r}; choose from {', '.join(VEHICLES)}",
+            )
+        if self.vehicle == "rows":
+            return
+        if self.strategy != "gti":
+            raise InputError(
+                "--vehicle",
+                f"peft trains the new rows in grounding; --strategy {self.strategy} trains "
+                "nothing (with --items, --adapter writes its rows as a PEFT adapter)",
+            )
+        if self.items is not None:
+            raise InputError(
+                "--vehicle",
+                "peft runs on gti's own SIDs for now, not on the drop-in route (--items); there "
+                "--adapter writes the grounded rows as a PEFT adapter (trainable tokens + a "
+                "zero LoRA), the same rows --vehicle peft trains",
+            )
+        if self.adapter:
+            raise InputError(
+                "--vehicle",
+                "peft writes its own trainable-tokens adapter; --adapter writes a LoRA + "
+                "trainable-tokens adapter of rows trained by --vehicle rows: pick one",
+            )
+        if self.pad_vocab_to_multiple_of:
+            raise InputError(
+                "--vehicle",
+                "peft writes only the new rows over the unchanged base; the padding rows of "
+                "--pad-vocab-to-multiple-of would be in neither (pad when you resize the base "
+                "for training, or use --vehicle rows)",
+            )
 
 
 def preset_fields() -> tuple[str, ...]:

@@ -45,7 +45,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from geodiag.errors import InputError
 from gti.init.config import GroundingConfig
-from gti.init.grounding import NewRows, SharedPrefix, frozen_prefix, run_suffix
+from gti.init.grounding import NewRows, SharedPrefix, frozen_prefix, output_head, run_suffix
 from gti.init.pairs import Batch
 from gti.prompts import Example, SeededStream, pad_right, render
 
@@ -277,7 +277,7 @@ def next_token_logprobs(
     model: PreTrainedModel, rows: NewRows, hidden: torch.Tensor
 ) -> torch.Tensor:
     """(N, V_old) log-probabilities over the original vocabulary (frozen head columns)."""
-    head = model.get_output_embeddings()
+    head = output_head(model)
     logits = wide(hidden) @ wide(head.weight.detach()).T  # (N, V)
     if getattr(head, "bias", None) is not None:
         logits = logits + head.bias.detach()

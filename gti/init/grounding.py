@@ -46,8 +46,26 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from gti.init.pairs import Batch
+from gti.init.parallel import on_any_process
 from gti.models.kv_cache import cache_kwarg, cache_of
 from gti.vocab import VocabExtension
+
+
+def frozen_layer(module: nn.Module) -> nn.Module:
+    """``module``, or the frozen layer a PEFT tuner layer wraps (``--vehicle peft``,
+    :mod:`gti.init.peft_rows`): the wrapper splices its trainable rows into a (V, d) copy
+    of the matrix at every call, where the fast path reads the frozen rows and takes the
+    new ones from :class:`NewRows`."""
+    base = getattr(module, "get_base_layer", None)
+    return base() if base is not None else module
+
+
+def input_embedding(model: PreTrainedModel) -> nn.Module:
+    return frozen_layer(model.get_input_embeddings())
+
+
+def output_head(model: PreTrainedModel) -> nn.Module:
+    return frozen_layer(model.get_output_embeddings())
 
 
 class NewRows(nn.Module):
@@ -55,7 +73,7 @@ class NewRows(nn.Module):
 
     def __init__(self, model: PreTrainedModel, ext: VocabExtension) -> None:
         super().__init__()
-        embed = model.get_input_embeddings()
+        embed = input_embedding(model)
         ids = ext.ids_tensor(embed.weight.device)  # (n_new,)
         slot = torch.full((embed.weight.shape[0],), -1, dtype=torch.long, device=ids.device)
         slot[ids] = torch.arange(len(ids), device=ids.device)
@@ -64,7 +82,7 @@ class NewRows(nn.Module):
         # Ids [0, n_old) are the original vocabulary; padding rows past the tokenizer are not.
         self.n_old = ext.base_vocab_size
         self.inp = nn.Parameter(embed.weight.detach()[ids].clone())  # (n_new, d)
-        head = model.get_output_embeddings()
+        head = output_head(model)
         self.out = None if ext.tied else nn.Parameter(head.weight.detach()[ids].clone())
         # Gemma-style embeddings scale their output; new rows must get the same scale.
         self.embed_scale = getattr(embed, "embed_scale", None)
@@ -75,7 +93,7 @@ class NewRows(nn.Module):
 
     def embed(self, model: PreTrainedModel, input_ids: torch.Tensor) -> torch.Tensor:
         """Input embeddings, (B, T) -> (B, T, d), with the new rows taken from ``inp``."""
-        base = model.get_input_embeddings()(input_ids)  # frozen: no grad
+        base = input_embedding(model)(input_ids)  # frozen: no grad
         slot = self.slot[input_ids]  # (B, T)
         new = self.inp[slot.clamp(min=0)]  # (B, T, d)
         if self.embed_scale is not None:
@@ -84,7 +102,7 @@ class NewRows(nn.Module):
 
     def project(self, model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
         """Logits (N, V) for hidden states (N, d): frozen head, new columns from the rows."""
-        head = model.get_output_embeddings()
+        head = output_head(model)
         logits = hidden @ head.weight.detach().T  # (N, V)
         new = hidden @ self.output_rows.T  # (N, n_new)
         logits = logits.index_copy(1, self.ids, new)
@@ -160,11 +178,12 @@ class SharedPrefix:
 
     def __init__(self, model: PreTrainedModel, ids: list[int]) -> None:
         decoder = model.get_decoder()
-        device = model.get_input_embeddings().weight.device
+        embed = input_embedding(model)
+        device = embed.weight.device
         self.ids = torch.tensor(ids, dtype=torch.long, device=device)  # (C,)
         with torch.no_grad():
             out = decoder(
-                inputs_embeds=model.get_input_embeddings()(self.ids[None]),
+                inputs_embeds=embed(self.ids[None]),
                 attention_mask=torch.ones(1, len(ids), dtype=torch.bool, device=device),
                 use_cache=True,
             )
@@ -281,11 +300,14 @@ def frozen_prefix(
     without gradient; the tokens every row shares come from ``shared``'s cache."""
     decoder = model.get_decoder()
     ids = batch.input_ids.to(device)
-    dim = model.get_input_embeddings().weight.shape[1]
+    embed = input_embedding(model)
+    dim = embed.weight.shape[1]
     # A row whose first token is new has no prefix; then the whole batch runs without one.
     # Under activation checkpointing a layer's replay would write the cache twice.
+    # Under --fsdp every process takes the same branch (gti.init.sharding).
     split = row_splits(batch).to(device)
-    if int(split.min()) == 0 or not prefix_pays(batch, split) or checkpointed_modules(model):
+    whole = int(split.min()) == 0 or not prefix_pays(batch, split) or checkpointed_modules(model)
+    if on_any_process(model, bool(whole)):
         return FrozenPrefix.none(batch, dim, device)
     B, width = ids.shape[0], int(split.max())
     pos = torch.arange(width, device=device)
@@ -297,7 +319,7 @@ def frozen_prefix(
     past = {cache_kwarg(decoder): shared.cache_for(B)} if n_shared else {}  # type: ignore[union-attr]
     with torch.no_grad():
         out = decoder(
-            inputs_embeds=model.get_input_embeddings()(ids[:, n_shared:width]),
+            inputs_embeds=embed(ids[:, n_shared:width]),
             attention_mask=mask,  # (B, width): n_shared cached + the rest run now
             position_ids=pos[n_shared:].expand(B, -1),
             use_cache=True,
@@ -410,7 +432,7 @@ def fast_loss(
     ``batch_loss`` over each of ``row_groups`` (part 4), weighted by its answer tokens.
     Token losses come group by group (their directions alongside)."""
     groups = row_groups(batch)
-    if len(groups) == 1:
+    if on_any_process(model, len(groups) == 1):  # under --fsdp: the same count everywhere
         return batch_loss(model, rows, batch, shared=shared)
     parts = [batch_loss(model, rows, batch.select(g), shared=shared) for g in groups]
     counts = [len(p.token_losses) for p in parts]

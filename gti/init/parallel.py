@@ -12,6 +12,10 @@ curve and writes the checkpoint; a stop (signal, ``--pause-after``) is agreed by
 Frozen rows stay untouched by construction: the optimizer holds only ``NewRows``'s
 parameters, so neither its state nor AdamW's decoupled weight decay ever reaches an
 original row (a gradient mask on the full matrix would let the decay shrink them).
+
+With ``--fsdp`` the frozen model is sharded as well (gti.init.sharding); its layers are then
+collectives, and :func:`on_any_process` lets the processes take a data-dependent branch
+together.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,14 @@ class Group:
         t = torch.tensor([float(flag)], device=device)
         return bool(self.sum_(t).item() > 0)
 
+    def gather(self, value: int) -> list[int]:
+        """``value`` of every process, by rank."""
+        if self.world == 1:
+            return [value]
+        values: list[int] = [0] * self.world
+        dist.all_gather_object(values, value)
+        return values
+
     def barrier(self) -> None:
         if self.world > 1:
             dist.barrier()
@@ -82,3 +96,18 @@ def local_device(device: torch.device) -> torch.device:
     if device.type == "cuda" and launched_world() > 1:
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     return device
+
+
+def sharded(model: nn.Module) -> bool:
+    """Whether ``model``'s weights are sharded by FSDP2 (``--fsdp``, gti.init.sharding)."""
+    return isinstance(model, FSDPModule)
+
+
+def on_any_process(model: nn.Module, flag: bool) -> bool:
+    """Whether ``flag`` holds on any process, where ``model`` is sharded (a collective:
+    every process asks at the same point); ``flag`` itself otherwise."""
+    if not sharded(model):
+        return flag
+    t = torch.tensor([float(flag)], device=next(model.parameters()).device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return bool(t.item() > 0)

@@ -11,6 +11,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +29,13 @@ from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.distill import distill_stream
 from gti.init.grounding import NewRows, freeze
+from gti.init.holdout import split_holdout
 from gti.init.llamafactory import read_descriptions
 from gti.init.norm import norm_correct
 from gti.init.pairs import PairStream
-from gti.init.parallel import Group, join, local_device
+from gti.init.parallel import Group, join, launched_world, local_device
+from gti.init.peft_rows import adapter_base, save_adapter
+from gti.init.sharding import gathered_weights, local_parameters, shard_backbone, whole_root
 from gti.init.structure import ProbeItems, StructureProbe
 from gti.init.trainer import train_grounding
 from gti.models.backbone import resolve_backbone
@@ -97,6 +101,14 @@ def read_codebooks(
     return books
 
 
+def sid_tokens(sids: SemanticIds) -> dict[str, tuple[str, ...]]:
+    """Item -> its SID's token strings, level by level (what the hold-out must not strand)."""
+    return {
+        item: tuple(lv.token(c) for lv, c in zip(sids.levels, codes, strict=True))
+        for item, codes in sids.items.items()
+    }
+
+
 def _item_texts(sids: SemanticIds, data: str, cache_dir: Path | None) -> dict[str, str]:
     catalog = load_dataset(data, cache_dir).catalog
     missing = [i for i in sids.items if i not in catalog]
@@ -140,6 +152,10 @@ def structure_probe(
     )
 
 
+# Run settings a resumed run may change: how many processes, and what each one held.
+NOT_FINGERPRINTED = ("grounding", "sids", "processes", "parameters_per_process")
+
+
 def grounding_fingerprint(
     run_config: dict[str, object], sids_path: Path, g: GroundingConfig
 ) -> dict[str, object]:
@@ -147,27 +163,50 @@ def grounding_fingerprint(
     run's settings but the sids path (its content counts, by hash) and the grounding
     section, of which only the fingerprinted fields (gti.options)."""
     return {
-        **{k: v for k, v in run_config.items() if k not in ("grounding", "sids", "processes")},
+        **{k: v for k, v in run_config.items() if k not in NOT_FINGERPRINTED},
         "sids_sha256": hashlib.sha256((sids_path / "semantic_ids.json").read_bytes()).hexdigest(),
         **{k: v for k, v in asdict(g).items() if k in fingerprinted(GroundingConfig)},
     }
+
+
+def grounding_rows(
+    model: PreTrainedModel, ext: VocabExtension, adapter_of: str | None
+) -> tuple[NewRows, object | None]:
+    """The trainable new rows of the frozen ``model``, and the ``PeftModel`` that holds
+    them under ``--vehicle peft`` (``adapter_of``: the base the adapter names; None:
+    ``--vehicle rows``, no PeftModel)."""
+    freeze(model)
+    if adapter_of is None:
+        return NewRows(model, ext), None
+    from gti.init.peft_rows import PeftRows, wrap
+
+    peft_model = wrap(model, ext, adapter_of)
+    return PeftRows(peft_model, ext), peft_model
 
 
 def ground(
     model: PreTrainedModel,
     tokenizer: object,
     ext: VocabExtension,
+    rows: NewRows,
     sids: SemanticIds,
     item_texts: dict[str, str],
+    items: list[str],
     run_config: dict[str, object],
     cfg: InitConfig,
     *,
     should_stop: Callable[[int], bool] | None,
     group: Group = Group(),
-) -> TrainResult:
-    """Grounding (strategy ``gti``): train the new rows of the frozen ``model`` on
-    text <-> SID pairs, resuming from ``cfg.out``'s partial state, and write them back.
+    device: torch.device | None = None,
+) -> tuple[TrainResult, dict[str, torch.Tensor] | None]:
+    """Grounding (strategy ``gti``): train ``rows`` (:func:`grounding_rows`) of the frozen
+    ``model`` on the text <-> SID pairs of ``items`` (those not held out), resuming from
+    ``cfg.out``'s partial state, and write them back (into the model; under ``--vehicle
+    peft`` they stay in the adapter).
 
+    With ``--fsdp`` the model (on the CPU until then) is sharded onto ``device`` first, and
+    the weights to save come back gathered on rank 0 (:mod:`gti.init.sharding`): the
+    second value, None otherwise (the rows are then written into ``model``).
     Raises :class:`gti.errors.Interrupted` when it stopped early.
     """
     g = cfg.grounding
@@ -177,9 +216,10 @@ def ground(
             f"{g.batch_size} pairs per step do not split over {group.world} processes; "
             "pick a multiple",
         )
-    freeze(model)
-    rows = NewRows(model, ext)
-    items = list(sids.items)
+    if g.fsdp:
+        rows.to(device)
+        shard_backbone(model, group, device)  # type: ignore[arg-type]
+        run_config["parameters_per_process"] = group.gather(local_parameters(model))
     stream = PairStream(
         tokenizer,
         [item_texts[i] for i in items],
@@ -204,7 +244,10 @@ def ground(
     probe = None
     if g.structure_every:
         codebooks = sids_path / CODEBOOKS_FILENAME
-        probe = structure_probe(model, tokenizer, rows, sids, items, item_texts, codebooks, ext, g)
+        with whole_root(model):  # under --fsdp: the probe reads the embedding
+            probe = structure_probe(
+                model, tokenizer, rows, sids, items, item_texts, codebooks, ext, g
+            )
     pause = g.pause_after
 
     def stop(step: int) -> bool:
@@ -223,8 +266,10 @@ def ground(
     )
     if not result.completed:
         raise Interrupted(result.step, str(resume.folder))
+    if g.fsdp:
+        return result, gathered_weights(model, rows)
     rows.write_back(model)
-    return result
+    return result, None
 
 
 def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = None) -> Path:
@@ -234,6 +279,19 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     ``should_stop``); the same call later resumes where it stopped.
     """
     cfg.validate()
+    if cfg.grounding.fsdp and launched_world() == 1:
+        raise InputError(
+            "--fsdp",
+            "sharding needs several processes, and this is one: launch with torchrun "
+            "--nproc_per_node N -m gti.cli init ... or accelerate launch --num_processes N "
+            "-m gti.cli init ...",
+        )
+    if cfg.grounding.fsdp and cfg.vehicle == "peft":
+        raise InputError(
+            "--fsdp",
+            "not with --vehicle peft: the PEFT wrapper and FSDP2's sharding of the same "
+            "layers are not supported together; use --vehicle rows (the default)",
+        )
     out = Path(cfg.out)
     check_output_dir(out, CONFIG_FILENAME)
     sids_path = Path(cfg.sids)
@@ -246,15 +304,26 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
     row_strategy = cfg.start_from if cfg.strategy == "gti" else cfg.strategy
     needs_texts = cfg.strategy == "gti" or "item_texts" in needs(row_strategy)
     item_texts = _item_texts(sids, data, cfg.cache_dir) if needs_texts else {}
+    # Drawn as `gti probe` draws it again from init_config.json (gti.probe.source): over the
+    # sidecar's items in order, with their token strings. Kept from grounding and from the
+    # inits that read texts.
+    held_out, grounded = split_holdout(
+        list(sids.items), cfg.held_out_count(), cfg.seed, sid_tokens(sids)
+    )
+    held = set(held_out)
+    item_texts = {i: t for i, t in item_texts.items() if i not in held}
     described = read_descriptions(cfg.descriptions) if cfg.descriptions else None
 
     backbone = resolve_backbone(
         model_spec, cache_dir=cfg.cache_dir, allow_download=cfg.allow_download, seed=cfg.seed
     )
+    adapter_of = adapter_base(backbone) if cfg.vehicle == "peft" else None
     model, tokenizer = backbone.load()
     device = local_device(resolve_device(cfg.device))
     group = join(device) if cfg.strategy == "gti" else Group()
-    model.to(device)
+    sharding = cfg.strategy == "gti" and cfg.grounding.fsdp
+    if not sharding:  # else each process moves only its shards (gti.init.sharding)
+        model.to(device)
     base_tokenizer = base_tokenizer_for(tokenizer, row_strategy)
     ext = extend_vocabulary(model, tokenizer, sids, pad_to_multiple_of=cfg.pad_vocab_to_multiple_of)
     context = InitContext(
@@ -287,20 +356,27 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "data": data,
         "sids": str(sids_path),
         "seed": cfg.seed,
+        "holdout": len(held_out),
         "grounding": asdict(cfg.grounding) if cfg.strategy == "gti" else None,
     }
-    step, train_log = 0, None
+    if cfg.vehicle != "rows":  # recorded where it differs: older runs' configs stay as they were
+        run_config["vehicle"] = cfg.vehicle
+    step, train_log, peft_model, weights = 0, None, None, None
     if cfg.strategy == "gti":
-        result = ground(
+        rows, peft_model = grounding_rows(model, ext, adapter_of)
+        result, weights = ground(
             model,
             tokenizer,
             ext,
+            rows,
             sids,
             item_texts,
+            grounded,
             run_config,
             cfg,
             should_stop=should_stop,
             group=group,
+            device=device,
         )
         step, train_log = result.step, result.log
 
@@ -319,9 +395,22 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "base_embedding_rows": ext.base_rows,
         "sids_provenance": sids.provenance,
     }
+    if adapter_of is not None:
+        final.provenance["vehicle"] = cfg.vehicle
     if group.main:  # the rows are the same on every process
         write_checkpoint(
-            out, model, tokenizer, final, codebooks, CONFIG_FILENAME, run_config, train_log
+            out,
+            model,
+            tokenizer,
+            final,
+            codebooks,
+            CONFIG_FILENAME,
+            run_config,
+            train_log,
+            state_dict=weights,
+            save_weights=None
+            if peft_model is None
+            else partial(save_adapter, peft_model=peft_model),
         )
         if cfg.strategy == "gti":
             GroundingState(partial_dir(out), {}).clear()

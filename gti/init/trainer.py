@@ -26,7 +26,8 @@ from gti.init.distill import DistillBatch, DistillLoss, DistillStream, check_lay
 from gti.init.grounding import NewRows, SharedPrefix, StepLoss, fast_loss, layer_checkpointing
 from gti.init.optim import LazyAdam, make_row_optimizer, present_rows
 from gti.init.pairs import Batch, PairStream
-from gti.init.parallel import Group
+from gti.init.parallel import Group, sharded
+from gti.init.sharding import whole_root
 from gti.init.structure import StructureProbe, structure_entry
 from gti.prompts import DIRECTIONS
 from gti.training import (
@@ -152,12 +153,14 @@ def train_grounding(
     step, log = resume_point(
         resume.load(rows, optimizer) if resume is not None else None, cfg.steps
     )
-    shared = shared_prefix(model, stream) if cfg.uses_ce else None
-    d_shared = shared_prefix(model, distill) if cfg.uses_distill else None
-    measure = probe is not None and cfg.structure_every > 0 and group.main
+    with whole_root(model):  # under --fsdp: the embedding (gti.init.sharding)
+        shared = shared_prefix(model, stream) if cfg.uses_ce else None
+        d_shared = shared_prefix(model, distill) if cfg.uses_distill else None
+    # Rank 0 logs the curve; under --fsdp the probe's forwards are collectives: all run it.
+    measure = probe is not None and cfg.structure_every > 0 and (group.main or sharded(model))
     elapsed = training_seconds(log)
     if measure and step == 0:
-        log.append(structure_entry(0, 0.0, probe))  # type: ignore[arg-type]
+        log.append(measure_structure(model, 0, 0.0, probe))  # type: ignore[arg-type]
     device_type = rows.ids.device.type
     bar = tqdm(
         total=cfg.steps,
@@ -173,24 +176,25 @@ def train_grounding(
             batch = stream.batch(step) if cfg.uses_ce else None
             d_batch = distill.batch(step) if cfg.uses_distill else None  # type: ignore[union-attr]
             ce = dist = None
-            with (
-                torch.autocast(device_type, dtype=torch.bfloat16, enabled=cfg.bf16),
-                layer_checkpointing(model, cfg.gradient_checkpointing),
-            ):
-                if batch is not None:
-                    ce = fast_loss(model, rows, share_of(batch, group), shared=shared)
-                if d_batch is not None:
-                    dist = distill_loss(
-                        model,
-                        rows,
-                        share_of(d_batch, group),
-                        target=cfg.distill_target,
-                        layer=cfg.distill_layer,
-                        shared=d_shared,
-                    )
-            optimizer.zero_grad(set_to_none=True)
-            stats = group.sum_(step_stats(ce, dist))
-            step_objective(ce, dist, stats, cfg.distill_weight).backward()
+            with whole_root(model):  # under --fsdp: embedding and head, forward and backward
+                with (
+                    torch.autocast(device_type, dtype=torch.bfloat16, enabled=cfg.bf16),
+                    layer_checkpointing(model, cfg.gradient_checkpointing),
+                ):
+                    if batch is not None:
+                        ce = fast_loss(model, rows, share_of(batch, group), shared=shared)
+                    if d_batch is not None:
+                        dist = distill_loss(
+                            model,
+                            rows,
+                            share_of(d_batch, group),
+                            target=cfg.distill_target,
+                            layer=cfg.distill_layer,
+                            shared=d_shared,
+                        )
+                optimizer.zero_grad(set_to_none=True)
+                stats = group.sum_(step_stats(ce, dist))
+                step_objective(ce, dist, stats, cfg.distill_weight).backward()
             if group.world > 1:  # each process's share of the step's mean: gradients summed
                 for p in rows.parameters():
                     if p.grad is not None:
@@ -205,7 +209,7 @@ def train_grounding(
             entry = step_log(step, stats, seconds, distill_weight=cfg.distill_weight, lr=lr)
             log.append(entry)
             if measure and (step % cfg.structure_every == 0 or step == cfg.steps):
-                log.append(structure_entry(step, elapsed, probe))  # type: ignore[arg-type]
+                log.append(measure_structure(model, step, elapsed, probe))  # type: ignore[arg-type]
             bar.update(1)
             bar.set_postfix(loss=f"{entry['loss']:.3f}")
             halt = group.any(signals.stop_at(step, should_stop), rows.ids.device)
@@ -216,6 +220,14 @@ def train_grounding(
             if halt and step < cfg.steps:
                 return TrainResult(step, False, log)
     return TrainResult(step, True, log)
+
+
+def measure_structure(
+    model: PreTrainedModel, step: int, elapsed: float, probe: StructureProbe
+) -> dict[str, object]:
+    """One structure-curve line (gti.init.structure), the root's weights whole under --fsdp."""
+    with whole_root(model):
+        return structure_entry(step, elapsed, probe)
 
 
 def shared_prefix(

@@ -34,6 +34,9 @@ class Backbone:
     identity: str  # stable key for everything derived from this model (embedding cache)
     vocab_size: int  # rows of the input embedding before any new token
     loader: Callable[[], tuple[PreTrainedModel, PreTrainedTokenizerBase]]
+    # The local save_pretrained folder it loads from (None: a Hub id, or built in memory):
+    # what an adapter written over this backbone names as its base.
+    folder: Path | None = None
 
     def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         model, tokenizer = self.loader()
@@ -76,7 +79,11 @@ def _local(folder: Path, name: str) -> Backbone:
     config = json.loads(config_path.read_text())
     identity = f"local:{folder.resolve()}:{folder_fingerprint(folder)}"
     return Backbone(
-        name, identity, _vocab_size(config, str(config_path)), lambda: _load_folder(folder)
+        name,
+        identity,
+        _vocab_size(config, str(config_path)),
+        lambda: _load_folder(folder),
+        folder.resolve(),
     )
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from geodiag.settings import REQUIRED, check_bounds, default_of, same_as, setting
+from geodiag.settings import REQUIRED, check_bounds, same_as, setting
 from gti.evaluate.stats import DEFAULT_RESAMPLES
-from gti.init.config import InitConfig
+from gti.init.config import DROPIN_HOLDOUT, InitConfig
 from gti.options import cache_dir_setting, check_device, check_dtype, dtype_setting
 
 
@@ -42,7 +42,7 @@ class ProbeConfig:
     )
     # As many as the drop-in route holds out, when the checkpoint records no held-out set.
     sample: int = setting(
-        default_of(InitConfig, "holdout"),
+        DROPIN_HOLDOUT,
         help="Items probed when the checkpoint records no held-out set (a seeded sample).",
         ge=2,
     )

@@ -3,8 +3,9 @@ about, and the prompts, found from the checkpoint's own files unless ``--sids``/
 name others.
 
 - A gti checkpoint (``semantic_ids.json`` with token ids): the sidecar's SIDs, the texts of
-  the dataset they were built from. ``gti init`` grounds on every item, so it records no
-  held-out set: the probe asks about a seeded sample and says so.
+  the dataset they were built from, and the items ``gti init --holdout N`` held out (drawn
+  again as below). By default it grounds on every item and records none: the probe then
+  asks about a seeded sample and says so.
 - A drop-in output (``gti init --sids INDEX --items ITEMS``, ``gti_sid_source.json``): the
   index and item file it recorded, and its held-out items, drawn again from the
   ``holdout`` and ``seed`` of its ``init_config.json`` (``gti.dropin.run.split_holdout``).
@@ -26,8 +27,9 @@ from geodiag.escape import terminal
 from gti.checkpoint_files import INIT_CONFIG_FILENAME
 from gti.dropin.files import SOURCE_FILENAME
 from gti.dropin.index import IndexTokens, read_index
-from gti.dropin.run import split_holdout, texts_of
+from gti.dropin.run import texts_of
 from gti.init.config import GroundingConfig, InitConfig
+from gti.init.holdout import split_holdout
 from gti.probe.config import ProbeConfig
 from gti.prompts import SID_TO_TEXT, TEXT_TO_SID
 
@@ -141,9 +143,9 @@ def resolve_source(cfg: ProbeConfig) -> ProbeSource:
         and run.get("route") == "drop-in"
         and _same_file(sids_file, recorded.get("sids"))
         and _same_file(items_file, recorded.get("items"))
-    )
+    ) or (sids_file is None and run.get("route") is None)  # gti's own SIDs, as it ran
     if same_run and int(run.get("holdout") or 0) > 0:
-        # drawn as the drop-in route draws it (gti.dropin.run): with the index's tokens
+        # drawn as the run drew it (gti.init.holdout): with the index's tokens
         items, _ = split_holdout(
             list(texts), int(run["holdout"]), int(run.get("seed", 0)), index.items
         )

@@ -22,7 +22,8 @@ CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
 # -> "auto": on where the device has bf16), folding in paper.toml's structure_every 0 -> 500.
 # Rewritten again for issue 49's study at a real budget: study-seq.toml (new), gpu-study.toml
 # in step with it (sequence objective, epochs 0..8, max_history 20, arms without lcrec), and
-# grounding's pause_after (0: never) in every config.
+# grounding's pause_after (0: never) in every config. Rewritten for issue 48's FSDP2
+# grounding: grounding's fsdp (false: the backbone whole on each process) in every config.
 CHANGED: dict[tuple[str, str, str], tuple[object, object]] = {}
 
 

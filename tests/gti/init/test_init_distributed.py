@@ -5,46 +5,13 @@ rows of a straight one; frozen rows never move, weight decay or not."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 
 import pytest
-import torch
+from launch import BATCH, LR, STEPS, embedding, steps_of, torchrun
 from safetensors.torch import load_file
 
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.run import run_init
-
-STEPS, BATCH, LR = 3, 8, 0.5
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def embedding(ckpt) -> torch.Tensor:
-    return load_file(ckpt / "model.safetensors")["model.embed_tokens.weight"]
-
-
-def torchrun(world, out, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-        "-m", "gti.cli", "init", "--sids", str(world.sids_dir), "-o", str(out),
-        "--strategy", "gti", "--steps", str(STEPS), "--batch-size", str(BATCH),
-        "--device", "cpu", "--no-progress", *extra,
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-
-
-def steps_of(ckpt) -> list[dict]:
-    rows = [json.loads(x) for x in (ckpt / "train_log.jsonl").read_text().splitlines()]
-    return [r for r in rows if "loss" in r]
 
 
 @pytest.mark.numerics

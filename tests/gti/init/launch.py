@@ -1,0 +1,47 @@
+"""Two-process runs of ``gti init`` for the distributed tests: ``torchrun`` on CPU (gloo)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+STEPS, BATCH, LR = 3, 8, 0.5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def weights(ckpt: Path) -> dict[str, torch.Tensor]:
+    return load_file(ckpt / "model.safetensors")
+
+
+def embedding(ckpt: Path) -> torch.Tensor:
+    return weights(ckpt)["model.embed_tokens.weight"]
+
+
+def torchrun(world, out, *extra: str) -> subprocess.CompletedProcess:
+    """``gti init --strategy gti`` on 2 processes, STEPS x BATCH, one thread each."""
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+        "-m", "gti.cli", "init", "--sids", str(world.sids_dir), "-o", str(out),
+        "--strategy", "gti", "--steps", str(STEPS), "--batch-size", str(BATCH),
+        "--device", "cpu", "--no-progress", *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def steps_of(ckpt: Path) -> list[dict]:
+    rows = [json.loads(x) for x in (ckpt / "train_log.jsonl").read_text().splitlines()]
+    return [r for r in rows if "loss" in r]
