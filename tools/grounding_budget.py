@@ -27,7 +27,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -111,16 +110,10 @@ def steps_for(budget_min: float, init_s: float, step_s: float) -> int:
 
 def machine() -> dict[str, object]:
     """The CPU's name, the threads used and the load (1, 5, 15 min) now."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from gti.study.run import cpu_name
+
     return {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "threads": THREADS,
         "load": [round(x, 2) for x in os.getloadavg()],

@@ -59,20 +59,23 @@ log = logging.getLogger(__name__)
 RUN_FORMAT = "gti.study.run"
 
 
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what ``platform`` knows of it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict[str, object]:
     """What the timings were measured on (CPU name, cores, load, torch, device)."""
     import torch
 
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     info: dict[str, object] = {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "load_avg_1_5_15": [round(v, 2) for v in os.getloadavg()],
         "python": platform.python_version(),
