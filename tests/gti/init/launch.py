@@ -42,6 +42,23 @@ def torchrun(world, out, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
+def one_process(world, out: Path, objective: str) -> Path:
+    """The same run as :func:`torchrun`'s (SGD at LR, STEPS x BATCH) on this one process:
+    the reference the two-process rows are compared with."""
+    from gti.init.config import GroundingConfig, InitConfig
+    from gti.init.run import run_init
+
+    return run_init(
+        InitConfig(
+            sids=world.sids_dir, out=out, strategy="gti", device="cpu",
+            grounding=GroundingConfig(
+                steps=STEPS, batch_size=BATCH, lr=LR, optimizer="sgd", progress=False,
+                objective=objective,
+            ),
+        )
+    )  # fmt: skip
+
+
 def steps_of(ckpt: Path) -> list[dict]:
     rows = [json.loads(x) for x in (ckpt / "train_log.jsonl").read_text().splitlines()]
     return [r for r in rows if "loss" in r]

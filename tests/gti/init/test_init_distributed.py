@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from launch import BATCH, LR, STEPS, embedding, steps_of, torchrun
+from launch import LR, STEPS, embedding, one_process, steps_of, torchrun
 from safetensors.torch import load_file
 
 from gti.init.config import GroundingConfig, InitConfig
@@ -27,15 +27,7 @@ def test_two_processes_ground_the_rows_one_process_grounds(world, tmp_path, obje
     later steps' gradients) + 2 u max|row| per step. A missing all-reduce, or a share
     left out, would move the rows by a share of the change itself. With distillation its
     matched positions are terms of the sums as well (N counts both)."""
-    single = run_init(
-        InitConfig(
-            sids=world.sids_dir, out=tmp_path / "one", strategy="gti", device="cpu",
-            grounding=GroundingConfig(
-                steps=STEPS, batch_size=BATCH, lr=LR, optimizer="sgd", progress=False,
-                objective=objective,
-            ),
-        )
-    )  # fmt: skip
+    single = one_process(world, tmp_path / "one", objective)
     proc = torchrun(
         world, tmp_path / "two", "--optimizer", "sgd", "--lr", str(LR), "--objective", objective
     )

@@ -11,12 +11,10 @@ import pytest
 import torch
 import typer
 from initworld import build_world
-from launch import BATCH, LR, STEPS, steps_of, torchrun, weights
+from launch import LR, STEPS, one_process, steps_of, torchrun, weights
 from typer.testing import CliRunner
 
 from gti.init.cli import init
-from gti.init.config import GroundingConfig, InitConfig
-from gti.init.run import run_init
 
 EMBED, HEAD = "model.embed_tokens.weight", "lm_head.weight"
 
@@ -56,15 +54,7 @@ def test_sharded_grounding_gives_the_one_process_rows(tmp_path, objective, tied,
     The chat world's examples share the system turn, so its key/value cache (SharedPrefix)
     runs under sharding; the untied world trains the head's rows apart."""
     world = build_world(tmp_path / "world", tied=tied, chat=chat)
-    single = run_init(
-        InitConfig(
-            sids=world.sids_dir, out=tmp_path / "one", strategy="gti", device="cpu",
-            grounding=GroundingConfig(
-                steps=STEPS, batch_size=BATCH, lr=LR, optimizer="sgd", progress=False,
-                objective=objective,
-            ),
-        )
-    )  # fmt: skip
+    single = one_process(world, tmp_path / "one", objective)
     out = tmp_path / "fsdp"
     proc = torchrun(
         world, out, "--fsdp", "--optimizer", "sgd", "--lr", str(LR), "--objective", objective
