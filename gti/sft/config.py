@@ -133,6 +133,15 @@ class SFTConfig:
     seed: int = setting(0, help="Seed of the data order.", tags=(RUNNER,))
     # Resume state every N steps (and on SIGINT/SIGTERM).
     save_every: int = setting(200, help="Save resume state every N steps.", ge=1, tags=(RESUMABLE,))
+    # The state after the last step, kept beside the checkpoint: a later run of the same
+    # settings with more --steps continues from it instead of re-training from the init
+    # (the study grows its plan so; ~3x the weights on disk). The longer run equals one
+    # straight run only where the rate does not depend on the length: --min-lr-ratio 1.
+    keep_state: bool = setting(
+        False,
+        help="Keep the resume state after the last step, so a run with more --steps continues.",
+        tags=(RESUMABLE,),
+    )
     # auto: bf16 autocast where it is fast (CUDA, or a CPU with avx512_bf16 / AMX) and
     # the weights are float32 (float64 runs are equivalence checks); on: always; off: never.
     bf16: str = setting(

@@ -207,7 +207,8 @@ def run_sft(cfg: SFTConfig, *, should_stop: Callable[[int], bool] | None = None)
             result.log,
             state_dict=state_dict,
         )
-        resume.clear()
+        if not cfg.keep_state:
+            resume.clear()
         log.info("wrote %s (%s, %d steps)", out, cfg.tasks, result.step)
     accelerator.wait_for_everyone()
     return out

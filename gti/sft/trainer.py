@@ -117,7 +117,8 @@ def train_sft(
             log.append(step_log(step, stats, lr, grad_norm, time.perf_counter() - t0))
             bar.update(1)
             bar.set_postfix(loss=f"{log[-1]['loss']:.3f}")
-            if resume is not None and save_due(step, cfg, halt):
+            last_kept = cfg.keep_state and step == cfg.steps
+            if resume is not None and (save_due(step, cfg, halt) or last_kept):
                 resume.save(accelerator, step, log)
             if halt and step < cfg.steps:
                 return TrainResult(step, False, log), loss_fn

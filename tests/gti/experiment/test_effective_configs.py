@@ -24,6 +24,7 @@ CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
 # in step with it (sequence objective, epochs 0..8, max_history 20, arms without lcrec), and
 # grounding's pause_after (0: never) in every config. Rewritten for issue 48's FSDP2
 # grounding: grounding's fsdp (false: the backbone whole on each process) in every config.
+# Rewritten for issue 49's grown plans: SFT's keep_state (false) in every config.
 CHANGED: dict[tuple[str, str, str], tuple[object, object]] = {}
 
 

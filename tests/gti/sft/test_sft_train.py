@@ -4,6 +4,7 @@ freezing do what they say."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -83,6 +84,31 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(world, tmp_path):
     assert len(la) == len(lb) == 8
     for x, y in zip(la, lb, strict=True):
         assert x.keys() == y.keys()
+        assert x == pytest.approx(y, rel=0, abs=EQUIV_ATOL)
+
+
+@pytest.mark.numerics
+def test_a_kept_state_lets_a_longer_run_continue_as_one_straight_run(world, tmp_path):
+    """keep_state: the state after the last step stays beside the checkpoint; the same
+    settings with more steps continue from it (only the added steps train) and end where
+    one straight run of that length ends. Without it, the state is gone."""
+    out = tmp_path / "grown"
+    short = config(world, out, steps=5, save_every=3, dtype="float64", min_lr_ratio=1.0)
+    run_sft(replace(short, keep_state=True))
+    kept = json.loads((tmp_path / "grown.partial" / "state" / "trainer_state.json").read_text())
+    assert kept["step"] == 5  # saved after the last step, not only at save_every's 3
+    run_sft(replace(short, steps=8, keep_state=False))
+    assert not (tmp_path / "grown.partial").exists()
+    log = train_log(out)
+    assert [e["step"] for e in log] == list(range(1, 9))
+    # the lr of each step must not depend on the run's length for this to hold
+    ref = run_sft(config(world, tmp_path / "ref", steps=8, dtype="float64", min_lr_ratio=1.0))
+    a, b = weights(ref), weights(out)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=EQUIV_ATOL)
+    assert a.keys() == b.keys()
+    strip = lambda log: [{k: v for k, v in e.items() if k != "seconds"} for e in log]  # noqa: E731
+    for x, y in zip(strip(train_log(ref)), strip(log), strict=True):
         assert x == pytest.approx(y, rel=0, abs=EQUIV_ATOL)
 
 
