@@ -21,7 +21,7 @@ Report folder (small, committed as soon as the run finishes),
 
     run.json                      settings, milestones, machine, tokens/example, status
     timings.jsonl                 one line per stage: name, seconds, finished
-    geometry.json                 {step: geodiag figures} (gti.study.geometry)
+    geometry.json                 {step: geodiag figures (gti.study.geometry), init_sha256}
     curve/step-<n>.<split>.rankings.json   per-user top-20 at each milestone
     final/<split>.rankings.json   the final splits at the last milestone
     train_log.jsonl               SFT loss per step
@@ -30,6 +30,7 @@ Report folder (small, committed as soon as the run finishes),
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ from pathlib import Path
 
 from geodiag.atomic import atomic_write
 from geodiag.io.vocabulary.sidecar import FILENAME as SIDECAR_FILENAME
+from gti.checkpoint_files import SFT_CONFIG_FILENAME
 from gti.experiment.arms import ARMS
 from gti.experiment.layout import (
     Files,
@@ -107,6 +109,30 @@ def prepare_sids(cfg: StudyConfig) -> Path:
 
     build_sids(replace(cfg.sids, out=out, cache_dir=cfg.cache_dir, progress=cfg.progress))
     return out
+
+
+def init_digest(init_dir: Path) -> str:
+    """sha256 over the init's weight files (``*.safetensors``, by name): which build of the
+    init a milestone descends from. The init is a pure function of the config and seed up
+    to float reduction order, so an init rebuilt after the work folder lost it (another
+    thread count, another machine) can differ from the build earlier milestones trained
+    from; geometry.json records the digest at every milestone so that shows."""
+    h = hashlib.sha256()
+    for f in sorted(init_dir.glob("*.safetensors")):
+        h.update(f.name.encode() + b"\0")
+        with f.open("rb") as fh:
+            for chunk in iter(lambda fh=fh: fh.read(1 << 24), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def other_init_builds(geometry: dict, digest: str) -> list[int]:
+    """The milestones of ``geometry`` (a geometry.json) recorded from an init build other
+    than ``digest`` (milestones recorded before digests were kept say nothing)."""
+    return sorted(
+        int(step) for step, g in geometry.items()
+        if g.get("init_sha256") not in (None, digest)
+    )  # fmt: skip
 
 
 def _json(path: Path) -> dict:
@@ -226,6 +252,13 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     init_cfg, sft_cfg = arm_stages(cfg, arm, seed, paths, sids_dir)
     init_name = ARMS[arm].init_name
     stages.run(f"init {init_name}", init_dir / SIDECAR_FILENAME, lambda: run_init(init_cfg))
+    digest = init_digest(init_dir)
+    if other := other_init_builds(_json(rdir / Files.GEOMETRY), digest):
+        log.warning(
+            "%s: the init in %s is not the build milestones %s were trained from (rebuilt, "
+            "its float reductions in another order); the new milestones record its digest",
+            run_name(arm, seed), init_dir, other,
+        )  # fmt: skip
 
     sids = load(init_dir)
     data = dataset_of(sids, sft_cfg.data, init_dir)
@@ -240,17 +273,21 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     if cfg.epochs:  # the steps follow from the stream's epoch size
         per_epoch = cfg.resolve_epochs(epoch_size(sft_cfg, task, init_dir))
         _, sft_cfg = arm_stages(cfg, arm, seed, paths, sids_dir)
+    # The state after the last step stays, so a plan grown later (more epochs) continues.
+    sft_cfg = replace(sft_cfg, keep_state=True)
     users = sample_users(task, cfg.evaluate.max_users, cfg.evaluate.seed)
     rank_kw = rank_options(cfg)
     milestones = cfg.milestones()
+    retire_final(cfg, sft_cfg, paths, milestones)
     for step in milestones:
         rankings = milestone_rankings(cfg, rdir, step, last=step == milestones[-1])
         if str(step) in _json(rdir / Files.GEOMETRY) and all(p.is_file() for _, p in rankings):
             stages.skipped.append(f"step {step}")
         else:
             measure_milestone(
-                cfg, arm, seed, step, sft_cfg, paths, task, users, rankings, rank_kw, stages
-            )
+                cfg, arm, seed, step, sft_cfg, paths, task, users, rankings, rank_kw, stages,
+                init_sha256=digest,
+            )  # fmt: skip
         if step != milestones[-1]:  # a piece to commit while the run goes on
             measured = [m for m in milestones if m <= step]
             write_run_json(
@@ -266,6 +303,65 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     return rdir
 
 
+def retire_final(cfg: StudyConfig, sft_cfg, paths: RunPaths, milestones: list[int]) -> None:
+    """When the plan has grown past the run's final SFT checkpoint (more epochs added to
+    the study), that checkpoint becomes an intermediate milestone: its final splits'
+    lists move to ``curve/step-<n>.<split>.rankings.json`` (kept, so the earlier budget's
+    test stays on record) and the checkpoint gives way to the longer run, which continues
+    from the resume state kept at its last step (``keep_state``) when the rate is constant
+    after warmup (``min_lr_ratio`` 1: the longer run repeats the shorter one's updates),
+    else re-trains from the init. A final checkpoint past the plan's last milestone is
+    refused."""
+    from gti.checkpoint_files import partial_dir
+
+    done = Path(sft_cfg.out)
+    if not (done / SIDECAR_FILENAME).is_file():
+        return
+    steps = int(_json(done / SFT_CONFIG_FILENAME)["steps"])
+    if steps == sft_cfg.steps:
+        return
+    if steps > sft_cfg.steps:
+        from geodiag.errors import InputError
+
+        raise InputError(
+            done,
+            f"was trained for {steps} steps, past the plan's last milestone {sft_cfg.steps}; "
+            "delete it (and its .partial state) to re-run the shorter plan",
+        )
+    rdir = paths.result
+    for split in cfg.final_splits:
+        src = rdir / final_file(split)
+        if src.is_file() and _json(src).get("source", {}).get("step") == steps:
+            dst = rdir / curve_file(steps, split)
+            if not dst.is_file():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                src.rename(dst)
+            else:
+                src.unlink()  # the curve split, measured again as a final one
+    curve = rdir / curve_file(steps, cfg.curve_split)
+    measured = str(steps) in _json(rdir / Files.GEOMETRY) and curve.is_file()
+    snap = paths.milestone(steps)
+    if steps in milestones and not measured and not (snap / SIDECAR_FILENAME).is_file():
+        done.rename(snap)  # measured there as the intermediate milestone it now is
+    else:
+        shutil.rmtree(done)
+    if sft_cfg.min_lr_ratio != 1.0:  # the rate decays over the run's length
+        shutil.rmtree(partial_dir(done), ignore_errors=True)
+        log.warning(
+            "%s: the plan grew from %d to %d SFT steps and the rate decays over the whole "
+            "run (min_lr_ratio %g), so every step's rate changed: re-training from the init",
+            done, steps, sft_cfg.steps, sft_cfg.min_lr_ratio,
+        )  # fmt: skip
+        return
+    kept = _resume_step(done)
+    log.warning(
+        "%s: the plan grew from %d to %d SFT steps: %s",
+        done, steps, sft_cfg.steps,
+        f"continuing from the resume state kept at step {kept}" if kept is not None
+        else f"no resume state kept in {partial_dir(done)}, re-training from the init",
+    )  # fmt: skip
+
+
 def epoch_size(sft_cfg, task, init_dir: Path) -> int:
     """Examples per epoch of the stream ``sft_cfg`` trains on (windows, or prompts)."""
     from transformers import AutoTokenizer
@@ -277,18 +373,21 @@ def epoch_size(sft_cfg, task, init_dir: Path) -> int:
 
 
 def measure_milestone(
-    cfg, arm, seed, step, sft_cfg, paths: RunPaths, task, users, rankings, rank_kw, stages
-):
+    cfg, arm, seed, step, sft_cfg, paths: RunPaths, task, users, rankings, rank_kw, stages,
+    *, init_sha256: str | None = None,
+):  # fmt: skip
     """The checkpoint after ``step`` SFT steps (trained up to it if need be), its geometry
-    and its ``rankings`` (:func:`milestone_rankings`); an intermediate checkpoint is
-    deleted once measured."""
+    (with ``init_sha256``, :func:`init_digest` of the init on disk) and its ``rankings``
+    (:func:`milestone_rankings`); an intermediate checkpoint is deleted once measured."""
     rdir = paths.result
     snap = paths.milestone(step)
     ckpt = paths.init if step == 0 else sft_until(sft_cfg, step, snap, stages)
     if str(step) not in _json(rdir / Files.GEOMETRY):
         stages.timed(
             f"geometry step {step}",
-            lambda c=ckpt, s=step: record_geometry(cfg, seed, c, s, rdir / Files.GEOMETRY),
+            lambda c=ckpt, s=step: record_geometry(
+                cfg, seed, c, s, rdir / Files.GEOMETRY, init_sha256=init_sha256
+            ),
         )
     rank_milestone(cfg, arm, seed, step, ckpt, task, users, rankings, rank_kw, stages)
     if 0 < step < sft_cfg.steps:
@@ -318,12 +417,23 @@ def milestone_rankings(
     return rankings + ([(s, rdir / final_file(s)) for s in cfg.final_splits] if last else [])
 
 
-def record_geometry(cfg: StudyConfig, seed: int, ckpt: Path, step: int, geo_path: Path) -> None:
-    """geodiag's figures of ``ckpt`` into ``geo_path`` under ``step``, steps ascending."""
+def record_geometry(
+    cfg: StudyConfig,
+    seed: int,
+    ckpt: Path,
+    step: int,
+    geo_path: Path,
+    *,
+    init_sha256: str | None = None,
+) -> None:
+    """geodiag's figures of ``ckpt`` into ``geo_path`` under ``step``, steps ascending;
+    ``init_sha256``: the init build it descends from (:func:`init_digest`)."""
     from gti.study.geometry import measure
 
     figures = measure(ckpt, permutations=cfg.permutations, seed=seed)
     figures["examples"] = step * cfg.sft.batch_size
+    if init_sha256 is not None:
+        figures["init_sha256"] = init_sha256
     geo = _json(geo_path)
     geo[str(step)] = figures
     ordered = dict(sorted(geo.items(), key=lambda kv: int(kv[0])))

@@ -95,15 +95,18 @@ def collect(
         }
         for arm, runs in inputs.runs.items()
     }
+    # The final splits pool the runs complete at the study's last milestone: a run complete
+    # under an earlier, shorter plan (before epochs were added) is not pooled with them.
+    last = final_step(inputs)
     finals = {
         arm: {
-            fs: {r.seed: r.final(fs) for r in runs if r.complete}
-            for fs in next((r.final_splits for r in runs if r.complete), [])
+            fs: {r.seed: r.final(fs) for r in runs if at_final(r, last)}
+            for fs in next((r.final_splits for r in runs if at_final(r, last)), [])
         }
         for arm, runs in inputs.runs.items()
     }
     arms = {
-        arm: arm_entry(runs, curves[arm], finals[arm], n_resamples, seed)
+        arm: arm_entry(runs, curves[arm], finals[arm], n_resamples, seed, last)
         for arm, runs in inputs.runs.items()
     }
     out["arms"] = arms
@@ -119,6 +122,27 @@ def collect(
     return out
 
 
+def final_step(inputs: StudyInputs) -> int | None:
+    """The last milestone of the study's longest complete plan (None: no complete run)."""
+    return max(
+        (r.milestones[-1] for runs in inputs.runs.values() for r in runs if r.complete),
+        default=None,
+    )
+
+
+def at_final(run: Run, last: int | None) -> bool:
+    """Whether ``run`` is complete at the study's final step ``last`` (:func:`final_step`)."""
+    return run.complete and run.milestones[-1] == last
+
+
+def run_status(run: Run, last: int | None) -> str:
+    """complete; "earlier plan" (complete, but its last milestone is before ``last``: the
+    study's epochs grew after it ran); or "in progress"."""
+    if not run.complete:
+        return "in progress"
+    return "complete" if at_final(run, last) else "earlier plan"
+
+
 def measured_steps(runs: list[Run]) -> list[int]:
     """Every milestone any of ``runs`` measured, ascending."""
     return sorted({step for r in runs for step in r.milestones})
@@ -130,6 +154,7 @@ def arm_entry(
     finals: dict[str, BySeed],
     n_resamples: int,
     seed: int,
+    last: int | None = None,
 ) -> dict[str, object]:
     """One arm of results.json: the curve and the final splits with intervals over seeds
     and users, each seed's point estimates, geometry per milestone, times, commands."""
@@ -167,9 +192,10 @@ def arm_entry(
         "runs": [
             {
                 "seed": r.seed,
-                "status": "complete" if r.complete else "in progress",
+                "status": run_status(r, last),
                 "measured": r.milestones,
                 "planned": r.planned,
+                "init_builds": init_builds(r),
             }
             for r in runs
         ],
@@ -328,6 +354,17 @@ def paired(finals: dict[str, dict[str, BySeed]], n_resamples: int, seed: int) ->
                 "metrics": _paired_tests(a, b, a, n_resamples, seed),
             }
     return out
+
+
+def init_builds(run: Run) -> list[dict]:
+    """The init builds ``run``'s milestones descend from (geometry.json's ``init_sha256``,
+    :func:`gti.study.run.init_digest`), each with its milestones, in step order; steps
+    recorded before digests were kept are left out."""
+    by: dict[str, list[int]] = {}
+    for step, g in sorted(run.geometry().items(), key=lambda kv: int(kv[0])):
+        if g.get("init_sha256"):
+            by.setdefault(g["init_sha256"], []).append(int(step))
+    return [{"sha256": d, "steps": steps} for d, steps in by.items()]
 
 
 def geometry(runs: list[Run]) -> list[dict]:

@@ -275,12 +275,41 @@ def status_lines(res: dict) -> list[str]:
         "",
     ]
     for arm, r in open_runs:
-        lines.append(f"- {arm} seed {r['seed']}: measured steps {r['measured']} of {r['planned']}")
+        if r["status"] == "earlier plan":
+            lines.append(
+                f"- {arm} seed {r['seed']}: complete at step {r['measured'][-1]}, an earlier "
+                "plan's last milestone (its final splits are not pooled with the others'; "
+                "re-run it to continue under the study's plan)"
+            )
+        else:
+            lines.append(
+                f"- {arm} seed {r['seed']}: measured steps {r['measured']} of {r['planned']}"
+            )
+    return lines + [""]
+
+
+def init_build_lines(res: dict) -> list[str]:
+    """Runs whose milestones descend from more than one build of their init (rebuilt after
+    the work folder lost it): the same config and seed, float reductions in another order."""
+    split = [
+        (arm, r) for arm, a in res["arms"].items() for r in a.get("runs", [])
+        if len(r.get("init_builds", [])) > 1
+    ]  # fmt: skip
+    if not split:
+        return []
+    lines = [
+        "Runs whose milestones descend from different builds of their init (the init was "
+        "rebuilt; same config and seed, its float reductions in another order):",
+        "",
+    ]
+    for arm, r in split:
+        parts = "; ".join(f"steps {b['steps']} from {b['sha256'][:12]}" for b in r["init_builds"])
+        lines.append(f"- {arm} seed {r['seed']}: {parts}")
     return lines + [""]
 
 
 def to_markdown(res: dict) -> str:
-    lines = intro(res) + status_lines(res)
+    lines = intro(res) + status_lines(res) + init_build_lines(res)
     for split in ("test", "valid"):  # the headline split first
         lines += final_table(res, split)
     for table in (

@@ -6,14 +6,17 @@ implementation over index arrays)."""
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from typer.testing import CliRunner
 
+from geodiag.errors import InputError
 from geodiag.io.vocabulary.sidecar import load
 from gti.cli import app
 from gti.evaluate.metrics import topk_metrics
@@ -22,7 +25,13 @@ from gti.experiment.layout import curve_file, final_file
 from gti.study.assemble import collect
 from gti.study.assemble.collect import paired_curve, versus_baselines
 from gti.study.config import StudyConfig, load_study_config
-from gti.study.run import milestone_rankings, record_geometry, run_all, sft_step_seconds
+from gti.study.run import (
+    milestone_rankings,
+    record_geometry,
+    run_all,
+    run_one,
+    sft_step_seconds,
+)
 
 runner = CliRunner()
 
@@ -555,3 +564,130 @@ def test_a_run_cut_short_leaves_its_measured_milestones_to_assemble(
     monkeypatch.setattr(study_run, "measure_milestone", real)
     run_all(cfg, command="test")
     assert json.loads((seed1 / "run.json").read_text())["status"] == "complete"
+
+
+def test_milestones_record_their_init_build_and_a_rebuilt_init_shows(
+    tmp_path, tiny_model_dir, caplog
+):
+    """Every milestone's geometry records the sha256 of the init's weights; when the init
+    on disk is not the build earlier milestones came from (a rebuilt init), the run warns,
+    the new milestones record the new digest and results.md lists the run's two builds."""
+    import hashlib
+
+    from safetensors.torch import load_file, save_file
+
+    cfg = load_study_config(tiny_study(tmp_path, tiny_model_dir, arms=("mean",), seeds=(0,)))
+    cfg.progress = False
+    (rdir,) = run_all(cfg, command="test")
+    init = tmp_path / "work" / "init" / "mean-seed0"
+
+    def digest() -> str:  # the files' bytes in name order, each name first
+        h = hashlib.sha256()
+        for f in sorted(init.glob("*.safetensors")):
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+        return h.hexdigest()
+
+    first = digest()
+    geo = json.loads((rdir / "geometry.json").read_text())
+    assert {g["init_sha256"] for g in geo.values()} == {first}
+
+    # the last milestone unmeasured, and the init replaced by a build one value apart
+    for p in [
+        rdir / "run.json",
+        rdir / "final" / "test.rankings.json",
+        rdir / curve_file(4, "valid"),
+    ]:
+        p.unlink()
+    (rdir / "geometry.json").write_text(json.dumps({k: v for k, v in geo.items() if k != "4"}))
+    shutil.rmtree(tmp_path / "work" / "mean-seed0" / "sft")
+    weights = init / "model.safetensors"
+    tensors = load_file(weights)
+    name = next(k for k in tensors if "embed" in k)
+    tensors[name][-1, 0] += 1e-3
+    save_file(tensors, weights, metadata={"format": "pt"})
+    second = digest()
+    assert second != first
+
+    with caplog.at_level("WARNING", logger="gti.study.run"):
+        run_all(cfg, command="test")
+    assert "not the build milestones [0, 2] were trained from" in caplog.text
+    geo = json.loads((rdir / "geometry.json").read_text())
+    assert [geo[s]["init_sha256"] for s in ("0", "2", "4")] == [first, first, second]
+    res = runner.invoke(app, ["study", "assemble", str(tmp_path / "reports"), "--resamples", "50"])
+    assert res.exit_code == 0, res.output
+    run = json.loads((tmp_path / "reports" / "results.json").read_text())["arms"]["mean"]["runs"]
+    assert run[0]["init_builds"] == [
+        {"sha256": first, "steps": [0, 2]},
+        {"sha256": second, "steps": [4]},
+    ]
+    md = (tmp_path / "reports" / "results.md").read_text()
+    assert f"- mean seed 0: steps [0, 2] from {first[:12]}; steps [4] from {second[:12]}" in md
+
+
+def test_a_grown_plan_continues_from_the_kept_state_and_keeps_the_earlier_test(
+    tmp_path, tiny_model_dir
+):
+    """Epochs added after a run completed: the old final becomes a milestone, its test
+    lists move to curve/step-<n>.test (kept), SFT continues from the state kept at its
+    last step (only the added steps train) and ends with the weights of one straight run
+    of the longer plan; assemble pools the finals at the new last milestone only and says
+    which run is complete under the earlier plan."""
+    from safetensors.torch import load_file
+
+    def study(root: Path, steps: int, fractions: str) -> Path:
+        root.mkdir(exist_ok=True)
+        path = tiny_study(root, tiny_model_dir, arms=("mean",), seeds=(0, 1))
+        text = path.read_text().replace("steps = 4\n", f"steps = {steps}\nmin_lr_ratio = 1.0\n")
+        path.write_text(text.replace("fractions = [0.0, 0.5, 1.0]", f"fractions = {fractions}"))
+        return path
+
+    grown = tmp_path / "grown"
+    cfg = load_study_config(study(grown, 4, "[0.0, 0.5, 1.0]"))  # milestones 0, 2, 4
+    cfg.progress = False
+    run_all(cfg, command="test")
+    rdir = grown / "reports" / "runs" / "mean-seed0"
+    test_at_4 = (rdir / "final" / "test.rankings.json").read_text()
+    work = grown / "work" / "mean-seed0"
+    kept = json.loads((work / "sft.partial" / "state" / "trainer_state.json").read_text())
+    assert kept["step"] == 4
+
+    cfg = load_study_config(study(grown, 8, "[0.0, 0.25, 0.5, 1.0]"))  # 0, 2, 4, 8
+    cfg.progress = False
+    run_one(cfg, "mean", 0, command="test")
+    assert (rdir / curve_file(4, "test")).read_text() == test_at_4
+    assert load_rankings(rdir / "final" / "test.rankings.json").source["step"] == 8
+    assert [e["step"] for e in map(json.loads, (rdir / "train_log.jsonl").open())] == list(
+        range(1, 9)
+    )
+    sft_stages = [
+        json.loads(line)["stage"]
+        for line in (rdir / "timings.jsonl").read_text().splitlines()
+        if json.loads(line)["stage"].startswith("sft ->")
+    ]
+    assert sft_stages == ["sft ->2", "sft ->4", "sft ->8"]  # 2 and 4 not trained again
+    assert sorted(json.loads((rdir / "geometry.json").read_text())) == ["0", "2", "4", "8"]
+
+    straight = tmp_path / "straight"
+    ref = load_study_config(study(straight, 8, "[0.0, 1.0]"))
+    ref.progress = False
+    run_one(ref, "mean", 0, command="test")
+    a = load_file(straight / "work" / "mean-seed0" / "sft" / "model.safetensors")
+    b = load_file(work / "sft" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:  # one process, one thread, the same kernels: the same arithmetic
+        assert torch.equal(a[k], b[k]), k
+
+    res = runner.invoke(app, ["study", "assemble", str(grown / "reports"), "--resamples", "50"])
+    assert res.exit_code == 0, res.output
+    out = json.loads((grown / "reports" / "results.json").read_text())["arms"]["mean"]
+    assert out["final"]["test"]["seeds"] == [0]
+    assert [r["status"] for r in out["runs"]] == ["complete", "earlier plan"]
+    md = (grown / "reports" / "results.md").read_text()
+    assert "- mean seed 1: complete at step 4, an earlier plan's last milestone" in md
+
+    # the plan shrunk below a final checkpoint: refused, nothing deleted
+    small = load_study_config(study(grown, 2, "[0.0, 1.0]"))
+    small.progress = False
+    with pytest.raises(InputError, match="past the plan's last milestone 2"):
+        run_one(small, "mean", 0, command="test")
+    assert (work / "sft" / "model.safetensors").is_file()
