@@ -43,7 +43,7 @@ from pathlib import Path
 
 from geodiag.atomic import atomic_write
 from geodiag.io.vocabulary.sidecar import FILENAME as SIDECAR_FILENAME
-from gti.checkpoint_files import SFT_CONFIG_FILENAME
+from gti.checkpoint_files import SFT_CONFIG_FILENAME, partial_dir
 from gti.experiment.arms import ARMS
 from gti.experiment.layout import (
     Files,
@@ -140,7 +140,6 @@ def _json(path: Path) -> dict:
 
 
 def _resume_step(sft_out: Path) -> int | None:
-    from gti.checkpoint_files import partial_dir
     from gti.sft.checkpoint import TRAINER_STATE
 
     for name in ("state", "state.old"):
@@ -281,7 +280,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     retire_final(cfg, sft_cfg, paths, milestones)
     for step in milestones:
         rankings = milestone_rankings(cfg, rdir, step, last=step == milestones[-1])
-        if str(step) in _json(rdir / Files.GEOMETRY) and all(p.is_file() for _, p in rankings):
+        if is_measured(rdir, step, rankings):
             stages.skipped.append(f"step {step}")
         else:
             measure_milestone(
@@ -303,6 +302,12 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
     return rdir
 
 
+def is_measured(rdir: Path, step: int, rankings: list[tuple[str, Path]]) -> bool:
+    """Whether milestone ``step`` has its geometry and every file of ``rankings``
+    (:func:`milestone_rankings`)."""
+    return str(step) in _json(rdir / Files.GEOMETRY) and all(p.is_file() for _, p in rankings)
+
+
 def retire_final(cfg: StudyConfig, sft_cfg, paths: RunPaths, milestones: list[int]) -> None:
     """When the plan has grown past the run's final SFT checkpoint (more epochs added to
     the study), that checkpoint becomes an intermediate milestone: its final splits'
@@ -312,8 +317,6 @@ def retire_final(cfg: StudyConfig, sft_cfg, paths: RunPaths, milestones: list[in
     after warmup (``min_lr_ratio`` 1: the longer run repeats the shorter one's updates),
     else re-trains from the init. A final checkpoint past the plan's last milestone is
     refused."""
-    from gti.checkpoint_files import partial_dir
-
     done = Path(sft_cfg.out)
     if not (done / SIDECAR_FILENAME).is_file():
         return
@@ -338,8 +341,7 @@ def retire_final(cfg: StudyConfig, sft_cfg, paths: RunPaths, milestones: list[in
                 src.rename(dst)
             else:
                 src.unlink()  # the curve split, measured again as a final one
-    curve = rdir / curve_file(steps, cfg.curve_split)
-    measured = str(steps) in _json(rdir / Files.GEOMETRY) and curve.is_file()
+    measured = is_measured(rdir, steps, milestone_rankings(cfg, rdir, steps, last=False))
     snap = paths.milestone(steps)
     if steps in milestones and not measured and not (snap / SIDECAR_FILENAME).is_file():
         done.rename(snap)  # measured there as the intermediate milestone it now is
