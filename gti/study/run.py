@@ -21,7 +21,7 @@ Report folder (small, committed as soon as the run finishes),
 
     run.json                      settings, milestones, machine, tokens/example, status
     timings.jsonl                 one line per stage: name, seconds, finished
-    geometry.json                 {step: geodiag figures (gti.study.geometry), init_sha256}
+    geometry.json                 {step: geodiag figures (gti.study.geometry), init_digest}
     curve/step-<n>.<split>.rankings.json   per-user top-20 at each milestone
     final/<split>.rankings.json   the final splits at the last milestone
     train_log.jsonl               SFT loss per step
@@ -30,7 +30,6 @@ Report folder (small, committed as soon as the run finishes),
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -42,6 +41,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from geodiag.atomic import atomic_write
+from geodiag.io.formats.tensor_store import digest_text, new_digest
 from geodiag.io.vocabulary.sidecar import FILENAME as SIDECAR_FILENAME
 from gti.checkpoint_files import SFT_CONFIG_FILENAME, partial_dir
 from gti.experiment.arms import ARMS
@@ -112,18 +112,19 @@ def prepare_sids(cfg: StudyConfig) -> Path:
 
 
 def init_digest(init_dir: Path) -> str:
-    """sha256 over the init's weight files (``*.safetensors``, by name): which build of the
+    """The digest (geodiag's ``new_digest``, as reports give it) over the init's weight
+    files (``*.safetensors``, each name then its bytes, in name order): which build of the
     init a milestone descends from. The init is a pure function of the config and seed up
     to float reduction order, so an init rebuilt after the work folder lost it (another
     thread count, another machine) can differ from the build earlier milestones trained
     from; geometry.json records the digest at every milestone so that shows."""
-    h = hashlib.sha256()
+    h = new_digest()
     for f in sorted(init_dir.glob("*.safetensors")):
         h.update(f.name.encode() + b"\0")
         with f.open("rb") as fh:
             for chunk in iter(lambda fh=fh: fh.read(1 << 24), b""):
                 h.update(chunk)
-    return h.hexdigest()
+    return digest_text(h)
 
 
 def other_init_builds(geometry: dict, digest: str) -> list[int]:
@@ -131,7 +132,7 @@ def other_init_builds(geometry: dict, digest: str) -> list[int]:
     than ``digest`` (milestones recorded before digests were kept say nothing)."""
     return sorted(
         int(step) for step, g in geometry.items()
-        if g.get("init_sha256") not in (None, digest)
+        if g.get("init_digest") not in (None, digest)
     )  # fmt: skip
 
 
@@ -285,7 +286,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
         else:
             measure_milestone(
                 cfg, arm, seed, step, sft_cfg, paths, task, users, rankings, rank_kw, stages,
-                init_sha256=digest,
+                init_digest=digest,
             )  # fmt: skip
         if step != milestones[-1]:  # a piece to commit while the run goes on
             measured = [m for m in milestones if m <= step]
@@ -376,10 +377,10 @@ def epoch_size(sft_cfg, task, init_dir: Path) -> int:
 
 def measure_milestone(
     cfg, arm, seed, step, sft_cfg, paths: RunPaths, task, users, rankings, rank_kw, stages,
-    *, init_sha256: str | None = None,
+    *, init_digest: str | None = None,
 ):  # fmt: skip
     """The checkpoint after ``step`` SFT steps (trained up to it if need be), its geometry
-    (with ``init_sha256``, :func:`init_digest` of the init on disk) and its ``rankings``
+    (with ``init_digest``, :func:`init_digest` of the init on disk) and its ``rankings``
     (:func:`milestone_rankings`); an intermediate checkpoint is deleted once measured."""
     rdir = paths.result
     snap = paths.milestone(step)
@@ -388,7 +389,7 @@ def measure_milestone(
         stages.timed(
             f"geometry step {step}",
             lambda c=ckpt, s=step: record_geometry(
-                cfg, seed, c, s, rdir / Files.GEOMETRY, init_sha256=init_sha256
+                cfg, seed, c, s, rdir / Files.GEOMETRY, init_digest=init_digest
             ),
         )
     rank_milestone(cfg, arm, seed, step, ckpt, task, users, rankings, rank_kw, stages)
@@ -426,16 +427,16 @@ def record_geometry(
     step: int,
     geo_path: Path,
     *,
-    init_sha256: str | None = None,
+    init_digest: str | None = None,
 ) -> None:
     """geodiag's figures of ``ckpt`` into ``geo_path`` under ``step``, steps ascending;
-    ``init_sha256``: the init build it descends from (:func:`init_digest`)."""
+    ``init_digest``: the init build it descends from (:func:`init_digest`)."""
     from gti.study.geometry import measure
 
     figures = measure(ckpt, permutations=cfg.permutations, seed=seed)
     figures["examples"] = step * cfg.sft.batch_size
-    if init_sha256 is not None:
-        figures["init_sha256"] = init_sha256
+    if init_digest is not None:
+        figures["init_digest"] = init_digest
     geo = _json(geo_path)
     geo[str(step)] = figures
     ordered = dict(sorted(geo.items(), key=lambda kv: int(kv[0])))

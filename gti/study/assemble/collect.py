@@ -357,14 +357,14 @@ def paired(finals: dict[str, dict[str, BySeed]], n_resamples: int, seed: int) ->
 
 
 def init_builds(run: Run) -> list[dict]:
-    """The init builds ``run``'s milestones descend from (geometry.json's ``init_sha256``,
+    """The init builds ``run``'s milestones descend from (geometry.json's ``init_digest``,
     :func:`gti.study.run.init_digest`), each with its milestones, in step order; steps
     recorded before digests were kept are left out."""
     by: dict[str, list[int]] = {}
     for step, g in sorted(run.geometry().items(), key=lambda kv: int(kv[0])):
-        if g.get("init_sha256"):
-            by.setdefault(g["init_sha256"], []).append(int(step))
-    return [{"sha256": d, "steps": steps} for d, steps in by.items()]
+        if g.get("init_digest"):
+            by.setdefault(g["init_digest"], []).append(int(step))
+    return [{"digest": d, "steps": steps} for d, steps in by.items()]
 
 
 def geometry(runs: list[Run]) -> list[dict]:

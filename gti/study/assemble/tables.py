@@ -288,6 +288,11 @@ def status_lines(res: dict) -> list[str]:
     return lines + [""]
 
 
+def short_digest(digest: str) -> str:
+    """A digest as ``digest_text`` writes it (``algorithm:hex``), cut to 12 hex digits."""
+    return digest.rpartition(":")[2][:12]
+
+
 def init_build_lines(res: dict) -> list[str]:
     """Runs whose milestones descend from more than one build of their init (rebuilt after
     the work folder lost it): the same config and seed, float reductions in another order."""
@@ -303,7 +308,9 @@ def init_build_lines(res: dict) -> list[str]:
         "",
     ]
     for arm, r in split:
-        parts = "; ".join(f"steps {b['steps']} from {b['sha256'][:12]}" for b in r["init_builds"])
+        parts = "; ".join(
+            f"steps {b['steps']} from {short_digest(b['digest'])}" for b in r["init_builds"]
+        )
         lines.append(f"- {arm} seed {r['seed']}: {parts}")
     return lines + [""]
 

@@ -572,8 +572,7 @@ def test_milestones_record_their_init_build_and_a_rebuilt_init_shows(
     """Every milestone's geometry records the sha256 of the init's weights; when the init
     on disk is not the build earlier milestones came from (a rebuilt init), the run warns,
     the new milestones record the new digest and results.md lists the run's two builds."""
-    import hashlib
-
+    import xxhash
     from safetensors.torch import load_file, save_file
 
     cfg = load_study_config(tiny_study(tmp_path, tiny_model_dir, arms=("mean",), seeds=(0,)))
@@ -582,14 +581,14 @@ def test_milestones_record_their_init_build_and_a_rebuilt_init_shows(
     init = tmp_path / "work" / "init" / "mean-seed0"
 
     def digest() -> str:  # the files' bytes in name order, each name first
-        h = hashlib.sha256()
+        h = xxhash.xxh3_128()
         for f in sorted(init.glob("*.safetensors")):
             h.update(f.name.encode() + b"\0" + f.read_bytes())
-        return h.hexdigest()
+        return "xxh3_128:" + h.hexdigest()
 
     first = digest()
     geo = json.loads((rdir / "geometry.json").read_text())
-    assert {g["init_sha256"] for g in geo.values()} == {first}
+    assert {g["init_digest"] for g in geo.values()} == {first}
 
     # the last milestone unmeasured, and the init replaced by a build one value apart
     for p in [
@@ -612,16 +611,17 @@ def test_milestones_record_their_init_build_and_a_rebuilt_init_shows(
         run_all(cfg, command="test")
     assert "not the build milestones [0, 2] were trained from" in caplog.text
     geo = json.loads((rdir / "geometry.json").read_text())
-    assert [geo[s]["init_sha256"] for s in ("0", "2", "4")] == [first, first, second]
+    assert [geo[s]["init_digest"] for s in ("0", "2", "4")] == [first, first, second]
     res = runner.invoke(app, ["study", "assemble", str(tmp_path / "reports"), "--resamples", "50"])
     assert res.exit_code == 0, res.output
     run = json.loads((tmp_path / "reports" / "results.json").read_text())["arms"]["mean"]["runs"]
     assert run[0]["init_builds"] == [
-        {"sha256": first, "steps": [0, 2]},
-        {"sha256": second, "steps": [4]},
+        {"digest": first, "steps": [0, 2]},
+        {"digest": second, "steps": [4]},
     ]
     md = (tmp_path / "reports" / "results.md").read_text()
-    assert f"- mean seed 0: steps [0, 2] from {first[:12]}; steps [4] from {second[:12]}" in md
+    short = [d.removeprefix("xxh3_128:")[:12] for d in (first, second)]
+    assert f"- mean seed 0: steps [0, 2] from {short[0]}; steps [4] from {short[1]}" in md
 
 
 def test_a_grown_plan_continues_from_the_kept_state_and_keeps_the_earlier_test(
