@@ -3,7 +3,9 @@
 ``lcrec`` is LC-Rec (mean init, then SFT on next item + text <-> SID alignment);
 ``gti+lcrec`` puts GTI's grounding before the same mix, the paper's best arm.
 ``gti-from-description`` grounds from description-mean rows instead of the paper's
-mean (``gti init --start-from description-mean``).
+mean (``gti init --start-from description-mean``); ``gti-from-codebook-projection`` from
+the RQ-VAE code vectors projected into the embedding space (the start that keeps its
+structure through grounding at CPU budgets, reports/grounding/budget).
 Arms with the same init (strategy and start) share one init checkpoint per seed.
 """
 
@@ -35,5 +37,6 @@ ARMS: dict[str, Arm] = {
     "lcrec": Arm("mean", "lcrec"),
     "gti+lcrec": Arm("gti", "lcrec"),
     "gti-from-description": Arm("gti", "next-item", "description-mean"),
+    "gti-from-codebook-projection": Arm("gti", "next-item", "codebook-projection"),
 }
 DEFAULT_ARMS = ("mean", "random", "description-mean", "gti", "lcrec", "gti+lcrec")

@@ -167,23 +167,35 @@ def test_bad_config_exits_2(tmp_path, toml, message):
     assert not (tmp_path / "run").exists()
 
 
-def test_gti_from_description_grounds_its_own_init(tmp_path, tiny_model_dir):
-    arms = ["gti", "gti-from-description"]
+def test_gti_from_another_start_grounds_its_own_init(tmp_path, tiny_model_dir):
+    arms = ["gti", "gti-from-description", "gti-from-codebook-projection"]
     config, out = tiny_toml(tmp_path, tiny_model_dir, arms), tmp_path / "run"
     res = runner.invoke(app, ["experiment", str(config), "-o", str(out), "--no-progress"])
     assert res.exit_code == 0, res.output
     inits = out / "seed-0" / "init"
-    assert sorted(p.name for p in inits.iterdir()) == ["gti", "gti-from-description-mean"]
+    assert sorted(p.name for p in inits.iterdir()) == [
+        "gti",
+        "gti-from-codebook-projection",
+        "gti-from-description-mean",
+    ]
     starts = {
         p.name: json.loads((p / "init_config.json").read_text())["start_from"]
         for p in inits.iterdir()
     }
-    assert starts == {"gti": "mean", "gti-from-description-mean": "description-mean"}
+    assert starts == {
+        "gti": "mean",
+        "gti-from-description-mean": "description-mean",
+        "gti-from-codebook-projection": "codebook-projection",
+    }
     prov = sidecar.load(out / "seed-0" / "sft" / "gti-from-description").provenance
     assert prov["init_strategy"] == "gti" and prov["arm"] == "gti-from-description"
     labels = [c["label"] for c in json.loads((out / "report.json").read_text())["checkpoints"]]
     # the report tells the two gti inits apart by their folders
-    assert labels[:2] == ["gti/init (gti)", "gti/init (gti-from-description-mean)"]
+    assert labels[:3] == [
+        "gti/init (gti)",
+        "gti/init (gti-from-description-mean)",
+        "gti/init (gti-from-codebook-projection)",
+    ]
 
 
 def test_a_report_written_by_an_older_geodiag_is_rebuilt(tmp_path):
