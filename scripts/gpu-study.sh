@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sequence study on one GPU in under 9 minutes (configs/gpu-study.toml): every arm, one seed,
+# The sequence study on one GPU (configs/gpu-study.toml; ~13 minutes by estimate): every arm, one seed,
 # up to 8 epochs, bf16 SFT; then the tables and plots from the committed-size files.
 #
 #   scripts/gpu-study.sh            # from the repo root, on the GPU machine

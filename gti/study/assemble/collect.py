@@ -29,11 +29,15 @@ FORMAT = "gti.study.results"
 CURVE_KS = (10, 20)
 CURVE_METRICS = tuple(f"recall@{k}" for k in CURVE_KS)
 # (A, B) pairs reported as A - B when both arms ran: GTI against each other init with
-# plain SFT, and with the LC-Rec task mix on both sides (the paper's two comparisons).
+# plain SFT, and with the LC-Rec task mix on both sides (the paper's two comparisons);
+# GTI from the projected codebooks against GTI from the mean (does the start matter once
+# grounded?) and against the mean.
 PAIRS = (
     ("gti", "mean"),
     ("gti", "random"),
     ("gti", "description-mean"),
+    ("gti-from-codebook-projection", "gti"),
+    ("gti-from-codebook-projection", "mean"),
     ("gti+lcrec", "lcrec"),
     ("lcrec", "mean"),
 )

@@ -45,7 +45,9 @@ def test_sequence_study_preset():
     assert cfg.sft.objective == "sequence" and cfg.epochs == (0.0, 0.25, 0.5, 1.0)
     assert cfg.sft.min_lr_ratio == 1.0  # a constant rate: a longer run only adds steps
     assert cfg.sft.bf16 == "off"  # one computation on every machine a run's pieces see
-    assert set(cfg.arms) == {"mean", "gti", "random", "description-mean"}
+    # issue 49's four arms and issue 48's fifth; the GPU study runs the same arms
+    assert cfg.arms == ("mean", "gti", "random", "description-mean", "gti-from-codebook-projection")
+    assert load_study_config(CONFIGS / "gpu-study.toml").arms == cfg.arms
     assert len(cfg.seeds) >= 3 and cfg.evaluate.max_users is None
     assert cfg.sft.micro_batch_size > 1  # batched, never a micro-batch of one
 
