@@ -5,16 +5,19 @@ MovieLens-100k data, model and machine, each through ``gti.sft.run.run_sft`` its
 (``--steps`` optimizer steps each, one warm-up step dropped; the per-step times come
 from the train log, so checkpoint writing is left out):
 
-  example   one prompt per next item, as the earlier study trained (batch 8 of
-            micro-batch 1, history 10, empty system turn)
-  sequence  packed history windows (configs/study-seq.toml: batch 8 windows of
-            micro-batch 2 grouped by length)
+  example   one prompt per next item, as the earlier study trained: the [sft] section
+            of configs/study.toml (batch 8 of micro-batch 1, history 10, empty system turn)
+  sequence  packed history windows: the [sft] section of configs/study-seq.toml (batch 8
+            windows of micro-batch 2 grouped by length)
 
-It prints real tokens/s, examples per epoch and wall time per epoch of each, their
-ratio (goal: the sequence epoch in at most 1/10 of the example epoch), and MFU against
-a square matmul's peak measured in the same run. INIT is a `gti init` checkpoint of
-MovieLens-100k (e.g. runs/ml100k-seq/init/mean-seed0 after `gti study run
-configs/study-seq.toml`).
+Both routes run with the same ``--bf16`` (default off: float32, as the study trains; on:
+bf16 autocast where the CPU has avx512_bf16 or AMX). It prints real tokens/s, examples
+per epoch and wall time per epoch of each, their ratio (goal: the sequence epoch in at
+most 1/10 of the example epoch), and MFU against a square matmul's peak measured in the
+same run, in the dtype the steps computed in (bf16 when autocast was on). The LM head is
+counted only at the answer positions, the only ones ``gti.sft.loss.AnswerLoss``
+projects. INIT is a `gti init` checkpoint of MovieLens-100k (e.g.
+runs/ml100k-seq/init/mean-seed0 after `gti study run configs/study-seq.toml`).
 
     .venv/bin/python bench/sft.py --routes runs/ml100k-seq/init/mean-seed0 [--steps 4]
 
@@ -34,6 +37,7 @@ torch.matmul in the same dtype, measured in the same run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import tempfile
@@ -44,6 +48,13 @@ import torch
 from mfu import Shape, bf16_supported, matmul_peak
 
 from gti.models.backbone import resolve_backbone
+
+ROOT = Path(__file__).resolve().parents[1]
+# Each route's SFT settings are those of the study that trains that way (its [sft] section).
+ROUTES = {
+    "example": ROOT / "configs" / "study.toml",  # the earlier study
+    "sequence": ROOT / "configs" / "study-seq.toml",  # issue 49's study
+}
 
 
 def sft_seconds(model, batch: torch.Tensor, steps: int, bf16: bool) -> float:
@@ -64,34 +75,28 @@ def sft_seconds(model, batch: torch.Tensor, steps: int, bf16: bool) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-ROUTES = {
-    # the earlier study's per-example route (gti/presets/study.toml)
-    "example": {
-        "objective": "example", "batch_size": 8, "micro_batch_size": 1,
-        "max_history": 10, "system_prompt": "",
-    },
-    # the sequence route of gti/presets/study-seq.toml
-    "sequence": {
-        "objective": "sequence", "batch_size": 8, "micro_batch_size": 2,
-        "window": 64, "stride": 44, "max_history": 20,
-    },
-}  # fmt: skip
+def route_config(init: Path, out: Path, route: str, steps: int, bf16: str):
+    """The SFT config of ``route``: its study's [sft] section, ``steps`` steps from
+    ``init`` into ``out`` without warmup or checkpoints, autocast ``bf16``."""
+    from gti.study.config import load_study_config
+
+    return dataclasses.replace(
+        load_study_config(ROUTES[route]).sft, init=init, out=out, steps=steps,
+        warmup_steps=0, save_every=10**6, progress=False, bf16=bf16,
+    )  # fmt: skip
 
 
-def route_figures(init: Path, route: str, steps: int, shape: Shape) -> dict[str, float]:
+def route_figures(init: Path, route: str, steps: int, shape: Shape, bf16: str) -> dict[str, float]:
     """Run ``steps`` + 1 SFT steps of ``route`` from ``init``; figures of the last ``steps``."""
     from gti.data.tasks import dataset_of, load_task_data
-    from gti.sft.config import SFTConfig
     from gti.sft.run import load_checkpoint, make_stream, run_sft
     from gti.sft.trainer import micro_batches
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = SFTConfig(
-            init=init, out=Path(tmp) / "sft", steps=steps + 1, warmup_steps=0, lr=3e-4,
-            save_every=10**6, progress=False, **ROUTES[route],
-        )  # fmt: skip
+        cfg = route_config(init, Path(tmp) / "sft", route, steps + 1, bf16)
         run_sft(cfg)
         log = [json.loads(x) for x in (cfg.out / "train_log.jsonl").read_text().splitlines()]
+        autocast = bool(json.loads((cfg.out / "sft_config.json").read_text())["cpu_bf16_autocast"])
         _, tokenizer, sids = load_checkpoint(init, torch.float32)
         task = load_task_data(
             sids, dataset_of(sids, None, init), k_core_min=5, max_history=cfg.max_history
@@ -107,7 +112,9 @@ def route_figures(init: Path, route: str, steps: int, shape: Shape) -> dict[str,
             padded += b.input_ids.numel()
             T = b.input_ids.shape[1]  # the forward runs over the padded batch
             fwd = shape.forward_flops(b.input_ids.numel(), (T + 1) / 2)
-            flops += 3 * (fwd + shape.head_flops(b.input_ids.numel()))
+            # the head projects only the positions that predict an answer token
+            projected = float(b.answer_mask[:, 1:].sum())
+            flops += 3 * (fwd + shape.head_flops(projected))
     per_epoch = stream.epoch_size / cfg.batch_size  # steps
     return {
         "seconds_per_step": seconds,
@@ -116,26 +123,31 @@ def route_figures(init: Path, route: str, steps: int, shape: Shape) -> dict[str,
         "examples_per_epoch": stream.epoch_size,
         "epoch_hours": per_epoch * seconds / 3600,
         "achieved_flops": flops / steps / seconds,
+        "bf16_autocast": autocast,
     }
 
 
-def compare_routes(init: Path, steps: int) -> dict[str, object]:
+def compare_routes(init: Path, steps: int, bf16: str) -> dict[str, object]:
     from gti.sft.run import load_checkpoint
 
     model, _, _ = load_checkpoint(init, torch.float32)
     shape = Shape.of(model)
     del model
-    peak = matmul_peak(torch.float32)
-    out: dict[str, object] = {"matmul_peak_flops": peak}
+    peaks = {}  # per dtype the steps computed in, measured once
+    out: dict[str, object] = {"bf16": bf16}
     for route in ROUTES:
-        fig = route_figures(init, route, steps, shape)
+        fig = route_figures(init, route, steps, shape, bf16)
+        dtype = torch.bfloat16 if fig["bf16_autocast"] else torch.float32
+        if dtype not in peaks:
+            peaks[dtype] = matmul_peak(dtype)
+        peak = fig["matmul_peak_flops"] = peaks[dtype]
         fig["mfu"] = fig["achieved_flops"] / peak
         out[route] = fig
         print(
             f"  {route:8s}: {fig['tokens_per_s']:6.1f} tokens/s ({fig['padding_share']:.1%} "
             f"padding), {fig['seconds_per_step']:5.1f} s/step, {fig['examples_per_epoch']:,} "
             f"examples/epoch -> {fig['epoch_hours']:6.2f} h/epoch; MFU {fig['mfu']:.1%} "
-            f"of {peak / 1e9:.0f} GFLOP/s"
+            f"of {peak / 1e9:.0f} GFLOP/s ({'bf16' if fig['bf16_autocast'] else 'fp32'})"
         )
     ratio = out["sequence"]["epoch_hours"] / out["example"]["epoch_hours"]  # type: ignore[index]
     out["epoch_time_ratio"] = ratio
@@ -152,6 +164,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--cache-dir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--bf16", choices=("off", "on", "auto"), default="off",
+        help="--routes: autocast of both routes (off: float32, as the study trains)",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.routes is not None:
         cpu = next(
@@ -166,7 +182,7 @@ def main() -> None:
             f"{cpu}, threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f}; "
             f"{args.steps} steps per route after one warm-up"
         )
-        result = compare_routes(args.routes, args.steps)
+        result = compare_routes(args.routes, args.steps, args.bf16)
         if args.json:
             args.json.write_text(json.dumps(result, indent=1))
         return
