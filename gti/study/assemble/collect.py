@@ -99,16 +99,12 @@ def collect(
         }
         for arm, runs in inputs.runs.items()
     }
-    # The final splits pool the runs complete at the study's last milestone: a run complete
-    # under an earlier, shorter plan (before epochs were added) is not pooled with them.
+    # The final splits at the study's last milestone pool the runs measured there; a run
+    # complete under an earlier, shorter plan (before epochs were added) is pooled at its
+    # own last milestone instead, with the runs that measured that one (earlier_finals).
     last = final_step(inputs)
-    finals = {
-        arm: {
-            fs: {r.seed: r.final(fs) for r in runs if at_final(r, last)}
-            for fs in next((r.final_splits for r in runs if at_final(r, last)), [])
-        }
-        for arm, runs in inputs.runs.items()
-    }
+    by_step = finals_by_step(inputs)
+    finals = {arm: by_step.get(last, {}).get(arm, {}) for arm in inputs.runs}
     arms = {
         arm: arm_entry(runs, curves[arm], finals[arm], n_resamples, seed, last)
         for arm, runs in inputs.runs.items()
@@ -123,7 +119,48 @@ def collect(
         curves, finals, arms, baseline_lists, n_resamples, seed
     )
     out["geometry_intervals"] = geometry_intervals(inputs)
+    out["earlier_finals"] = [
+        {
+            "step": step,
+            "epochs": next(r.epochs(step) for runs in inputs.runs.values() for r in runs),
+            "arms": {
+                arm: {fs: final_entry(by_seed, n_resamples, seed) for fs, by_seed in f.items()}
+                for arm, f in arm_finals.items()
+            },
+            "paired": paired(arm_finals, n_resamples, seed),
+        }
+        for step, arm_finals in by_step.items()
+        if step != last
+    ]
     return out
+
+
+def finals_by_step(inputs: StudyInputs) -> dict[int, dict[str, dict[str, BySeed]]]:
+    """{step: {arm: {split: {seed: lists}}}}, steps ascending: each final split at every
+    step a run measured it, as its final (complete there) or as the lists it kept when
+    the study's epochs grew past that step (:meth:`Run.final_at`)."""
+    splits = sorted({fs for runs in inputs.runs.values() for r in runs for fs in r.final_splits})
+    out: dict[int, dict[str, dict[str, BySeed]]] = {}
+    for arm, runs in inputs.runs.items():
+        for r in runs:
+            for step in r.milestones:
+                for fs in splits:
+                    lists = r.final_at(step, fs)
+                    if lists is not None:
+                        out.setdefault(step, {}).setdefault(arm, {}).setdefault(fs, {})[r.seed] = (
+                            lists
+                        )
+    return dict(sorted(out.items()))
+
+
+def final_entry(by_seed: BySeed, n_resamples: int, seed: int) -> dict[str, object]:
+    """One final split of one arm: its seeds, users and metrics with intervals."""
+    m = stack(list(by_seed.values()))
+    return {
+        "seeds": sorted(by_seed),
+        "n_users": m["recall@10"].shape[1],
+        "metrics": _intervals(m, n_resamples, seed),
+    }
 
 
 def final_step(inputs: StudyInputs) -> int | None:
@@ -182,12 +219,8 @@ def arm_entry(
             per_seed[str(s)]["curve"].append({"step": step, **_means(m, i)})
     final = {}
     for fs, by_seed in finals.items():
+        final[fs] = final_entry(by_seed, n_resamples, seed)
         m = stack(list(by_seed.values()))
-        final[fs] = {
-            "seeds": sorted(by_seed),
-            "n_users": m["recall@10"].shape[1],
-            "metrics": _intervals(m, n_resamples, seed),
-        }
         for i, s in enumerate(by_seed):
             per_seed[str(s)]["final"][fs] = _means(m, i)
     return {

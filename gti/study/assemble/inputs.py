@@ -68,6 +68,15 @@ class Run:
     def final(self, split: str) -> Rankings:
         return load_rankings(self.folder / final_file(split))
 
+    def final_at(self, step: int, split: str) -> Rankings | None:
+        """The final split ``split``'s lists after ``step`` SFT steps: the run's final when
+        it is complete there, else the lists it kept when a grown plan moved that final on
+        (``curve/step-<n>.<split>.rankings.json``); None when it has neither."""
+        if self.complete and self.milestones[-1] == step and split in self.final_splits:
+            return self.final(split)
+        kept = self.folder / curve_file(step, split)
+        return load_rankings(kept) if split != self.curve_split and kept.is_file() else None
+
     def geometry(self) -> dict[str, dict]:
         """``geometry.json``: {step (a string): geodiag's figures at that milestone}."""
         return json.loads((self.folder / Files.GEOMETRY).read_text())

@@ -84,6 +84,35 @@ def final_table(res: dict, split: str) -> list[str]:
     return lines + [""]
 
 
+def earlier_final_tables(res: dict) -> list[str]:
+    """The final splits at each earlier plan's last milestone (the study's epochs grew
+    since): every run that measured them there, and the paired differences."""
+    names = [f"{m}@{k}" for m in ("recall", "ndcg") for k in res["ks"]]
+    lines: list[str] = []
+    for e in res.get("earlier_finals", []):
+        at = f"step {e['step']}" + ("" if e.get("epochs") is None else f", {e['epochs']:g} epochs")
+        splits = sorted({fs for f in e["arms"].values() for fs in f})
+        for split in splits:
+            lines += [
+                f"## {split} at {at} (an earlier plan's final budget)",
+                "",
+                "| model | users | " + " | ".join(names) + " |",
+                "|---|---:|" + "---:|" * len(names),
+            ]
+            for arm, f in e["arms"].items():
+                if split in f:
+                    entry = f[split]
+                    cells = [_fmt(entry["metrics"][n]) for n in names]
+                    lines.append(
+                        f"| {arm} ({len(entry['seeds'])} seed(s)) | {entry['n_users']} | "
+                        + " | ".join(cells)
+                        + " |"
+                    )
+            lines.append("")
+        lines += paired_table({"paired": e["paired"]}, f"## paired differences ({at})")
+    return lines
+
+
 def curve_table(res: dict) -> list[str]:
     lines = [
         "## learning curves (" + ", ".join(CURVE_METRICS) + ")",
@@ -136,11 +165,11 @@ def per_seed_tables(res: dict) -> list[str]:
     return lines
 
 
-def paired_table(res: dict) -> list[str]:
+def paired_table(res: dict, title: str = "## paired differences (final budget)") -> list[str]:
     if not res["paired"]:
         return []
     lines = [
-        "## paired differences (final budget)",
+        title,
         "",
         "| comparison | seeds | metric | difference [95%] | p (sign-flip) | users +/- |",
         "|---|---:|---|---:|---:|---:|",
@@ -278,8 +307,9 @@ def status_lines(res: dict) -> list[str]:
         if r["status"] == "earlier plan":
             lines.append(
                 f"- {arm} seed {r['seed']}: complete at step {r['measured'][-1]}, an earlier "
-                "plan's last milestone (its final splits are not pooled with the others'; "
-                "re-run it to continue under the study's plan)"
+                "plan's last milestone (its final splits are pooled at that step, with every "
+                "run that measured them there, not with the others'; re-run it to continue "
+                "under the study's plan)"
             )
         else:
             lines.append(
@@ -319,6 +349,7 @@ def to_markdown(res: dict) -> str:
     lines = intro(res) + status_lines(res) + init_build_lines(res)
     for split in ("test", "valid"):  # the headline split first
         lines += final_table(res, split)
+    lines += earlier_final_tables(res)
     for table in (
         curve_table,
         per_seed_tables,

@@ -630,8 +630,9 @@ def test_a_grown_plan_continues_from_the_kept_state_and_keeps_the_earlier_test(
     """Epochs added after a run completed: the old final becomes a milestone, its test
     lists move to curve/step-<n>.test (kept), SFT continues from the state kept at its
     last step (only the added steps train) and ends with the weights of one straight run
-    of the longer plan; assemble pools the finals at the new last milestone only and says
-    which run is complete under the earlier plan."""
+    of the longer plan; assemble pools the finals at the new last milestone, says which
+    run is complete under the earlier plan, and pools the earlier plan's final step over
+    both runs (one's final, the other's kept lists)."""
     from safetensors.torch import load_file
 
     def study(root: Path, steps: int, fractions: str) -> Path:
@@ -684,6 +685,21 @@ def test_a_grown_plan_continues_from_the_kept_state_and_keeps_the_earlier_test(
     assert [r["status"] for r in out["runs"]] == ["complete", "earlier plan"]
     md = (grown / "reports" / "results.md").read_text()
     assert "- mean seed 1: complete at step 4, an earlier plan's last milestone" in md
+    # the earlier plan's final step pools both seeds' test lists there: seed 1's final and
+    # the lists seed 0 kept when it grew
+    (earlier,) = json.loads((grown / "reports" / "results.json").read_text())["earlier_finals"]
+    assert earlier["step"] == 4 and earlier["arms"]["mean"]["test"]["seeds"] == [0, 1]
+    hits = [  # recall@20 by hand: the target among the first 20 items, each user and seed
+        row[1] in row[2][:20]
+        for f in (
+            rdir / curve_file(4, "test"),
+            grown / "reports/runs/mean-seed1/final/test.rankings.json",
+        )
+        for row in json.loads(f.read_text())["users"]
+    ]
+    recall = earlier["arms"]["mean"]["test"]["metrics"]["recall@20"]["estimate"]
+    assert recall == pytest.approx(sum(hits) / len(hits), abs=1e-12)
+    assert "## test at step 4 (an earlier plan's final budget)" in md
 
     # the plan shrunk below a final checkpoint: refused, nothing deleted
     small = load_study_config(study(grown, 2, "[0.0, 1.0]"))
