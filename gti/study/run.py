@@ -286,7 +286,7 @@ def run_one(cfg: StudyConfig, arm: str, seed: int, *, command: str | None = None
         else:
             measure_milestone(
                 cfg, arm, seed, step, sft_cfg, paths, task, users, rankings, rank_kw, stages,
-                init_digest=digest,
+                init_build=digest,
             )  # fmt: skip
         if step != milestones[-1]:  # a piece to commit while the run goes on
             measured = [m for m in milestones if m <= step]
@@ -377,10 +377,10 @@ def epoch_size(sft_cfg, task, init_dir: Path) -> int:
 
 def measure_milestone(
     cfg, arm, seed, step, sft_cfg, paths: RunPaths, task, users, rankings, rank_kw, stages,
-    *, init_digest: str | None = None,
+    *, init_build: str | None = None,
 ):  # fmt: skip
     """The checkpoint after ``step`` SFT steps (trained up to it if need be), its geometry
-    (with ``init_digest``, :func:`init_digest` of the init on disk) and its ``rankings``
+    (with ``init_build``, :func:`init_digest` of the init on disk) and its ``rankings``
     (:func:`milestone_rankings`); an intermediate checkpoint is deleted once measured."""
     rdir = paths.result
     snap = paths.milestone(step)
@@ -389,7 +389,7 @@ def measure_milestone(
         stages.timed(
             f"geometry step {step}",
             lambda c=ckpt, s=step: record_geometry(
-                cfg, seed, c, s, rdir / Files.GEOMETRY, init_digest=init_digest
+                cfg, seed, c, s, rdir / Files.GEOMETRY, init_build=init_build
             ),
         )
     rank_milestone(cfg, arm, seed, step, ckpt, task, users, rankings, rank_kw, stages)
@@ -427,16 +427,17 @@ def record_geometry(
     step: int,
     geo_path: Path,
     *,
-    init_digest: str | None = None,
+    init_build: str | None = None,
 ) -> None:
     """geodiag's figures of ``ckpt`` into ``geo_path`` under ``step``, steps ascending;
-    ``init_digest``: the init build it descends from (:func:`init_digest`)."""
+    ``init_build``: the init build it descends from (:func:`init_digest`), recorded as
+    ``init_digest``."""
     from gti.study.geometry import measure
 
     figures = measure(ckpt, permutations=cfg.permutations, seed=seed)
     figures["examples"] = step * cfg.sft.batch_size
-    if init_digest is not None:
-        figures["init_digest"] = init_digest
+    if init_build is not None:
+        figures["init_digest"] = init_build
     geo = _json(geo_path)
     geo[str(step)] = figures
     ordered = dict(sorted(geo.items(), key=lambda kv: int(kv[0])))

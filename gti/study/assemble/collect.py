@@ -124,7 +124,10 @@ def collect(
             "step": step,
             "epochs": next(r.epochs(step) for runs in inputs.runs.values() for r in runs),
             "arms": {
-                arm: {fs: final_entry(by_seed, n_resamples, seed) for fs, by_seed in f.items()}
+                arm: {
+                    fs: pooled(by_seed, stack(list(by_seed.values())), n_resamples, seed)
+                    for fs, by_seed in f.items()
+                }
                 for arm, f in arm_finals.items()
             },
             "paired": paired(arm_finals, n_resamples, seed),
@@ -153,9 +156,11 @@ def finals_by_step(inputs: StudyInputs) -> dict[int, dict[str, dict[str, BySeed]
     return dict(sorted(out.items()))
 
 
-def final_entry(by_seed: BySeed, n_resamples: int, seed: int) -> dict[str, object]:
-    """One final split of one arm: its seeds, users and metrics with intervals."""
-    m = stack(list(by_seed.values()))
+def pooled(
+    by_seed: BySeed, m: dict[str, np.ndarray], n_resamples: int, seed: int
+) -> dict[str, object]:
+    """One arm's lists on one split at one step, pooled over its seeds: the seeds, the
+    users and each metric with its interval; ``m`` is :func:`stack` of ``by_seed``."""
     return {
         "seeds": sorted(by_seed),
         "n_users": m["recall@10"].shape[1],
@@ -210,17 +215,15 @@ def arm_entry(
                 "step": step,
                 "examples": step * first.examples_per_step,
                 "epochs": first.epochs(step),
-                "seeds": sorted(by_seed),
-                "n_users": m["recall@10"].shape[1],
-                "metrics": _intervals(m, n_resamples, seed),
+                **pooled(by_seed, m, n_resamples, seed),
             }
         )
         for i, s in enumerate(by_seed):
             per_seed[str(s)]["curve"].append({"step": step, **_means(m, i)})
     final = {}
     for fs, by_seed in finals.items():
-        final[fs] = final_entry(by_seed, n_resamples, seed)
         m = stack(list(by_seed.values()))
+        final[fs] = pooled(by_seed, m, n_resamples, seed)
         for i, s in enumerate(by_seed):
             per_seed[str(s)]["final"][fs] = _means(m, i)
     return {

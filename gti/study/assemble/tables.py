@@ -56,7 +56,6 @@ def intro(res: dict) -> list[str]:
 def final_table(res: dict, split: str) -> list[str]:
     """Every arm (its final split, else its curve's last point on ``split``) and every
     baseline on ``split``: Recall and NDCG at each K; nothing when none has ``split``."""
-    names = [f"{m}@{k}" for m in ("recall", "ndcg") for k in res["ks"]]
     rows = []
     for arm, a in res["arms"].items():
         if split in a["final"]:
@@ -70,10 +69,15 @@ def final_table(res: dict, split: str) -> list[str]:
     for b, entry in res["baselines"].items():
         if split in entry:
             rows.append((f"baseline: {b}", entry[split]))
-    if not rows:
-        return []
+    return model_table(f"## {split}, final budget", rows, res["ks"]) if rows else []
+
+
+def model_table(title: str, rows: list[tuple[str, dict]], ks: list[int]) -> list[str]:
+    """``title`` and one row per (label, pooled entry): its users, Recall and NDCG at each
+    of ``ks`` with intervals."""
+    names = [f"{m}@{k}" for m in ("recall", "ndcg") for k in ks]
     lines = [
-        f"## {split}, final budget",
+        title,
         "",
         "| model | users | " + " | ".join(names) + " |",
         "|---|---:|" + "---:|" * len(names),
@@ -87,28 +91,17 @@ def final_table(res: dict, split: str) -> list[str]:
 def earlier_final_tables(res: dict) -> list[str]:
     """The final splits at each earlier plan's last milestone (the study's epochs grew
     since): every run that measured them there, and the paired differences."""
-    names = [f"{m}@{k}" for m in ("recall", "ndcg") for k in res["ks"]]
     lines: list[str] = []
     for e in res.get("earlier_finals", []):
         at = f"step {e['step']}" + ("" if e.get("epochs") is None else f", {e['epochs']:g} epochs")
-        splits = sorted({fs for f in e["arms"].values() for fs in f})
-        for split in splits:
-            lines += [
-                f"## {split} at {at} (an earlier plan's final budget)",
-                "",
-                "| model | users | " + " | ".join(names) + " |",
-                "|---|---:|" + "---:|" * len(names),
+        for split in sorted({fs for f in e["arms"].values() for fs in f}):
+            rows = [
+                (f"{arm} ({len(f[split]['seeds'])} seed(s))", f[split])
+                for arm, f in e["arms"].items()
+                if split in f
             ]
-            for arm, f in e["arms"].items():
-                if split in f:
-                    entry = f[split]
-                    cells = [_fmt(entry["metrics"][n]) for n in names]
-                    lines.append(
-                        f"| {arm} ({len(entry['seeds'])} seed(s)) | {entry['n_users']} | "
-                        + " | ".join(cells)
-                        + " |"
-                    )
-            lines.append("")
+            title = f"## {split} at {at} (an earlier plan's final budget)"
+            lines += model_table(title, rows, res["ks"])
         lines += paired_table({"paired": e["paired"]}, f"## paired differences ({at})")
     return lines
 
