@@ -15,10 +15,13 @@ PAPER_GROUNDING = "8,000 steps x 128 examples"
 
 @dataclass(frozen=True)
 class Advice:
-    """Why the rows look as they do (None: nothing the files tell), and what to do."""
+    """Why the rows look as they do (None: nothing the files tell), and what to do;
+    ``signature``: the init the sidecar says the rows are (:mod:`geodiag.gate.signature`),
+    so a check's diagnosis does not guess another."""
 
     cause: str | None
     remedy: str | None
+    signature: str | None = None
 
     @property
     def text(self) -> str:

@@ -8,14 +8,9 @@ and the diagnosis it gives a failed matrix; here the most specific failed check 
 units' ranks) speaks, and a matrix that failed nothing is judged on its structure.
 Remedies speak the language of the stack that wrote the checkpoint
 (:mod:`geodiag.io.stack`): the option that produced a collapse and its alternative in
-transformers, Unsloth, LLaMA-Factory or PEFT, with gti as one option among them. A gti
-checkpoint's sidecar provenance (strategy, grounding steps) shapes the advice.
-
-The numbers also fingerprint the common inits: identical rows (an exact mean: Unsloth's
-``add_new_tokens`` default, ``gti init --strategy mean``); a spread ~3e-5 of the
-vocabulary's (transformers' ``mean_resizing``: N(mean, 1e-9 Sigma), sqrt(1e-9) = 3.2e-5);
-an isotropic spread of ~1 in embedding units (LLaMA-Factory's ``noise_init``: the mean
-plus N(0, 1/d) per coordinate, so E||x - mean||^2 = d * 1/d = 1).
+transformers, Unsloth, LLaMA-Factory or PEFT, with gti as one option among them. What init
+the rows look like, their signature (:mod:`geodiag.gate.signature`: the sidecar's word for
+it, else the draw's statistics), names the cause; no init strategy's name is tested here.
 """
 
 from __future__ import annotations
@@ -35,18 +30,28 @@ from geodiag.gate.checks import (
     GateResult,
     run_gate,
 )
+from geodiag.gate.signature import (
+    AVERAGED,
+    COLLAPSED,
+    DRAWN,
+    SIGNATURES,
+    Signature,
+    fingerprint,
+    signature,
+)
 from geodiag.metrics.rsa import SMALL_EFFECT
 
 _ORDER = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
 _BY_NAME = {c.name: c for c in CHECKS}
 
-# What produced a collapse, by fingerprint (module docstring).
+# What produced a collapse, by the signature the draw's statistics show
+# (geodiag.gate.signature.fingerprint).
 _CAUSE = {
     "identical": 'an exact mean init (Unsloth\'s `add_new_tokens` default `method="mean"`, '
     "`gti init --strategy mean`, or code copying the mean)",
-    "mean_resizing": "transformers' `resize_token_embeddings(..., mean_resizing=True)` "
+    "near-identical": "transformers' `resize_token_embeddings(..., mean_resizing=True)` "
     "(the default), which draws new rows from N(mean, 1e-9 Sigma)",
-    "unit_noise": "LLaMA-Factory's default `init_special_tokens: noise_init` "
+    "unit-noise": "LLaMA-Factory's default `init_special_tokens: noise_init` "
     "(the mean plus N(0, 1/d) per coordinate)",
 }
 # The alternative inside each stack: give each token its own start, then train it.
@@ -63,46 +68,80 @@ _ALTERNATIVE = {
 }
 
 
-def fingerprint(m: MatrixReport) -> str | None:
-    """Which common init the new rows look like: identical, mean_resizing, unit_noise, None."""
-    g = m.new
-    if g.spread == 0:
-        return "identical"
-    if g.spread_relative is not None and 1e-5 <= g.spread_relative <= 1e-4:
-        return "mean_resizing"
-    expected = ((m.n_new - 1) / m.n_new) ** 0.5  # RMS distance to the sample mean
-    if m.n_new > 1 and abs(g.spread - expected) < 0.1 and g.centered.effective_rank_ratio > 0.5:
-        return "unit_noise"
-    return None
-
-
 def _gti_provenance(provenance: dict) -> dict:
     """The init's provenance: the sidecar's own, or the one an SFT kept under ``init``."""
     init = provenance.get("init")
     return init if isinstance(init, dict) else provenance
 
 
+def _named(sig: Signature, report: CheckpointReport) -> str | None:
+    """The sidecar's command for the init, where gti wrote it (None otherwise)."""
+    if sig.strategy is not None and report.stack.get("name") == "gti":
+        return f"the sidecar says `gti init --strategy {sig.strategy}`"
+    return None
+
+
+def _said(sig: Signature, report: CheckpointReport) -> str:
+    """What the sidecar says the rows are, with its command where it names one."""
+    named = _named(sig, report)
+    return f"{named}: {sig.words}" if named else f"the sidecar says the rows are {sig.words}"
+
+
+def _sidecar_signature(report: CheckpointReport, m: MatrixReport) -> Signature | None:
+    sig = signature(_gti_provenance(report.provenance), m)
+    return sig if sig is not None and sig.source == "sidecar" else None
+
+
+def _trained(sig: Signature) -> str:
+    start = f" from {SIGNATURES[sig.start]}" if sig.start in SIGNATURES else ""
+    return f"an init grounded for {'?' if sig.steps is None else sig.steps} steps{start}"
+
+
 def _collapse_remedy(report: CheckpointReport, m: MatrixReport) -> Advice:
     """What produced this collapse, and what to do instead, in the user's stack."""
     stack = report.stack.get("name", "unknown")
-    fp = fingerprint(m)
-    if stack == "gti":
-        init = _gti_provenance(report.provenance)
-        strategy = init.get("init_strategy")
-        if strategy in ("mean", "mean-noise"):
+    sig = _sidecar_signature(report, m)
+    if sig is not None:
+        said = _said(sig, report)
+        if sig.name in COLLAPSED:
             return Advice(
-                f"the sidecar says `gti init --strategy {strategy}`",
+                _named(sig, report) or said,
                 f"ground them with {GTI}, or start each from its item's text with "
                 "`--strategy description-mean`",
+                sig.name,
             )
-        if strategy == "gti":
+        if sig.name == "trained":
             return Advice(
-                f"a gti init grounded for only {init.get('step', '?')} steps (the paper grounds "
-                f"{PAPER_GROUNDING}) has not left its starting point",
+                f"{_trained(sig)} still looks like its start (the paper grounds {PAPER_GROUNDING})",
                 "ground longer (`--steps`)",
+                sig.name,
             )
-        return Advice(None, f"{GROUND} or check that your init ran")
-    cause = _CAUSE.get(fp or "")
+        if sig.name == "code-projection":
+            start = f"`--start-from {sig.strategy}`" if _named(sig, report) else "these rows"
+            return Advice(
+                f"{said}, which span at most the codebooks' own dimension",
+                f"ground from them ({GTI} with {start}), which spreads them; their RSA says "
+                "how much of the codebooks they keep",
+                sig.name,
+            )
+        if sig.name in AVERAGED:
+            return Advice(
+                f"{said}; averages of many rows crowd toward the vocabulary mean and share "
+                "its direction",
+                f"{GROUND}, which spreads them",
+                sig.name,
+            )
+        return Advice(said, f"{GROUND} or check that your init ran", sig.name)
+    seen = fingerprint(m)
+    cause = _CAUSE.get(seen or "")
+    if stack == "gti":  # a sidecar older than its signature: the statistics say what they can
+        remedy = (
+            f"ground them with {GTI}, or start each from its item's text with "
+            "`--strategy description-mean`"
+            if seen in COLLAPSED
+            else f"{GROUND} or check that your init ran"
+        )
+        return Advice(f"likely {cause}" if cause else None, remedy)
     if stack == "llamafactory" and report.stack.get("init_special_tokens"):
         cause = f"LLaMA-Factory's `init_special_tokens: {report.stack['init_special_tokens']}`"
     alt = _ALTERNATIVE.get(stack)
@@ -176,31 +215,45 @@ INHERIT = f"{GROUND} so they inherit the codebook's structure"
 def _likely_cause(report: CheckpointReport, m: MatrixReport) -> Advice:
     """Why rows that are not collapsed carry no structure, in the checkpoint's own terms."""
     stack = report.stack.get("name", "unknown")
-    if stack == "gti":
-        init = _gti_provenance(report.provenance)
-        strategy = init.get("init_strategy") or init.get("strategy")
-        stage = report.provenance.get("stage")
-        if strategy == "gti":
+    sig = _sidecar_signature(report, m)
+    if sig is not None:
+        if sig.name == "trained":
+            init = _gti_provenance(report.provenance)
             sids = init.get("sids_provenance") or {}
             source = (
                 f"{sids.get('encoder', 'content')} embeddings of {init.get('data', 'the catalog')}"
             )
             return Advice(
-                f"a gti init grounded for {init.get('step', '?')} steps, far short of the paper's "
-                f"{PAPER_GROUNDING}",
+                f"{_trained(sig)}, far short of the paper's {PAPER_GROUNDING}",
                 "ground longer (`gti init --strategy gti --steps N`), and check that the item "
                 f"descriptions carry what the codebook encodes (the SIDs come from {source}; "
                 "grounding can only transfer what the texts say)",
             )
-        if strategy == "mean" and stage not in (None, "init"):
+        if sig.name in COLLAPSED and report.provenance.get("stage") not in (None, "init"):
             return Advice(
                 "training did not recover the structure the mean initialization erased",
                 f"{GROUND} before SFT",
             )
-        if strategy == "random":
-            return Advice("as expected of a random initialization", INHERIT)
+        said = _said(sig, report)
+        if sig.name in DRAWN:
+            return Advice(
+                f"as expected of {sig.words} ({_named(sig, report) or 'the sidecar says so'})",
+                INHERIT,
+            )
+        if sig.name == "code-projection":
+            return Advice(
+                f"{said}, yet they carry none of the codebooks' structure",
+                "check that the codebooks measured are the ones the rows were projected from",
+            )
+        if sig.name in AVERAGED:
+            return Advice(
+                f"{said}; text's similarities need not be the codebook's",
+                INHERIT,
+            )
+        return Advice(said, INHERIT)
+    if stack == "gti":
         return Advice("a random initialization looks like this", INHERIT)
-    if fingerprint(m) == "unit_noise" or stack == "llamafactory":
+    if fingerprint(m) == "unit-noise" or stack == "llamafactory":
         return Advice(
             "LLaMA-Factory's `noise_init` (mean plus N(0, 1/d)) looks like this: not collapsed at "
             "this vocabulary's scale, but random",

@@ -8,8 +8,8 @@ separately to the output head.
 ``gti`` (grounding) is not in the registry: it is a training stage that needs the
 whole model, and it starts from one of these rows (``--start-from``, default
 ``mean`` as in the paper). ``gti.init.config.STRATEGIES`` is these names plus ``gti``.
-A new strategy is a module and a line here (and, when it needs side information beyond
-the old rows, a line in ``NEEDS``).
+A new strategy is a module and a line here and in ``SIGNATURE`` (and, when it needs side
+information beyond the old rows, a line in ``NEEDS``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,23 @@ REGISTRY: Registry = {
     "codebook-lstsq": codebook_lstsq_init,
 }
 
+# What each strategy's rows look like, in geodiag's words (geodiag.gate.signature): the
+# sidecar says it (``init_signature``; a grounded init "trained", with ``start_signature``),
+# and geodiag's verdict words its cause from it without knowing the strategy's name.
+SIGNATURE: dict[str, str] = {
+    "mean": "identical",
+    "mean-noise": "near-identical",
+    "random": "isotropic-draw",
+    "description-mean": "text-average",
+    "full-covariance": "vocabulary-draw",
+    "llamafactory-noise": "unit-noise",
+    "llamafactory-desc": "text-average",
+    "llamafactory-desc-noise": "text-average-noise",
+    "codebook-projection": "code-projection",
+    "subword": "text-average",
+    "codebook-lstsq": "code-projection",
+}
+
 # What a strategy reads from its InitContext besides the old rows, so that a run loads
 # only that: "item_texts" (the catalog), "codebooks", "base_tokenizer".
 NEEDS: dict[str, frozenset[str]] = {
@@ -54,4 +71,12 @@ def needs(strategy: str) -> frozenset[str]:
     return NEEDS.get(strategy, frozenset())
 
 
-__all__ = ["NEEDS", "REGISTRY", "InitContext", "InitFn", "needs"]
+def signature(strategy: str, start_from: str | None = None) -> dict[str, str]:
+    """The sidecar's signature fields of an init (``strategy`` "gti": grounded from
+    ``start_from``)."""
+    if strategy == "gti":
+        return {"init_signature": "trained", "start_signature": SIGNATURE[start_from or "mean"]}
+    return {"init_signature": SIGNATURE[strategy]}
+
+
+__all__ = ["NEEDS", "REGISTRY", "SIGNATURE", "InitContext", "InitFn", "needs", "signature"]

@@ -24,7 +24,7 @@ from geodiag.io.vocabulary.sidecar import CODEBOOKS_FILENAME, SemanticIds, load
 from gti.checkpoint_files import check_output_dir, partial_dir, write_checkpoint
 from gti.data.sources import load_dataset
 from gti.errors import Interrupted
-from gti.init import REGISTRY, InitContext, needs
+from gti.init import REGISTRY, InitContext, needs, signature
 from gti.init.checkpoint import CONFIG_FILENAME, GroundingState
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.distill import distill_stream
@@ -385,6 +385,7 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         "stage": "init",
         "init_strategy": cfg.strategy,
         "start_from": run_config["start_from"],
+        **signature(cfg.strategy, cfg.start_from),
         "norm_correct": cfg.norm_correct,
         "step": step,
         "seed": cfg.seed,

@@ -33,13 +33,15 @@ def thin_subspace(m: MatrixReport, failed: list[CheckResult], advice: Advice) ->
         return diagnosis(
             f"all {n} new tokens are the same vector (rank 0 around their mean)", advice
         )
+    if advice.signature is None:  # nothing says what the rows are: the shape, and a guess
+        advice = Advice(
+            "they lie on a line or in a thin subspace (e.g. multiples of one vector)",
+            f"give each token its own starting point, or {GROUND}",
+        )
     return diagnosis(
         f"the {n} new tokens span only {g_.centered.effective_rank:.2g} effective "
         "direction(s) around their mean",
-        Advice(
-            "they lie on a line or in a thin subspace (e.g. multiples of one vector)",
-            f"give each token its own starting point, or {GROUND}",
-        ),
+        advice,
         sep=": ",
     )
 

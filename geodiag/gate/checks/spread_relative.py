@@ -8,6 +8,7 @@ from __future__ import annotations
 from geodiag.analysis.reports import MatrixReport
 from geodiag.gate.advice import Advice, Diagnosis, diagnosis, g
 from geodiag.gate.checks.unit import Check, CheckResult, Reading
+from geodiag.gate.signature import COLLAPSED
 
 NAME = "spread_relative"
 RANK = 1  # after untrained rows no init ran on; before the rank checks
@@ -30,9 +31,10 @@ def one_point(m: MatrixReport, failed: list[CheckResult], advice: Advice) -> Dia
     else:
         head = (
             f"the {n} new tokens all point the same way (mean pairwise cosine "
-            f"{g(g_.mean_pairwise_cosine)}): a shared offset dominates them, as after mean "
-            "initialization"
+            f"{g(g_.mean_pairwise_cosine)}): a shared offset dominates them"
         )
+        if advice.signature is None or advice.signature in COLLAPSED:
+            head += ", as after mean initialization"
     return diagnosis(head, advice)
 
 

@@ -11,6 +11,7 @@ keeps it true):
   write them (one module per dialect under a registry, recognised by content; torch files
   through ``torch_zip``'s restricted unpickler; parquet through pyarrow, the ``sids`` extra);
 - ``sidecar``: ``semantic_ids.json``, the levels and codes of the new tokens (read and written);
+- ``signature``: what init the sidecar's provenance says the new rows are (``init_signature``);
 - ``sid_index``: a framework's SID map and codebooks matched to each other and to the
   tokenizer (levels, offset, spelling, token ids): the sidecar they amount to;
 - ``new_tokens``: which rows are new, one resolver per source in precedence order, for a

@@ -41,6 +41,7 @@ from geodiag.io.sources import remote
 from geodiag.io.sources.options import ReadOptions
 from geodiag.io.sources.remote import is_remote
 from geodiag.io.vocabulary import sidecar as sidecar_mod
+from geodiag.io.vocabulary.signature import from_provenance
 
 # transformers' Trainer saves checkpoint-{global_step} (PREFIX_CHECKPOINT_DIR)
 TRAINER_CHECKPOINT = re.compile(r"^checkpoint-(?P<step>\d+)$")
@@ -147,7 +148,7 @@ def _sidecar_init(ckpt) -> Candidate | Found | None:
         if strategy is None:
             return f"reference: {init}, {what}"
         return (
-            f"reference: {init}, {what}; a `gti init --strategy {strategy}` checkpoint, whose "
+            f"reference: {init}, {what}; a {strategy} checkpoint, whose "
             "new rows were trained (grounded): movement is measured from it, but a row that "
             "barely moved since is not counted untrained"
         )
@@ -155,16 +156,14 @@ def _sidecar_init(ckpt) -> Candidate | Found | None:
     return Candidate(init, what, note)
 
 
-# gti init strategies that train the new rows (the others only set them).
-TRAINING_INITS = ("gti",)
-
-
 def trained_init(ref) -> str | None:
-    """The strategy of a reference whose new rows were trained (a grounded gti init), per
-    its sidecar; None for any other. A row that barely moved since such a reference is
-    trained: grounding moved it."""
-    strategy = getattr(ref, "provenance", {}).get("init_strategy")
-    return strategy if strategy in TRAINING_INITS else None
+    """How a reference whose new rows were trained (a grounded init, as its sidecar's
+    signature says: :mod:`geodiag.gate.signature`) names its init; None for any other. A row
+    that barely moved since such a reference is trained: grounding moved it."""
+    sig = from_provenance(getattr(ref, "provenance", None) or {})
+    if sig is None or sig.name != "trained":
+        return None
+    return f"`gti init --strategy {sig.strategy}`" if sig.strategy else "grounded init"
 
 
 def _peft_original(ckpt) -> Found | None:

@@ -102,7 +102,7 @@ def test_llamafactory_noise_init_is_fingerprinted_on_both_matrices(tmp_path):
     for m in report.matrices:
         expected = np.sqrt((N_NEW - 1) / N_NEW)
         assert abs(m.new.spread - expected) < 0.1
-        assert fingerprint(m) == "unit_noise"
+        assert fingerprint(m) == "unit-noise"
     # At this vocabulary's scale (spread ~0.7) the noise is no collapse: the gate passes the
     # shape checks and the verdict says the rows carry no structure, in LLaMA-Factory's terms.
     assert "noise_init" in v.sentence and "desc_init" in v.sentence
@@ -203,7 +203,7 @@ def test_transformers_mean_resizing_names_the_option(tmp_path):
     (ckpt / "trainer_state.json").write_text("{}")
     report, v = diagnose(ckpt)
     assert report.stack["name"] == "transformers"
-    assert fingerprint(report.matrices[0]) == "mean_resizing"
+    assert fingerprint(report.matrices[0]) == "near-identical"
     assert "mean_resizing=True" in v.sentence and "mean_resizing=False" in v.sentence
     assert GTI in v.sentence
 
@@ -241,13 +241,26 @@ def test_gti_init_without_structure_says_ground_longer_with_the_numbers(tmp_path
 
 
 def test_gti_sft_keeps_the_init_provenance_in_the_advice(tmp_path):
-    init = {"stage": "init", "init_strategy": "mean", "step": 0}
+    init = {"stage": "init", "init_strategy": "mean", "init_signature": "identical", "step": 0}
     prov = {"stage": "sft", "step": 30, "init_strategy": "mean", "init": init, "sft_tasks": ["seq"]}
     ckpt = write_checkpoint(
         tmp_path / "sft", planted_new_rows("mean", base_rows()), provenance=prov
     )
     _, v = diagnose(ckpt)
     assert "the sidecar says `gti init --strategy mean`" in v.sentence
+
+
+def test_a_sidecar_older_than_the_signature_is_read_by_the_rows_statistics(tmp_path):
+    """Before ``init_signature`` a gti sidecar named only its strategy: the verdict does not
+    read that name; the identical rows say what the init was."""
+    prov = {"stage": "init", "init_strategy": "mean", "step": 0, "seed": 0}
+    ckpt = write_checkpoint(
+        tmp_path / "old", planted_new_rows("mean", base_rows()), provenance=prov
+    )
+    _, v = diagnose(ckpt)
+    assert v.status == "fail" and "the sidecar says" not in v.sentence
+    assert "likely an exact mean init" in v.cause
+    assert "`--strategy description-mean`" in v.remedy
 
 
 def test_provenance_line_is_readable(tmp_path):

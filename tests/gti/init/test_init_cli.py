@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from geodiag.cli import app as geodiag_app
 from geodiag.io.checkpoint import open_checkpoint
 from geodiag.io.vocabulary import sidecar
+from gti.init import SIGNATURE
 from gti.init.cli import init
 from gti.init.config import ROW_STRATEGIES
 
@@ -60,6 +61,8 @@ def test_writes_a_contract_checkpoint(world, strategy):
     assert prov["source_model"] == str(world.model_dir)
     assert prov["step"] == (4 if strategy == "gti" else 0)
     assert prov["start_from"] == ("mean" if strategy == "gti" else None)
+    assert prov["init_signature"] == ("trained" if strategy == "gti" else SIGNATURE[strategy])
+    assert prov.get("start_signature") == ("identical" if strategy == "gti" else None)
     assert (out / "codebooks.safetensors").read_bytes() == (
         world.sids_dir / "codebooks.safetensors"
     ).read_bytes()
@@ -87,6 +90,29 @@ def test_geodiag_fails_mean_inits_and_passes_random(world):
         assert res.exit_code in (0, 1), res.output
         verdict[strategy] = res.exit_code
     assert verdict == {"mean": 1, "mean-noise": 1, "random": 0}
+
+
+def test_the_draws_statistics_agree_with_the_signature_the_sidecar_states(world):
+    """Where the rows' statistics can tell a draw (geodiag.gate.signature.fingerprint), they
+    tell the one gti's sidecar states; the draws at the vocabulary's scale show none. So the
+    sidecar's word and geodiag's own reading of the rows are two sources that agree."""
+    from geodiag.analysis.checkpoint import measure_checkpoint
+    from geodiag.analysis.options import AnalyzeOptions
+    from geodiag.gate.signature import fingerprint
+
+    expected = {
+        "mean": "identical",
+        "mean-noise": "near-identical",
+        "llamafactory-noise": "unit-noise",
+        "random": None,
+        "full-covariance": None,
+    }
+    for strategy, seen in expected.items():
+        out = world.root / f"sig-{strategy}"
+        assert gti_init(world, out, "--strategy", strategy).exit_code == 0
+        assert sidecar.load(out).provenance["init_signature"] == SIGNATURE[strategy]
+        report = measure_checkpoint(out, AnalyzeOptions(n_permutations=10, neighbors_max=0))
+        assert [fingerprint(m) for m in report.matrices] == [seen], strategy
 
 
 @pytest.mark.parametrize(

@@ -299,13 +299,19 @@ def test_a_grounded_init_measures_movement_but_flags_no_row(trainer_run, tmp_pat
     init = tmp_path / "grounded"
     model, tok = _model_and_tokenizer()
     save(model, init, tok)
-    grounded = dataclasses.replace(_levels(init), provenance={"init_strategy": "gti"})
+    # As gti writes a grounded init's provenance (its signature: geodiag.gate.signature).
+    said = {"stage": "init", "init_strategy": "gti", "step": 40}
+    said |= {"init_signature": "trained", "start_signature": "identical"}
+    grounded = dataclasses.replace(_levels(init), provenance=said)
     sidecar.write_description(init, grounded, None)
     later = run / "checkpoint-2"
     sidecar.write_description(later, sidecar.with_init(_levels(later), init, later), None)
     ckpt = open_checkpoint(later)
     assert ckpt.reference.path == init
-    assert "whose new rows were trained (grounded)" in ckpt.reference_notes[-1]
+    assert (
+        "a `gti init --strategy gti` checkpoint, whose new rows were trained (grounded)"
+        in (ckpt.reference_notes[-1])
+    )
     # Movement is measured from it; no row counts untrained for barely moving since.
     from geodiag.analysis.checkpoint import measure_checkpoint
     from geodiag.analysis.options import AnalyzeOptions
