@@ -15,7 +15,7 @@ def _value(m: MatrixReport) -> float | None:
 def _read(m: MatrixReport, cfg: object) -> Reading:
     return Reading(
         _value(m),
-        f"the {m.n_new} new rows span few directions around their mean (collapsed, or on a line)",
+        f"the {m.n_new} new rows span few directions around their mean",
     )
 
 

@@ -16,14 +16,14 @@ def _read(m: MatrixReport, cfg: object) -> Reading:
     cos = _value(m)
     if cos is None:  # two rows or more (one row is a block check's skip): a zero row
         return Reading(None, "a new row has zero norm, so its direction is undefined")
-    return Reading(cos, f"the {m.n_new} new rows all point the same way (mean initialization?)")
+    return Reading(cos, f"the {m.n_new} new rows all point the same way")
 
 
 def _sentence(c: CheckResult, m: MatrixReport) -> str:
     v, t = c.value, c.threshold
     if c.status == "pass":
         return f"mean pairwise cosine {v:.3g} (<= {t:g}): the rows point in different directions."
-    return f"mean pairwise cosine {v:.3g} (> {t:g}): all point the same way, as after mean init."
+    return f"mean pairwise cosine {v:.3g} (> {t:g}): all point the same way, along a shared offset."
 
 
 CHECK = Check(

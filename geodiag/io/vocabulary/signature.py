@@ -58,20 +58,35 @@ def _steps(x: object) -> int | None:
     return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
 
 
+# The sidecar format before ``init_signature`` (gti up to 2026-12-06) named only its
+# strategy, from this closed set; what each drew, as the field says it now. Frozen: a
+# strategy added since writes its signature, and this table never grows.
+BEFORE_THE_FIELD: dict[str, str] = {
+    "mean": "identical",
+    "mean-noise": "near-identical",
+    "random": "isotropic-draw",
+    "description-mean": "text-average",
+    "gti": "trained",
+}
+BEFORE_THE_FIELD_START = "mean"  # a grounded init of that format started from the mean
+
+
 def from_provenance(init: dict) -> Signature | None:
     """The signature an init's provenance states (:data:`SIGNATURES`); None when it states
-    none this version knows. A sidecar from before the field says what can be read without
-    it: an init that names grounding steps was trained."""
+    none this version knows. A sidecar from before the field is read by the format it had
+    then (:data:`BEFORE_THE_FIELD`)."""
     name, steps = init.get("init_signature"), _steps(init.get("step"))
+    start = init.get("start_signature")
+    if "init_signature" not in init and isinstance(init.get("init_strategy"), str):
+        name = BEFORE_THE_FIELD.get(init["init_strategy"])
+        start = init.get("start_from") or BEFORE_THE_FIELD_START
+        start = BEFORE_THE_FIELD.get(start) if isinstance(start, str) else None
     if name not in SIGNATURES:
-        if "init_signature" in init or init.get("stage") != "init" or not steps:
-            return None
-        name = "trained"  # an older sidecar: an init that names grounding steps trained
-    start = init.get("start_signature") if name == "trained" else None
+        return None
     return Signature(
         name,
         "sidecar",
         strategy=_plain(init.get("init_strategy")),
-        start=start if start in SIGNATURES else None,
+        start=start if name == "trained" and start in SIGNATURES else None,
         steps=steps if name == "trained" else None,
     )

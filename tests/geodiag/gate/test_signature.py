@@ -92,10 +92,13 @@ def test_a_sidecars_signature_is_read_and_its_untrusted_fields_checked():
     # A start or a step count of the wrong type is dropped, not trusted.
     odd = from_provenance(prov(init_signature="trained", start_signature="<b>", step=True))
     assert (odd.name, odd.start, odd.steps) == ("trained", None, None)
-    # A sidecar from before the field: an init that names grounding steps was trained; one
-    # that names none says nothing; an SFT's own provenance is not an init's.
-    assert from_provenance(prov(init_strategy="gti", step=40)).name == "trained"
-    assert from_provenance(prov(init_strategy="mean")) is None
+    # A sidecar from before the field is read by the format it had then: its closed set of
+    # strategies (a grounded one started from the mean unless it says otherwise); a strategy
+    # added since, written before the field, says nothing the verdict could rest on.
+    old = from_provenance(prov(init_strategy="gti", step=40))
+    assert (old.name, old.start, old.steps) == ("trained", "identical", 40)
+    assert from_provenance(prov(init_strategy="mean")).name == "identical"
+    assert from_provenance(prov(init_strategy="full-covariance")) is None
     assert from_provenance({"stage": "sft", "step": 30}) is None
 
 

@@ -250,14 +250,16 @@ def test_gti_sft_keeps_the_init_provenance_in_the_advice(tmp_path):
     assert "the sidecar says `gti init --strategy mean`" in v.sentence
 
 
-def test_a_sidecar_older_than_the_signature_is_read_by_the_rows_statistics(tmp_path):
-    """Before ``init_signature`` a gti sidecar named only its strategy: the verdict does not
-    read that name; the identical rows say what the init was."""
+def test_a_sidecar_older_than_the_signature_is_read_by_the_format_it_had(tmp_path):
+    """Before ``init_signature`` a gti sidecar named only its strategy, from a closed set:
+    read by that format, it says what it always said; a strategy outside that set (one
+    added since, written before the field) leaves the words to the rows' statistics."""
+    rows = planted_new_rows("mean", base_rows())
     prov = {"stage": "init", "init_strategy": "mean", "step": 0, "seed": 0}
-    ckpt = write_checkpoint(
-        tmp_path / "old", planted_new_rows("mean", base_rows()), provenance=prov
-    )
-    _, v = diagnose(ckpt)
+    _, v = diagnose(write_checkpoint(tmp_path / "old", rows, provenance=prov))
+    assert v.cause == "the sidecar says `gti init --strategy mean`"
+    prov = {**prov, "init_strategy": "subword"}
+    _, v = diagnose(write_checkpoint(tmp_path / "between", rows, provenance=prov))
     assert v.status == "fail" and "the sidecar says" not in v.sentence
     assert "likely an exact mean init" in v.cause
     assert "`--strategy description-mean`" in v.remedy
