@@ -142,26 +142,31 @@ def test_a_few_items_without_text_are_named_in_a_warning(lcrec, lcrec_model, tmp
     )
 
 
-def test_codebook_projection_carries_their_codebooks(lcrec, lcrec_model, tmp_path):
-    """Over a framework's index and codebooks: the new rows' cosines are the codebook
-    vectors' (one isometry, a positive scale per level), computed here with numpy."""
-    out = tmp_path / "proj"
-    args = ["--strategy", "codebook-projection", "--codebooks", lcrec.codebooks, "--holdout", 8]
+def rows_and_code_vectors(lcrec, lcrec_model, out, strategy):
+    """``strategy`` over the LC-Rec index and its codebooks: each SID token's new row and
+    its code vector, token by token (float64)."""
+    args = ["--strategy", strategy, "--codebooks", lcrec.codebooks, "--holdout", 8]
     res = gti_init(lcrec, lcrec_model, out, *args)
     assert res.exit_code == 0, res.output
+    assert json.loads((out / "init_config.json").read_text())["strategy"] == strategy
     tok = AutoTokenizer.from_pretrained(out)
     weight = load_file(out / "model.safetensors")["model.embed_tokens.weight"].astype("float64")
     tokens = sorted({t for toks in lcrec.token_map().values() for t in toks})
     rows = weight[tok.convert_tokens_to_ids(tokens)]
     vecs = np.array([lcrec.books["abcd".index(t[1])][int(t[3:-1])] for t in tokens])
+    return rows, vecs
+
+
+def test_codebook_projection_carries_their_codebooks(lcrec, lcrec_model, tmp_path):
+    """Over a framework's index and codebooks: the new rows' cosines are the codebook
+    vectors' (one isometry, a positive scale per level), computed here with numpy."""
+    rows, vecs = rows_and_code_vectors(lcrec, lcrec_model, tmp_path / "proj", "codebook-projection")
 
     def cosines(x):
         unit = x / np.linalg.norm(x, axis=1, keepdims=True)
         return unit @ unit.T
 
     np.testing.assert_allclose(cosines(rows), cosines(vecs), atol=1e-5)  # float32 rows
-    config = json.loads((out / "init_config.json").read_text())
-    assert config["strategy"] == "codebook-projection"
 
 
 def test_codebook_lstsq_maps_their_code_vectors_through_one_affine_map(
@@ -170,22 +175,13 @@ def test_codebook_lstsq_maps_their_code_vectors_through_one_affine_map(
     """Over a framework's index and codebooks: every token's row is b + c M for its own code
     vector c, one (b, M) for all (more tokens than parameters per coordinate, so rows of
     any other init would leave a residual), and the rows are not one point."""
-    out = tmp_path / "lstsq"
-    args = ["--strategy", "codebook-lstsq", "--codebooks", lcrec.codebooks, "--holdout", 8]
-    res = gti_init(lcrec, lcrec_model, out, *args)
-    assert res.exit_code == 0, res.output
-    tok = AutoTokenizer.from_pretrained(out)
-    weight = load_file(out / "model.safetensors")["model.embed_tokens.weight"].astype("float64")
-    tokens = sorted({t for toks in lcrec.token_map().values() for t in toks})
-    rows = weight[tok.convert_tokens_to_ids(tokens)]
-    vecs = np.array([lcrec.books["abcd".index(t[1])][int(t[3:-1])] for t in tokens])
+    rows, vecs = rows_and_code_vectors(lcrec, lcrec_model, tmp_path / "lstsq", "codebook-lstsq")
     design = np.hstack([np.ones((len(vecs), 1)), vecs])
-    assert len(tokens) > design.shape[1] + 4
+    assert len(rows) > design.shape[1] + 4
     coef, *_ = np.linalg.lstsq(design, rows, rcond=None)
     scale = np.abs(rows).max()
     np.testing.assert_allclose(design @ coef, rows, atol=1e-6 * scale)  # float32 rows
     assert np.abs(rows - rows.mean(axis=0)).max() > 1e-3 * scale
-    assert json.loads((out / "init_config.json").read_text())["strategy"] == "codebook-lstsq"
 
 
 @pytest.mark.parametrize("strategy", ["full-covariance", "llamafactory-desc", "subword"])
