@@ -283,8 +283,8 @@ def run_init(cfg: InitConfig, *, should_stop: Callable[[int], bool] | None = Non
         raise InputError(
             "--fsdp",
             "sharding needs several processes, and this is one: launch with torchrun "
-            "--nproc_per_node N -m gti.cli init ... or accelerate launch --num_processes N "
-            "-m gti.cli init ...",
+            "--nproc_per_node N -m gti.cli init ... or accelerate launch --multi_gpu "
+            "--num_processes N -m gti.cli init ...",
         )
     if cfg.grounding.fsdp and cfg.vehicle == "peft":
         raise InputError(

@@ -1,4 +1,5 @@
-"""Two-process runs of ``gti init`` for the distributed tests: ``torchrun`` on CPU (gloo)."""
+"""Two-process runs of ``gti init`` for the distributed tests: ``torchrun`` and ``accelerate
+launch`` on CPU (gloo)."""
 
 from __future__ import annotations
 
@@ -29,11 +30,27 @@ def embedding(ckpt: Path) -> torch.Tensor:
     return weights(ckpt)["model.embed_tokens.weight"]
 
 
-def torchrun(world, out, *extra: str) -> subprocess.CompletedProcess:
-    """``gti init --strategy gti`` on 2 processes, STEPS x BATCH, one thread each."""
-    cmd = [
+# How each launcher starts 2 processes on this machine; the command after it is the same.
+LAUNCHERS = {
+    "torchrun": lambda port: [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+        "--master_addr", "127.0.0.1", "--master_port", str(port),
+    ],
+    # accelerate's --cpu starts one process (several need its MPI config): --multi_gpu is
+    # its torchrun launcher, which on a machine without GPUs starts CPU processes.
+    "accelerate": lambda port: [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+        "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
+    ],
+}  # fmt: skip
+
+
+def torchrun(world, out, *extra: str, launcher: str = "torchrun") -> subprocess.CompletedProcess:
+    """``gti init --strategy gti`` on 2 processes, STEPS x BATCH, one thread each, started
+    by ``launcher`` (:data:`LAUNCHERS`)."""
+    cmd = [
+        *LAUNCHERS[launcher](free_port()),
         "-m", "gti.cli", "init", "--sids", str(world.sids_dir), "-o", str(out),
         "--strategy", "gti", "--steps", str(STEPS), "--batch-size", str(BATCH),
         "--device", "cpu", "--no-progress", *extra,

@@ -15,8 +15,11 @@ from gti.init.run import run_init
 
 
 @pytest.mark.numerics
-@pytest.mark.parametrize("objective", ["ce", "ce+distill"])
-def test_two_processes_ground_the_rows_one_process_grounds(world, tmp_path, objective):
+@pytest.mark.parametrize(
+    ("objective", "launcher"),
+    [("ce", "torchrun"), ("ce+distill", "torchrun"), ("ce", "accelerate")],
+)
+def test_two_processes_ground_the_rows_one_process_grounds(world, tmp_path, objective, launcher):
     """SGD, so that an update is linear in the gradient: each new-row entry's gradient
     is a sum over the step's N answer tokens, here summed in two shares and then across
     processes, and the shares' forward passes run at their own padded widths. In float32
@@ -29,7 +32,10 @@ def test_two_processes_ground_the_rows_one_process_grounds(world, tmp_path, obje
     matched positions are terms of the sums as well (N counts both)."""
     single = one_process(world, tmp_path / "one", objective)
     proc = torchrun(
-        world, tmp_path / "two", "--optimizer", "sgd", "--lr", str(LR), "--objective", objective
+        world,
+        tmp_path / "two",
+        *("--optimizer", "sgd", "--lr", str(LR), "--objective", objective),
+        launcher=launcher,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     two = tmp_path / "two"
