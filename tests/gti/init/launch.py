@@ -46,12 +46,15 @@ LAUNCHERS = {
 }  # fmt: skip
 
 
-def torchrun(world, out, *extra: str, launcher: str = "torchrun") -> subprocess.CompletedProcess:
+def torchrun(
+    world, out, *extra: str, launcher: str = "torchrun", entry: tuple[str, ...] = ("-m", "gti.cli")
+) -> subprocess.CompletedProcess:
     """``gti init --strategy gti`` on 2 processes, STEPS x BATCH, one thread each, started
-    by ``launcher`` (:data:`LAUNCHERS`)."""
+    by ``launcher`` (:data:`LAUNCHERS`); ``entry``: what each process runs (a script and its
+    own arguments in place of ``-m gti.cli``)."""
     cmd = [
         *LAUNCHERS[launcher](free_port()),
-        "-m", "gti.cli", "init", "--sids", str(world.sids_dir), "-o", str(out),
+        *entry, "init", "--sids", str(world.sids_dir), "-o", str(out),
         "--strategy", "gti", "--steps", str(STEPS), "--batch-size", str(BATCH),
         "--device", "cpu", "--no-progress", *extra,
     ]  # fmt: skip

@@ -1,15 +1,18 @@
-"""Grounding on two processes (torchrun, gloo on CPU): the same new rows as one process
-up to the order of the floating-point sums; a run paused under DDP resumes to the very
-rows of a straight one; frozen rows never move, weight decay or not."""
+"""Grounding on two processes (torchrun or accelerate, gloo on CPU): the same new rows as one
+process up to the order of the floating-point sums; a run paused or killed under DDP resumes
+to the very rows of a straight one; frozen rows never move, weight decay or not."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import torch
 from launch import LR, STEPS, embedding, one_process, steps_of, torchrun
 from safetensors.torch import load_file
 
+from gti.checkpoint_files import partial_dir
 from gti.init.config import GroundingConfig, InitConfig
 from gti.init.run import run_init
 
@@ -75,6 +78,26 @@ def test_a_run_paused_under_ddp_resumes_to_the_straight_runs_rows(world, tmp_pat
     assert (tmp_path / "paused.partial" / "state.pt").is_file() and not out.exists()
     done = torchrun(world, out)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert embedding(out).equal(embedding(tmp_path / "straight"))
+
+
+def test_a_process_killed_under_ddp_resumes_to_the_straight_runs_rows(world, tmp_path):
+    """A hard kill: rank 1 SIGKILLs itself right after step 3 of 6 (killed_init.py), torchrun
+    tears rank 0 down, and nothing is written half-way. The state saved at step 2 (every 2
+    steps) is what the same command resumes from, and it ends with the rows of a run never
+    interrupted, bit for bit (same processes, kernels and reduction order)."""
+    args = ("--steps", "6", "--save-every", "2")
+    straight = torchrun(world, tmp_path / "straight", *args)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    out = tmp_path / "killed"
+    script = (str(Path(__file__).with_name("killed_init.py")), "1", "3")
+    killed = torchrun(world, out, *args, entry=script)
+    assert killed.returncode != 0 and not out.exists()
+    state = torch.load(partial_dir(out) / "state.pt", weights_only=False)
+    assert state["step"] == 2, killed.stderr[-3000:]
+    done = torchrun(world, out, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not partial_dir(out).exists()
     assert embedding(out).equal(embedding(tmp_path / "straight"))
 
 
