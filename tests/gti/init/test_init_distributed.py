@@ -85,7 +85,8 @@ def test_a_process_killed_under_ddp_resumes_to_the_straight_runs_rows(world, tmp
     """A hard kill: rank 1 SIGKILLs itself right after step 3 of 6 (killed_init.py), torchrun
     tears rank 0 down, and nothing is written half-way. The state saved at step 2 (every 2
     steps) is what the same command resumes from, and it ends with the rows of a run never
-    interrupted, bit for bit (same processes, kernels and reduction order)."""
+    interrupted, bit for bit (same processes, kernels and reduction order); the original
+    rows stay the base model's."""
     args = ("--steps", "6", "--save-every", "2")
     straight = torchrun(world, tmp_path / "straight", *args)
     assert straight.returncode == 0, straight.stderr[-3000:]
@@ -99,6 +100,10 @@ def test_a_process_killed_under_ddp_resumes_to_the_straight_runs_rows(world, tmp
     assert done.returncode == 0, done.stderr[-3000:]
     assert not partial_dir(out).exists()
     assert embedding(out).equal(embedding(tmp_path / "straight"))
+    base = load_file(world.model_dir / "model.safetensors")["model.embed_tokens.weight"]
+    assert embedding(out)[: base.shape[0]].equal(base)
+    moved = embedding(out)[base.shape[0] :] - base.mean(0)  # grounding starts from the mean
+    assert float(moved.abs().max()) > 0
 
 
 def test_weight_decay_never_reaches_the_frozen_rows(world, tmp_path):
