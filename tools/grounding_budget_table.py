@@ -145,7 +145,8 @@ def world_section(
     else:
         lines[0] += "; not calibrated"
     if cpus:
-        lines[0] += f"; CPU: {', '.join(sorted(cpus))}, {2} threads"
+        threads = " or ".join(str(t) for t in sorted({r["machine"]["threads"] for r in records}))
+        lines[0] += f"; CPU: {', '.join(sorted(cpus))}; pieces run on {threads or 2} thread(s)"
     if loads:
         lines[0] += f"; load average during the pieces {min(loads)}-{max(loads)}"
     lines[0] += ")."

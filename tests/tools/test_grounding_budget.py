@@ -163,7 +163,7 @@ def _record(strategy: str, budget: float, exact: tuple, level_a: tuple, rsa_a: f
             "most_frequent": {"decoding": decoding},
             "likelihood": {"difference": share(0.25, 0.125, 0.375)},
         },
-        "machine": {"cpu": "Test CPU", "load": [1.5, 1, 1]},
+        "machine": {"cpu": "Test CPU", "threads": 1, "load": [1.5, 1, 1]},
         "load_after": [2.5, 1, 1],
     }
 
@@ -183,6 +183,7 @@ def test_table_shows_missing_pieces_and_the_numbers(tmp_path):
         for budget in ("init only", "1 min", "16 min"):
             assert "| missing |" in rows[(strategy, budget, "ce" if budget != "init only" else "-")]
     assert "1 of 8 pieces run" in ml100k and "Test CPU" in ml100k and "1.5-2.5" in ml100k
+    assert "pieces run on 1 thread(s)" in ml100k  # what the piece recorded
     assert "0 of 8 pieces run" in section  # office: none, every row missing
     doc = f"# gti\n\nbefore\n\n{START}\nold\n{END}\n\nafter\n"
     new = replace_region(doc, section)
