@@ -36,7 +36,6 @@ __all__ = [
     "Signature",
     "fingerprint",
     "from_provenance",
-    "signature",
 ]
 
 
@@ -52,13 +51,3 @@ def fingerprint(m: MatrixReport) -> str | None:
     if m.n_new > 1 and abs(g.spread - expected) < 0.1 and g.centered.effective_rank_ratio > 0.5:
         return "unit-noise"
     return None
-
-
-def signature(init: dict, m: MatrixReport) -> Signature | None:
-    """The rows' signature: the sidecar's when its init provenance ``init`` states one,
-    else the statistics'."""
-    said = from_provenance(init)
-    if said is not None:
-        return said
-    seen = fingerprint(m)
-    return None if seen is None else Signature(seen, "statistics")

@@ -37,7 +37,7 @@ from geodiag.gate.signature import (
     SIGNATURES,
     Signature,
     fingerprint,
-    signature,
+    from_provenance,
 )
 from geodiag.metrics.rsa import SMALL_EFFECT
 
@@ -87,9 +87,8 @@ def _said(sig: Signature, report: CheckpointReport) -> str:
     return f"{named}: {sig.words}" if named else f"the sidecar says the rows are {sig.words}"
 
 
-def _sidecar_signature(report: CheckpointReport, m: MatrixReport) -> Signature | None:
-    sig = signature(_gti_provenance(report.provenance), m)
-    return sig if sig is not None and sig.source == "sidecar" else None
+def _sidecar_signature(report: CheckpointReport) -> Signature | None:
+    return from_provenance(_gti_provenance(report.provenance))
 
 
 def _trained(sig: Signature) -> str:
@@ -100,7 +99,7 @@ def _trained(sig: Signature) -> str:
 def _collapse_remedy(report: CheckpointReport, m: MatrixReport) -> Advice:
     """What produced this collapse, and what to do instead, in the user's stack."""
     stack = report.stack.get("name", "unknown")
-    sig = _sidecar_signature(report, m)
+    sig = _sidecar_signature(report)
     if sig is not None:
         said = _said(sig, report)
         if sig.name in COLLAPSED:
@@ -215,7 +214,7 @@ INHERIT = f"{GROUND} so they inherit the codebook's structure"
 def _likely_cause(report: CheckpointReport, m: MatrixReport) -> Advice:
     """Why rows that are not collapsed carry no structure, in the checkpoint's own terms."""
     stack = report.stack.get("name", "unknown")
-    sig = _sidecar_signature(report, m)
+    sig = _sidecar_signature(report)
     if sig is not None:
         if sig.name == "trained":
             init = _gti_provenance(report.provenance)
