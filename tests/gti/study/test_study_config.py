@@ -42,7 +42,7 @@ def test_gpu_study_is_the_cpu_sequence_study_at_a_larger_budget():
 
 def test_sequence_study_preset():
     cfg = load_study_config(CONFIGS / "study-seq.toml")
-    assert cfg.sft.objective == "sequence" and cfg.epochs == (0.0, 0.25, 0.5, 1.0)
+    assert cfg.sft.objective == "sequence" and cfg.epochs == (0.0, 0.25, 0.5, 1.0, 2.0)
     assert cfg.sft.min_lr_ratio == 1.0  # a constant rate: a longer run only adds steps
     assert cfg.sft.bf16 == "off"  # one computation on every machine a run's pieces see
     # issue 49's four arms and issue 48's fifth; the GPU study runs the same arms
