@@ -27,6 +27,8 @@ exact (all ``2^m`` sign patterns of the ``m`` non-zero differences) when that is
 most ``n_resamples``, else Monte Carlo with ``p = (1 + #{|T*| >= |T|}) / (1 + R)``.
 Averaging over seeds before testing treats users as the units of replication; the
 seed-to-seed variance enters through the interval, not the test.
+The relative gain ``mean(A) / mean(B) - 1`` (:func:`relative_gain`, a paper's "+26%")
+takes the same resamples for both arms and the percentile interval of the ratio.
 
 Shares of 0/1 outcomes over one set of units (``gti probe``'s exact match per held-out
 item) get the Wilson score interval (:func:`wilson`): exact in form, no resampling, and
@@ -225,6 +227,44 @@ def paired_test(
         wins=int((dbar > 0).sum()),
         losses=int((dbar < 0).sum()),
         per_seed=[float(v) for v in d.mean(axis=1)],
+    )
+
+
+def relative_gain(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+) -> Interval | None:
+    """mean(A) / mean(B) - 1 on the same users and seeds, with its percentile interval.
+
+    A paper's "+26%" is this figure. Each replicate draws one set of seeds and users
+    (:func:`bootstrap_means`) and applies it to both arms, so the pairing of the
+    difference carries over to the ratio. None where B's mean is not positive, in the
+    sample or in some replicate: the ratio is undefined there.
+    """
+    a, b = _as_cells(a), _as_cells(b)
+    if a.shape != b.shape:
+        raise ValueError(f"paired arms need the same (seeds, users) shape: {a.shape} vs {b.shape}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    # One generator seed and equal shapes: both calls draw the same indices.
+    ra = bootstrap_means(a, n_resamples=n_resamples, seed=seed)
+    rb = bootstrap_means(b, n_resamples=n_resamples, seed=seed)
+    if b.mean() <= 0 or (rb <= 0).any():
+        return None
+    alpha = (1 - level) / 2
+    low, high = np.percentile(ra / rb - 1, [100 * alpha, 100 * (1 - alpha)])
+    return Interval(
+        estimate=float(a.mean() / b.mean() - 1),
+        low=float(low),
+        high=float(high),
+        level=level,
+        n_resamples=n_resamples,
+        n_seeds=a.shape[0],
+        n_users=a.shape[1],
     )
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from geodiag.errors import InputError
 from geodiag.jsonio import read_json
 from gti.evaluate.rankings import RANKING_KS, Rankings, check_aligned, per_user_metrics
-from gti.evaluate.stats import DEFAULT_RESAMPLES, interval, paired_test
+from gti.evaluate.stats import DEFAULT_RESAMPLES, interval, paired_test, relative_gain
 from gti.experiment.layout import Files, study_runs
 from gti.study.assemble.inputs import Run, StudyInputs, read_inputs
 
@@ -376,7 +376,8 @@ def versus_baselines(
 
 
 def paired(finals: dict[str, dict[str, BySeed]], n_resamples: int, seed: int) -> dict[str, object]:
-    """A - B on the final splits for each of PAIRS, over the seeds both arms have."""
+    """A - B on the final splits for each of PAIRS, over the seeds both arms have, with
+    the relative gain A / B - 1 on the same resamples."""
     out: dict[str, object] = {}
     for arm_a, arm_b in PAIRS:
         if arm_a not in finals or arm_b not in finals:
@@ -389,10 +390,11 @@ def paired(finals: dict[str, dict[str, BySeed]], n_resamples: int, seed: int) ->
             check_aligned(a_by_seed[seeds[0]], b_by_seed[seeds[0]], "paired arms")
             a = stack([a_by_seed[s] for s in seeds])
             b = stack([b_by_seed[s] for s in seeds])
-            out[f"{arm_a} - {arm_b} ({split})"] = {
-                "seeds": seeds,
-                "metrics": _paired_tests(a, b, a, n_resamples, seed),
-            }
+            tests = _paired_tests(a, b, a, n_resamples, seed)
+            for k, test in tests.items():  # A / B - 1: how a paper states a gain
+                rel = relative_gain(a[k], b[k], n_resamples=n_resamples, seed=seed)
+                test["relative"] = rel.to_dict() if rel is not None else None
+            out[f"{arm_a} - {arm_b} ({split})"] = {"seeds": seeds, "metrics": tests}
     return out
 
 

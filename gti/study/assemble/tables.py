@@ -19,6 +19,13 @@ def _fmt(ci: dict) -> str:
     return f"{ci['estimate']:.4f} [{ci['low']:.4f}, {ci['high']:.4f}]"
 
 
+def _fmt_relative(ci: dict | None) -> str:
+    """A / B - 1 in percent; '-' where B's mean is 0 (or the file predates the field)."""
+    if ci is None:
+        return "-"
+    return f"{100 * ci['estimate']:+.0f}% [{100 * ci['low']:+.0f}%, {100 * ci['high']:+.0f}%]"
+
+
 def _significant(ps: list) -> str:
     """' (k/n)': seeds whose RSA permutation p is below RSA_ALPHA, of those where RSA is
     defined."""
@@ -164,16 +171,17 @@ def paired_table(res: dict, title: str = "## paired differences (final budget)")
     lines = [
         title,
         "",
-        "| comparison | seeds | metric | difference [95%] | p (sign-flip) | users +/- |",
-        "|---|---:|---|---:|---:|---:|",
+        "| comparison | seeds | metric | difference [95%] | A / B - 1 [95%] | p (sign-flip) "
+        "| users +/- |",
+        "|---|---:|---|---:|---:|---:|---:|",
     ]
     for name, entry in res["paired"].items():
         for metric in PAIRED_METRICS:
             t = entry["metrics"][metric]
             lines.append(
                 f"| {name} | {len(entry['seeds'])} | {metric} | "
-                f"{_fmt(t['difference'])} | {t['p_value']:.4g} | "
-                f"{t['wins']}/{t['losses']} |"
+                f"{_fmt(t['difference'])} | {_fmt_relative(t.get('relative'))} | "
+                f"{t['p_value']:.4g} | {t['wins']}/{t['losses']} |"
             )
     return lines + [""]
 

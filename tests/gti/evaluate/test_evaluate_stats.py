@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from gti.evaluate.stats import bootstrap_means, interval, paired_test, sign_flip_p, wilson
+from gti.evaluate.stats import (
+    bootstrap_means,
+    interval,
+    paired_test,
+    relative_gain,
+    sign_flip_p,
+    wilson,
+)
 
 
 def test_bootstrap_of_two_users_matches_the_enumerated_distribution():
@@ -144,3 +151,52 @@ def test_wilson_by_hand():
     assert wilson(0, 12).low == 0.0 and wilson(12, 12).high == 1.0  # exact, not 1e-17 off
     with pytest.raises(ValueError):
         wilson(3, 0)
+
+
+def test_relative_gain_of_a_fixed_ratio_is_that_ratio_in_every_resample():
+    b = np.random.default_rng(4).random((3, 40)) + 0.1
+    res = relative_gain(1.5 * b, b, n_resamples=2000, seed=0)
+    # Every replicate is 1.5 * mean / mean: the interval collapses to 0.5 (up to rounding).
+    assert (res.estimate, res.low, res.high) == pytest.approx((0.5, 0.5, 0.5), abs=1e-12)
+
+
+def test_one_seed_relative_gain_matches_scipy_paired_percentile_bootstrap():
+    rng = np.random.default_rng(5)
+    n = 2000
+    b = (rng.random(n) < 0.1).astype(float)  # Recall-like 0/1 vectors, correlated:
+    a = np.maximum(b * (rng.random(n) < 0.9), rng.random(n) < 0.07)  # A keeps most of B's hits
+    ours = relative_gain(a, b, n_resamples=20_000, seed=1)
+    ref = sps.bootstrap(
+        (a, b),
+        lambda x, y: x.mean() / y.mean() - 1,
+        paired=True,
+        vectorized=False,
+        n_resamples=20_000,
+        method="percentile",
+        random_state=2,
+    )
+    # Two independent Monte Carlo estimates of each 2.5% quantile. Its SE is
+    # sqrt(q (1 - q) / R) / f(x_q), with f the normal density of the replicates' own sd;
+    # the ratio moves in steps of about 1 / (n mean(b)) (one hit more or less in A).
+    sd = float(np.std(ref.bootstrap_distribution))
+    se = np.sqrt(0.025 * 0.975 / 20_000) / (sps.norm.pdf(1.96) / sd)
+    tol = 5 * np.sqrt(2) * se + 1 / (n * b.mean())
+    assert ours.estimate == pytest.approx(a.mean() / b.mean() - 1)
+    assert ours.low == pytest.approx(ref.confidence_interval.low, abs=tol)
+    assert ours.high == pytest.approx(ref.confidence_interval.high, abs=tol)
+    # Unpaired draws (A and B resampled apart) would be much wider: the pairing is kept.
+    apart = np.percentile(
+        bootstrap_means(a, n_resamples=20_000, seed=1)
+        / bootstrap_means(b, n_resamples=20_000, seed=3)
+        - 1,
+        [2.5, 97.5],
+    )
+    assert ours.high - ours.low < 0.75 * (apart[1] - apart[0])
+
+
+def test_relative_gain_is_undefined_without_a_positive_base():
+    assert relative_gain(np.ones(5), np.zeros(5), n_resamples=100) is None
+    # one user carries all of B: some resamples leave it out, and B's mean is 0 there
+    assert relative_gain(np.ones(20), np.eye(1, 20).ravel(), n_resamples=500) is None
+    with pytest.raises(ValueError, match="same"):
+        relative_gain(np.ones((2, 5)), np.ones((3, 5)))

@@ -23,7 +23,8 @@ from gti.evaluate.metrics import topk_metrics
 from gti.evaluate.rankings import Rankings, load_rankings
 from gti.experiment.layout import curve_file, final_file
 from gti.study.assemble import collect
-from gti.study.assemble.collect import paired_curve, versus_baselines
+from gti.study.assemble.collect import paired, paired_curve, versus_baselines
+from gti.study.assemble.tables import paired_table
 from gti.study.config import StudyConfig, load_study_config
 from gti.study.run import (
     milestone_rankings,
@@ -181,6 +182,9 @@ def test_study_runs_assembles_and_reruns_nothing(tmp_path, tiny_model_dir):
         - res["arms"]["mean"]["final"]["test"]["metrics"]["recall@10"]["estimate"],
         abs=1e-12,
     )
+    # ... with its relative gain beside it (tested on planted hits below; on this tiny
+    # world some resample leaves mean without a hit, so the ratio is undefined).
+    assert "relative" in res["paired"]["gti - mean (test)"]["metrics"]["recall@10"]
     # Along the curve: the paired difference at each milestone is the difference of the
     # two arms' curve estimates (same users, same seeds).
     rows = res["paired_curve"]["gti - mean"]
@@ -389,6 +393,28 @@ def test_curve_pairs_and_baseline_verdicts_on_planted_hits():
     d = by[("gti", 4)]["metrics"]["recall@20"]
     assert d["difference"]["estimate"] == pytest.approx(0.3)
     assert (d["wins"], d["losses"]) == (4, 1)
+
+
+def test_final_pairs_state_the_relative_gain_on_planted_hits():
+    # Of 200 users, gti hits 8 in every 10 in both seeds, mean 2 of those 8:
+    # gti / mean - 1 = 160 / 40 - 1 = +300%. random hits nobody: gti / random is undefined.
+    n = 200
+    finals = {
+        "gti": {"test": {s: planted([i % 10 < 8 for i in range(n)], "test") for s in (0, 1)}},
+        "mean": {"test": {s: planted([i % 10 < 2 for i in range(n)], "test") for s in (0, 1)}},
+        "random": {"test": {s: planted([False] * n, "test") for s in (0, 1)}},
+    }
+    res = paired(finals, 2000, 0)
+    rel = res["gti - mean (test)"]["metrics"]["recall@20"]["relative"]
+    assert rel["estimate"] == pytest.approx(3.0)
+    # mean's hits are a subset of gti's and a resample draws users for both arms at once,
+    # so no resample has gti below mean: the interval stays at or above +0%.
+    assert 0 <= rel["low"] < 3.0 < rel["high"]
+    assert res["gti - random (test)"]["metrics"]["recall@20"]["relative"] is None
+    md = "\n".join(paired_table({"paired": res}))
+    assert "| A / B - 1 [95%] |" in md
+    assert "| gti - mean (test) | 2 | recall@20 | 0.6000 [" in md and "| +300% [+" in md
+    assert "| gti - random (test) | 2 | recall@20 | 0.8000 [" in md and "] | - |" in md
 
 
 @pytest.mark.parametrize(
