@@ -271,7 +271,7 @@ def geometry_intervals(inputs: StudyInputs) -> dict | None:
         f"{r.arm} seed {r.seed}: a complete run the file does not cover"
         for runs in inputs.runs.values()
         for r in runs
-        if (r.arm, r.seed) not in covered
+        if r.complete and (r.arm, r.seed) not in covered  # one still training has no final
     ]
     return {"document": doc, "problems": problems}
 

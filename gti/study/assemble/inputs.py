@@ -100,7 +100,7 @@ class StudyInputs:
     """What ``collect`` reads: the complete runs by arm and the baselines' lists."""
 
     root: Path
-    runs: dict[str, list[Run]]  # arm -> its complete runs, by seed; arms in folder order
+    runs: dict[str, list[Run]]  # arm -> its runs (complete or in progress), by seed
     baselines: dict[str, dict[str, Rankings]] = field(default_factory=dict)  # name -> split
 
 

@@ -285,6 +285,17 @@ def check_geometry_intervals(tmp_path: Path, reports: Path) -> None:
     md = (reports / "results.md").read_text()
     assert "Does not match the runs' geometry.json" in md
     assert "mean seed 1: a complete run the file does not cover" in md
+    # A run still training (a grown plan) has no final for the file to cover: not flagged.
+    run_path = reports / "runs" / "gti-seed1" / "run.json"
+    done = run_path.read_text()
+    grown = json.loads(done) | {"status": "in progress", "measured": [0, 2, 4]}
+    grown["milestones"] = [0, 2, 4, 8]
+    run_path.write_text(json.dumps(grown))
+    runner.invoke(app, ["study", "assemble", str(reports), "--resamples", "50"])
+    md = (reports / "results.md").read_text()
+    assert "gti seed 1: measured steps [0, 2, 4] of [0, 2, 4, 8]" in md
+    assert "mean seed 1: a complete run" in md and "gti seed 1: a complete run" not in md
+    run_path.write_text(done)
 
     # Weights that are not those of the committed runs: exit 2, nothing written.
     geo_path = reports / "runs" / "gti-seed0" / "geometry.json"
