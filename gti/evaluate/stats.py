@@ -147,6 +147,37 @@ def bootstrap_means(x: np.ndarray, *, n_resamples: int, seed: int) -> np.ndarray
     return out
 
 
+def _check_level(level: float, n_resamples: int) -> None:
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+
+
+def _percentile_interval(
+    estimate: float, reps: np.ndarray, level: float, shape: tuple[int, int]
+) -> Interval:
+    """``estimate`` with the percentile interval of its bootstrap replicates ``reps``."""
+    alpha = (1 - level) / 2
+    low, high = np.percentile(reps, [100 * alpha, 100 * (1 - alpha)])
+    return Interval(
+        estimate=float(estimate),
+        low=float(low),
+        high=float(high),
+        level=level,
+        n_resamples=len(reps),
+        n_seeds=shape[0],
+        n_users=shape[1],
+    )
+
+
+def _paired_cells(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a, b = _as_cells(a), _as_cells(b)
+    if a.shape != b.shape:
+        raise ValueError(f"paired arms need the same (seeds, users) shape: {a.shape} vs {b.shape}")
+    return a, b
+
+
 def interval(
     x: np.ndarray,
     *,
@@ -156,22 +187,9 @@ def interval(
 ) -> Interval:
     """Mean of ``x`` ((n_users,) or (n_seeds, n_users)) with its percentile interval."""
     x = _as_cells(x)
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    _check_level(level, n_resamples)
     reps = bootstrap_means(x, n_resamples=n_resamples, seed=seed)
-    alpha = (1 - level) / 2
-    low, high = np.percentile(reps, [100 * alpha, 100 * (1 - alpha)])
-    return Interval(
-        estimate=float(x.mean()),
-        low=float(low),
-        high=float(high),
-        level=level,
-        n_resamples=n_resamples,
-        n_seeds=x.shape[0],
-        n_users=x.shape[1],
-    )
+    return _percentile_interval(x.mean(), reps, level, x.shape)
 
 
 def sign_flip_p(
@@ -213,9 +231,7 @@ def paired_test(
     seed: int = 0,
 ) -> PairedTest:
     """Arm A - arm B on the same users (and seeds): interval and paired test."""
-    a, b = _as_cells(a), _as_cells(b)
-    if a.shape != b.shape:
-        raise ValueError(f"paired arms need the same (seeds, users) shape: {a.shape} vs {b.shape}")
+    a, b = _paired_cells(a, b)
     d = a - b
     dbar = d.mean(axis=0)  # (n,)
     p, exact, n_perm = sign_flip_p(dbar, n_resamples=n_resamples, seed=seed)
@@ -245,27 +261,14 @@ def relative_gain(
     difference carries over to the ratio. None where B's mean is not positive, in the
     sample or in some replicate: the ratio is undefined there.
     """
-    a, b = _as_cells(a), _as_cells(b)
-    if a.shape != b.shape:
-        raise ValueError(f"paired arms need the same (seeds, users) shape: {a.shape} vs {b.shape}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+    a, b = _paired_cells(a, b)
+    _check_level(level, n_resamples)
     # One generator seed and equal shapes: both calls draw the same indices.
     ra = bootstrap_means(a, n_resamples=n_resamples, seed=seed)
     rb = bootstrap_means(b, n_resamples=n_resamples, seed=seed)
     if b.mean() <= 0 or (rb <= 0).any():
         return None
-    alpha = (1 - level) / 2
-    low, high = np.percentile(ra / rb - 1, [100 * alpha, 100 * (1 - alpha)])
-    return Interval(
-        estimate=float(a.mean() / b.mean() - 1),
-        low=float(low),
-        high=float(high),
-        level=level,
-        n_resamples=n_resamples,
-        n_seeds=a.shape[0],
-        n_users=a.shape[1],
-    )
+    return _percentile_interval(a.mean() / b.mean() - 1, ra / rb - 1, level, a.shape)
 
 
 def summarize_rankings(
