@@ -293,30 +293,36 @@ def provenance_lines(res: dict) -> list[str]:
 
 
 def status_lines(res: dict) -> list[str]:
-    """The runs still training, and how far each has been measured."""
+    """The runs complete under an earlier plan, and the runs still training with how far
+    each has been measured."""
     open_runs = [
         (arm, r) for arm, a in res["arms"].items() for r in a.get("runs", [])
         if r["status"] != "complete"
     ]  # fmt: skip
-    if not open_runs:
-        return []
-    lines = [
-        "Runs still training (their measured milestones are in the curves; no final split):",
-        "",
+    earlier = [
+        f"- {arm} seed {r['seed']}: complete at step {r['measured'][-1]}, an earlier plan's "
+        "last milestone (its final splits are pooled at that step, with every run that "
+        "measured them there, not with the others'; re-run it to continue under the "
+        "study's plan)"
+        for arm, r in open_runs
+        if r["status"] == "earlier plan"
     ]
-    for arm, r in open_runs:
-        if r["status"] == "earlier plan":
-            lines.append(
-                f"- {arm} seed {r['seed']}: complete at step {r['measured'][-1]}, an earlier "
-                "plan's last milestone (its final splits are pooled at that step, with every "
-                "run that measured them there, not with the others'; re-run it to continue "
-                "under the study's plan)"
-            )
-        else:
-            lines.append(
-                f"- {arm} seed {r['seed']}: measured steps {r['measured']} of {r['planned']}"
-            )
-    return lines + [""]
+    training = [
+        f"- {arm} seed {r['seed']}: measured steps {r['measured']} of {r['planned']}"
+        for arm, r in open_runs
+        if r["status"] != "earlier plan"
+    ]
+    lines: list[str] = []
+    if earlier:
+        lines += ["Runs complete under an earlier plan (the study's plan has grown since):", ""]
+        lines += earlier + [""]
+    if training:
+        lines += [
+            "Runs still training (their measured milestones are in the curves; no final split):",
+            "",
+        ]
+        lines += training + [""]
+    return lines
 
 
 def short_digest(digest: str) -> str:

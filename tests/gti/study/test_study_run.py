@@ -293,6 +293,7 @@ def check_geometry_intervals(tmp_path: Path, reports: Path) -> None:
     run_path.write_text(json.dumps(grown))
     runner.invoke(app, ["study", "assemble", str(reports), "--resamples", "50"])
     md = (reports / "results.md").read_text()
+    assert "Runs still training" in md and "Runs complete under an earlier plan" not in md
     assert "gti seed 1: measured steps [0, 2, 4] of [0, 2, 4, 8]" in md
     assert "mean seed 1: a complete run" in md and "gti seed 1: a complete run" not in md
     run_path.write_text(done)
@@ -722,6 +723,7 @@ def test_a_grown_plan_continues_from_the_kept_state_and_keeps_the_earlier_test(
     assert [r["status"] for r in out["runs"]] == ["complete", "earlier plan"]
     md = (grown / "reports" / "results.md").read_text()
     assert "- mean seed 1: complete at step 4, an earlier plan's last milestone" in md
+    assert "Runs complete under an earlier plan" in md
     # the earlier plan's final step pools both seeds' test lists there: seed 1's final and
     # the lists seed 0 kept when it grew
     (earlier,) = json.loads((grown / "reports" / "results.json").read_text())["earlier_finals"]
