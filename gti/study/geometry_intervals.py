@@ -264,8 +264,12 @@ def intervals(
     doc = summarize_cells(
         cells, books, sizes, n_resamples=n_resamples, seed=seed, level=level, progress=progress
     )
+    from gti.study.run import init_digest
+
     doc["checkpoints"] = [
-        {"arm": c.arm, "seed": c.seed, "stage": c.stage, "path": str(c.path)} for c in cells
+        {"arm": c.arm, "seed": c.seed, "stage": c.stage, "path": str(c.path)}
+        | ({"init_digest": init_digest(c.path)} if c.stage == "init" else {})
+        for c in cells
     ]
     doc["seconds"] = round(time.perf_counter() - start, 1)
     return doc
@@ -411,9 +415,19 @@ def study_checkpoints(cfg) -> tuple[dict[tuple[str, int, str], Path], list[str]]
 def check_against_runs(doc: dict, runs_root: Path) -> list[str]:
     """Each checkpoint's full-sample RSA (the interval file's ``per_seed``) against the
     value its run's geometry.json recorded; returns the mismatches (none expected: both
-    are geodiag's Spearman over the same rows)."""
+    are geodiag's Spearman over the same rows).
+
+    Where the file names the init build it measured (``init_digest``) and the run's last
+    milestone records the build it descends from, the two must be the same build. An
+    init rebuilt after the run's step 0 was recorded (geometry.json's step 0 names another
+    build, or none) has no recorded RSA of its own: it is checked by that digest alone."""
     from gti.experiment.layout import Files, run_name
 
+    builds = {
+        (c["arm"], c["seed"]): c["init_digest"]
+        for c in doc.get("checkpoints", [])
+        if c.get("stage") == "init" and c.get("init_digest")
+    }
     problems = []
     for row in doc.get("rsa", []):
         for s, value in zip(row["seeds"], row["per_seed"], strict=True):
@@ -423,7 +437,18 @@ def check_against_runs(doc: dict, runs_root: Path) -> list[str]:
             except (OSError, ValueError):
                 problems.append(f"{geo_path}: unreadable")
                 continue
-            step = "0" if row["stage"] == "init" else max(geo, key=int)
+            last = max(geo, key=int)
+            built, descends = builds.get((row["arm"], s)), geo[last].get("init_digest")
+            if row["stage"] == "init" and built and descends:
+                if built != descends:
+                    problems.append(
+                        f"{row['arm']} seed {s} init: build {built} here, but step {last} "
+                        f"descends from {descends} in {geo_path}"
+                    )
+                    continue
+                if geo["0"].get("init_digest") != built:
+                    continue  # rebuilt after step 0 was recorded: checked by digest
+            step = "0" if row["stage"] == "init" else last
             want = geo[step]["levels"][row["level"]]["rsa"]
             if want is None or abs(want - value) > 1e-9:
                 problems.append(
@@ -433,7 +458,36 @@ def check_against_runs(doc: dict, runs_root: Path) -> list[str]:
     return problems
 
 
-def to_markdown(doc: dict, problems: list[str]) -> list[str]:
+def rebuilt_inits(doc: dict, runs_root: Path) -> list[str]:
+    """The runs whose init in the file is a build other than the one their step 0 was
+    recorded from (see :func:`check_against_runs`), as lines for results.md."""
+    from gti.experiment.layout import Files, run_name
+
+    out = []
+    for c in doc.get("checkpoints", []):
+        if c.get("stage") != "init" or not c.get("init_digest"):
+            continue
+        try:
+            geo = json.loads(
+                (Path(runs_root) / run_name(c["arm"], c["seed"]) / Files.GEOMETRY).read_text()
+            )
+        except (OSError, ValueError):
+            continue
+        if (
+            geo.get("0", {}).get("init_digest") != c["init_digest"]
+            and geo[max(geo, key=int)].get("init_digest") == c["init_digest"]
+        ):
+            out.append(
+                f"{c['arm']} seed {c['seed']}: its init here is the build {c['init_digest']} "
+                f"that its last milestone descends from, rebuilt after its step 0 was recorded; "
+                f"its init RSA is this build's, not step 0's in geometry.json"
+            )
+    return out
+
+
+def to_markdown(
+    doc: dict, problems: list[str], notes: list[str] | tuple[str, ...] = ()
+) -> list[str]:
     """The results.md section for a geometry_intervals.json document."""
 
     def ci(r: dict) -> str:
@@ -455,6 +509,8 @@ def to_markdown(doc: dict, problems: list[str]) -> list[str]:
         "gti/study/geometry_intervals.py).",
         "",
     ]
+    if notes:
+        lines += [f"- {n}" for n in notes] + [""]
     if problems:
         lines += ["**Does not match the runs' geometry.json** (rerun the command):", ""]
         lines += [f"- {p}" for p in problems] + [""]

@@ -257,7 +257,7 @@ def geometry_intervals(inputs: StudyInputs) -> dict | None:
     are) with what no longer matches the committed runs: per-seed RSA values that
     differ from a run's geometry.json, complete runs it does not cover."""
     from gti.study.geometry_intervals import FORMAT as GI_FORMAT
-    from gti.study.geometry_intervals import check_against_runs
+    from gti.study.geometry_intervals import check_against_runs, rebuilt_inits
 
     path = inputs.root / Files.GEOMETRY_INTERVALS
     if not path.is_file():
@@ -273,7 +273,8 @@ def geometry_intervals(inputs: StudyInputs) -> dict | None:
         for r in runs
         if r.complete and (r.arm, r.seed) not in covered  # one still training has no final
     ]
-    return {"document": doc, "problems": problems}
+    notes = rebuilt_inits(doc, study_runs(inputs.root))
+    return {"document": doc, "problems": problems, "notes": notes}
 
 
 def _paired_tests(a: dict, b: dict, keys, n_resamples: int, seed: int) -> dict[str, dict]:

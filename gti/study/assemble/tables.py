@@ -260,7 +260,7 @@ def geometry_intervals_table(res: dict) -> list[str]:
     from gti.study.geometry_intervals import to_markdown as intervals_markdown
 
     gi = res["geometry_intervals"]
-    return intervals_markdown(gi["document"], gi["problems"])
+    return intervals_markdown(gi["document"], gi["problems"], gi.get("notes", []))
 
 
 def wall_time_lines(res: dict) -> list[str]:

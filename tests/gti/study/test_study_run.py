@@ -310,6 +310,27 @@ def check_geometry_intervals(tmp_path: Path, reports: Path) -> None:
     assert (reports / "geometry_intervals.json").read_text() == before
     geo_path.write_text(original)
 
+    # An init rebuilt after step 0 was recorded (step 0 names another build, with other
+    # figures): checked by the digest its last milestone records, and said in results.md;
+    # a last milestone that descends from another build than the init here: exit 2.
+    geo = json.loads(original)
+    assert all(g.get("init_digest") for g in geo.values())
+    geo["0"]["init_digest"] = "xxh3_128:" + "0" * 32
+    geo["0"]["levels"]["a"]["rsa"] += 0.01
+    geo_path.write_text(json.dumps(geo))
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    runner.invoke(app, ["study", "assemble", str(reports), "--resamples", "50"])
+    md = (reports / "results.md").read_text()
+    assert "Does not match" not in md
+    assert "gti seed 0: its init here is the build" in md and "gti seed 1: its init" not in md
+    geo["4"]["init_digest"] = "xxh3_128:" + "1" * 32
+    geo_path.write_text(json.dumps(geo))
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "descends from xxh3_128:111" in result.output
+    geo_path.write_text(original)
+    assert runner.invoke(app, args).exit_code == 0
+
     # Weights gone for one run: it is left out by name; gone for all: exit 2.
     (tmp_path / "work" / "gti-seed1" / "sft" / "model.safetensors").unlink()
     result = runner.invoke(app, args)
