@@ -478,9 +478,10 @@ def rebuilt_inits(doc: dict, runs_root: Path) -> list[str]:
             and geo[max(geo, key=int)].get("init_digest") == c["init_digest"]
         ):
             out.append(
-                f"{c['arm']} seed {c['seed']}: its init here is the build {c['init_digest']} "
-                f"that its last milestone descends from, rebuilt after its step 0 was recorded; "
-                f"its init RSA is this build's, not step 0's in geometry.json"
+                f"{c['arm']} seed {c['seed']}: its init here is the build "
+                f"{c['init_digest']} that its last milestone descends from; its step 0 in "
+                "geometry.json names another build or none (recorded before builds were), "
+                "so its init RSA is this build's"
             )
     return out
 

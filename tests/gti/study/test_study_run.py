@@ -323,7 +323,11 @@ def check_geometry_intervals(tmp_path: Path, reports: Path) -> None:
     runner.invoke(app, ["study", "assemble", str(reports), "--resamples", "50"])
     md = (reports / "results.md").read_text()
     assert "Does not match" not in md
-    assert "gti seed 0: its init here is the build" in md and "gti seed 1: its init" not in md
+    assert (
+        "gti seed 0: its init here is the build" in md
+        and "names another build" in md
+        and "gti seed 1: its init" not in md
+    )
     geo["4"]["init_digest"] = "xxh3_128:" + "1" * 32
     geo_path.write_text(json.dumps(geo))
     result = runner.invoke(app, args)
