@@ -446,8 +446,8 @@ def check_against_runs(doc: dict, runs_root: Path) -> list[str]:
                         f"descends from {descends} in {geo_path}"
                     )
                     continue
-                if geo["0"].get("init_digest") != built:
-                    continue  # rebuilt after step 0 was recorded: checked by digest
+                if rebuilt_after_step0(geo, built):
+                    continue  # no recorded RSA of its own: checked by digest
             step = "0" if row["stage"] == "init" else last
             want = geo[step]["levels"][row["level"]]["rsa"]
             if want is None or abs(want - value) > 1e-9:
@@ -456,6 +456,14 @@ def check_against_runs(doc: dict, runs_root: Path) -> list[str]:
                     f"{value} here, {want} in {geo_path}"
                 )
     return problems
+
+
+def rebuilt_after_step0(geometry: dict, digest: str) -> bool:
+    """Whether the init build ``digest`` is the one the run's last milestone descends from
+    (its geometry.json), while its step 0 was recorded from another build or before builds
+    were recorded: the init was rebuilt after step 0, whose figures are not this build's."""
+    last = geometry[max(geometry, key=int)]
+    return last.get("init_digest") == digest and geometry.get("0", {}).get("init_digest") != digest
 
 
 def rebuilt_inits(doc: dict, runs_root: Path) -> list[str]:
@@ -473,10 +481,7 @@ def rebuilt_inits(doc: dict, runs_root: Path) -> list[str]:
             )
         except (OSError, ValueError):
             continue
-        if (
-            geo.get("0", {}).get("init_digest") != c["init_digest"]
-            and geo[max(geo, key=int)].get("init_digest") == c["init_digest"]
-        ):
+        if rebuilt_after_step0(geo, c["init_digest"]):
             out.append(
                 f"{c['arm']} seed {c['seed']}: its init here is the build "
                 f"{c['init_digest']} that its last milestone descends from; its step 0 in "
